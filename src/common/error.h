@@ -1,0 +1,55 @@
+// One error type for all of kgpu, and the Result alias every fallible function returns.
+//
+// Policy (STYLE.md #5): errors are values. A function that can fail returns Result<T>;
+// exceptions are used only while parsing flags and config files and are caught in main.
+// Nothing throws across a thread, gRPC or HTTP boundary.
+#pragma once
+
+#include <expected>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace kgpu {
+
+enum class Code {
+    invalid_argument,   // the caller gave something malformed
+    not_found,          // a named thing (file, device, symbol) does not exist
+    not_supported,      // the driver or device does not offer it
+    no_permission,
+    io,                 // reading or writing a file or socket failed
+    parse,              // a file's content is not what was expected
+    unavailable,        // the driver or a peer is not there (yet)
+    gpu_lost,           // the GPU fell off the bus or needs a reset
+    timeout,
+    internal,
+};
+
+std::string_view to_string(Code code);
+
+struct Error {
+    Code code = Code::internal;
+    std::string message;
+    // The NVML return code that caused this error, or 0 when it did not come from NVML.
+    int nvml_return = 0;
+
+    template <class... Args>
+    static Error make(Code code, fmt::format_string<Args...> format, Args&&... args) {
+        return Error{code, fmt::format(format, std::forward<Args>(args)...), 0};
+    }
+    // Prefixes context to the message: "reading /x: <message>".
+    [[nodiscard]] Error context(std::string_view what) const;
+};
+
+template <class T>
+using Result = std::expected<T, Error>;
+using Status = std::expected<void, Error>;
+
+template <class... Args>
+[[nodiscard]] std::unexpected<Error> fail(Code code, fmt::format_string<Args...> format, Args&&... args) {
+    return std::unexpected(Error::make(code, format, std::forward<Args>(args)...));
+}
+
+}  // namespace kgpu

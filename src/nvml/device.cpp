@@ -1,0 +1,276 @@
+#include "nvml/device.h"
+
+#include <cstring>
+
+#include "common/strings.h"
+#include "nvml/error.h"
+#include "nvml/library.h"
+
+namespace kgpu::nvml {
+
+struct Context {
+    std::shared_ptr<const Library> lib;
+    ~Context() {
+        if (lib) lib->api().Shutdown();
+    }
+    const EntryPoints& api() const { return lib->api(); }
+};
+
+namespace {
+
+// Turns a return code into Result<void>, naming the entry point (by its table field) on failure.
+Status check(const Context& ctx, std::string_view field, nvmlReturn_t r) {
+    if (r == NVML_SUCCESS) return {};
+    return std::unexpected(make_error(*ctx.lib, ctx.lib->symbol_name(field), r));
+}
+
+#define KGPU_CALL(field, ...)                                                                      \
+    do {                                                                                           \
+        if (auto st = check(*ctx_, #field, ctx_->api().field(__VA_ARGS__)); !st)                   \
+            return std::unexpected(st.error());                                                    \
+    } while (0)
+
+// Reads a NUL-terminated string an NVML getter wrote into a fixed buffer.
+std::string from_buffer(const char* buf, size_t size) { return std::string(buf, ::strnlen(buf, size)); }
+
+unsigned parse_function(const std::string& bus_id) {
+    auto dot = bus_id.rfind('.');
+    if (dot == std::string::npos || dot + 1 >= bus_id.size()) return 0;
+    return static_cast<unsigned>(bus_id[dot + 1] - '0') & 7u;
+}
+
+PciInfo to_pci(const nvmlPciInfo_t& p) {
+    PciInfo out;
+    out.bus_id = strings::upper(from_buffer(p.busId, sizeof p.busId));
+    out.domain = p.domain;
+    out.bus = p.bus;
+    out.device = p.device;
+    out.function = parse_function(out.bus_id);
+    out.device_id = p.pciDeviceId;
+    out.subsystem_id = p.pciSubSystemId;
+    return out;
+}
+
+}  // namespace
+
+std::string PciInfo::sysfs_bus_id() const {
+    return fmt::format("{:04x}:{:02x}:{:02x}.{:x}", domain, bus, device, function);
+}
+
+// ---- Session ----------------------------------------------------------------------------------
+
+Result<Session> Session::open(std::shared_ptr<const Library> library) {
+    nvmlReturn_t r = library->api().Init();
+    if (r != NVML_SUCCESS) return std::unexpected(make_error(*library, library->symbol_name("Init"), r));
+    auto ctx = std::make_shared<Context>();
+    ctx->lib = std::move(library);
+    return Session(std::move(ctx));
+}
+
+const Library& Session::library() const { return *ctx_->lib; }
+
+Result<std::string> Session::driver_version() const {
+    char buf[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = {};
+    KGPU_CALL(SystemGetDriverVersion, buf, sizeof buf);
+    return from_buffer(buf, sizeof buf);
+}
+
+Result<std::string> Session::nvml_version() const {
+    char buf[NVML_SYSTEM_NVML_VERSION_BUFFER_SIZE] = {};
+    KGPU_CALL(SystemGetNVMLVersion, buf, sizeof buf);
+    return from_buffer(buf, sizeof buf);
+}
+
+Result<int> Session::cuda_driver_version() const {
+    int v = 0;
+    KGPU_CALL(SystemGetCudaDriverVersion, &v);
+    return v;
+}
+
+Result<unsigned> Session::device_count() const {
+    unsigned n = 0;
+    KGPU_CALL(DeviceGetCount, &n);
+    return n;
+}
+
+Result<Device> Session::device_by_index(unsigned index) const {
+    nvmlDevice_t h = nullptr;
+    KGPU_CALL(DeviceGetHandleByIndex, index, &h);
+    return Device(ctx_, h);
+}
+
+Result<Device> Session::device_by_uuid(const std::string& uuid) const {
+    nvmlDevice_t h = nullptr;
+    KGPU_CALL(DeviceGetHandleByUUID, uuid.c_str(), &h);
+    return Device(ctx_, h);
+}
+
+// ---- Device -----------------------------------------------------------------------------------
+
+Result<std::string> Device::uuid() const {
+    char buf[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
+    KGPU_CALL(DeviceGetUUID, handle_, buf, sizeof buf);
+    return from_buffer(buf, sizeof buf);
+}
+
+Result<std::string> Device::name() const {
+    char buf[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {};
+    KGPU_CALL(DeviceGetName, handle_, buf, sizeof buf);
+    return from_buffer(buf, sizeof buf);
+}
+
+Result<std::string> Device::serial() const {
+    char buf[NVML_DEVICE_SERIAL_BUFFER_SIZE + 2] = {};
+    KGPU_CALL(DeviceGetSerial, handle_, buf, sizeof buf);
+    return from_buffer(buf, sizeof buf);
+}
+
+Result<unsigned> Device::minor_number() const {
+    unsigned v = 0;
+    KGPU_CALL(DeviceGetMinorNumber, handle_, &v);
+    return v;
+}
+
+Result<unsigned> Device::index() const {
+    unsigned v = 0;
+    KGPU_CALL(DeviceGetIndex, handle_, &v);
+    return v;
+}
+
+Result<PciInfo> Device::pci_info() const {
+    nvmlPciInfo_t p{};
+    nvmlReturn_t r = ctx_->api().DeviceGetPciInfo(handle_, &p);
+    if (r == NVML_SUCCESS) return to_pci(p);
+    if (r != NVML_ERROR_NOT_SUPPORTED) return std::unexpected(make_error(*ctx_->lib, ctx_->lib->symbol_name("DeviceGetPciInfo"), r));
+    // An older driver: the older struct, whose busId is the short form.
+    nvmlPciInfo_v2_t old{};
+    KGPU_CALL(DeviceGetPciInfoV2, handle_, &old);
+    PciInfo out;
+    out.domain = old.domain;
+    out.bus = old.bus;
+    out.device = old.device;
+    out.function = parse_function(from_buffer(old.busId, sizeof old.busId));
+    out.bus_id = fmt::format("{:08X}:{:02X}:{:02X}.{:X}", old.domain, old.bus, old.device, out.function);
+    out.device_id = old.pciDeviceId;
+    out.subsystem_id = old.pciSubSystemId;
+    return out;
+}
+
+Result<int> Device::numa_node() const {
+    unsigned v = 0;
+    KGPU_CALL(DeviceGetNumaNodeId, handle_, &v);
+    return static_cast<int>(v);
+}
+
+Result<MemoryInfo> Device::memory() const {
+    nvmlMemory_v2_t m2{};
+    m2.version = nvmlMemory_v2;
+    nvmlReturn_t r = ctx_->api().DeviceGetMemoryInfoV2(handle_, &m2);
+    if (r == NVML_SUCCESS) return MemoryInfo{m2.total, m2.reserved, m2.free, m2.used};
+    if (r != NVML_ERROR_NOT_SUPPORTED && r != NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        return std::unexpected(make_error(*ctx_->lib, ctx_->lib->symbol_name("DeviceGetMemoryInfoV2"), r));
+    nvmlMemory_t m{};
+    KGPU_CALL(DeviceGetMemoryInfo, handle_, &m);
+    return MemoryInfo{m.total, 0, m.free, m.used};
+}
+
+Result<std::pair<int, int>> Device::compute_capability() const {
+    int major = 0, minor = 0;
+    KGPU_CALL(DeviceGetCudaComputeCapability, handle_, &major, &minor);
+    return std::pair{major, minor};
+}
+
+Result<unsigned> Device::architecture() const {
+    nvmlDeviceArchitecture_t a = 0;
+    KGPU_CALL(DeviceGetArchitecture, handle_, &a);
+    return a;
+}
+
+Result<unsigned> Device::power_limit_mw() const {
+    unsigned v = 0;
+    KGPU_CALL(DeviceGetEnforcedPowerLimit, handle_, &v);
+    return v;
+}
+
+Result<bool> Device::persistence_mode() const {
+    nvmlEnableState_t s = NVML_FEATURE_DISABLED;
+    KGPU_CALL(DeviceGetPersistenceMode, handle_, &s);
+    return s == NVML_FEATURE_ENABLED;
+}
+
+Result<std::pair<bool, bool>> Device::ecc_mode() const {
+    nvmlEnableState_t cur = NVML_FEATURE_DISABLED, pend = NVML_FEATURE_DISABLED;
+    KGPU_CALL(DeviceGetEccMode, handle_, &cur, &pend);
+    return std::pair{cur == NVML_FEATURE_ENABLED, pend == NVML_FEATURE_ENABLED};
+}
+
+Result<MigMode> Device::mig_mode() const {
+    unsigned cur = 0, pend = 0;
+    KGPU_CALL(DeviceGetMigMode, handle_, &cur, &pend);
+    return MigMode{cur == NVML_DEVICE_MIG_ENABLE, pend == NVML_DEVICE_MIG_ENABLE};
+}
+
+Result<unsigned> Device::max_mig_devices() const {
+    unsigned v = 0;
+    KGPU_CALL(DeviceGetMaxMigDeviceCount, handle_, &v);
+    return v;
+}
+
+Result<std::optional<Device>> Device::mig_device(unsigned i) const {
+    nvmlDevice_t h = nullptr;
+    nvmlReturn_t r = ctx_->api().DeviceGetMigDeviceHandleByIndex(handle_, i, &h);
+    if (r == NVML_ERROR_NOT_FOUND) return std::optional<Device>{};
+    if (auto st = check(*ctx_, "DeviceGetMigDeviceHandleByIndex", r); !st) return std::unexpected(st.error());
+    return std::optional<Device>(Device(ctx_, h));
+}
+
+Result<unsigned> Device::gpu_instance_id() const {
+    unsigned v = 0;
+    KGPU_CALL(DeviceGetGpuInstanceId, handle_, &v);
+    return v;
+}
+
+Result<unsigned> Device::compute_instance_id() const {
+    unsigned v = 0;
+    KGPU_CALL(DeviceGetComputeInstanceId, handle_, &v);
+    return v;
+}
+
+Result<DeviceAttributes> Device::attributes() const {
+    nvmlDeviceAttributes_t a{};
+    KGPU_CALL(DeviceGetAttributes, handle_, &a);
+    return DeviceAttributes{a.multiprocessorCount, a.gpuInstanceSliceCount, a.computeInstanceSliceCount,
+                            a.memorySizeMB};
+}
+
+Result<int> Device::common_ancestor(const Device& other) const {
+    nvmlGpuTopologyLevel_t level = NVML_TOPOLOGY_SYSTEM;
+    KGPU_CALL(DeviceGetTopologyCommonAncestor, handle_, other.handle_, &level);
+    return static_cast<int>(level);
+}
+
+Result<bool> Device::nvlink_active(unsigned link) const {
+    nvmlEnableState_t s = NVML_FEATURE_DISABLED;
+    KGPU_CALL(DeviceGetNvLinkState, handle_, link, &s);
+    return s == NVML_FEATURE_ENABLED;
+}
+
+Result<std::string> Device::nvlink_remote_bus_id(unsigned link) const {
+    nvmlPciInfo_t p{};
+    KGPU_CALL(DeviceGetNvLinkRemotePciInfo, handle_, link, &p);
+    return strings::upper(from_buffer(p.busId, sizeof p.busId));
+}
+
+Result<NvLinkPeerType> Device::nvlink_remote_type(unsigned link) const {
+    nvmlIntNvLinkDeviceType_t t = NVML_NVLINK_DEVICE_TYPE_UNKNOWN;
+    KGPU_CALL(DeviceGetNvLinkRemoteDeviceType, handle_, link, &t);
+    switch (t) {
+        case NVML_NVLINK_DEVICE_TYPE_GPU: return NvLinkPeerType::gpu;
+        case NVML_NVLINK_DEVICE_TYPE_SWITCH: return NvLinkPeerType::switch_;
+        default: return NvLinkPeerType::other;
+    }
+}
+
+#undef KGPU_CALL
+
+}  // namespace kgpu::nvml

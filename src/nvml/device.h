@@ -1,0 +1,104 @@
+// NVML as value types. Raw handles stay inside src/nvml (STYLE.md #3): callers hold a Session
+// (one nvmlInit, one nvmlShutdown when the last Session or Device copy goes away) and Devices,
+// and get strings and numbers back, or an Error naming the NVML call and its return code.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "common/error.h"
+
+struct nvmlDevice_st;
+
+namespace kgpu::nvml {
+
+class Library;
+struct Context;  // library + the init it holds; shuts NVML down when the last owner goes
+
+struct PciInfo {
+    std::string bus_id;          // NVML form, "00000000:3B:00.0"
+    unsigned domain = 0, bus = 0, device = 0, function = 0;
+    std::uint32_t device_id = 0;  // (device << 16) | vendor, e.g. 0x233010DE
+    std::uint32_t subsystem_id = 0;
+    // sysfs form: lower case, 4-digit domain, "0000:3b:00.0".
+    std::string sysfs_bus_id() const;
+};
+
+struct MemoryInfo {
+    std::uint64_t total = 0, reserved = 0, free = 0, used = 0;  // bytes
+};
+
+struct MigMode {
+    bool current = false;
+    bool pending = false;
+};
+
+struct DeviceAttributes {
+    unsigned multiprocessor_count = 0;
+    unsigned gpu_instance_slice_count = 0;
+    unsigned compute_instance_slice_count = 0;
+    std::uint64_t memory_size_mb = 0;
+};
+
+enum class NvLinkPeerType { gpu, switch_, other };
+
+class Device {
+public:
+    Result<std::string> uuid() const;
+    Result<std::string> name() const;
+    Result<std::string> serial() const;
+    Result<unsigned> minor_number() const;
+    Result<unsigned> index() const;
+    Result<PciInfo> pci_info() const;
+    Result<int> numa_node() const;
+    Result<MemoryInfo> memory() const;
+    Result<std::pair<int, int>> compute_capability() const;
+    Result<unsigned> architecture() const;  // NVML_DEVICE_ARCH_* value
+    Result<unsigned> power_limit_mw() const;  // enforced limit
+    Result<bool> persistence_mode() const;
+    Result<std::pair<bool, bool>> ecc_mode() const;  // current, pending
+    Result<MigMode> mig_mode() const;
+    Result<unsigned> max_mig_devices() const;
+    // The MIG device in slot `i`, or nullopt for an empty slot (NVML's NOT_FOUND).
+    Result<std::optional<Device>> mig_device(unsigned i) const;
+    Result<unsigned> gpu_instance_id() const;
+    Result<unsigned> compute_instance_id() const;
+    Result<DeviceAttributes> attributes() const;
+    // nvmlGpuTopologyLevel_t value (0 internal ... 50 system).
+    Result<int> common_ancestor(const Device& other) const;
+    // Whether NVLink `link` is active; not_supported when the GPU has no such link.
+    Result<bool> nvlink_active(unsigned link) const;
+    Result<std::string> nvlink_remote_bus_id(unsigned link) const;
+    Result<NvLinkPeerType> nvlink_remote_type(unsigned link) const;
+
+private:
+    friend class Session;
+    Device(std::shared_ptr<const Context> ctx, nvmlDevice_st* handle) : ctx_(std::move(ctx)), handle_(handle) {}
+    std::shared_ptr<const Context> ctx_;
+    nvmlDevice_st* handle_ = nullptr;
+};
+
+class Session {
+public:
+    // nvmlInit (the versioned name when present). Errors carry the NVML return code, so callers
+    // can tell DRIVER_NOT_LOADED from NO_PERMISSION.
+    static Result<Session> open(std::shared_ptr<const Library> library);
+
+    const Library& library() const;
+    Result<std::string> driver_version() const;
+    Result<std::string> nvml_version() const;
+    // e.g. 12040 for CUDA 12.4.
+    Result<int> cuda_driver_version() const;
+    Result<unsigned> device_count() const;
+    Result<Device> device_by_index(unsigned index) const;
+    Result<Device> device_by_uuid(const std::string& uuid) const;
+
+private:
+    explicit Session(std::shared_ptr<const Context> ctx) : ctx_(std::move(ctx)) {}
+    std::shared_ptr<const Context> ctx_;
+};
+
+}  // namespace kgpu::nvml
