@@ -1,0 +1,254 @@
+// The simulated driver's state: one node (read from the YAML fixture named by KGPU_SIM_NODE),
+// its GPUs, MIG devices and event sets, all behind one mutex.
+//
+// Contracts:
+// - Every object a handle can point to derives from Object and is owned by State::arena, which
+//   is never shrunk while the library is loaded: a stale handle points to live memory whose
+//   `valid` flag is false, so calls on it answer INVALID_ARGUMENT instead of crashing.
+// - Handles are validated against State::registry (the set of every Object ever made), so a
+//   pointer the library never handed out is rejected too.
+// - All fields are guarded by State::mutex except EventSet's queue, which has its own mutex so a
+//   waiter never holds the global one.
+#pragma once
+
+#include "nvml/nvml_abi.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+namespace kgpu_sim {
+
+inline constexpr unsigned kNoId = 0xFFFFFFFFu;
+inline constexpr unsigned kNvSwitchPciDeviceId = 0x22a310deu;
+
+enum class Kind { Gpu, Mig, GpuInstance, ComputeInstance, EventSet };
+
+struct Object {
+    explicit Object(Kind k) : kind(k) {}
+    virtual ~Object() = default;
+    Object(const Object&) = delete;
+    Object& operator=(const Object&) = delete;
+    const Kind kind;
+    bool valid = true;  // false once the object no longer exists in the driver's view
+};
+
+// A PCI address; `text` is the canonical 8-hex-digit-domain upper-case form.
+struct PciAddr {
+    unsigned domain = 0, bus = 0, device = 0, function = 0;
+    std::string text() const;        // "00000000:18:00.0"
+    std::string legacyText() const;  // "0000:18:00.0"
+};
+// Accepts "[domain:]bus:device[.function]" in hex, any case, 4- or 8-digit domain.
+std::optional<PciAddr> parsePciAddr(const std::string& s);
+
+struct Telemetry {
+    unsigned gpuUtil = 0, memUtil = 0, encUtil = 0, decUtil = 0;
+    unsigned temperatureC = 34;
+    std::optional<unsigned> memoryTemperatureC;  // absent on non-HBM parts
+    unsigned powerW = 70;
+    unsigned smClockMhz = 1410, memClockMhz = 1593, maxSmClockMhz = 1410, maxMemClockMhz = 1593;
+    unsigned long long fbUsedMib = 0;
+    unsigned long long energyJ = 0;
+    unsigned pcieReplay = 0, pcieTxKBps = 0, pcieRxKBps = 0;
+};
+
+// One MIG device as the fixture (or a `mig` command) describes it.
+struct MigSpec {
+    std::string profile;  // "1g.10gb"
+    unsigned giId = 0, ciId = 0;
+    std::string uuid;     // "MIG-..."
+    unsigned long long memoryMib = 0;
+    unsigned smCount = 0;
+    std::optional<unsigned> placementStart;
+};
+
+// A MIG profile name decoded: "<slices>g.<gb>gb[+me]".
+struct MigProfile {
+    unsigned slices = 0, gb = 0;
+    bool mediaExtensions = false;
+};
+std::optional<MigProfile> parseMigProfile(const std::string& name);
+unsigned sliceProfileIndex(unsigned slices);  // 1→0 2→1 3→2 4→3 7→4 8→5 6→6; kNoId otherwise
+unsigned memorySlices(unsigned giProfileId);  // placement size / memory slices of a GI profile
+unsigned slicesOfGiProfile(unsigned giProfileId);  // 0 when the simulator does not know it
+
+struct NvLinkEnd {
+    bool toSwitch = false;
+    unsigned peer = 0;  // GPU index, or NVSwitch index when toSwitch
+};
+
+struct GpuSpec {
+    std::string name, uuid, serial;
+    unsigned minor = 0;
+    PciAddr pci;
+    unsigned pciDeviceId = 0, pciSubsystemId = 0;
+    int numaNode = -1;
+    unsigned boardId = 0;
+    std::string vbios = "00.00.00.00.00";
+    unsigned long long memoryMib = 0, reservedMib = 0;
+    int ccMajor = 0, ccMinor = 0;
+    unsigned architecture = NVML_DEVICE_ARCH_UNKNOWN;
+    int brand = 2;
+    unsigned powerLimitW = 0;
+    bool persistence = true, ecc = true, lost = false;
+    std::string hostBridge;
+    std::vector<std::string> switches;  // root port downwards
+    Telemetry telemetry;
+    bool migCapable = false;
+    bool migEnabled = false, migPendingEnabled = false;
+    unsigned maxMigDevices = 0;
+    std::vector<MigSpec> migDevices;
+    std::vector<NvLinkEnd> links;  // index = NVLink link number
+};
+
+struct NodeSpec {
+    std::string driverVersion, nvmlVersion;
+    int cudaDriverVersion = 0;
+    std::optional<nvmlReturn_t> initError;
+    std::vector<PciAddr> nvswitches;
+    std::vector<GpuSpec> gpus;
+};
+
+// Parses and checks a fixture. On error prints `kgpu-sim: <file>:<line>: <key>: <expected>` on
+// stderr and returns nullopt.
+std::optional<NodeSpec> loadNode(const std::string& path);
+
+struct Gpu;
+
+struct GpuInstanceObj : Object {
+    GpuInstanceObj() : Object(Kind::GpuInstance) {}
+    struct MigDevice* mig = nullptr;
+};
+struct ComputeInstanceObj : Object {
+    ComputeInstanceObj() : Object(Kind::ComputeInstance) {}
+    struct MigDevice* mig = nullptr;
+};
+
+struct MigDevice : Object {
+    MigDevice() : Object(Kind::Mig) {}
+    Gpu* parent = nullptr;
+    unsigned index = 0;  // position under the parent
+    std::string profile;
+    unsigned giProfileId = 0, ciProfileId = 0, slices = 0;
+    unsigned giId = 0, ciId = 0;
+    std::string uuid;
+    unsigned long long memoryMib = 0;
+    unsigned smCount = 0;
+    unsigned placementStart = 0, placementSize = 0;
+    GpuInstanceObj* gi = nullptr;
+    ComputeInstanceObj* ci = nullptr;
+};
+
+struct Process {
+    unsigned long long bytes = 0;
+    unsigned giId = kNoId, ciId = kNoId;
+    std::string name;
+};
+
+struct Gpu : Object {
+    Gpu() : Object(Kind::Gpu) {}
+    unsigned index = 0;
+    GpuSpec spec;
+    // Mutable state (events file commands).
+    bool lost = false;
+    bool migEnabled = false, migPendingEnabled = false;
+    std::vector<MigDevice*> migs;
+    unsigned nextGiId = 1;
+    std::optional<std::pair<unsigned, unsigned>> utilOverride;  // gpu%, mem%
+    std::map<unsigned, Process> procs;                          // by pid
+    unsigned remapCorr = 0, remapUnc = 0;
+    bool remapPending = false, retiredPagesPending = false;
+    unsigned long long sbeVolatile = 0, dbeVolatile = 0, sbeAggregate = 0, dbeAggregate = 0;
+    unsigned recoveryAction = NVML_GPU_RECOVERY_ACTION_NONE;
+};
+
+struct Event {
+    Object* device = nullptr;  // Gpu or MigDevice
+    unsigned long long type = 0, data = 0;
+    unsigned giId = kNoId, ciId = kNoId;
+};
+
+struct EventSet : Object {
+    EventSet() : Object(Kind::EventSet) {}
+    std::map<const Gpu*, unsigned long long> registrations;  // guarded by State::mutex
+    // Guarded by qmutex (not the global mutex): waiters block on cv.
+    std::mutex qmutex;
+    std::condition_variable cv;
+    std::deque<Event> queue;
+    nvmlReturn_t closed = NVML_SUCCESS;  // set when freed / at shutdown: what a waiter returns
+};
+
+// Values the telemetry model derives for one GPU at the current time.
+struct Sample {
+    unsigned gpuUtil, memUtil, temperatureC, powerMw;
+    unsigned long long energyMj;
+};
+
+struct State {
+    std::mutex mutex;
+    std::mutex lifecycle;  // serialises init/shutdown (held while the watcher thread is joined)
+    int refcount = 0;
+    NodeSpec node;
+    std::vector<Gpu*> gpus;
+    std::vector<EventSet*> sets;
+    std::chrono::steady_clock::time_point loadedAt;
+
+    std::vector<std::unique_ptr<Object>> arena;
+    std::unordered_set<const Object*> registry;
+
+    template <class T>
+    T* make() {
+        auto p = std::make_unique<T>();
+        T* raw = p.get();
+        arena.push_back(std::move(p));
+        registry.insert(raw);
+        return raw;
+    }
+    // The object behind a handle when it is one of ours, of kind k, and still valid.
+    template <class T>
+    T* lookup(const void* handle, Kind k) const {
+        auto* o = static_cast<const Object*>(handle);
+        if (!handle || !registry.count(o) || o->kind != k || !o->valid) return nullptr;
+        return static_cast<T*>(const_cast<Object*>(o));
+    }
+};
+
+State& state();  // never destroyed
+
+// Model operations; all expect State::mutex held.
+void buildFromSpec(State& st, NodeSpec spec);  // fresh GPUs and MIG devices; invalidates old ones
+void invalidateAll(State& st);                 // at the last shutdown
+void recreateMig(State& st, Gpu& gpu, const std::vector<MigSpec>& specs);
+std::optional<MigSpec> migSpecFor(const State& st, const Gpu& gpu, const std::string& profile,
+                                  unsigned giId, std::string* why);
+unsigned giProfileIdFor(const Gpu& gpu, const MigProfile& p);
+unsigned smPerSlice(const State& st, const Gpu& gpu);
+// Best known {memoryMib, smCount} for a GI profile on this GPU's model; nullopt if unknown.
+std::optional<std::pair<unsigned long long, unsigned>> profileFigures(const State& st, const Gpu& gpu,
+                                                                     unsigned giProfileId);
+Sample sample(const State& st, const Gpu& gpu);
+unsigned long long usedMib(const Gpu& gpu);                        // fixture fb_used + processes
+unsigned long long usedBytes(const Gpu& gpu, const MigDevice* mig);  // processes (+ fb_used for GPU)
+std::string migUuidFor(const std::string& parentUuid, unsigned giId);
+
+// Events (events.cpp).
+void deliver(State& st, const Gpu& gpu, Object* device, unsigned long long type, unsigned long long data,
+             unsigned giId = kNoId, unsigned ciId = kNoId);
+// Applies one events-file line; reports problems on stderr as `kgpu-sim: <file>:<line>: ...`.
+void applyCommand(State& st, const std::string& line, const std::string& file, unsigned lineNo);
+// Starts watching KGPU_SIM_EVENTS (lines already there are applied before this returns).
+// Called at the first init with State::mutex NOT held.
+void startWatcher();
+// Stops and joins the watcher thread. Called at the last shutdown with State::mutex NOT held.
+void stopWatcher();
+
+}  // namespace kgpu_sim
