@@ -263,14 +263,23 @@ struct Watcher {
     }
 };
 
+Watcher* g_watcher = nullptr;
+
 Watcher& watcher() {
-    static Watcher* w = new Watcher;  // never destroyed; the Reaper below joins its thread
+    static Watcher* w = g_watcher = new Watcher;  // freed by the Reaper below, after joining its thread
     return *w;
 }
 
 // Joins the thread if the client never called the last nvmlShutdown (exit or dlclose).
 struct Reaper {
-    ~Reaper() { stopWatcher(); }
+    ~Reaper() {
+        if (g_watcher != nullptr) {
+            stopWatcher();
+            delete g_watcher;
+            g_watcher = nullptr;
+        }
+        destroyState();
+    }
 } reaper;
 
 }  // namespace

@@ -16,9 +16,20 @@
 
 namespace kgpu_sim {
 
+namespace {
+// Lives until the library is unloaded (destroyState), not until the last nvmlShutdown: a client
+// that keeps a stale handle after shutdown still points at valid memory.
+State* g_state = nullptr;
+}  // namespace
+
 State& state() {
-    static State* s = new State;  // intentionally never destroyed: handles must stay valid memory
+    static State* s = g_state = new State;
     return *s;
+}
+
+void destroyState() {
+    delete g_state;
+    g_state = nullptr;
 }
 
 // ---- small parsers ---------------------------------------------------------------------------

@@ -222,7 +222,9 @@ struct State {
     }
 };
 
-State& state();  // never destroyed
+State& state();  // destroyed only when the library is unloaded
+// Frees the state at unload (dlclose or exit), after the watcher thread has been stopped.
+void destroyState();
 
 // Model operations; all expect State::mutex held.
 void buildFromSpec(State& st, NodeSpec spec);  // fresh GPUs and MIG devices; invalidates old ones
