@@ -3,18 +3,12 @@
 #include <cstring>
 
 #include "common/strings.h"
+#include "nvml/context.h"
 #include "nvml/error.h"
 #include "nvml/library.h"
 
 namespace kgpu::nvml {
 
-struct Context {
-    std::shared_ptr<const Library> lib;
-    ~Context() {
-        if (lib) lib->api().Shutdown();
-    }
-    const EntryPoints& api() const { return lib->api(); }
-};
 
 namespace {
 
@@ -91,6 +85,12 @@ Result<unsigned> Session::device_count() const {
     unsigned n = 0;
     KGPU_CALL(DeviceGetCount, &n);
     return n;
+}
+
+Result<std::string> Session::process_name(unsigned pid) const {
+    char buf[256] = {};
+    KGPU_CALL(SystemGetProcessName, pid, buf, sizeof buf);
+    return from_buffer(buf, sizeof buf);
 }
 
 Result<Device> Session::device_by_index(unsigned index) const {
@@ -202,6 +202,52 @@ Result<std::pair<bool, bool>> Device::ecc_mode() const {
     nvmlEnableState_t cur = NVML_FEATURE_DISABLED, pend = NVML_FEATURE_DISABLED;
     KGPU_CALL(DeviceGetEccMode, handle_, &cur, &pend);
     return std::pair{cur == NVML_FEATURE_ENABLED, pend == NVML_FEATURE_ENABLED};
+}
+
+Result<RemappedRows> Device::remapped_rows() const {
+    unsigned corr = 0, unc = 0, pending = 0, failure = 0;
+    KGPU_CALL(DeviceGetRemappedRows, handle_, &corr, &unc, &pending, &failure);
+    return RemappedRows{corr, unc, pending != 0, failure != 0};
+}
+
+Result<bool> Device::retired_pages_pending() const {
+    nvmlEnableState_t s = NVML_FEATURE_DISABLED;
+    KGPU_CALL(DeviceGetRetiredPagesPendingStatus, handle_, &s);
+    return s == NVML_FEATURE_ENABLED;
+}
+
+Result<unsigned> Device::recovery_action() const {
+    nvmlFieldValue_t v{};
+    v.fieldId = NVML_FI_DEV_GET_GPU_RECOVERY_ACTION;
+    KGPU_CALL(DeviceGetFieldValues, handle_, 1, &v);
+    if (auto st = check(*ctx_, "DeviceGetFieldValues", v.nvmlReturn); !st) return std::unexpected(st.error());
+    return v.value.uiVal;
+}
+
+Result<std::vector<ProcessMemory>> Device::compute_processes() const {
+    // Ask for the count first; a process may start in between, so retry on INSUFFICIENT_SIZE.
+    for (int attempt = 0; attempt < 3; ++attempt) {
+        unsigned count = 0;
+        nvmlReturn_t r = ctx_->api().DeviceGetComputeRunningProcesses(handle_, &count, nullptr);
+        if (r == NVML_SUCCESS) return std::vector<ProcessMemory>{};
+        if (r != NVML_ERROR_INSUFFICIENT_SIZE) {
+            if (auto st = check(*ctx_, "DeviceGetComputeRunningProcesses", r); !st) return std::unexpected(st.error());
+        }
+        std::vector<nvmlProcessInfo_t> infos(count + 4);
+        count = static_cast<unsigned>(infos.size());
+        r = ctx_->api().DeviceGetComputeRunningProcesses(handle_, &count, infos.data());
+        if (r == NVML_ERROR_INSUFFICIENT_SIZE) continue;
+        if (auto st = check(*ctx_, "DeviceGetComputeRunningProcesses", r); !st) return std::unexpected(st.error());
+        std::vector<ProcessMemory> out;
+        for (unsigned i = 0; i < count && i < infos.size(); ++i) {
+            // NVML_VALUE_NOT_AVAILABLE (all ones) means the driver does not say.
+            std::uint64_t used = infos[i].usedGpuMemory == ~0ULL ? 0 : infos[i].usedGpuMemory;
+            out.push_back({infos[i].pid, used});
+        }
+        return out;
+    }
+    return std::unexpected(make_error(*ctx_->lib, ctx_->lib->symbol_name("DeviceGetComputeRunningProcesses"),
+                                      NVML_ERROR_INSUFFICIENT_SIZE));
 }
 
 Result<MigMode> Device::mig_mode() const {

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/error.h"
 
@@ -45,6 +46,19 @@ struct DeviceAttributes {
 
 enum class NvLinkPeerType { gpu, switch_, other };
 
+// nvmlDeviceGetRemappedRows (Ampere and newer).
+struct RemappedRows {
+    unsigned correctable = 0, uncorrectable = 0;
+    bool pending = false;   // a remap waits for a GPU reset
+    bool failure = false;   // a remap failed: the GPU needs service
+};
+
+// One compute process on a GPU (nvmlDeviceGetComputeRunningProcesses).
+struct ProcessMemory {
+    unsigned pid = 0;
+    std::uint64_t used_bytes = 0;  // 0 when the driver does not say
+};
+
 class Device {
 public:
     Result<std::string> uuid() const;
@@ -60,6 +74,12 @@ public:
     Result<unsigned> power_limit_mw() const;  // enforced limit
     Result<bool> persistence_mode() const;
     Result<std::pair<bool, bool>> ecc_mode() const;  // current, pending
+    Result<RemappedRows> remapped_rows() const;
+    Result<bool> retired_pages_pending() const;
+    // Field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: NVML_GPU_RECOVERY_ACTION_* (0 none, 1 GPU reset,
+    // 2 node reboot, 3 drain P2P, 4 drain and reset).
+    Result<unsigned> recovery_action() const;
+    Result<std::vector<ProcessMemory>> compute_processes() const;
     Result<MigMode> mig_mode() const;
     Result<unsigned> max_mig_devices() const;
     // The MIG device in slot `i`, or nullopt for an empty slot (NVML's NOT_FOUND).
@@ -76,6 +96,7 @@ public:
 
 private:
     friend class Session;
+    friend class EventSet;
     Device(std::shared_ptr<const Context> ctx, nvmlDevice_st* handle) : ctx_(std::move(ctx)), handle_(handle) {}
     std::shared_ptr<const Context> ctx_;
     nvmlDevice_st* handle_ = nullptr;
@@ -93,10 +114,13 @@ public:
     // e.g. 12040 for CUDA 12.4.
     Result<int> cuda_driver_version() const;
     Result<unsigned> device_count() const;
+    // The name of a process (nvmlSystemGetProcessName).
+    Result<std::string> process_name(unsigned pid) const;
     Result<Device> device_by_index(unsigned index) const;
     Result<Device> device_by_uuid(const std::string& uuid) const;
 
 private:
+    friend class EventSet;
     explicit Session(std::shared_ptr<const Context> ctx) : ctx_(std::move(ctx)) {}
     std::shared_ptr<const Context> ctx_;
 };

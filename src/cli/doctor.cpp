@@ -1,0 +1,90 @@
+#include "cli/doctor.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+
+namespace kgpu::cli {
+
+CLI::App* add_doctor_command(CLI::App& app, DoctorCliOptions& opts) {
+    auto* cmd = app.add_subcommand("doctor", "Check every layer a GPU crosses to reach a pod; each check gives evidence and a fix");
+    opts.cmd = cmd;
+    cmd->require_subcommand(0, 1);
+    add_nvml_options(*cmd, opts.nvml);
+    auto& c = opts.checks;
+    cmd->add_flag("--json", opts.json, "Print JSON (schema: docs/doctor.md)");
+    cmd->add_option("--root", c.root, "Where the host's / is (a container mount, or a fake host)")->capture_default_str();
+    cmd->add_option("--kernel-log", c.kernel_log,
+                    "Kernel log to scan for XIDs, a path on the host (default: /dev/kmsg, then /var/log/kern.log)");
+    cmd->add_option("--containerd-config", c.containerd_config, "containerd's config, a path on the host")
+        ->capture_default_str();
+    cmd->add_option("--device-plugin-path", c.device_plugin_dir, "The kubelet's device-plugin directory, on the host")
+        ->capture_default_str();
+    cmd->add_option("--pod-resources-socket", c.pod_resources_socket, "The kubelet's PodResources socket, on the host")
+        ->capture_default_str();
+
+    auto* compat = cmd->add_subcommand("compat", "Would an image built for this CUDA run on this driver and GPU?");
+    compat->add_option("--cuda", opts.compat.cuda, "The image's CUDA version, e.g. 12.4")->required();
+    compat->add_option("--driver", opts.compat.driver, "The node's driver version, e.g. 550.54.15");
+    auto* cc = compat->add_option("--compute-capability", opts.compat.compute_capability, "The GPU's compute capability, e.g. 7.0");
+    auto* gpu = compat->add_option("--gpu", opts.compat.gpu, "The GPU's name, e.g. \"Tesla V100\"");
+    cc->excludes(gpu);
+
+    auto* pending = cmd->add_subcommand("pending", "Explain why a GPU pod is Pending, from `kubectl get -o json` output");
+    pending->add_option("--pod", opts.pending.pod, "The pod (kubectl get pod <name> -o json)")->required()->check(CLI::ExistingFile);
+    pending->add_option("--nodes", opts.pending.nodes, "The nodes (kubectl get nodes -o json)")->required()->check(CLI::ExistingFile);
+    pending->add_option("--pods", opts.pending.pods, "Every pod (kubectl get pods -A -o json), to count what is in use")
+        ->check(CLI::ExistingFile);
+    pending->add_option("--quotas", opts.pending.quotas, "ResourceQuotas (kubectl get resourcequota -A -o json)")
+        ->check(CLI::ExistingFile);
+    pending->add_flag("--json", opts.pending_json, "Print JSON (schema: docs/doctor.md)");
+    return cmd;
+}
+
+namespace {
+
+bool colour_wanted() {
+    const char* no = std::getenv("NO_COLOR");
+    return ::isatty(STDOUT_FILENO) && !(no && *no);
+}
+
+int run_checks(DoctorCliOptions& opts) {
+    doctor::Options o = opts.checks;
+    o.nvml_library = opts.nvml.nvml_library;
+    // The driver root defaults to --root unless given explicitly.
+    if (opts.cmd->get_option("--nvidia-driver-root")->count() > 0) o.driver_root = opts.nvml.driver_root;
+    auto report = doctor::run(o);
+    if (opts.json) {
+        std::cout << doctor::to_json(report).dump(2) << "\n";
+    } else {
+        doctor::print_text(report, std::cout, colour_wanted());
+    }
+    return report.exit_code();
+}
+
+}  // namespace
+
+int run_doctor(DoctorCliOptions& opts) {
+    if (opts.cmd->got_subcommand("compat")) {
+        auto a = doctor::compat::answer(opts.compat);
+        auto& out = a.exit_code == 2 ? std::cerr : std::cout;
+        for (const auto& l : a.lines) out << (a.exit_code == 2 ? "kgpu doctor compat: " : "") << l << "\n";
+        return a.exit_code;
+    }
+    if (opts.cmd->got_subcommand("pending")) {
+        auto r = doctor::pending::explain(opts.pending);
+        if (!r) {
+            std::cerr << "kgpu doctor pending: " << r.error().message << "\n";
+            return 2;
+        }
+        if (opts.pending_json)
+            std::cout << doctor::pending::to_json(*r).dump(2) << "\n";
+        else
+            doctor::pending::print_text(*r, std::cout);
+        return r->fits_somewhere() ? 0 : 1;
+    }
+    return run_checks(opts);
+}
+
+}  // namespace kgpu::cli

@@ -1,0 +1,33 @@
+// `kgpu doctor`: the seeds' troubleshooting manual (000_5ed9091008160fa5.txt §1, §5;
+// facts/diagnostics.md) as an ordered list of checks. Every check reads the host through
+// `root` and NVML through the library options, so a laid-out fake host can be examined.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "doctor/report.h"
+
+namespace kgpu::doctor {
+
+struct Options {
+    std::filesystem::path root = "/";   // --root: where the host's / is
+    std::string nvml_library;           // --nvml-library (explicit path)
+    std::string driver_root;            // --nvidia-driver-root; "" = root
+    std::string kernel_log;             // --kernel-log (a host path); "" = /dev/kmsg, then /var/log/kern.log, /var/log/messages
+    std::string containerd_config = "/etc/containerd/config.toml";
+    std::string device_plugin_dir = "/var/lib/kubelet/device-plugins";
+    std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
+    double memory_threshold = 0.95;     // a process above this share of a GPU's memory: OOM risk
+};
+
+// Every check id in run order (docs/doctor.md lists them all).
+std::vector<std::string> check_ids();
+
+// Runs every check in order. A check whose `needs` failed or were skipped is skipped with the
+// reason; checks whose id starts with "nvml." need only the library (and init), whatever sysfs or
+// /proc/modules say. Never throws; never fails as a whole.
+Report run(const Options& options);
+
+}  // namespace kgpu::doctor

@@ -1,0 +1,64 @@
+// Reading the host for `kgpu doctor`: every path goes through a root prefix (--root) so tests lay
+// out fake hosts; nothing here calls NVML.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+
+namespace kgpu::doctor {
+
+// Names in /proc/modules (first column).
+std::vector<std::string> parse_modules(std::string_view proc_modules);
+
+// The driver version in /proc/driver/nvidia/version ("NVRM version: NVIDIA UNIX x86_64 Kernel
+// Module  550.54.15  Tue Mar ..."), or "" when the text has no such line.
+std::string parse_driver_version(std::string_view proc_version);
+
+// XIDs in kernel log text ("NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus").
+struct XidEvent {
+    std::string pci;  // as logged, "0000:3b:00"
+    int xid = 0;
+    std::string line;
+};
+std::vector<XidEvent> parse_xids(std::string_view log);
+
+// Recovery classes of facts/diagnostics.md.
+enum class XidClass { application, recoverable, reset_required, unknown };
+XidClass classify_xid(int xid);
+// NVIDIA's name for a XID, or "" for one not in the facts table.
+std::string_view xid_meaning(int xid);
+
+// Reads a kernel log: /dev/kmsg (a character device: read record by record without blocking) or a
+// plain file (a saved dmesg, /var/log/kern.log, a test fixture).
+Result<std::string> read_kernel_log(const std::filesystem::path& path);
+
+// Connects to a unix socket and closes it. Errors: not_found (no file), invalid_argument (not a
+// socket), unavailable (nobody listening: a stale socket), io otherwise.
+kgpu::Status probe_unix_socket(const std::filesystem::path& path);
+
+// The first of `names` found as a regular file in one of `dirs` (all under `root`).
+std::optional<std::filesystem::path> find_binary(const std::filesystem::path& root, std::string_view name,
+                                                 const std::vector<std::string>& dirs);
+
+// What containerd's config says about NVIDIA (facts/container-runtime-and-cdi.md).
+struct ContainerdConfig {
+    int version = 1;                     // 1 (no `version` key), 2 or 3
+    std::string plugin;                  // the CRI plugin table the settings live in
+    bool nvidia_runtime = false;         // a runtime named nvidia, or whose BinaryName is nvidia's
+    std::string nvidia_runtime_name;     // its name
+    std::string nvidia_binary;           // its options.BinaryName
+    std::string default_runtime;         // default_runtime_name ("" = runc)
+    bool cdi_enabled = false;
+    bool cdi_explicit = false;           // enable_cdi was set (else containerd's default applies)
+    std::vector<std::string> files;      // the config and every import read
+};
+// Parses `config` (a host path, read under `root`) and the files its `imports` name (globs with
+// `*` in the last component). Errors: not_found, parse (with file:line:column).
+Result<ContainerdConfig> read_containerd_config(const std::filesystem::path& root, const std::filesystem::path& config);
+
+}  // namespace kgpu::doctor

@@ -1,0 +1,443 @@
+// `kgpu doctor` checks against fake hosts (tests/doctor/hosts/healthy, broken one way per test)
+// and the NVML simulator loaded in-process.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "doctor/doctor.h"
+#include "doctor/host.h"
+#include "fake_host.h"
+
+using kgpu::doctor::CheckResult;
+using kgpu::doctor::Report;
+using kgpu::doctor::Status;
+using kgpu::test::FakeHost;
+using ::testing::HasSubstr;
+
+namespace {
+
+std::string sim_node(const std::string& name) { return std::string(KGPU_SOURCE_DIR) + "/sim/nodes/" + name; }
+
+std::string slurp(const std::string& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+struct Doc {
+    explicit Doc(FakeHost& h) : host(h) {}
+    FakeHost& host;
+    std::string node = sim_node("t4x4.yaml");
+    std::string events;  // fault commands applied at init
+    std::string library = KGPU_SIM_LIBRARY;
+    kgpu::doctor::Options opt;
+
+    Report operator()() {
+        kgpu::test::TempDir tmp;
+        ::setenv("KGPU_SIM_NODE", node.c_str(), 1);
+        if (!events.empty()) ::setenv("KGPU_SIM_EVENTS", tmp.write("events", events).c_str(), 1);
+        else ::unsetenv("KGPU_SIM_EVENTS");
+        opt.root = host.root();
+        opt.nvml_library = library;
+        auto r = kgpu::doctor::run(opt);
+        ::unsetenv("KGPU_SIM_EVENTS");
+        return r;
+    }
+};
+
+const CheckResult& get(const Report& r, const std::string& id) {
+    const CheckResult* c = r.find(id);
+    if (!c) throw std::runtime_error("no check " + id);
+    return *c;
+}
+
+std::string dump(const Report& r) { return kgpu::doctor::to_json(r).dump(2); }
+
+TEST(DoctorChecks, HealthySimulatedNodeIsAllOk) {
+    FakeHost host;
+    host.live_kubelet();
+    auto r = Doc{host}();
+    EXPECT_EQ(r.exit_code(), 0) << dump(r);
+    for (const auto& c : r.checks) {
+        if (c.id == "driver.build_tools" || c.id == "runtime.cdi_spec") {
+            EXPECT_EQ(c.status, Status::skipped) << c.id;  // driver loaded; CDI off
+            continue;
+        }
+        EXPECT_EQ(c.status, Status::ok) << c.id << ": " << c.evidence << "\n" << c.fix;
+        EXPECT_TRUE(c.fix.empty()) << c.id;
+    }
+    EXPECT_EQ(r.checks.size(), kgpu::doctor::check_ids().size());
+    EXPECT_THAT(get(r, "nvml.devices").evidence, HasSubstr("4 GPU(s)"));
+    EXPECT_THAT(get(r, "deviceplugin.plugin_socket").evidence, HasSubstr("gRPC probe"));
+}
+
+TEST(DoctorChecks, NoLibraryFailsLoadAndSkipsDependents) {
+    FakeHost host;
+    Doc run{host};
+    run.library = host.path("/nowhere/libnvidia-ml.so.1");
+    auto r = run();
+    EXPECT_EQ(get(r, "nvml.load").status, Status::fail);
+    EXPECT_THAT(get(r, "nvml.load").evidence, HasSubstr("/nowhere/libnvidia-ml.so.1"));
+    EXPECT_THAT(get(r, "nvml.load").fix, HasSubstr("libnvidia-ml.so.1"));
+    EXPECT_EQ(get(r, "nvml.init").status, Status::skipped);
+    EXPECT_THAT(get(r, "nvml.init").evidence, HasSubstr("needs nvml.load, which failed"));
+    EXPECT_EQ(get(r, "nvml.persistence_mode").status, Status::skipped);
+    EXPECT_EQ(get(r, "driver.modules").status, Status::ok);  // host checks still run
+    EXPECT_EQ(r.exit_code(), 1);
+}
+
+TEST(DoctorChecks, EmptyNodeFailsDevices) {
+    FakeHost host;
+    Doc run{host};
+    run.node = sim_node("empty.yaml");
+    auto r = run();
+    EXPECT_EQ(get(r, "nvml.init").status, Status::ok);
+    const auto& d = get(r, "nvml.devices");
+    EXPECT_EQ(d.status, Status::fail);
+    EXPECT_THAT(d.fix, HasSubstr("No devices found"));
+    EXPECT_THAT(d.evidence, HasSubstr("4 NVIDIA PCI function(s)"));  // sysfs still lists the fixture's GPUs
+    EXPECT_EQ(get(r, "nvml.ecc").status, Status::skipped);
+}
+
+TEST(DoctorChecks, LostGpuIsNamedWithTheFix) {
+    FakeHost host;
+    Doc run{host};
+    run.events = "lost 2\n";
+    auto r = run();
+    const auto& c = get(r, "nvml.gpu_reachable");
+    EXPECT_EQ(c.status, Status::fail);
+    EXPECT_THAT(c.evidence, HasSubstr("GPU 2"));
+    EXPECT_THAT(c.evidence, HasSubstr("GPU_IS_LOST"));
+    EXPECT_THAT(c.fix, HasSubstr("nvidia-smi -r"));
+    // The other GPUs are still examined; the lost one is reported as unreachable.
+    EXPECT_THAT(get(r, "nvml.persistence_mode").evidence, HasSubstr("GPU 2: not reachable"));
+    EXPECT_EQ(get(r, "nvml.persistence_mode").status, Status::ok);
+}
+
+TEST(DoctorChecks, DriverNotLoadedMapsToCause) {
+    FakeHost host;
+    kgpu::test::TempDir tmp;
+    Doc run{host};
+    run.node = tmp.write("node.yaml", "driver_version: \"550.54.15\"\ncuda_driver_version: 12040\n"
+                                      "init_error: DRIVER_NOT_LOADED\ngpus: []\n");
+    auto r = run();
+    const auto& c = get(r, "nvml.init");
+    EXPECT_EQ(c.status, Status::fail);
+    EXPECT_THAT(c.evidence, HasSubstr("DRIVER_NOT_LOADED"));
+    EXPECT_THAT(c.fix, HasSubstr("modprobe nvidia"));
+    EXPECT_EQ(get(r, "nvml.devices").status, Status::skipped);
+}
+
+TEST(DoctorChecks, LibraryModuleMismatchAndNoPermission) {
+    FakeHost host;
+    kgpu::test::TempDir tmp;
+    Doc run{host};
+    run.node = tmp.write("node.yaml", "driver_version: \"550.54.15\"\ncuda_driver_version: 12040\n"
+                                      "init_error: LIB_RM_VERSION_MISMATCH\ngpus: []\n");
+    auto r = run();
+    EXPECT_THAT(get(r, "nvml.init").fix, HasSubstr("reboot"));
+    run.node = tmp.write("node2.yaml", "driver_version: \"550.54.15\"\ncuda_driver_version: 12040\n"
+                                       "init_error: NO_PERMISSION\ngpus: []\n");
+    r = run();
+    EXPECT_THAT(get(r, "nvml.init").fix, HasSubstr("/dev/nvidiactl"));
+}
+
+TEST(DoctorChecks, VersionMismatchBetweenLibraryAndModule) {
+    FakeHost host;
+    host.write("/proc/driver/nvidia/version", "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar 5 2024\n");
+    auto r = Doc{host}();
+    const auto& c = get(r, "nvml.version_match");
+    EXPECT_EQ(c.status, Status::fail);
+    EXPECT_THAT(c.fix, HasSubstr("535.161.08"));
+    EXPECT_THAT(c.fix, HasSubstr("550.54.15"));
+}
+
+TEST(DoctorChecks, NvmlChecksRunWhateverTheModuleListSays) {
+    FakeHost host;
+    host.remove("/proc/modules");
+    host.remove("/sys");
+    auto r = Doc{host}();
+    EXPECT_EQ(get(r, "driver.modules").status, Status::fail);
+    EXPECT_EQ(get(r, "nvml.init").status, Status::ok);
+    EXPECT_EQ(get(r, "nvml.devices").status, Status::ok);
+    EXPECT_EQ(get(r, "nvml.persistence_mode").status, Status::ok);
+}
+
+TEST(DoctorChecks, ModuleNotLoadedButBuiltForThisKernel) {
+    FakeHost host;
+    host.write("/proc/modules", "ext4 987136 2 - Live 0x0000000000000000\n");
+    host.remove("/proc/driver");
+    Doc run{host};
+    run.library = host.path("/none.so");
+    auto r = run();
+    EXPECT_EQ(get(r, "driver.modules").status, Status::fail);
+    EXPECT_THAT(get(r, "driver.modules").fix, HasSubstr("modprobe nvidia"));
+    EXPECT_EQ(get(r, "driver.version").status, Status::skipped);
+    EXPECT_EQ(get(r, "driver.device_nodes").status, Status::skipped);
+    EXPECT_EQ(get(r, "driver.kernel_module").status, Status::fail);
+    EXPECT_THAT(get(r, "driver.kernel_module").fix, HasSubstr("modprobe nvidia"));
+    EXPECT_EQ(get(r, "driver.build_tools").status, Status::fail);  // headers missing in the fixture
+}
+
+TEST(DoctorChecks, KernelUpdatedAfterDriverInstall) {
+    FakeHost host;
+    host.write("/proc/modules", "ext4 987136 2 - Live 0x0000000000000000\n");
+    host.write("/proc/sys/kernel/osrelease", "6.1.0-21-amd64\n");
+    host.write("/lib/modules/6.1.0-21-amd64/build/Makefile", "");
+    auto r = Doc{host}();
+    const auto& c = get(r, "driver.kernel_module");
+    EXPECT_EQ(c.status, Status::fail);
+    EXPECT_THAT(c.fix, HasSubstr("kernel was updated"));
+    EXPECT_THAT(c.fix, HasSubstr("6.1.0-18-amd64"));
+    EXPECT_EQ(get(r, "driver.build_tools").status, Status::ok);  // gcc, make, headers present
+    host.remove("/usr/bin/gcc");
+    r = Doc{host}();
+    EXPECT_EQ(get(r, "driver.build_tools").status, Status::fail);
+    EXPECT_THAT(get(r, "driver.build_tools").evidence, HasSubstr("gcc: not found"));
+    EXPECT_THAT(get(r, "driver.build_tools").fix, HasSubstr("linux-headers-$(uname -r)"));
+}
+
+TEST(DoctorChecks, NouveauLoaded) {
+    FakeHost host;
+    host.write("/proc/modules", "nouveau 2306048 0 - Live 0x0000000000000000\n");
+    auto r = Doc{host}();
+    EXPECT_EQ(get(r, "driver.nouveau").status, Status::fail);
+    EXPECT_THAT(get(r, "driver.nouveau").fix, HasSubstr("blacklist nouveau"));
+}
+
+TEST(DoctorChecks, NoNvidiaPciFunction) {
+    FakeHost host;
+    for (const char* b : {"0000:1a:00.0", "0000:1b:00.0", "0000:86:00.0", "0000:87:00.0"})
+        host.remove(std::string("/sys/bus/pci/devices/") + b);
+    auto r = Doc{host}();
+    EXPECT_EQ(get(r, "hardware.pci").status, Status::fail);
+    EXPECT_THAT(get(r, "hardware.pci").fix, HasSubstr("lspci"));
+}
+
+TEST(DoctorChecks, DeviceNodesMissingOrTooStrict) {
+    FakeHost host;
+    host.remove("/dev/nvidia2");
+    auto r = Doc{host}();
+    EXPECT_EQ(get(r, "driver.device_nodes").status, Status::fail);
+    EXPECT_THAT(get(r, "driver.device_nodes").evidence, HasSubstr("/dev/nvidia2: missing"));
+    FakeHost strict;
+    std::filesystem::permissions(strict.path("/dev/nvidiactl"), std::filesystem::perms(0600));
+    r = Doc{strict}();
+    EXPECT_EQ(get(r, "driver.device_nodes").status, Status::warn);
+    EXPECT_THAT(get(r, "driver.device_nodes").evidence, HasSubstr("mode 0600"));
+    EXPECT_THAT(get(r, "driver.device_nodes").fix, HasSubstr("0666"));
+}
+
+TEST(DoctorChecks, PersistenceOffWarns) {
+    FakeHost host;
+    host.live_kubelet();
+    kgpu::test::TempDir tmp;
+    std::string yaml = slurp(sim_node("t4x4.yaml"));
+    auto at = yaml.find("    minor: 1\n");
+    ASSERT_NE(at, std::string::npos);
+    yaml.insert(at, "    persistence_mode: false\n");
+    Doc run{host};
+    run.node = tmp.write("node.yaml", yaml);
+    auto r = run();
+    const auto& c = get(r, "nvml.persistence_mode");
+    EXPECT_EQ(c.status, Status::warn);
+    EXPECT_THAT(c.evidence, HasSubstr("GPU 1: persistence mode off"));
+    EXPECT_THAT(c.fix, HasSubstr("nvidia-smi -pm 1"));
+    EXPECT_EQ(r.exit_code(), 0);  // a warning is not a failure
+}
+
+TEST(DoctorChecks, PendingRemapAndRecoveryActionFail) {
+    FakeHost host;
+    Doc run{host};
+    run.events = "xid 0 48\nxid 1 95\n";
+    auto r = run();
+    EXPECT_EQ(get(r, "nvml.remapped_rows").status, Status::fail);
+    EXPECT_THAT(get(r, "nvml.remapped_rows").evidence, HasSubstr("GPU 0: remapped rows"));
+    EXPECT_THAT(get(r, "nvml.remapped_rows").fix, HasSubstr("GPU 0"));
+    EXPECT_EQ(get(r, "nvml.recovery_action").status, Status::fail);
+    EXPECT_THAT(get(r, "nvml.recovery_action").evidence, HasSubstr("GPU 1: recovery action GPU_RESET"));
+}
+
+TEST(DoctorChecks, ProcessNearMemoryLimitIsOomRisk) {
+    FakeHost host;
+    Doc run{host};
+    run.events = "proc 0 4242 16000000000 python3\nproc 1 77 1000000000 small\n";
+    auto r = run();
+    const auto& c = get(r, "nvml.gpu_memory");
+    EXPECT_EQ(c.status, Status::warn);
+    EXPECT_THAT(c.fix, HasSubstr("PID 4242"));
+    EXPECT_THAT(c.fix, HasSubstr("python3"));
+    EXPECT_THAT(c.fix, Not(HasSubstr("PID 77")));
+}
+
+TEST(DoctorChecks, OldArchitectureWarnsAboutCuda13) {
+    FakeHost host;
+    kgpu::test::TempDir tmp;
+    std::string yaml = slurp(sim_node("t4x4.yaml"));
+    for (size_t at = yaml.find("\"7.5\""); at != std::string::npos; at = yaml.find("\"7.5\"", at)) yaml.replace(at, 5, "\"7.0\"");
+    Doc run{host};
+    run.node = tmp.write("node.yaml", yaml);
+    auto r = run();
+    EXPECT_EQ(get(r, "nvml.cuda_compat").status, Status::warn);
+    EXPECT_THAT(get(r, "nvml.cuda_compat").evidence, HasSubstr("CUDA 13"));
+}
+
+TEST(DoctorChecks, XidsInTheKernelLog) {
+    FakeHost host;
+    host.copy_in("kern-xid79.log", "/var/log/kern.log");
+    auto r = Doc{host}();
+    const auto& c = get(r, "kernel.xid");
+    EXPECT_EQ(c.status, Status::fail);
+    EXPECT_THAT(c.evidence, HasSubstr("XID 79 (GPU has fallen off the bus) on PCI 0000:86:00"));
+    EXPECT_THAT(c.fix, HasSubstr("power, cooling"));
+
+    host.copy_in("kern-xid13.log", "/var/log/kern.log");
+    r = Doc{host}();
+    EXPECT_EQ(get(r, "kernel.xid").status, Status::warn);
+    EXPECT_THAT(get(r, "kernel.xid").evidence, HasSubstr("application-caused"));
+
+    Doc explicit_log{host};
+    explicit_log.opt.kernel_log = "/saved/dmesg.txt";
+    host.copy_in("kern-xid92.log", "/saved/dmesg.txt");
+    r = explicit_log();
+    EXPECT_EQ(get(r, "kernel.xid").status, Status::warn);
+    EXPECT_THAT(get(r, "kernel.xid").evidence, HasSubstr("high single-bit ECC"));
+
+    host.remove("/var/log/kern.log");
+    r = Doc{host}();
+    EXPECT_EQ(get(r, "kernel.xid").status, Status::warn);
+    EXPECT_THAT(get(r, "kernel.xid").fix, HasSubstr("--kernel-log"));
+}
+
+TEST(DoctorChecks, ContainerdConfigs) {
+    FakeHost host;
+    host.live_kubelet();
+    auto check = [&](const char* fixture) {
+        host.copy_in(std::string("containerd/") + fixture, "/etc/containerd/config.toml");
+        return Doc{host}();
+    };
+    auto r = check("no-nvidia.toml");
+    EXPECT_EQ(get(r, "runtime.containerd").status, Status::fail);
+    EXPECT_THAT(get(r, "runtime.containerd").fix, HasSubstr("restart containerd"));
+    EXPECT_EQ(get(r, "runtime.cdi_spec").status, Status::skipped);
+
+    r = check("not-default.toml");
+    EXPECT_EQ(get(r, "runtime.containerd").status, Status::warn);
+    EXPECT_THAT(get(r, "runtime.containerd").fix, HasSubstr("runtimeClassName: nvidia"));
+
+    r = check("broken.toml");
+    EXPECT_EQ(get(r, "runtime.containerd").status, Status::fail);
+    EXPECT_THAT(get(r, "runtime.containerd").evidence, HasSubstr("/etc/containerd/config.toml:2:"));
+
+    r = check("cdi-v2.toml");
+    EXPECT_EQ(get(r, "runtime.containerd").status, Status::ok);
+    EXPECT_EQ(get(r, "runtime.cdi_spec").status, Status::fail);
+    EXPECT_THAT(get(r, "runtime.cdi_spec").fix, HasSubstr("cdi generate"));
+    host.write("/var/run/cdi/nvidia.yaml", "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: []\n");
+    r = Doc{host}();
+    EXPECT_EQ(get(r, "runtime.cdi_spec").status, Status::ok);
+
+    r = check("v3-default.toml");  // containerd 2.x: CDI on by default
+    EXPECT_EQ(get(r, "runtime.containerd").status, Status::ok);
+    EXPECT_THAT(get(r, "runtime.containerd").evidence, HasSubstr("CDI enabled (containerd's default)"));
+
+    host.copy_in("containerd/conf.d/99-nvidia.toml", "/etc/containerd/conf.d/99-nvidia.toml");
+    r = check("imports.toml");
+    EXPECT_EQ(get(r, "runtime.containerd").status, Status::ok) << get(r, "runtime.containerd").evidence;
+    EXPECT_THAT(get(r, "runtime.containerd").evidence, HasSubstr("99-nvidia.toml"));
+
+    host.remove("/usr/bin/nvidia-container-runtime");
+    r = Doc{host}();
+    EXPECT_EQ(get(r, "runtime.containerd").status, Status::fail);  // BinaryName points nowhere
+    EXPECT_EQ(get(r, "runtime.toolkit").status, Status::fail);
+    EXPECT_THAT(get(r, "runtime.toolkit").fix, HasSubstr("nvidia-container-toolkit"));
+
+    host.remove("/etc/containerd");
+    r = Doc{host}();
+    EXPECT_EQ(get(r, "runtime.containerd").status, Status::fail);
+    EXPECT_THAT(get(r, "runtime.containerd").evidence, HasSubstr("config.toml"));
+}
+
+TEST(DoctorChecks, DevicePluginSockets) {
+    FakeHost host;
+    auto r = Doc{host}();
+    EXPECT_EQ(get(r, "deviceplugin.dir").status, Status::ok);
+    EXPECT_EQ(get(r, "deviceplugin.kubelet_socket").status, Status::fail);
+    EXPECT_EQ(get(r, "deviceplugin.plugin_socket").status, Status::fail);
+    EXPECT_THAT(get(r, "deviceplugin.plugin_socket").fix, HasSubstr("Failed to initialize NVML"));
+    EXPECT_EQ(get(r, "kubelet.pod_resources").status, Status::warn);
+
+    host.socket("/var/lib/kubelet/device-plugins/kubelet.sock");
+    host.socket("/var/lib/kubelet/device-plugins/nvidia-gpu.sock", /*listen=*/false);
+    r = Doc{host}();
+    EXPECT_EQ(get(r, "deviceplugin.kubelet_socket").status, Status::ok);
+    EXPECT_EQ(get(r, "deviceplugin.plugin_socket").status, Status::fail);
+    EXPECT_THAT(get(r, "deviceplugin.plugin_socket").evidence, HasSubstr("connection refused"));
+
+    FakeHost regular;
+    regular.write("/var/lib/kubelet/device-plugins/kubelet.sock", "");
+    r = Doc{regular}();
+    EXPECT_THAT(get(r, "deviceplugin.kubelet_socket").evidence, HasSubstr("not a unix socket"));
+
+    regular.remove("/var/lib/kubelet/device-plugins");
+    r = Doc{regular}();
+    EXPECT_EQ(get(r, "deviceplugin.dir").status, Status::fail);
+    EXPECT_EQ(get(r, "deviceplugin.kubelet_socket").status, Status::skipped);
+    EXPECT_EQ(get(r, "deviceplugin.plugin_socket").status, Status::skipped);
+}
+
+TEST(DoctorChecks, EmptyRootGivesAUsefulReport) {
+    FakeHost host(/*healthy=*/false);
+    Doc run{host};
+    run.library = host.path("/nothing.so");
+    auto r = run();
+    EXPECT_EQ(r.exit_code(), 1);
+    EXPECT_EQ(r.checks.size(), kgpu::doctor::check_ids().size());
+    for (const auto& c : r.checks) {
+        EXPECT_FALSE(c.evidence.empty()) << c.id;
+        if (c.status == Status::fail) {
+            EXPECT_FALSE(c.fix.empty()) << c.id;
+        }
+    }
+}
+
+TEST(DoctorReport, JsonAndTextShapes) {
+    FakeHost host;
+    auto r = Doc{host}();
+    auto j = kgpu::doctor::to_json(r);
+    ASSERT_TRUE(j["checks"].is_array());
+    for (const auto& c : j["checks"]) {
+        for (const char* k : {"id", "layer", "status", "evidence", "fix"}) EXPECT_TRUE(c.contains(k)) << k;
+        EXPECT_THAT((std::vector<std::string>{"ok", "warn", "fail", "skipped"}),
+                    ::testing::Contains(c["status"].get<std::string>()));
+    }
+    std::ostringstream plain, colour;
+    kgpu::doctor::print_text(r, plain, false);
+    kgpu::doctor::print_text(r, colour, true);
+    EXPECT_EQ(plain.str().find('\x1b'), std::string::npos);
+    EXPECT_NE(colour.str().find('\x1b'), std::string::npos);
+    EXPECT_THAT(plain.str(), HasSubstr("device plugin\n"));
+    EXPECT_THAT(plain.str(), HasSubstr("[FAIL] deviceplugin.kubelet_socket"));
+}
+
+TEST(DoctorHost, Parsers) {
+    using namespace kgpu::doctor;
+    auto mods = parse_modules("nvidia_uvm 1 0 - Live 0x0\nnvidia 2 1 nvidia_uvm, Live 0x0\n");
+    EXPECT_EQ(mods, (std::vector<std::string>{"nvidia_uvm", "nvidia"}));
+    EXPECT_EQ(parse_driver_version("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build\n"), "570.86.15");
+    EXPECT_EQ(parse_driver_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.161.08  Thu Mar 14\n"), "535.161.08");
+    auto x = parse_xids("[1.0] NVRM: Xid (PCI:0000:3b:00): 48, pid=1, DBE\nnoise\n");
+    ASSERT_EQ(x.size(), 1u);
+    EXPECT_EQ(x[0].xid, 48);
+    EXPECT_EQ(x[0].pci, "0000:3b:00");
+    EXPECT_EQ(classify_xid(13), XidClass::application);
+    EXPECT_EQ(classify_xid(94), XidClass::recoverable);
+    EXPECT_EQ(classify_xid(79), XidClass::reset_required);
+    EXPECT_EQ(classify_xid(1), XidClass::unknown);
+}
+
+}  // namespace

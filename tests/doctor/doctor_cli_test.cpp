@@ -1,0 +1,125 @@
+// `kgpu doctor` end to end: the built binary on fake hosts, the real dlopen of the simulator, and
+// this machine's own / (no GPU here: shape and exit code only).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "fake_host.h"
+
+using kgpu::test::FakeHost;
+using kgpu::test::run_process;
+using ::testing::HasSubstr;
+
+namespace {
+
+std::string sim_node(const std::string& name) { return std::string(KGPU_SOURCE_DIR) + "/sim/nodes/" + name; }
+
+std::map<std::string, std::string> status_by_id(const nlohmann::json& j) {
+    std::map<std::string, std::string> out;
+    for (const auto& c : j["checks"]) out[c["id"]] = c["status"];
+    return out;
+}
+
+TEST(DoctorCli, HealthySimulatedNodeExitsZero) {
+    FakeHost host;
+    host.live_kubelet();
+    auto r = run_process({KGPU_BINARY, "doctor", "--root", host.root(), "--nvml-library", KGPU_SIM_LIBRARY, "--json"},
+                         {{"KGPU_SIM_NODE", sim_node("dgx-h100.yaml")}});
+    // dgx-h100 has 8 GPUs; the fake host has /dev/nvidia0-3 only, so add the rest.
+    for (int i = 4; i < 8; ++i) host.write("/dev/nvidia" + std::to_string(i), "");
+    for (int i = 4; i < 8; ++i) std::filesystem::permissions(host.path("/dev/nvidia" + std::to_string(i)), std::filesystem::perms(0666));
+    host.write("/proc/driver/nvidia/version", "NVRM version: NVIDIA UNIX x86_64 Kernel Module  x  \n");
+    r = run_process({KGPU_BINARY, "doctor", "--root", host.root(), "--nvml-library", KGPU_SIM_LIBRARY, "--json"},
+                    {{"KGPU_SIM_NODE", sim_node("t4x4.yaml")}});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    auto j = nlohmann::json::parse(r.out);
+    auto s = status_by_id(j);
+    EXPECT_EQ(s["nvml.init"], "ok");
+    EXPECT_EQ(s["nvml.devices"], "ok");
+    EXPECT_EQ(j["summary"]["fail"], 0);
+}
+
+TEST(DoctorCli, LostGpuExitsOneAndNamesIt) {
+    FakeHost host;
+    kgpu::test::TempDir tmp;
+    auto r = run_process({KGPU_BINARY, "doctor", "--root", host.root(), "--nvml-library", KGPU_SIM_LIBRARY},
+                         {{"KGPU_SIM_NODE", sim_node("t4x4.yaml")}, {"KGPU_SIM_EVENTS", tmp.write("ev", "lost 1\n")}});
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_THAT(r.out, HasSubstr("[FAIL] nvml.gpu_reachable"));
+    EXPECT_THAT(r.out, HasSubstr("GPU 1"));
+    EXPECT_EQ(r.out.find('\x1b'), std::string::npos);  // not a TTY: no colour
+}
+
+TEST(DoctorCli, DriverNotLoaded) {
+    FakeHost host;
+    kgpu::test::TempDir tmp;
+    auto node = tmp.write("n.yaml", "driver_version: \"550.54.15\"\ncuda_driver_version: 12040\ninit_error: DRIVER_NOT_LOADED\ngpus: []\n");
+    auto r = run_process({KGPU_BINARY, "doctor", "--root", host.root(), "--nvml-library", KGPU_SIM_LIBRARY, "--json"},
+                         {{"KGPU_SIM_NODE", node}});
+    EXPECT_EQ(r.exit_code, 1);
+    auto j = nlohmann::json::parse(r.out);
+    for (const auto& c : j["checks"])
+        if (c["id"] == "nvml.init") {
+            EXPECT_EQ(c["status"], "fail");
+            EXPECT_THAT(c["evidence"].get<std::string>(), HasSubstr("DRIVER_NOT_LOADED"));
+            EXPECT_THAT(c["fix"].get<std::string>(), HasSubstr("modprobe nvidia"));
+        }
+}
+
+TEST(DoctorCli, FakeEmptyHostWithoutLibrary) {
+    FakeHost host(/*healthy=*/false);
+    auto r = run_process({KGPU_BINARY, "doctor", "--root", host.root(), "--json"});
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    auto j = nlohmann::json::parse(r.out);
+    auto s = status_by_id(j);
+    EXPECT_EQ(s["nvml.load"], "fail");
+    EXPECT_EQ(s["nvml.init"], "skipped");
+    EXPECT_EQ(s["driver.modules"], "fail");
+}
+
+TEST(DoctorCli, ThisMachineGivesAReportNotACrash) {
+    auto r = run_process({KGPU_BINARY, "doctor", "--json"});
+    EXPECT_EQ(r.exit_code, 1) << r.err;  // no GPU and no driver here
+    auto j = nlohmann::json::parse(r.out);
+    ASSERT_TRUE(j["checks"].is_array());
+    EXPECT_GE(j["checks"].size(), 20u);
+    for (const auto& c : j["checks"]) {
+        for (const char* k : {"id", "layer", "status", "evidence", "fix"}) EXPECT_TRUE(c.contains(k)) << k;
+    }
+    auto text = run_process({KGPU_BINARY, "doctor"});
+    EXPECT_EQ(text.exit_code, 1);
+    EXPECT_THAT(text.out, HasSubstr("[FAIL] nvml.load"));
+}
+
+TEST(DoctorCli, CompatExitCodes) {
+    auto ok = run_process({KGPU_BINARY, "doctor", "compat", "--cuda", "12.4", "--driver", "550.54.15", "--gpu", "Tesla V100"});
+    EXPECT_EQ(ok.exit_code, 0) << ok.out << ok.err;
+    auto minor = run_process({KGPU_BINARY, "doctor", "compat", "--cuda", "12.4", "--driver", "535.104.05"});
+    EXPECT_EQ(minor.exit_code, 0);
+    EXPECT_THAT(minor.out, HasSubstr("minor-version compatibility"));
+    auto no = run_process({KGPU_BINARY, "doctor", "compat", "--cuda", "13.0", "--compute-capability", "7.0"});
+    EXPECT_EQ(no.exit_code, 1);
+    EXPECT_THAT(no.out, HasSubstr("no kernel image is available"));
+    EXPECT_EQ(run_process({KGPU_BINARY, "doctor", "compat"}).exit_code, 2);
+    EXPECT_EQ(run_process({KGPU_BINARY, "doctor", "compat", "--cuda", "12.4", "--gpu", "T4", "--compute-capability", "7.5"}).exit_code, 2);
+    EXPECT_EQ(run_process({KGPU_BINARY, "doctor", "compat", "--cuda", "banana"}).exit_code, 2);
+}
+
+TEST(DoctorCli, PendingExplains) {
+    auto f = [](const char* n) { return kgpu::test::doctor_fixture(std::string("kubectl/") + n); };
+    auto r = run_process({KGPU_BINARY, "doctor", "pending", "--pod", f("pod.json"), "--nodes", f("nodes.json"), "--pods",
+                          f("pods.json"), "--quotas", f("quotas.json")});
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_THAT(r.out, HasSubstr("gpu-b: does not fit"));
+    EXPECT_THAT(r.out, HasSubstr("ResourceQuota"));
+    auto j = run_process({KGPU_BINARY, "doctor", "pending", "--pod", f("pod.json"), "--nodes", f("nodes.json"), "--json"});
+    EXPECT_EQ(j.exit_code, 0);  // without --pods and --quotas, gpu-a has 4 free GPUs
+    auto parsed = nlohmann::json::parse(j.out);
+    EXPECT_EQ(parsed["fits"], true);
+    EXPECT_EQ(parsed["nodes"].size(), 4u);
+    EXPECT_EQ(run_process({KGPU_BINARY, "doctor", "pending", "--pod", "/nonexistent.json", "--nodes", f("nodes.json")}).exit_code, 2);
+    EXPECT_EQ(run_process({KGPU_BINARY, "doctor", "pending", "--pod", f("nodes.json"), "--nodes", f("nodes.json")}).exit_code, 2);
+}
+
+}  // namespace
