@@ -1,0 +1,165 @@
+// containerd config editing on real-world configs of each version (tests/runtime/fixtures),
+// compared with expected files (tests/runtime/expected; KGPU_UPDATE_EXPECTED=1 rewrites them).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "runtime/containerd.h"
+#include "runtime/diff.h"
+#include "common/strings.h"
+
+using namespace kgpu;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+namespace {
+
+const std::string kDir = std::string(KGPU_SOURCE_DIR) + "/tests/runtime/";
+
+std::string slurp(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+void expect_file(const std::string& name, const std::string& got) {
+    const std::string path = kDir + "expected/" + name;
+    if (std::getenv("KGPU_UPDATE_EXPECTED")) std::ofstream(path) << got;
+    EXPECT_EQ(got, slurp(path)) << "compare with " << path;
+}
+
+// Every comment line of `before` is still in `after`.
+void expect_comments_kept(const std::string& before, const std::string& after) {
+    for (auto line : strings::split(before, '\n')) {
+        auto t = strings::trim(line);
+        if (t.starts_with("#")) {
+            EXPECT_THAT(after, HasSubstr(std::string(t)));
+        }
+    }
+}
+
+struct Case {
+    std::string fixture;
+    bool set_default, cdi;
+};
+
+class RuntimeFixture : public ::testing::TestWithParam<Case> {};
+
+}  // namespace
+
+TEST_P(RuntimeFixture, EditMatchesExpectedKeepsCommentsAndIsIdempotent) {
+    const auto& c = GetParam();
+    const std::string before = slurp(kDir + "fixtures/" + c.fixture + ".toml");
+    runtime::ContainerdOptions o;
+    o.set_as_default = c.set_default;
+    o.enable_cdi = c.cdi;
+    auto edited = runtime::configure(before, c.fixture + ".toml", o);
+    ASSERT_TRUE(edited) << edited.error().message;
+    expect_file(c.fixture + (c.set_default ? ".default" : "") + (c.cdi ? ".cdi" : "") + ".toml", edited->text);
+    expect_comments_kept(before, edited->text);
+    auto again = runtime::configure(edited->text, "again", o);
+    ASSERT_TRUE(again) << again.error().message;
+    EXPECT_FALSE(again->changed);
+    EXPECT_EQ(again->text, edited->text);
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, RuntimeFixture,
+                         ::testing::Values(Case{"v2-systemd", false, false}, Case{"v2-systemd", true, true},
+                                           Case{"v1-legacy", true, false}, Case{"v3-containerd2", true, true}),
+                         [](const auto& info) {
+                             std::string n = info.param.fixture + (info.param.set_default ? "_default" : "") +
+                                             (info.param.cdi ? "_cdi" : "");
+                             for (auto& ch : n)
+                                 if (ch == '-') ch = '_';
+                             return n;
+                         });
+
+TEST(RuntimeConfigure, CopiesRuncOptionsAndSetsBinaryName) {
+    auto edited = runtime::configure(slurp(kDir + "fixtures/v2-systemd.toml"), "v2", {});
+    ASSERT_TRUE(edited);
+    EXPECT_EQ(edited->version, 2);
+    EXPECT_THAT(edited->text, HasSubstr("[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]"));
+    EXPECT_THAT(edited->text, HasSubstr("BinaryName = \"/usr/bin/nvidia-container-runtime\""));
+    // runc's default stays unless --set-as-default.
+    EXPECT_THAT(edited->text, HasSubstr("default_runtime_name = \"runc\""));
+    const auto nvidia = edited->text.find("runtimes.nvidia.options]");
+    EXPECT_NE(edited->text.find("SystemdCgroup = true", nvidia), std::string::npos);
+}
+
+TEST(RuntimeConfigure, AlreadyConfiguredIsUnchanged) {
+    const std::string before = slurp(kDir + "fixtures/v2-configured.toml");
+    runtime::ContainerdOptions o;
+    o.set_as_default = true;
+    o.enable_cdi = true;
+    auto edited = runtime::configure(before, "configured", o);
+    ASSERT_TRUE(edited) << edited.error().message;
+    EXPECT_FALSE(edited->changed);
+}
+
+TEST(RuntimeConfigure, OtherBinaryNameIsReplacedOnItsLine) {
+    const std::string before = slurp(kDir + "fixtures/v2-configured.toml");
+    runtime::ContainerdOptions o;
+    o.runtime_path = "/usr/local/nvidia/toolkit/nvidia-container-runtime";
+    auto edited = runtime::configure(before, "configured", o);
+    ASSERT_TRUE(edited) << edited.error().message;
+    EXPECT_THAT(edited->text, HasSubstr("        BinaryName = \"/usr/local/nvidia/toolkit/nvidia-container-runtime\"\n"));
+    EXPECT_THAT(edited->text, Not(HasSubstr("\"/usr/bin/nvidia-container-runtime\"")));
+}
+
+TEST(RuntimeConfigure, BrokenTomlIsReportedWithItsLine) {
+    auto edited = runtime::configure(slurp(kDir + "fixtures/broken.toml"), "/etc/containerd/config.toml", {});
+    ASSERT_FALSE(edited);
+    EXPECT_EQ(edited.error().code, Code::parse);
+    EXPECT_THAT(edited.error().message, HasSubstr("/etc/containerd/config.toml:4:"));
+}
+
+TEST(RuntimeConfigure, EmptyFileBecomesVersion2AndUnknownVersionIsRefused) {
+    auto edited = runtime::configure("", "new", {});
+    ASSERT_TRUE(edited) << edited.error().message;
+    EXPECT_TRUE(edited->text.starts_with("version = 2\n"));
+    EXPECT_THAT(edited->text, HasSubstr("[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]"));
+    auto v9 = runtime::configure("version = 9\n", "v9.toml", {});
+    ASSERT_FALSE(v9);
+    EXPECT_THAT(v9.error().message, HasSubstr("v9.toml"));
+    EXPECT_THAT(v9.error().message, HasSubstr("expected 1, 2 or 3"));
+}
+
+TEST(RuntimeConfigure, InlineTablesAreNotEditedInPlace) {
+    auto edited = runtime::configure(
+        "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  runtimes = { nvidia = { runtime_type = \"x\" } }\n",
+        "inline.toml", {});
+    ASSERT_FALSE(edited);
+    EXPECT_THAT(edited.error().message, HasSubstr("--drop-in"));
+}
+
+TEST(RuntimeDropIn, MainGetsImportsAndDropInCarriesTheWholeCriTable) {
+    const std::string before = slurp(kDir + "fixtures/v2-systemd.toml");
+    runtime::ContainerdOptions o;
+    o.enable_cdi = true;
+    auto r = runtime::configure_drop_in(before, "/etc/containerd/config.toml", "/etc/containerd/conf.d/99-nvidia.toml", o);
+    ASSERT_TRUE(r) << r.error().message;
+    expect_file("v2-systemd.main-with-imports.toml", r->main.text);
+    expect_file("v2-systemd.99-nvidia.toml", r->drop_in);
+    EXPECT_THAT(r->drop_in, HasSubstr("sandbox_image = \"registry.k8s.io/pause:3.9\""));
+    EXPECT_THAT(r->drop_in, HasSubstr("enable_cdi = true"));
+    auto again = runtime::configure_drop_in(r->main.text, "/etc/containerd/config.toml",
+                                            "/etc/containerd/conf.d/99-nvidia.toml", o);
+    ASSERT_TRUE(again);
+    EXPECT_FALSE(again->main.changed);
+    EXPECT_EQ(again->drop_in, r->drop_in);
+    // A glob already in imports covers the drop-in.
+    auto glob = runtime::configure_drop_in("version = 2\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n", "c",
+                                           "/etc/containerd/conf.d/99-nvidia.toml", o);
+    ASSERT_TRUE(glob);
+    EXPECT_FALSE(glob->main.changed);
+}
+
+TEST(RuntimeDiff, ShowsAddedLinesWithContext) {
+    const std::string d = runtime::unified_diff("a\nb\nc\n", "a\nb\nx\nc\n", "old", "new");
+    EXPECT_EQ(d, "--- old\n+++ new\n@@ -1,3 +1,4 @@\n a\n b\n+x\n c\n");
+    EXPECT_EQ(runtime::unified_diff("same\n", "same\n", "a", "b"), "");
+}
