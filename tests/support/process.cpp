@@ -1,6 +1,7 @@
 #include "support/process.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -51,6 +52,64 @@ RunResult run_process(const std::vector<std::string>& argv, const std::map<std::
     r.err = slurp(err_path);
     return r;
 }
+
+ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "kgpu-child-XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    dir_ = tmpl;
+    out_path_ = dir_ + "/stdout";
+    err_path_ = dir_ + "/stderr";
+    pid_ = ::fork();
+    if (pid_ < 0) throw std::runtime_error("fork failed");
+    if (pid_ == 0) {
+        int out = ::open(out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int err = ::open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int in = ::open("/dev/null", O_RDONLY);
+        if (out < 0 || err < 0 || in < 0) ::_exit(126);
+        ::dup2(in, 0);
+        ::dup2(out, 1);
+        ::dup2(err, 2);
+        for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+        std::vector<char*> args;
+        for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+        args.push_back(nullptr);
+        ::execv(args[0], args.data());
+        ::_exit(127);
+    }
+}
+
+ChildProcess::~ChildProcess() {
+    if (running()) {
+        ::kill(pid_, SIGKILL);
+        wait(5000);
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+}
+
+void ChildProcess::signal(int sig) const { ::kill(pid_, sig); }
+
+bool ChildProcess::running() {
+    if (status_ >= 0) return false;
+    int st = 0;
+    pid_t r = ::waitpid(pid_, &st, WNOHANG);
+    if (r == pid_) {
+        status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        return false;
+    }
+    return r == 0;
+}
+
+int ChildProcess::wait(int timeout_ms) {
+    for (int waited = 0; waited <= timeout_ms; waited += 10) {
+        if (!running()) return status_;
+        ::usleep(10 * 1000);
+    }
+    return -1;
+}
+
+std::string ChildProcess::out() const { return slurp(out_path_); }
+std::string ChildProcess::err() const { return slurp(err_path_); }
 
 TempDir::TempDir() {
     std::string tmpl = (std::filesystem::temp_directory_path() / "kgpu-test-XXXXXX").string();

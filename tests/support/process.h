@@ -16,6 +16,30 @@ struct RunResult {
 
 RunResult run_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {});
 
+// A program running in the background (a server under test). Its stdout and stderr go to files;
+// the destructor kills it (SIGKILL) if it is still running.
+class ChildProcess {
+public:
+    ChildProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {});
+    ~ChildProcess();
+    ChildProcess(const ChildProcess&) = delete;
+    ChildProcess& operator=(const ChildProcess&) = delete;
+
+    int pid() const { return pid_; }
+    void signal(int sig) const;
+    // The exit code (or 128 + signal) once it exits within `timeout_ms`, else -1.
+    int wait(int timeout_ms);
+    bool running();
+    std::string out() const;
+    std::string err() const;
+
+private:
+    int pid_ = -1;
+    int status_ = -1;
+    std::string out_path_, err_path_;
+    std::string dir_;
+};
+
 // A fresh empty directory under the system temp dir, removed by the destructor.
 class TempDir {
 public:

@@ -1,0 +1,127 @@
+#include "cli/device_plugin.h"
+
+#include <cstdlib>
+#include <iostream>
+
+#include "common/strings.h"
+#include "deviceplugin/plugin.h"
+
+namespace kgpu::cli {
+
+namespace dp = kgpu::deviceplugin;
+
+CLI::App* add_device_plugin_command(CLI::App& app, DevicePluginFlags& f) {
+    auto* cmd = app.add_subcommand("device-plugin", "Serve nvidia.com/gpu to the kubelet (device plugin API v1beta1)");
+    cmd->add_option("--mig-strategy", f.mig_strategy, "none, single or mixed [env MIG_STRATEGY]");
+    cmd->add_option("--fail-on-init-error", f.fail_on_init_error,
+                    "Exit when NVML cannot start (true) or keep running without GPUs (false) [env FAIL_ON_INIT_ERROR]")
+        ->expected(0, 1)
+        ->default_str("true");
+    cmd->add_option("--nvidia-driver-root,--driver-root", f.nvidia_driver_root,
+                    "Root of the driver installation [env NVIDIA_DRIVER_ROOT]");
+    cmd->add_option("--nvidia-dev-root,--dev-root", f.nvidia_dev_root,
+                    "Root under which /dev/nvidia* are found (default: the driver root) [env NVIDIA_DEV_ROOT]");
+    cmd->add_option("--pass-device-specs", f.pass_device_specs, "Return DeviceSpecs in Allocate [env PASS_DEVICE_SPECS]")
+        ->expected(0, 1)
+        ->default_str("true");
+    cmd->add_option("--device-list-strategy", f.device_list_strategy,
+                    "envvar, volume-mounts, cdi-annotations, cdi-cri (several: comma list or repeat) "
+                    "[env DEVICE_LIST_STRATEGY]")
+        ->delimiter(',');
+    cmd->add_option("--device-id-strategy", f.device_id_strategy, "uuid or index [env DEVICE_ID_STRATEGY]");
+    cmd->add_option("--cdi-annotation-prefix", f.cdi_annotation_prefix, "[env CDI_ANNOTATION_PREFIX]");
+    cmd->add_option("--kubelet-socket", f.kubelet_socket,
+                    "Kubelet registration socket (default: <device-plugin-path>/kubelet.sock) [env KUBELET_SOCKET]");
+    cmd->add_option("--config-file", f.config_file, "YAML config (version: v1) [env CONFIG_FILE]");
+    cmd->add_option("--device-plugin-path", f.device_plugin_path,
+                    "Kubelet device-plugin directory (default /var/lib/kubelet/device-plugins)");
+    cmd->add_option("--nvml-library", f.nvml_library, "Path of libnvidia-ml.so.1 [env KGPU_NVML_LIBRARY]")
+        ->envname("KGPU_NVML_LIBRARY");
+    cmd->add_option("--cdi-spec-dir", f.cdi_spec_dir, "Where the CDI spec is written (default /var/run/cdi)");
+    cmd->add_option("--health-recovery-period", f.health_recovery_period,
+                    "Quiet period before a device recovers from a recoverable XID: 1s, 30s, 5m (default 5m)");
+    cmd->add_flag("--check-config", f.check_config, "Print the effective configuration and exit");
+    return cmd;
+}
+
+namespace {
+
+template <class T>
+bool set_flag(std::optional<T>& out, const std::optional<std::string>& text, const char* flag,
+              Result<T> (*parse)(std::string_view)) {
+    if (!text) return true;
+    auto v = parse(*text);
+    if (!v) {
+        std::cerr << "kgpu device-plugin: " << flag << ": " << v.error().message << "\n";
+        return false;
+    }
+    out = *v;
+    return true;
+}
+
+}  // namespace
+
+int run_device_plugin(const DevicePluginFlags& f) {
+    dp::Overrides flags;
+    bool ok = set_flag(flags.mig_strategy, f.mig_strategy, "--mig-strategy", &dp::parse_mig_strategy) &&
+              set_flag(flags.fail_on_init_error, f.fail_on_init_error, "--fail-on-init-error", &dp::parse_bool) &&
+              set_flag(flags.pass_device_specs, f.pass_device_specs, "--pass-device-specs", &dp::parse_bool) &&
+              set_flag(flags.device_id_strategy, f.device_id_strategy, "--device-id-strategy",
+                       &dp::parse_device_id_strategy) &&
+              set_flag(flags.health_recovery_period, f.health_recovery_period, "--health-recovery-period",
+                       &dp::parse_duration);
+    if (!ok) return 2;
+    if (!f.device_list_strategy.empty()) {
+        std::string csv;
+        for (const auto& s : f.device_list_strategy) csv += (csv.empty() ? "" : ",") + s;
+        auto v = dp::parse_device_list_strategies(csv);
+        if (!v) {
+            std::cerr << "kgpu device-plugin: --device-list-strategy: " << v.error().message << "\n";
+            return 2;
+        }
+        flags.device_list_strategy = *v;
+    }
+    flags.nvidia_driver_root = f.nvidia_driver_root;
+    flags.nvidia_dev_root = f.nvidia_dev_root;
+    flags.cdi_annotation_prefix = f.cdi_annotation_prefix;
+    flags.kubelet_socket = f.kubelet_socket;
+    flags.config_file = f.config_file;
+    flags.device_plugin_path = f.device_plugin_path;
+    flags.nvml_library = f.nvml_library;
+    flags.cdi_spec_dir = f.cdi_spec_dir;
+
+    auto env = dp::from_env([](const char* name) { return std::getenv(name); });
+    if (!env) {
+        std::cerr << "kgpu device-plugin: " << env.error().message << "\n";
+        return 2;
+    }
+    const std::string config_file = flags.config_file.value_or(env->config_file.value_or(""));
+    dp::Config base;
+    if (!config_file.empty()) {
+        auto file = dp::load_config_file(config_file);
+        if (!file) {
+            std::cerr << "kgpu device-plugin: " << file.error().message << "\n";
+            return 2;
+        }
+        base = std::move(*file);
+    }
+    auto config = dp::resolve(std::move(base), *env, flags);
+    if (!config) {
+        std::cerr << "kgpu device-plugin: " << config.error().message << "\n";
+        return 2;
+    }
+    if (f.check_config) {
+        std::cout << dp::describe(*config);
+        for (const auto& w : config->warnings) std::cout << "warning: " << w << "\n";
+        return 0;
+    }
+    dp::PluginOptions opts;
+    opts.config = std::move(*config);
+    opts.env = std::move(*env);
+    opts.flags = std::move(flags);
+    opts.config_file = config_file;
+    if (const char* retry = std::getenv("KGPU_INIT_RETRY_MS")) opts.init_retry = std::chrono::milliseconds(std::atoi(retry));
+    return dp::run_device_plugin(std::move(opts));
+}
+
+}  // namespace kgpu::cli

@@ -1,0 +1,29 @@
+// `kgpu device-plugin`: NVIDIA's flags, env vars and config file (precedence flag > env > file),
+// plus --device-plugin-path, --kubelet-socket, --nvml-library, --cdi-spec-dir and
+// --health-recovery-period.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace kgpu::cli {
+
+// Raw flag text; validated and converted in run_device_plugin so every error names its flag.
+struct DevicePluginFlags {
+    std::optional<std::string> mig_strategy, fail_on_init_error, nvidia_driver_root, nvidia_dev_root,
+        pass_device_specs, device_id_strategy, cdi_annotation_prefix, kubelet_socket, config_file,
+        device_plugin_path, nvml_library, cdi_spec_dir, health_recovery_period;
+    std::vector<std::string> device_list_strategy;
+    bool check_config = false;  // print the effective config and exit
+};
+
+CLI::App* add_device_plugin_command(CLI::App& app, DevicePluginFlags& flags);
+
+// Exit code: 0 clean stop (or --check-config ok), 1 runtime failure (NVML with
+// --fail-on-init-error=true), 2 bad flag, env var or config file.
+int run_device_plugin(const DevicePluginFlags& flags);
+
+}  // namespace kgpu::cli

@@ -1,0 +1,86 @@
+// The Allocate answer for one container, as plain values (the gRPC layer copies them into
+// ContainerAllocateResponse). Strategies: facts/container-runtime-and-cdi.md.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+#include "deviceplugin/config.h"
+#include "deviceplugin/resources.h"
+
+namespace kgpu::deviceplugin {
+
+struct Mount {
+    std::string container_path;
+    std::string host_path;
+    bool read_only = false;
+    bool operator==(const Mount&) const = default;
+};
+
+struct DeviceSpec {
+    std::string container_path;  // "/dev/nvidia0"
+    std::string host_path;       // the same path under the dev root
+    std::string permissions;     // "rw"
+    bool operator==(const DeviceSpec&) const = default;
+};
+
+struct ContainerAnswer {
+    std::map<std::string, std::string> envs;
+    std::map<std::string, std::string> annotations;
+    std::vector<Mount> mounts;
+    std::vector<DeviceSpec> devices;
+    std::vector<std::string> cdi_devices;  // fully qualified CDI names for the CRI cdi_devices field
+};
+
+// The dev root as the plugin sees it: answers whether a /dev path exists under it and where it
+// is on the host. The production one looks at the file system; tests lay out files in a temp dir.
+class DevRootView {
+public:
+    explicit DevRootView(std::filesystem::path root) : root_(std::move(root)) {}
+    // "/dev/nvidiactl" -> "<root>/dev/nvidiactl" (unchanged with root "/" or empty).
+    std::string host_path(std::string_view dev_path) const;
+    // Whether host_path(dev_path) exists (any file type; a dangling link does not count).
+    bool exists(std::string_view dev_path) const;
+
+private:
+    std::filesystem::path root_;
+};
+
+// The directory NVIDIA_VISIBLE_DEVICES names under the volume-mounts strategy.
+inline constexpr std::string_view kVolumeMountsDir = "/var/run/nvidia-container-devices";
+// Control device nodes passed with passDeviceSpecs when they exist under the dev root.
+inline constexpr std::string_view kControlDeviceNodes[] = {"/dev/nvidiactl", "/dev/nvidia-uvm",
+                                                           "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"};
+
+// The CDI device a container asks for: "nvidia.com/gpu=<index>" with deviceIDStrategy index,
+// "nvidia.com/gpu=<UUID>" with uuid — the names src/cdi's generator gives the spec's devices
+// (cdi::device_name with NameStrategy index / uuid). The one place the plugin spells them.
+std::string cdi_device_name(const Device& device, const Config& config);
+
+// The annotation key of the cdi-annotations strategy: "<cdiAnnotationPrefix>kgpu_<resource name
+// with '/' replaced by '-'>", e.g. "cdi.k8s.io/kgpu_nvidia.com-gpu". Stable per resource, so one
+// container's annotations from different resources never collide; the value lists the CDI
+// device names, comma separated, in request order.
+std::string cdi_annotation_key(std::string_view resource_name, const Config& config);
+
+// The answer for one container that was allotted `ids` of `resource`. Every strategy in
+// config.device_list_strategy contributes, in any combination:
+// - envvar: NVIDIA_VISIBLE_DEVICES=<UUIDs or indices per deviceIDStrategy, request order>;
+// - volume-mounts: NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices (this wins over
+//   envvar's value when both are on, as in NVIDIA's plugin) and one read-only mount of host
+//   /dev/null at /var/run/nvidia-container-devices/<UUID or index> per device;
+// - cdi-annotations: annotations[cdi_annotation_key()] = "nvidia.com/gpu=<id>,...";
+// - cdi-cri: cdi_devices = ["nvidia.com/gpu=<id>", ...].
+// With passDeviceSpecs, DeviceSpecs ("rw") for the control nodes that exist under the dev root,
+// then /dev/nvidia<minor> per device (always, in request order).
+// Errors, Code::invalid_argument naming the ID, and then no answer at all: an empty ID list, an ID
+// the resource does not have, a duplicate ID, an ID in unhealthy_ids.
+Result<ContainerAnswer> allocate(const Resource& resource, const std::vector<std::string>& ids, const Config& config,
+                                 const std::set<std::string>& unhealthy_ids, const DevRootView& dev_root);
+
+}  // namespace kgpu::deviceplugin

@@ -1,0 +1,284 @@
+#include "deviceplugin/allocator.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+
+namespace kgpu::deviceplugin {
+
+int pair_score(const inventory::Link& link) {
+    if (link.nvlinks > 0) return 100 * static_cast<int>(link.nvlinks);
+    switch (link.pcie) {
+        case inventory::PcieLevel::internal: return 60;
+        case inventory::PcieLevel::single: return 50;
+        case inventory::PcieLevel::multiple: return 40;
+        case inventory::PcieLevel::hostbridge: return 30;
+        case inventory::PcieLevel::node: return 20;
+        case inventory::PcieLevel::system: return 10;
+        case inventory::PcieLevel::unknown: return 0;
+    }
+    return 0;
+}
+
+Allocator::Allocator(const Resource& resource, const inventory::Topology& topology) {
+    const size_t n = resource.devices.size();
+    ids_.reserve(n);
+    gpu_index_.reserve(n);
+    numa_group_.reserve(n);
+    std::map<std::optional<int>, int> groups;
+    for (size_t i = 0; i < n; ++i) {
+        const Device& d = resource.devices[i];
+        ids_.push_back(d.id);
+        gpu_index_.push_back(d.gpu_index);
+        by_id_.emplace(d.id, i);
+        auto [it, added] = groups.emplace(d.numa, static_cast<int>(groups.size()));
+        numa_group_.push_back(it->second);
+    }
+    numa_groups_ = static_cast<int>(groups.size());
+    w_.assign(n * n, 0);
+    for (size_t i = 0; i < n; ++i) {
+        for (size_t j = i + 1; j < n; ++j) {
+            const unsigned a = std::min(gpu_index_[i], gpu_index_[j]);
+            const unsigned b = std::max(gpu_index_[i], gpu_index_[j]);
+            int s = 0;
+            if (a != b && b < topology.size()) s = pair_score(topology.at(a, b));
+            w_[i * n + j] = w_[j * n + i] = s;
+        }
+    }
+}
+
+Result<std::vector<size_t>> Allocator::positions(const std::vector<std::string>& ids, const char* list) const {
+    std::vector<size_t> out;
+    out.reserve(ids.size());
+    std::vector<bool> seen(ids_.size(), false);
+    for (const std::string& id : ids) {
+        auto it = by_id_.find(id);
+        if (it == by_id_.end()) return fail(Code::invalid_argument, "unknown device ID '{}' in {}", id, list);
+        if (seen[it->second]) return fail(Code::invalid_argument, "duplicate device ID '{}' in {}", id, list);
+        seen[it->second] = true;
+        out.push_back(it->second);
+    }
+    return out;
+}
+
+Result<std::int64_t> Allocator::score(const std::vector<std::string>& ids) const {
+    auto pos = positions(ids, "the set");
+    if (!pos) return std::unexpected(pos.error());
+    std::int64_t s = 0;
+    const size_t n = ids_.size();
+    for (size_t i = 0; i < pos->size(); ++i)
+        for (size_t j = i + 1; j < pos->size(); ++j) s += w_[(*pos)[i] * n + (*pos)[j]];
+    return s;
+}
+
+Result<int> Allocator::numa_nodes(const std::vector<std::string>& ids) const {
+    auto pos = positions(ids, "the set");
+    if (!pos) return std::unexpected(pos.error());
+    std::vector<bool> used(static_cast<size_t>(numa_groups_), false);
+    int distinct = 0;
+    for (size_t p : *pos)
+        if (!used[static_cast<size_t>(numa_group_[p])]) used[static_cast<size_t>(numa_group_[p])] = true, ++distinct;
+    return distinct;
+}
+
+namespace {
+
+// The branch and bound over the candidates (available minus must_include), in GPU index order.
+// Everything is indexed by candidate position 0..m-1.
+struct Search {
+    int m = 0;                 // candidates
+    int r = 0;                 // how many to choose
+    std::vector<int> w;        // m x m
+    // Per candidate: the other candidates by descending score (ties: ascending position).
+    std::vector<std::vector<std::pair<int, int>>> neighbours;
+    std::vector<std::int64_t> gain;  // per candidate: sum of scores towards the chosen set
+    std::vector<int> group;          // per candidate: NUMA group
+    std::vector<int> group_count;    // per group: members in the chosen set (must_include included)
+    int distinct = 0;                // distinct NUMA groups in the chosen set
+    std::vector<int> chosen;
+    std::vector<std::int64_t> buf;
+
+    std::int64_t best_score = 0;
+    int best_numa = 0;
+    std::vector<int> best;
+    bool best_from_dfs = false;  // best is the first leaf in DFS (= lexicographic) order with its key
+    std::uint64_t nodes = 0;
+    std::uint64_t budget = 4'000'000;
+
+    int at(int a, int b) const { return w[static_cast<size_t>(a) * static_cast<size_t>(m) + static_cast<size_t>(b)]; }
+
+    void add(int c) {
+        for (int d = 0; d < m; ++d) gain[static_cast<size_t>(d)] += at(c, d);
+        if (group_count[static_cast<size_t>(group[static_cast<size_t>(c)])]++ == 0) ++distinct;
+        chosen.push_back(c);
+    }
+    void remove(int c) {
+        for (int d = 0; d < m; ++d) gain[static_cast<size_t>(d)] -= at(c, d);
+        if (--group_count[static_cast<size_t>(group[static_cast<size_t>(c)])] == 0) --distinct;
+        chosen.pop_back();
+    }
+
+    // Twice an upper bound on what choosing q more from [pos, m) can add: each candidate's gain
+    // towards the chosen set plus half of its q-1 best links inside [pos, m), summed over the q
+    // best candidates (every pair inside the new ones is counted once from each side).
+    std::int64_t bound2(int pos, int q) {
+        buf.clear();
+        for (int c = pos; c < m; ++c) {
+            std::int64_t v = 2 * gain[static_cast<size_t>(c)];
+            int taken = 0;
+            if (q > 1) {
+                for (const auto& [s, d] : neighbours[static_cast<size_t>(c)]) {
+                    if (d < pos) continue;
+                    v += s;
+                    if (++taken == q - 1) break;
+                }
+            }
+            buf.push_back(v);
+        }
+        std::nth_element(buf.begin(), buf.begin() + (q - 1), buf.end(), std::greater<>());
+        std::int64_t sum = 0;
+        for (int i = 0; i < q; ++i) sum += buf[static_cast<size_t>(i)];
+        return sum;
+    }
+
+    void leaf(std::int64_t score) {
+        const bool better = score > best_score || (score == best_score && distinct < best_numa);
+        const bool equal_first = score == best_score && distinct == best_numa && !best_from_dfs;
+        if (better || equal_first) {
+            best_score = score;
+            best_numa = distinct;
+            best = chosen;
+            best_from_dfs = true;
+        }
+    }
+
+    void dfs(int pos, std::int64_t score) {
+        if (++nodes > budget) return;
+        const int q = r - static_cast<int>(chosen.size());
+        if (q == 0) return leaf(score);
+        if (m - pos < q) return;
+        const std::int64_t ub2 = 2 * score + bound2(pos, q);
+        if (ub2 < 2 * best_score) return;
+        if (ub2 == 2 * best_score && (distinct > best_numa || (distinct == best_numa && best_from_dfs))) return;
+        // Include first: leaves come in lexicographic order of their ascending position lists.
+        const std::int64_t with = score + gain[static_cast<size_t>(pos)];
+        add(pos);
+        dfs(pos + 1, with);
+        remove(pos);
+        if (m - (pos + 1) >= q) dfs(pos + 1, score);
+    }
+
+    // Best gain first; ties: fewer new NUMA groups, then the lowest position.
+    void greedy(std::int64_t base_score) {
+        std::vector<std::int64_t> g = gain;
+        std::vector<int> counts = group_count;
+        std::vector<bool> taken(static_cast<size_t>(m), false);
+        std::vector<int> picked;
+        std::int64_t score = base_score;
+        int numa = distinct;
+        for (int step = 0; step < r; ++step) {
+            int pick = -1;
+            for (int c = 0; c < m; ++c) {
+                if (taken[static_cast<size_t>(c)]) continue;
+                if (pick < 0) { pick = c; continue; }
+                const auto uc = static_cast<size_t>(c), up = static_cast<size_t>(pick);
+                const bool new_c = counts[static_cast<size_t>(group[uc])] == 0;
+                const bool new_p = counts[static_cast<size_t>(group[up])] == 0;
+                if (g[uc] > g[up] || (g[uc] == g[up] && !new_c && new_p)) pick = c;
+            }
+            const auto up = static_cast<size_t>(pick);
+            taken[up] = true;
+            picked.push_back(pick);
+            score += g[up];
+            if (counts[static_cast<size_t>(group[up])]++ == 0) ++numa;
+            for (int d = 0; d < m; ++d) g[static_cast<size_t>(d)] += at(pick, d);
+        }
+        std::sort(picked.begin(), picked.end());
+        best = std::move(picked);
+        best_score = score;
+        best_numa = numa;
+        best_from_dfs = false;
+    }
+};
+
+}  // namespace
+
+Result<std::vector<std::string>> Allocator::prefer(const std::vector<std::string>& available,
+                                                   const std::vector<std::string>& must_include, int size) const {
+    if (size < 1) return fail(Code::invalid_argument, "allocation size {} is less than 1", size);
+    auto avail = positions(available, "available");
+    if (!avail) return std::unexpected(avail.error());
+    auto must = positions(must_include, "must_include");
+    if (!must) return std::unexpected(must.error());
+    std::vector<bool> in_avail(ids_.size(), false), in_must(ids_.size(), false);
+    for (size_t p : *avail) in_avail[p] = true;
+    for (size_t i = 0; i < must->size(); ++i) {
+        if (!in_avail[(*must)[i]])
+            return fail(Code::invalid_argument, "must_include device ID '{}' is not in available", must_include[i]);
+        in_must[(*must)[i]] = true;
+    }
+    if (must->size() > static_cast<size_t>(size))
+        return fail(Code::invalid_argument, "must_include has {} device IDs, more than the allocation size {}",
+                    must->size(), size);
+    if (static_cast<size_t>(size) > avail->size())
+        return fail(Code::invalid_argument, "allocation size {} is larger than the {} available device IDs", size,
+                    avail->size());
+
+    const size_t n = ids_.size();
+    auto by_index = [&](size_t a, size_t b) {
+        return gpu_index_[a] != gpu_index_[b] ? gpu_index_[a] < gpu_index_[b] : a < b;
+    };
+    std::vector<size_t> cand;
+    for (size_t p : *avail)
+        if (!in_must[p]) cand.push_back(p);
+    std::sort(cand.begin(), cand.end(), by_index);
+
+    Search s;
+    s.m = static_cast<int>(cand.size());
+    s.r = size - static_cast<int>(must->size());
+    const size_t m = cand.size();
+    s.w.resize(m * m);
+    for (size_t a = 0; a < m; ++a)
+        for (size_t b = 0; b < m; ++b) s.w[a * m + b] = w_[cand[a] * n + cand[b]];
+    s.group.resize(m);
+    for (size_t a = 0; a < m; ++a) s.group[a] = numa_group_[cand[a]];
+    s.group_count.assign(static_cast<size_t>(numa_groups_), 0);
+    s.gain.assign(m, 0);
+    std::int64_t base = 0;
+    for (size_t i = 0; i < must->size(); ++i) {
+        const size_t p = (*must)[i];
+        for (size_t j = i + 1; j < must->size(); ++j) base += w_[p * n + (*must)[j]];
+        for (size_t a = 0; a < m; ++a) s.gain[a] += w_[p * n + cand[a]];
+        if (s.group_count[static_cast<size_t>(numa_group_[p])]++ == 0) ++s.distinct;
+    }
+    if (s.r > 0) {
+        s.neighbours.resize(m);
+        for (size_t a = 0; a < m; ++a) {
+            auto& list = s.neighbours[a];
+            for (size_t b = 0; b < m; ++b)
+                if (a != b) list.emplace_back(s.w[a * m + b], static_cast<int>(b));
+            std::sort(list.begin(), list.end(), [](const auto& x, const auto& y) {
+                return x.first != y.first ? x.first > y.first : x.second < y.second;
+            });
+        }
+        s.buf.reserve(m);
+        s.greedy(base);
+        s.dfs(0, base);
+    }
+
+    std::vector<size_t> result(must->begin(), must->end());
+    for (int c : s.best) result.push_back(cand[static_cast<size_t>(c)]);
+    std::sort(result.begin(), result.end(), by_index);
+    std::vector<std::string> out;
+    out.reserve(result.size());
+    for (size_t p : result) out.push_back(ids_[p]);
+    return out;
+}
+
+Result<std::vector<std::string>> preferred_allocation(const Resource& resource, const inventory::Topology& topology,
+                                                      const std::vector<std::string>& available,
+                                                      const std::vector<std::string>& must_include, int size) {
+    return Allocator(resource, topology).prefer(available, must_include, size);
+}
+
+}  // namespace kgpu::deviceplugin

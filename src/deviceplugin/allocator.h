@@ -1,0 +1,74 @@
+// GetPreferredAllocation for whole GPUs: the set of `size` devices, containing must_include and
+// drawn from available, with the highest sum of pair scores (facts/device-plugin-anchor.md).
+//
+// Pair score from the inventory topology: 100 per NVLink link when the GPUs share NVLink; else
+// by their PCIe common ancestor: same board (internal) 60, single switch 50, multiple switches 40,
+// host bridge 30, same NUMA node 20, across CPUs (system) 10, unknown 0.
+//
+// Ties are broken by NUMA locality (fewer distinct NUMA nodes; an unknown NUMA node counts as one
+// more node of its own), then by the lowest GPU indices (the lexicographically smallest ascending
+// index list), so the answer is a pure function of the inputs.
+//
+// The search is an exact branch and bound (include-first depth-first search in GPU index order,
+// an upper bound from each remaining candidate's gain towards the chosen set plus half its best
+// links among the remaining candidates, seeded with a greedy answer). It visits at most 2^n
+// nodes, so it is exact for any request on up to 16 GPUs (and far beyond on real topologies); a
+// node budget of 4 million caps pathological inputs above 20 devices, in which case the best set
+// found so far (never worse than the greedy one) is returned.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/error.h"
+#include "deviceplugin/resources.h"
+#include "inventory/node.h"
+
+namespace kgpu::deviceplugin {
+
+// The score of one pair of distinct GPUs (see above).
+int pair_score(const inventory::Link& link);
+
+class Allocator {
+public:
+    // Precomputes the pair-score matrix of `resource`'s devices from `topology` (indexed by
+    // Device::gpu_index; a GPU outside the topology scores 0 with everyone). Copies what it needs:
+    // neither argument has to outlive the Allocator.
+    Allocator(const Resource& resource, const inventory::Topology& topology);
+
+    // The preferred IDs, ascending GPU index. Thread-safe (const, no shared mutable state).
+    // Errors, all Code::invalid_argument with a reason naming the ID or the numbers:
+    // size < 1; an ID in available or must_include that the resource does not have; a duplicate
+    // ID in either list; a must_include ID not in available; more must_include IDs than size;
+    // size larger than the number of available IDs.
+    Result<std::vector<std::string>> prefer(const std::vector<std::string>& available,
+                                            const std::vector<std::string>& must_include, int size) const;
+
+    // Sum of the pair scores of a set of IDs (for logs and tests). Errors: unknown ID.
+    Result<std::int64_t> score(const std::vector<std::string>& ids) const;
+
+    // Number of distinct NUMA nodes of a set of IDs (an unknown node counts as one of its own).
+    // Errors: unknown ID.
+    Result<int> numa_nodes(const std::vector<std::string>& ids) const;
+
+    size_t size() const { return ids_.size(); }
+
+private:
+    Result<std::vector<size_t>> positions(const std::vector<std::string>& ids, const char* list) const;
+
+    std::vector<std::string> ids_;        // by position (the resource's device order)
+    std::vector<unsigned> gpu_index_;     // by position
+    std::vector<int> numa_group_;         // small dense ids, one per distinct NUMA value
+    int numa_groups_ = 0;
+    std::vector<int> w_;                  // n x n pair scores, 0 on the diagonal
+    std::unordered_map<std::string, size_t> by_id_;
+};
+
+// One-shot convenience: Allocator(resource, topology).prefer(available, must_include, size).
+Result<std::vector<std::string>> preferred_allocation(const Resource& resource, const inventory::Topology& topology,
+                                                      const std::vector<std::string>& available,
+                                                      const std::vector<std::string>& must_include, int size);
+
+}  // namespace kgpu::deviceplugin

@@ -1,0 +1,582 @@
+#include "deviceplugin/config.h"
+
+#include <algorithm>
+#include <charconv>
+#include <initializer_list>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <yaml-cpp/yaml.h>
+
+#include "common/files.h"
+#include "common/strings.h"
+
+namespace kgpu::deviceplugin {
+
+std::string_view to_string(MigStrategy s) {
+    switch (s) {
+        case MigStrategy::none: return "none";
+        case MigStrategy::single: return "single";
+        case MigStrategy::mixed: return "mixed";
+    }
+    return "none";
+}
+
+std::string_view to_string(DeviceListStrategy s) {
+    switch (s) {
+        case DeviceListStrategy::envvar: return "envvar";
+        case DeviceListStrategy::volume_mounts: return "volume-mounts";
+        case DeviceListStrategy::cdi_annotations: return "cdi-annotations";
+        case DeviceListStrategy::cdi_cri: return "cdi-cri";
+    }
+    return "envvar";
+}
+
+std::string_view to_string(DeviceIdStrategy s) {
+    switch (s) {
+        case DeviceIdStrategy::uuid: return "uuid";
+        case DeviceIdStrategy::index: return "index";
+    }
+    return "uuid";
+}
+
+std::string_view to_string(XidClass c) {
+    switch (c) {
+        case XidClass::ignored: return "ignored";
+        case XidClass::recoverable: return "recoverable";
+        case XidClass::reset: return "reset";
+    }
+    return "reset";
+}
+
+Result<MigStrategy> parse_mig_strategy(std::string_view text) {
+    for (auto s : {MigStrategy::none, MigStrategy::single, MigStrategy::mixed})
+        if (text == to_string(s)) return s;
+    return fail(Code::invalid_argument, "invalid MIG strategy '{}' (expected none, single or mixed)", text);
+}
+
+Result<DeviceIdStrategy> parse_device_id_strategy(std::string_view text) {
+    for (auto s : {DeviceIdStrategy::uuid, DeviceIdStrategy::index})
+        if (text == to_string(s)) return s;
+    return fail(Code::invalid_argument, "invalid device ID strategy '{}' (expected uuid or index)", text);
+}
+
+Result<DeviceListStrategy> parse_device_list_strategy(std::string_view text) {
+    for (auto s : {DeviceListStrategy::envvar, DeviceListStrategy::volume_mounts,
+                   DeviceListStrategy::cdi_annotations, DeviceListStrategy::cdi_cri})
+        if (text == to_string(s)) return s;
+    return fail(Code::invalid_argument,
+                "invalid device list strategy '{}' (expected envvar, volume-mounts, cdi-annotations or cdi-cri)",
+                text);
+}
+
+Result<std::vector<DeviceListStrategy>> parse_device_list_strategies(std::string_view csv) {
+    std::vector<DeviceListStrategy> out;
+    for (std::string_view item : strings::split(csv, ',')) {
+        item = strings::trim(item);
+        if (item.empty()) continue;
+        auto s = parse_device_list_strategy(item);
+        if (!s) return std::unexpected(s.error());
+        if (std::find(out.begin(), out.end(), *s) == out.end()) out.push_back(*s);
+    }
+    if (out.empty()) return fail(Code::invalid_argument, "empty device list strategy");
+    return out;
+}
+
+Result<bool> parse_bool(std::string_view text) {
+    for (std::string_view t : {"1", "t", "T", "TRUE", "true", "True"})
+        if (text == t) return true;
+    for (std::string_view f : {"0", "f", "F", "FALSE", "false", "False"})
+        if (text == f) return false;
+    return fail(Code::invalid_argument, "invalid boolean '{}' (expected true or false)", text);
+}
+
+Result<std::chrono::seconds> parse_duration(std::string_view text) {
+    const std::string_view original = text;
+    auto bad = [&] {
+        return fail(Code::invalid_argument, "invalid duration '{}' (expected e.g. 1s, 30s, 5m, 1h)", original);
+    };
+    if (text.empty()) return bad();
+    std::int64_t total = 0;
+    while (!text.empty()) {
+        std::int64_t n = 0;
+        auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+        if (ec != std::errc{} || ptr == text.data() || n < 0) return bad();
+        text.remove_prefix(static_cast<size_t>(ptr - text.data()));
+        if (text.empty()) return bad();  // a unit is required
+        std::int64_t unit = 0;
+        switch (text.front()) {
+            case 's': unit = 1; break;
+            case 'm': unit = 60; break;
+            case 'h': unit = 3600; break;
+            default: return bad();
+        }
+        text.remove_prefix(1);
+        if (n > (std::int64_t{1} << 40) / unit) return bad();
+        total += n * unit;
+        if (total > (std::int64_t{1} << 40)) return bad();
+    }
+    return std::chrono::seconds(total);
+}
+
+std::string format_duration(std::chrono::seconds d) {
+    std::int64_t s = d.count();
+    if (s <= 0) return "0s";
+    std::string out;
+    if (s >= 3600) out += fmt::format("{}h", s / 3600), s %= 3600;
+    if (s >= 60) out += fmt::format("{}m", s / 60), s %= 60;
+    if (s > 0) out += fmt::format("{}s", s);
+    return out;
+}
+
+namespace {
+
+Result<unsigned> parse_xid(std::string_view token) {
+    unsigned v = 0;
+    auto [ptr, ec] = std::from_chars(token.data(), token.data() + token.size(), v);
+    if (ec != std::errc{} || ptr != token.data() + token.size() || v < 1 || v > 65535)
+        return fail(Code::invalid_argument, "invalid XID '{}' (expected a number 1..65535)", token);
+    return v;
+}
+
+}  // namespace
+
+Result<std::set<unsigned>> parse_xid_list(std::string_view csv) {
+    std::set<unsigned> out;
+    for (std::string_view item : strings::split(csv, ',')) {
+        item = strings::trim(item);
+        if (item.empty()) continue;
+        auto x = parse_xid(item);
+        if (!x) return std::unexpected(x.error());
+        out.insert(*x);
+    }
+    return out;
+}
+
+XidClass HealthConfig::classify(unsigned xid) const {
+    if (disabled || ignored_xids.contains(xid)) return XidClass::ignored;
+    if (recoverable_xids.contains(xid)) return XidClass::recoverable;
+    return XidClass::reset;
+}
+
+std::string Config::dev_root() const { return nvidia_dev_root.empty() ? nvidia_driver_root : nvidia_dev_root; }
+
+std::string Config::kubelet_socket_path() const {
+    if (!kubelet_socket.empty()) return kubelet_socket;
+    std::string dir = device_plugin_path;
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    return dir == "/" ? "/kubelet.sock" : dir + "/kubelet.sock";
+}
+
+bool Config::uses(DeviceListStrategy s) const {
+    return std::find(device_list_strategy.begin(), device_list_strategy.end(), s) != device_list_strategy.end();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The YAML walker. Every accessor checks the node's type and reports "<source>:<line>: key
+// '<path>': expected ..." so a typo points at its line.
+namespace {
+
+struct ParseError {
+    Error error;
+};
+
+class Walker {
+public:
+    explicit Walker(std::string_view source) : source_(source) {}
+
+    [[noreturn]] void error(const YAML::Node& node, const std::string& path, const std::string& what) const {
+        const YAML::Mark mark = node.Mark();
+        const int line = mark.line >= 0 ? mark.line + 1 : 0;
+        throw ParseError{Error::make(Code::parse, "{}:{}: key '{}': {}", source_, line, path, what)};
+    }
+
+    // Checks that `node` is a map whose keys are all in `allowed`.
+    void expect_map(const YAML::Node& node, const std::string& path, std::initializer_list<std::string_view> allowed) const {
+        if (node.IsNull()) return;  // "flags:" with nothing under it: an empty block
+        if (!node.IsMap()) error(node, path, "expected a map");
+        for (const auto& kv : node) {
+            const std::string key = kv.first.as<std::string>();
+            if (std::find(allowed.begin(), allowed.end(), key) == allowed.end())
+                error(kv.first, join(path, key),
+                      fmt::format("unknown key (expected one of: {})", fmt::join(allowed, ", ")));
+        }
+    }
+
+    static std::string join(const std::string& path, std::string_view key) {
+        return path.empty() ? std::string(key) : path + "." + std::string(key);
+    }
+
+    std::string scalar(const YAML::Node& node, const std::string& path, std::string_view what = "a string") const {
+        if (!node.IsScalar()) error(node, path, fmt::format("expected {}", what));
+        return node.Scalar();
+    }
+
+    bool boolean(const YAML::Node& node, const std::string& path) const {
+        bool v = false;
+        if (!node.IsScalar() || !YAML::convert<bool>::decode(node, v))
+            error(node, path, "expected a boolean (true or false)");
+        return v;
+    }
+
+    unsigned number(const YAML::Node& node, const std::string& path, unsigned min, unsigned max) const {
+        const std::string text = scalar(node, path, "a number");
+        unsigned v = 0;
+        auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (ec != std::errc{} || ptr != text.data() + text.size() || v < min || v > max)
+            error(node, path, fmt::format("expected a number {}..{}, got '{}'", min, max, text));
+        return v;
+    }
+
+    std::set<unsigned> xids(const YAML::Node& node, const std::string& path) const {
+        if (!node.IsSequence()) error(node, path, "expected a list of XIDs");
+        std::set<unsigned> out;
+        for (const auto& item : node) out.insert(number(item, path, 1, 65535));
+        return out;
+    }
+
+    // Runs a Result-returning parser on a scalar and turns its error into a located one.
+    template <class T, class F>
+    T value(const YAML::Node& node, const std::string& path, F&& parse) const {
+        const std::string text = scalar(node, path);
+        auto r = parse(text);
+        if (!r) error(node, path, r.error().message);
+        return *r;
+    }
+
+private:
+    std::string source_;
+};
+
+void parse_plugin(const Walker& w, const YAML::Node& node, Config& c) {
+    const std::string path = "flags.plugin";
+    w.expect_map(node, path,
+                 {"passDeviceSpecs", "deviceListStrategy", "deviceIDStrategy", "cdiAnnotationPrefix",
+                  "nvidiaCTKPath", "containerDriverRoot"});
+    for (const auto& kv : node) {
+        const std::string key = kv.first.as<std::string>();
+        const std::string p = Walker::join(path, key);
+        const YAML::Node& v = kv.second;
+        if (key == "passDeviceSpecs") {
+            c.pass_device_specs = w.boolean(v, p);
+        } else if (key == "deviceListStrategy") {
+            if (v.IsSequence()) {
+                if (v.size() == 0) w.error(v, p, "expected at least one strategy");
+                std::vector<DeviceListStrategy> list;
+                for (const auto& item : v) {
+                    auto s = w.value<DeviceListStrategy>(item, p, parse_device_list_strategy);
+                    if (std::find(list.begin(), list.end(), s) == list.end()) list.push_back(s);
+                }
+                c.device_list_strategy = std::move(list);
+            } else {
+                c.device_list_strategy = w.value<std::vector<DeviceListStrategy>>(v, p, parse_device_list_strategies);
+            }
+        } else if (key == "deviceIDStrategy") {
+            c.device_id_strategy = w.value<DeviceIdStrategy>(v, p, parse_device_id_strategy);
+        } else if (key == "cdiAnnotationPrefix") {
+            c.cdi_annotation_prefix = w.scalar(v, p);
+        } else {
+            w.scalar(v, p);
+            c.warnings.push_back(fmt::format("config key '{}' is accepted for compatibility and ignored", p));
+        }
+    }
+}
+
+void parse_flags(const Walker& w, const YAML::Node& node, Config& c) {
+    const std::string path = "flags";
+    w.expect_map(node, path,
+                 {"migStrategy", "failOnInitError", "nvidiaDriverRoot", "nvidiaDevRoot", "plugin",
+                  "devicePluginPath", "kubeletSocket", "nvmlLibrary", "cdiSpecDir", "mpsRoot", "gdsEnabled",
+                  "mofedEnabled", "useNodeFeatureAPI", "deviceDiscoveryStrategy", "gfd"});
+    for (const auto& kv : node) {
+        const std::string key = kv.first.as<std::string>();
+        const std::string p = Walker::join(path, key);
+        const YAML::Node& v = kv.second;
+        if (key == "migStrategy") c.mig_strategy = w.value<MigStrategy>(v, p, parse_mig_strategy);
+        else if (key == "failOnInitError") c.fail_on_init_error = w.boolean(v, p);
+        else if (key == "nvidiaDriverRoot") c.nvidia_driver_root = w.scalar(v, p);
+        else if (key == "nvidiaDevRoot") c.nvidia_dev_root = w.scalar(v, p);
+        else if (key == "plugin") parse_plugin(w, v, c);
+        else if (key == "devicePluginPath") c.device_plugin_path = w.scalar(v, p);
+        else if (key == "kubeletSocket") c.kubelet_socket = w.scalar(v, p);
+        else if (key == "nvmlLibrary") c.nvml_library = w.scalar(v, p);
+        else if (key == "cdiSpecDir") c.cdi_spec_dir = w.scalar(v, p);
+        else if (key == "gdsEnabled" || key == "mofedEnabled" || key == "useNodeFeatureAPI") {
+            w.boolean(v, p);
+            c.warnings.push_back(fmt::format("config key '{}' is accepted for compatibility and ignored", p));
+        } else if (key == "gfd") {
+            if (!v.IsMap() && !v.IsNull()) w.error(v, p, "expected a map");
+            c.warnings.push_back(fmt::format("config key '{}' is accepted for compatibility and ignored", p));
+        } else {
+            w.scalar(v, p);
+            c.warnings.push_back(fmt::format("config key '{}' is accepted for compatibility and ignored", p));
+        }
+    }
+}
+
+void parse_health(const Walker& w, const YAML::Node& node, Config& c) {
+    const std::string path = "health";
+    w.expect_map(node, path, {"disabled", "ignoredXids", "recoverableXids", "resetXids", "recoveryPeriod"});
+    for (const auto& kv : node) {
+        const std::string key = kv.first.as<std::string>();
+        const std::string p = Walker::join(path, key);
+        const YAML::Node& v = kv.second;
+        if (key == "disabled") c.health.disabled = w.boolean(v, p);
+        else if (key == "ignoredXids") c.health.ignored_xids = w.xids(v, p);
+        else if (key == "recoverableXids") c.health.recoverable_xids = w.xids(v, p);
+        else if (key == "resetXids") c.health.reset_xids = w.xids(v, p);
+        else if (key == "recoveryPeriod") {
+            auto d = w.value<std::chrono::seconds>(v, p, parse_duration);
+            if (d < std::chrono::seconds(1)) w.error(v, p, "expected a duration of at least 1s");
+            c.health.recovery_period = d;
+        }
+    }
+    // An XID in two classes is a mistake worth pointing at.
+    auto check = [&](const std::set<unsigned>& a, const std::set<unsigned>& b, const char* an, const char* bn) {
+        for (unsigned x : a)
+            if (b.contains(x))
+                w.error(node, path, fmt::format("XID {} is in both {} and {}", x, an, bn));
+    };
+    check(c.health.ignored_xids, c.health.recoverable_xids, "ignoredXids", "recoverableXids");
+    check(c.health.ignored_xids, c.health.reset_xids, "ignoredXids", "resetXids");
+    check(c.health.recoverable_xids, c.health.reset_xids, "recoverableXids", "resetXids");
+}
+
+std::vector<ResourcePattern> parse_patterns(const Walker& w, const YAML::Node& node, const std::string& path) {
+    if (!node.IsSequence()) w.error(node, path, "expected a list of {pattern, name}");
+    std::vector<ResourcePattern> out;
+    for (const auto& item : node) {
+        w.expect_map(item, path, {"pattern", "name"});
+        ResourcePattern rp;
+        if (item["pattern"]) rp.pattern = w.scalar(item["pattern"], path + ".pattern");
+        if (item["name"]) rp.name = w.scalar(item["name"], path + ".name");
+        if (rp.pattern.empty()) w.error(item, path + ".pattern", "expected a non-empty pattern");
+        if (rp.name.empty()) w.error(item, path + ".name", "expected a non-empty resource name");
+        out.push_back(std::move(rp));
+    }
+    return out;
+}
+
+void parse_resources(const Walker& w, const YAML::Node& node, Config& c) {
+    w.expect_map(node, "resources", {"gpus", "mig"});
+    if (node["gpus"]) c.resources.gpus = parse_patterns(w, node["gpus"], "resources.gpus");
+    if (node["mig"]) c.resources.mig = parse_patterns(w, node["mig"], "resources.mig");
+}
+
+ReplicatedResource parse_replicated(const Walker& w, const YAML::Node& item, const std::string& path) {
+    w.expect_map(item, path, {"name", "rename", "devices", "replicas"});
+    ReplicatedResource r;
+    if (item["name"]) r.name = w.scalar(item["name"], path + ".name");
+    if (r.name.empty()) w.error(item, path + ".name", "expected a non-empty resource name");
+    if (item["rename"]) r.rename = w.scalar(item["rename"], path + ".rename");
+    if (!item["replicas"]) w.error(item, path + ".replicas", "expected a number of replicas (>= 2)");
+    r.replicas = w.number(item["replicas"], path + ".replicas", 2, 65535);
+    if (const YAML::Node d = item["devices"]) {
+        const std::string dp = path + ".devices";
+        if (d.IsScalar()) {
+            if (d.Scalar() == "all") {
+                r.all_devices = true;
+            } else {
+                r.all_devices = false;
+                r.device_count = w.number(d, dp, 1, 65535);
+            }
+        } else if (d.IsSequence()) {
+            r.all_devices = false;
+            for (const auto& id : d) {
+                std::string s = w.scalar(id, dp);
+                if (s.empty()) w.error(id, dp, "expected a device index, i:j or UUID");
+                r.device_ids.push_back(std::move(s));
+            }
+            if (r.device_ids.empty()) w.error(d, dp, "expected at least one device");
+        } else {
+            w.error(d, dp, "expected \"all\", a count, or a list of device indices / UUIDs");
+        }
+    }
+    return r;
+}
+
+void parse_sharing(const Walker& w, const YAML::Node& node, Config& c) {
+    w.expect_map(node, "sharing", {"timeSlicing", "mps"});
+    if (const YAML::Node mps = node["mps"]) w.error(mps, "sharing.mps", "MPS sharing is not supported yet");
+    if (const YAML::Node ts = node["timeSlicing"]) {
+        const std::string path = "sharing.timeSlicing";
+        w.expect_map(ts, path, {"renameByDefault", "failRequestsGreaterThanOne", "resources"});
+        TimeSlicing t;
+        if (ts["renameByDefault"]) t.rename_by_default = w.boolean(ts["renameByDefault"], path + ".renameByDefault");
+        if (ts["failRequestsGreaterThanOne"])
+            t.fail_requests_greater_than_one = w.boolean(ts["failRequestsGreaterThanOne"], path + ".failRequestsGreaterThanOne");
+        if (const YAML::Node rs = ts["resources"]) {
+            if (!rs.IsSequence()) w.error(rs, path + ".resources", "expected a list of {name, rename, devices, replicas}");
+            for (const auto& item : rs) t.resources.push_back(parse_replicated(w, item, path + ".resources"));
+        }
+        c.sharing.time_slicing = std::move(t);
+    }
+}
+
+}  // namespace
+
+Result<Config> parse_config(std::string_view yaml_text, std::string_view source) {
+    Walker w(source);
+    Config c;
+    c.config_file = std::string(source);
+    try {
+        const YAML::Node root = YAML::Load(std::string(yaml_text));
+        if (!root.IsMap()) return fail(Code::parse, "{}:1: expected a map with 'version: v1'", source);
+        w.expect_map(root, "", {"version", "flags", "resources", "sharing", "health"});
+        const YAML::Node version = root["version"];
+        if (!version) return fail(Code::parse, "{}:1: key 'version': missing (expected 'version: v1')", source);
+        if (w.scalar(version, "version") != "v1")
+            w.error(version, "version", fmt::format("expected v1, got '{}'", version.Scalar()));
+        for (const auto& kv : root) {
+            const std::string key = kv.first.as<std::string>();
+            if (key == "flags") parse_flags(w, kv.second, c);
+            else if (key == "health") parse_health(w, kv.second, c);
+            else if (key == "resources") parse_resources(w, kv.second, c);
+            else if (key == "sharing") parse_sharing(w, kv.second, c);
+        }
+    } catch (const ParseError& e) {
+        return std::unexpected(e.error);
+    } catch (const YAML::Exception& e) {
+        const int line = e.mark.line >= 0 ? e.mark.line + 1 : 0;
+        return fail(Code::parse, "{}:{}: invalid YAML: {}", source, line, e.msg);
+    }
+    return c;
+}
+
+Result<Config> load_config_file(const std::string& path) {
+    auto text = files::read(path);
+    if (!text) return std::unexpected(text.error());
+    return parse_config(*text, path);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+Result<Overrides> from_env(const std::function<const char*(const char*)>& getenv) {
+    Overrides o;
+    auto get = [&](const char* name) -> std::optional<std::string> {
+        const char* v = getenv(name);
+        if (v == nullptr || *v == '\0') return std::nullopt;
+        return std::string(v);
+    };
+    auto wrap = [](const char* name, const Error& e) {
+        return std::unexpected(Error::make(Code::invalid_argument, "environment variable {}: {}", name, e.message));
+    };
+#define KGPU_ENV_PARSED(NAME, FIELD, PARSER)         \
+    if (auto v = get(NAME)) {                        \
+        auto r = PARSER(strings::trim(*v));          \
+        if (!r) return wrap(NAME, r.error());        \
+        o.FIELD = *r;                                \
+    }
+    KGPU_ENV_PARSED("MIG_STRATEGY", mig_strategy, parse_mig_strategy)
+    KGPU_ENV_PARSED("FAIL_ON_INIT_ERROR", fail_on_init_error, parse_bool)
+    KGPU_ENV_PARSED("PASS_DEVICE_SPECS", pass_device_specs, parse_bool)
+    KGPU_ENV_PARSED("DEVICE_LIST_STRATEGY", device_list_strategy, parse_device_list_strategies)
+    KGPU_ENV_PARSED("DEVICE_ID_STRATEGY", device_id_strategy, parse_device_id_strategy)
+#undef KGPU_ENV_PARSED
+    if (auto v = get("NVIDIA_DRIVER_ROOT")) o.nvidia_driver_root = *v;
+    if (auto v = get("NVIDIA_DEV_ROOT")) o.nvidia_dev_root = *v;
+    if (auto v = get("CDI_ANNOTATION_PREFIX")) o.cdi_annotation_prefix = *v;
+    if (auto v = get("KUBELET_SOCKET")) o.kubelet_socket = *v;
+    if (auto v = get("CONFIG_FILE")) o.config_file = *v;
+
+    if (auto v = get("DP_DISABLE_HEALTHCHECKS")) {
+        const std::string t = strings::lower(strings::trim(*v));
+        bool all = false;
+        std::string xids;
+        for (std::string_view item : strings::split(t, ',')) {
+            item = strings::trim(item);
+            if (item == "all" || item == "xids") all = true;
+            else xids += std::string(item) + ",";
+        }
+        if (all) o.health_disabled = true;
+        auto set = parse_xid_list(xids);
+        if (!set) return wrap("DP_DISABLE_HEALTHCHECKS", set.error());
+        if (!set->empty()) o.ignore_xids = std::move(*set);
+    }
+    if (auto v = get("DP_ENABLE_HEALTHCHECKS")) {
+        const std::string t = strings::lower(strings::trim(*v));
+        std::string xids;
+        for (std::string_view item : strings::split(t, ',')) {
+            item = strings::trim(item);
+            if (item == "all" || item == "xids") o.enable_all_xids = true;
+            else xids += std::string(item) + ",";
+        }
+        auto set = parse_xid_list(xids);
+        if (!set) return wrap("DP_ENABLE_HEALTHCHECKS", set.error());
+        if (!set->empty()) o.enable_xids = std::move(*set);
+    }
+    return o;
+}
+
+namespace {
+
+void apply(Config& c, const Overrides& o) {
+    if (o.mig_strategy) c.mig_strategy = *o.mig_strategy;
+    if (o.fail_on_init_error) c.fail_on_init_error = *o.fail_on_init_error;
+    if (o.nvidia_driver_root) c.nvidia_driver_root = *o.nvidia_driver_root;
+    if (o.nvidia_dev_root) c.nvidia_dev_root = *o.nvidia_dev_root;
+    if (o.pass_device_specs) c.pass_device_specs = *o.pass_device_specs;
+    if (o.device_list_strategy) c.device_list_strategy = *o.device_list_strategy;
+    if (o.device_id_strategy) c.device_id_strategy = *o.device_id_strategy;
+    if (o.cdi_annotation_prefix) c.cdi_annotation_prefix = *o.cdi_annotation_prefix;
+    if (o.device_plugin_path) c.device_plugin_path = *o.device_plugin_path;
+    if (o.kubelet_socket) c.kubelet_socket = *o.kubelet_socket;
+    if (o.nvml_library) c.nvml_library = *o.nvml_library;
+    if (o.cdi_spec_dir) c.cdi_spec_dir = *o.cdi_spec_dir;
+    if (o.health_disabled) c.health.disabled = *o.health_disabled;
+    if (o.ignore_xids) c.health.ignored_xids.insert(o.ignore_xids->begin(), o.ignore_xids->end());
+    if (o.enable_all_xids && *o.enable_all_xids) c.health.ignored_xids.clear();
+    if (o.enable_xids)
+        for (unsigned x : *o.enable_xids) c.health.ignored_xids.erase(x);
+    if (o.health_recovery_period) c.health.recovery_period = *o.health_recovery_period;
+}
+
+}  // namespace
+
+Result<Config> resolve(Config base, const Overrides& env, const Overrides& flags) {
+    apply(base, env);
+    apply(base, flags);
+    Config& c = base;
+    if (c.device_list_strategy.empty()) return fail(Code::invalid_argument, "device list strategy: empty list");
+    if (c.cdi_annotation_prefix.empty() || c.cdi_annotation_prefix.back() != '/')
+        return fail(Code::invalid_argument, "cdi annotation prefix '{}': expected a prefix ending in '/' (e.g. cdi.k8s.io/)",
+                    c.cdi_annotation_prefix);
+    if (c.nvidia_driver_root.empty()) return fail(Code::invalid_argument, "nvidia driver root: empty path");
+    if (c.device_plugin_path.empty()) return fail(Code::invalid_argument, "device plugin path: empty path");
+    if (c.health.recovery_period < std::chrono::seconds(1))
+        return fail(Code::invalid_argument, "health recovery period {}: expected at least 1s",
+                    format_duration(c.health.recovery_period));
+    return base;
+}
+
+std::string describe(const Config& c) {
+    std::vector<std::string_view> strategies;
+    for (auto s : c.device_list_strategy) strategies.push_back(to_string(s));
+    std::string out;
+    auto line = [&](std::string_view key, const auto& value) { out += fmt::format("{}: {}\n", key, value); };
+    line("configFile", c.config_file.empty() ? "(none)" : c.config_file);
+    line("flags.migStrategy", to_string(c.mig_strategy));
+    line("flags.failOnInitError", c.fail_on_init_error);
+    line("flags.nvidiaDriverRoot", c.nvidia_driver_root);
+    line("flags.nvidiaDevRoot", c.dev_root());
+    line("flags.devicePluginPath", c.device_plugin_path);
+    line("flags.kubeletSocket", c.kubelet_socket_path());
+    line("flags.nvmlLibrary", c.nvml_library.empty() ? "(libnvidia-ml.so.1 under the driver root)" : c.nvml_library);
+    line("flags.cdiSpecDir", c.cdi_spec_dir);
+    line("flags.plugin.passDeviceSpecs", c.pass_device_specs);
+    line("flags.plugin.deviceListStrategy", fmt::format("{}", fmt::join(strategies, ",")));
+    line("flags.plugin.deviceIDStrategy", to_string(c.device_id_strategy));
+    line("flags.plugin.cdiAnnotationPrefix", c.cdi_annotation_prefix);
+    line("health.disabled", c.health.disabled);
+    line("health.ignoredXids", fmt::format("[{}]", fmt::join(c.health.ignored_xids, ",")));
+    line("health.recoverableXids", fmt::format("[{}]", fmt::join(c.health.recoverable_xids, ",")));
+    line("health.resetXids", fmt::format("[{}]", fmt::join(c.health.reset_xids, ",")));
+    line("health.recoveryPeriod", format_duration(c.health.recovery_period));
+    line("resources.gpus", c.resources.gpus.size());
+    line("resources.mig", c.resources.mig.size());
+    line("sharing.timeSlicing", c.sharing.time_slicing ? fmt::format("{} resource(s)", c.sharing.time_slicing->resources.size())
+                                                       : std::string("off"));
+    return out;
+}
+
+}  // namespace kgpu::deviceplugin

@@ -1,0 +1,216 @@
+// Device plugin configuration: NVIDIA's flags, environment variables and `version: v1` config
+// file (facts/device-plugin-anchor.md), plus kgpu's own settings and its `health:` block.
+//
+// Precedence is flag > env > file > default: the CLI loads the file (or starts from Config{}),
+// reads the environment with from_env(), fills an Overrides from its flags, and calls resolve().
+//
+// Config file (YAML). Every key is optional except `version`; unknown or mistyped keys are errors
+// "<file>:<line>: key '<dotted.key>': <what was expected>".
+//
+//   version: v1                              # required, only v1
+//   flags:
+//     migStrategy: none                      # none | single | mixed
+//     failOnInitError: true
+//     nvidiaDriverRoot: /
+//     nvidiaDevRoot: /                       # default: the driver root
+//     devicePluginPath: /var/lib/kubelet/device-plugins   # kgpu
+//     kubeletSocket: ""                      # kgpu; default <devicePluginPath>/kubelet.sock
+//     nvmlLibrary: ""                        # kgpu; default libnvidia-ml.so.1 under the driver root
+//     cdiSpecDir: /var/run/cdi               # kgpu; where the plugin writes its CDI spec
+//     plugin:
+//       passDeviceSpecs: false
+//       deviceListStrategy: envvar           # a string or a list: envvar, volume-mounts,
+//                                            #   cdi-annotations, cdi-cri
+//       deviceIDStrategy: uuid               # uuid | index
+//       cdiAnnotationPrefix: cdi.k8s.io/
+//   health:                                  # kgpu
+//     disabled: false                        # true: no health checks at all
+//     ignoredXids: [13, 31, 43, 45, 68, 109] # replaces the default ignore list
+//     recoverableXids: [92, 94]              # Unhealthy, Healthy again after recoveryPeriod
+//     resetXids: [48, 62, 63, 64, 74, 79, 95, 119, 120, 140, 143]   # Unhealthy until a GPU reset
+//     recoveryPeriod: 5m                     # <n>s | <n>m | <n>h, combinations like 1m30s; >= 1s
+//   resources:                               # parsed and validated only (MIG issue)
+//     gpus: [{pattern: "*", name: gpu}]
+//     mig:  [{pattern: "*", name: mig}]
+//   sharing:                                 # parsed and validated only (time-slicing issue)
+//     timeSlicing:
+//       renameByDefault: false
+//       failRequestsGreaterThanOne: false
+//       resources: [{name: nvidia.com/gpu, rename: "", devices: all, replicas: 4}]
+//     # mps: is rejected: "MPS sharing is not supported yet"
+//
+// Keys NVIDIA's plugin knows but kgpu does not use (flags.mpsRoot, flags.gdsEnabled,
+// flags.mofedEnabled, flags.useNodeFeatureAPI, flags.deviceDiscoveryStrategy,
+// flags.plugin.nvidiaCTKPath, flags.plugin.containerDriverRoot and the whole flags.gfd block) are
+// accepted so a drop-in config map keeps working; each adds a line to Config::warnings.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+
+namespace kgpu::deviceplugin {
+
+enum class MigStrategy { none, single, mixed };
+enum class DeviceListStrategy { envvar, volume_mounts, cdi_annotations, cdi_cri };
+enum class DeviceIdStrategy { uuid, index };
+
+// The spellings of the flags and the file: "none", "volume-mounts", "uuid", ...
+std::string_view to_string(MigStrategy s);
+std::string_view to_string(DeviceListStrategy s);
+std::string_view to_string(DeviceIdStrategy s);
+
+// Parsers for flag, env and file values. Errors: invalid_argument "invalid <what> 'x' (expected
+// a, b or c)"; callers add which flag, variable or key it was.
+Result<MigStrategy> parse_mig_strategy(std::string_view text);
+Result<DeviceIdStrategy> parse_device_id_strategy(std::string_view text);
+Result<DeviceListStrategy> parse_device_list_strategy(std::string_view text);
+// A comma-separated list ("envvar,cdi-cri"); blanks around items are trimmed, duplicates dropped
+// (first kept). Errors: an empty list or an unknown item.
+Result<std::vector<DeviceListStrategy>> parse_device_list_strategies(std::string_view csv);
+// Go's strconv.ParseBool spellings: 1 t T TRUE true True, 0 f F FALSE false False.
+Result<bool> parse_bool(std::string_view text);
+// "1s", "30s", "5m", "1h", or a sequence such as "1h30m" / "1m30s". Units s, m, h; whole
+// numbers only; "0s" is allowed here (callers decide minimums). Errors: invalid_argument.
+Result<std::chrono::seconds> parse_duration(std::string_view text);
+// The shortest spelling parse_duration reads back: 300s -> "5m", 90s -> "1m30s", 0s -> "0s".
+std::string format_duration(std::chrono::seconds d);
+// A comma-separated list of XIDs ("48,79"); blanks trimmed, empty items skipped.
+// Errors: a token that is not a decimal number in 1..65535.
+Result<std::set<unsigned>> parse_xid_list(std::string_view csv);
+
+// How the health checker treats an XID (facts/diagnostics.md "Recovery classes").
+enum class XidClass {
+    ignored,      // application-caused: the device stays Healthy
+    recoverable,  // Unhealthy, Healthy again after recovery_period of clean probes
+    reset,        // Unhealthy until the GPU was reset (probes clean, nothing pending)
+};
+std::string_view to_string(XidClass c);
+
+struct HealthConfig {
+    // Everything off (DP_DISABLE_HEALTHCHECKS=all or =xids, or health.disabled: true): devices
+    // only turn Unhealthy when the GPU is lost.
+    bool disabled = false;
+    std::set<unsigned> ignored_xids{13, 31, 43, 45, 68, 109};
+    std::set<unsigned> recoverable_xids{92, 94};
+    std::set<unsigned> reset_xids{48, 62, 63, 64, 74, 79, 95, 119, 120, 140, 143};
+    std::chrono::seconds recovery_period{300};
+
+    // ignored when health is disabled or the XID is in ignored_xids; recoverable when in
+    // recoverable_xids; reset otherwise (an XID nobody classified is treated as the anchor does,
+    // as critical, and conservatively needs a reset).
+    XidClass classify(unsigned xid) const;
+};
+
+// `resources:` — names for GPUs and MIG devices by product pattern (parsed, not applied yet).
+struct ResourcePattern {
+    std::string pattern;
+    std::string name;
+};
+struct ResourceNaming {
+    std::vector<ResourcePattern> gpus;
+    std::vector<ResourcePattern> mig;
+};
+
+// `sharing.timeSlicing:` (parsed, not applied yet).
+struct ReplicatedResource {
+    std::string name;
+    std::string rename;                   // empty: none
+    bool all_devices = true;              // devices: all (or absent)
+    std::optional<unsigned> device_count; // devices: <n>
+    std::vector<std::string> device_ids;  // devices: [0, "1:0", "GPU-..."]
+    unsigned replicas = 2;
+};
+struct TimeSlicing {
+    bool rename_by_default = false;
+    bool fail_requests_greater_than_one = false;
+    std::vector<ReplicatedResource> resources;
+};
+struct Sharing {
+    std::optional<TimeSlicing> time_slicing;
+};
+
+struct Config {
+    MigStrategy mig_strategy = MigStrategy::none;
+    bool fail_on_init_error = true;
+    std::string nvidia_driver_root = "/";
+    std::string nvidia_dev_root;  // empty: the driver root (see dev_root())
+    bool pass_device_specs = false;
+    std::vector<DeviceListStrategy> device_list_strategy{DeviceListStrategy::envvar};
+    DeviceIdStrategy device_id_strategy = DeviceIdStrategy::uuid;
+    std::string cdi_annotation_prefix = "cdi.k8s.io/";
+    // kgpu's own.
+    std::string device_plugin_path = "/var/lib/kubelet/device-plugins";
+    std::string kubelet_socket;   // empty: <device_plugin_path>/kubelet.sock
+    std::string nvml_library;     // empty: libnvidia-ml.so.1 searched under the driver root
+    std::string cdi_spec_dir = "/var/run/cdi";
+    HealthConfig health;
+    ResourceNaming resources;
+    Sharing sharing;
+
+    // The file this came from (empty: none) and what loading it noticed but accepted.
+    std::string config_file;
+    std::vector<std::string> warnings;
+
+    std::string dev_root() const;             // nvidia_dev_root, or nvidia_driver_root when empty
+    std::string kubelet_socket_path() const;  // kubelet_socket, or <device_plugin_path>/kubelet.sock
+    bool uses(DeviceListStrategy s) const;    // s is in device_list_strategy
+};
+
+// Parses a config file's text; `source` names it in errors ("<source>:<line>: ..."). Errors:
+// parse for YAML syntax, a missing or wrong `version`, unknown keys, wrong types, invalid values,
+// `sharing.mps`. The result has config_file = source.
+Result<Config> parse_config(std::string_view yaml_text, std::string_view source);
+// Reads and parses `path`. Errors: those of files::read (not_found, io) and parse_config.
+Result<Config> load_config_file(const std::string& path);
+
+// One optional value per setting; what is set wins over the layer below.
+struct Overrides {
+    std::optional<MigStrategy> mig_strategy;
+    std::optional<bool> fail_on_init_error;
+    std::optional<std::string> nvidia_driver_root;
+    std::optional<std::string> nvidia_dev_root;
+    std::optional<bool> pass_device_specs;
+    std::optional<std::vector<DeviceListStrategy>> device_list_strategy;
+    std::optional<DeviceIdStrategy> device_id_strategy;
+    std::optional<std::string> cdi_annotation_prefix;
+    std::optional<std::string> device_plugin_path;
+    std::optional<std::string> kubelet_socket;
+    std::optional<std::string> nvml_library;
+    std::optional<std::string> cdi_spec_dir;
+    // Not applied by resolve(): the CLI uses it to pick the file to load (flag > env).
+    std::optional<std::string> config_file;
+    // Health, as NVIDIA's DP_DISABLE_HEALTHCHECKS / DP_ENABLE_HEALTHCHECKS:
+    std::optional<bool> health_disabled;              // "all" or "xids": every check off
+    std::optional<std::set<unsigned>> ignore_xids;    // added to the ignore list
+    std::optional<bool> enable_all_xids;              // DP_ENABLE_HEALTHCHECKS=all: ignore list emptied
+    std::optional<std::set<unsigned>> enable_xids;    // removed from the ignore list (wins over ignore_xids)
+    std::optional<std::chrono::seconds> health_recovery_period;  // --health-recovery-period
+};
+
+// Reads MIG_STRATEGY, FAIL_ON_INIT_ERROR, NVIDIA_DRIVER_ROOT, NVIDIA_DEV_ROOT, PASS_DEVICE_SPECS,
+// DEVICE_LIST_STRATEGY (comma list), DEVICE_ID_STRATEGY, CDI_ANNOTATION_PREFIX, KUBELET_SOCKET,
+// CONFIG_FILE, DP_DISABLE_HEALTHCHECKS ("all", "xids", or XIDs to ignore in addition) and
+// DP_ENABLE_HEALTHCHECKS ("all", or XIDs to stop ignoring). Unset or empty variables are not set.
+// `getenv` is std::getenv in production, a map lookup in tests (may return nullptr).
+// Errors: invalid_argument "environment variable NAME: <reason>".
+Result<Overrides> from_env(const std::function<const char*(const char*)>& getenv);
+
+// base (the file's Config, or Config{}) with env applied, then flags. Health overrides apply
+// in this order per layer: disabled, ignore_xids added, enable_all_xids, enable_xids removed.
+// Errors: invalid_argument when the result is inconsistent (empty device list strategy, an empty
+// cdi annotation prefix or one not ending in '/', an empty driver root or device plugin path,
+// a recovery period under 1s).
+Result<Config> resolve(Config base, const Overrides& env, const Overrides& flags);
+
+// "key: value" per line with the config file's key names (flags.migStrategy: none, ...,
+// health.recoveryPeriod: 5m), for the "effective config" log at start.
+std::string describe(const Config& config);
+
+}  // namespace kgpu::deviceplugin

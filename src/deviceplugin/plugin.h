@@ -1,0 +1,30 @@
+// `kgpu device-plugin`: startup as ordered steps, then one control loop (STYLE.md #6).
+//
+// The control thread owns the servers and registration; it waits on a signalfd (SIGTERM, SIGINT,
+// SIGHUP) and an inotify watch of the device-plugin directory (kubelet.sock re-created after a
+// kubelet restart; our own socket deleted) with a timeout for retries. The health thread only
+// publishes device lists; gRPC handlers only read.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "deviceplugin/config.h"
+
+namespace kgpu::deviceplugin {
+
+struct PluginOptions {
+    Config config;           // resolved: file < env < flags
+    Overrides env, flags;    // kept to re-resolve on SIGHUP
+    std::string config_file; // re-read on SIGHUP (empty: none)
+    // How often to retry NVML when fail_on_init_error is false, and kubelet registration.
+    std::chrono::milliseconds init_retry{std::chrono::seconds(5)};
+    std::chrono::milliseconds probe_interval{std::chrono::seconds(1)};
+};
+
+// Runs until SIGTERM or SIGINT. Returns the exit code: 0 after a clean stop, 1 when NVML cannot be
+// loaded or initialised and fail_on_init_error is true (or the directory cannot be watched).
+int run_device_plugin(PluginOptions options);
+
+}  // namespace kgpu::deviceplugin

@@ -1,0 +1,254 @@
+#include "deviceplugin/server.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/log.h"
+
+namespace kgpu::deviceplugin {
+
+// One open ListAndWatch stream. Writes the latest snapshot; if a newer one arrives while a write
+// is in flight, only the newest is written next (every message is a full list, so skipping an
+// intermediate one loses nothing). Deletes itself in OnDone.
+class ListAndWatchReactor : public grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse> {
+public:
+    explicit ListAndWatchReactor(ResourceServer* server) : server_(server) {
+        server_->attach(this);  // sends the current list
+    }
+
+    void push(const v1beta1::ListAndWatchResponse& list) {
+        std::lock_guard lk(mu_);
+        if (done_ || finishing_) return;
+        pending_ = list;
+        has_pending_ = true;
+        if (!writing_) write_locked();
+    }
+
+    // Ends the stream with OK once the pending write (if any) went out.
+    void end() {
+        std::lock_guard lk(mu_);
+        if (done_ || finishing_) return;
+        finishing_ = true;
+        if (!writing_ && !has_pending_) Finish(grpc::Status::OK);
+    }
+
+    void OnWriteDone(bool ok) override {
+        std::lock_guard lk(mu_);
+        writing_ = false;
+        if (!ok) {
+            // The kubelet went away; OnDone follows once we finish.
+            if (!finished_) {
+                finished_ = true;
+                Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream broken"));
+            }
+            return;
+        }
+        if (has_pending_) {
+            write_locked();
+        } else if (finishing_ && !finished_) {
+            finished_ = true;
+            Finish(grpc::Status::OK);
+        }
+    }
+
+    void OnCancel() override {
+        std::lock_guard lk(mu_);
+        if (!writing_ && !finished_) {
+            finished_ = true;
+            Finish(grpc::Status::CANCELLED);
+        }
+        finishing_ = true;
+    }
+
+    void OnDone() override {
+        server_->detach(this);
+        {
+            std::lock_guard lk(mu_);
+            done_ = true;
+        }
+        delete this;
+    }
+
+private:
+    void write_locked() {
+        current_ = std::move(pending_);
+        has_pending_ = false;
+        writing_ = true;
+        StartWrite(&current_);
+    }
+
+    ResourceServer* server_;
+    std::mutex mu_;
+    v1beta1::ListAndWatchResponse current_;
+    v1beta1::ListAndWatchResponse pending_;
+    bool has_pending_ = false;
+    bool writing_ = false;
+    bool finishing_ = false;
+    bool finished_ = false;
+    bool done_ = false;
+};
+
+class ResourceServer::Service : public v1beta1::DevicePlugin::CallbackService {
+public:
+    explicit Service(ResourceServer* s) : s_(s) {}
+
+    grpc::ServerUnaryReactor* GetDevicePluginOptions(grpc::CallbackServerContext* ctx, const v1beta1::Empty*,
+                                                     v1beta1::DevicePluginOptions* out) override {
+        out->set_pre_start_required(false);
+        out->set_get_preferred_allocation_available(true);
+        auto* r = ctx->DefaultReactor();
+        r->Finish(grpc::Status::OK);
+        return r;
+    }
+
+    grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse>* ListAndWatch(grpc::CallbackServerContext*,
+                                                                         const v1beta1::Empty*) override {
+        return new ListAndWatchReactor(s_);
+    }
+
+    grpc::ServerUnaryReactor* GetPreferredAllocation(grpc::CallbackServerContext* ctx,
+                                                     const v1beta1::PreferredAllocationRequest* req,
+                                                     v1beta1::PreferredAllocationResponse* out) override {
+        auto* r = ctx->DefaultReactor();
+        auto res = s_->handlers_.prefer(*req);
+        if (!res) {
+            log::warn("{}: GetPreferredAllocation refused: {}", s_->resource_name_, res.error().message);
+            r->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, res.error().message));
+        } else {
+            *out = std::move(*res);
+            r->Finish(grpc::Status::OK);
+        }
+        return r;
+    }
+
+    grpc::ServerUnaryReactor* Allocate(grpc::CallbackServerContext* ctx, const v1beta1::AllocateRequest* req,
+                                       v1beta1::AllocateResponse* out) override {
+        auto* r = ctx->DefaultReactor();
+        auto res = s_->handlers_.allocate(*req);
+        if (!res) {
+            log::warn("{}: Allocate refused: {}", s_->resource_name_, res.error().message);
+            r->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, res.error().message));
+        } else {
+            *out = std::move(*res);
+            r->Finish(grpc::Status::OK);
+        }
+        return r;
+    }
+
+    grpc::ServerUnaryReactor* PreStartContainer(grpc::CallbackServerContext* ctx, const v1beta1::PreStartContainerRequest*,
+                                                v1beta1::PreStartContainerResponse*) override {
+        auto* r = ctx->DefaultReactor();
+        r->Finish(grpc::Status::OK);
+        return r;
+    }
+
+private:
+    ResourceServer* s_;
+};
+
+ResourceServer::ResourceServer(std::string resource_name, std::string socket_path, Handlers handlers)
+    : resource_name_(std::move(resource_name)), socket_path_(std::move(socket_path)), handlers_(std::move(handlers)) {}
+
+ResourceServer::~ResourceServer() { stop(); }
+
+Status ResourceServer::start() {
+    if (server_) return {};
+    if (::unlink(socket_path_.c_str()) != 0 && errno != ENOENT)
+        return fail(Code::io, "cannot remove the stale socket {}: {}", socket_path_, std::strerror(errno));
+    {
+        std::lock_guard lk(mu_);
+        stopping_ = false;
+    }
+    service_ = std::make_unique<Service>(this);
+    grpc::ServerBuilder builder;
+    int bound = 0;
+    builder.AddListeningPort("unix://" + socket_path_, grpc::InsecureServerCredentials(), &bound);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    if (!server_ || bound == 0) {
+        server_.reset();
+        return fail(Code::io, "cannot serve {} on {}: bind failed (does the directory exist and is it writable?)",
+                    resource_name_, socket_path_);
+    }
+    return {};
+}
+
+bool ResourceServer::running() const { return server_ != nullptr; }
+
+void ResourceServer::stop(bool empty_list_first) {
+    if (!server_) return;
+    std::vector<ListAndWatchReactor*> streams;
+    {
+        std::lock_guard lk(mu_);
+        stopping_ = true;
+        streams.assign(streams_.begin(), streams_.end());
+        // Reactors stay alive until OnDone, which needs mu_ to detach: calling into them while
+        // holding mu_ is safe only because push/end never take mu_.
+        for (auto* r : streams) {
+            if (empty_list_first) r->push(v1beta1::ListAndWatchResponse{});
+            r->end();
+        }
+    }
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    server_->Wait();
+    server_.reset();
+    service_.reset();
+    ::unlink(socket_path_.c_str());
+}
+
+void ResourceServer::publish(v1beta1::ListAndWatchResponse list) {
+    std::lock_guard lk(mu_);
+    list_ = std::move(list);
+    for (auto* r : streams_) r->push(list_);
+}
+
+v1beta1::ListAndWatchResponse ResourceServer::current() const {
+    std::lock_guard lk(mu_);
+    return list_;
+}
+
+void ResourceServer::attach(ListAndWatchReactor* r) {
+    std::lock_guard lk(mu_);
+    streams_.insert(r);
+    r->push(list_);
+    if (stopping_) r->end();
+}
+
+void ResourceServer::detach(ListAndWatchReactor* r) {
+    std::lock_guard lk(mu_);
+    streams_.erase(r);
+}
+
+size_t ResourceServer::open_streams() const {
+    std::lock_guard lk(mu_);
+    return streams_.size();
+}
+
+Status register_with_kubelet(const std::string& kubelet_socket, const std::string& endpoint,
+                             const std::string& resource_name, int timeout_ms) {
+    auto channel = grpc::CreateChannel("unix://" + kubelet_socket, grpc::InsecureChannelCredentials());
+    auto stub = v1beta1::Registration::NewStub(channel);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+    v1beta1::RegisterRequest req;
+    req.set_version("v1beta1");
+    req.set_endpoint(endpoint);
+    req.set_resource_name(resource_name);
+    req.mutable_options()->set_pre_start_required(false);
+    req.mutable_options()->set_get_preferred_allocation_available(true);
+    v1beta1::Empty resp;
+    grpc::Status st = stub->Register(&ctx, req, &resp);
+    if (!st.ok())
+        return fail(Code::unavailable, "registering {} with the kubelet at {}: {} ({})", resource_name, kubelet_socket,
+                    st.error_message(), static_cast<int>(st.error_code()));
+    return {};
+}
+
+}  // namespace kgpu::deviceplugin

@@ -1,0 +1,393 @@
+#include "deviceplugin/config.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+namespace kgpu::deviceplugin {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::function<const char*(const char*)> env_of(const std::map<std::string, std::string>& vars) {
+    return [vars](const char* name) -> const char* {
+        auto it = vars.find(name);
+        return it == vars.end() ? nullptr : it->second.c_str();
+    };
+}
+
+std::string error_of(std::string_view yaml) {
+    auto c = parse_config(yaml, "cfg.yaml");
+    EXPECT_FALSE(c.has_value()) << yaml;
+    return c ? std::string() : c.error().message;
+}
+
+TEST(DevicePluginConfig, DefaultsMirrorNvidia) {
+    Config c;
+    EXPECT_EQ(c.mig_strategy, MigStrategy::none);
+    EXPECT_TRUE(c.fail_on_init_error);
+    EXPECT_EQ(c.nvidia_driver_root, "/");
+    EXPECT_EQ(c.dev_root(), "/");
+    EXPECT_FALSE(c.pass_device_specs);
+    EXPECT_EQ(c.device_list_strategy, std::vector{DeviceListStrategy::envvar});
+    EXPECT_EQ(c.device_id_strategy, DeviceIdStrategy::uuid);
+    EXPECT_EQ(c.cdi_annotation_prefix, "cdi.k8s.io/");
+    EXPECT_EQ(c.kubelet_socket_path(), "/var/lib/kubelet/device-plugins/kubelet.sock");
+    EXPECT_EQ(c.cdi_spec_dir, "/var/run/cdi");
+    EXPECT_EQ(c.health.ignored_xids, (std::set<unsigned>{13, 31, 43, 45, 68, 109}));
+    EXPECT_EQ(c.health.recovery_period, 300s);
+    c.nvidia_driver_root = "/run/nvidia/driver";
+    EXPECT_EQ(c.dev_root(), "/run/nvidia/driver");
+    c.nvidia_dev_root = "/dev-root";
+    EXPECT_EQ(c.dev_root(), "/dev-root");
+    c.device_plugin_path = "/tmp/dp/";
+    EXPECT_EQ(c.kubelet_socket_path(), "/tmp/dp/kubelet.sock");
+    c.kubelet_socket = "/x/k.sock";
+    EXPECT_EQ(c.kubelet_socket_path(), "/x/k.sock");
+}
+
+TEST(DevicePluginConfig, ParsesEveryKey) {
+    auto c = parse_config(R"(version: v1
+flags:
+  migStrategy: mixed
+  failOnInitError: false
+  nvidiaDriverRoot: /run/nvidia/driver
+  nvidiaDevRoot: /
+  devicePluginPath: /tmp/dp
+  kubeletSocket: /tmp/k.sock
+  nvmlLibrary: /opt/libnvidia-ml.so.1
+  cdiSpecDir: /etc/cdi
+  plugin:
+    passDeviceSpecs: true
+    deviceListStrategy: [volume-mounts, cdi-cri, volume-mounts]
+    deviceIDStrategy: index
+    cdiAnnotationPrefix: example.com/
+health:
+  disabled: false
+  ignoredXids: [13, 43]
+  recoverableXids: [92]
+  resetXids: [79]
+  recoveryPeriod: 1m30s
+resources:
+  gpus: [{pattern: "*A100*", name: a100}]
+sharing:
+  timeSlicing:
+    renameByDefault: true
+    failRequestsGreaterThanOne: true
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 4
+      devices: [0, "GPU-abc"]
+    - {name: nvidia.com/gpu, replicas: 2, devices: 3}
+)",
+                          "cfg.yaml");
+    ASSERT_TRUE(c.has_value()) << c.error().message;
+    EXPECT_EQ(c->mig_strategy, MigStrategy::mixed);
+    EXPECT_FALSE(c->fail_on_init_error);
+    EXPECT_EQ(c->nvidia_driver_root, "/run/nvidia/driver");
+    EXPECT_EQ(c->dev_root(), "/");
+    EXPECT_EQ(c->device_plugin_path, "/tmp/dp");
+    EXPECT_EQ(c->kubelet_socket_path(), "/tmp/k.sock");
+    EXPECT_EQ(c->nvml_library, "/opt/libnvidia-ml.so.1");
+    EXPECT_EQ(c->cdi_spec_dir, "/etc/cdi");
+    EXPECT_TRUE(c->pass_device_specs);
+    EXPECT_EQ(c->device_list_strategy, (std::vector{DeviceListStrategy::volume_mounts, DeviceListStrategy::cdi_cri}));
+    EXPECT_EQ(c->device_id_strategy, DeviceIdStrategy::index);
+    EXPECT_EQ(c->cdi_annotation_prefix, "example.com/");
+    EXPECT_EQ(c->health.ignored_xids, (std::set<unsigned>{13, 43}));
+    EXPECT_EQ(c->health.recoverable_xids, (std::set<unsigned>{92}));
+    EXPECT_EQ(c->health.reset_xids, (std::set<unsigned>{79}));
+    EXPECT_EQ(c->health.recovery_period, 90s);
+    ASSERT_EQ(c->resources.gpus.size(), 1u);
+    EXPECT_EQ(c->resources.gpus[0].name, "a100");
+    ASSERT_TRUE(c->sharing.time_slicing);
+    const TimeSlicing& ts = *c->sharing.time_slicing;
+    EXPECT_TRUE(ts.rename_by_default);
+    EXPECT_TRUE(ts.fail_requests_greater_than_one);
+    ASSERT_EQ(ts.resources.size(), 2u);
+    EXPECT_EQ(ts.resources[0].replicas, 4u);
+    EXPECT_FALSE(ts.resources[0].all_devices);
+    EXPECT_EQ(ts.resources[0].device_ids, (std::vector<std::string>{"0", "GPU-abc"}));
+    EXPECT_EQ(ts.resources[1].device_count, 3u);
+    EXPECT_EQ(c->config_file, "cfg.yaml");
+    EXPECT_TRUE(c->warnings.empty());
+}
+
+TEST(DevicePluginConfig, DeviceListStrategyAsStringOrCommaList) {
+    auto one = parse_config("version: v1\nflags: {plugin: {deviceListStrategy: cdi-annotations}}\n", "f");
+    ASSERT_TRUE(one.has_value()) << one.error().message;
+    EXPECT_EQ(one->device_list_strategy, std::vector{DeviceListStrategy::cdi_annotations});
+    auto csv = parse_config("version: v1\nflags: {plugin: {deviceListStrategy: \"envvar, cdi-cri\"}}\n", "f");
+    ASSERT_TRUE(csv.has_value()) << csv.error().message;
+    EXPECT_EQ(csv->device_list_strategy, (std::vector{DeviceListStrategy::envvar, DeviceListStrategy::cdi_cri}));
+    EXPECT_NE(error_of("version: v1\nflags:\n  plugin:\n    deviceListStrategy: []\n").find("cfg.yaml:4:"),
+              std::string::npos);
+    std::string e = error_of("version: v1\nflags:\n  plugin:\n    deviceListStrategy: [envvar, nope]\n");
+    EXPECT_NE(e.find("cfg.yaml:4: key 'flags.plugin.deviceListStrategy'"), std::string::npos) << e;
+    EXPECT_NE(e.find("'nope'"), std::string::npos) << e;
+}
+
+TEST(DevicePluginConfig, VersionIsRequired) {
+    EXPECT_NE(error_of("flags: {migStrategy: none}\n").find("key 'version'"), std::string::npos);
+    std::string e = error_of("version: v2\n");
+    EXPECT_NE(e.find("cfg.yaml:1: key 'version': expected v1"), std::string::npos) << e;
+    EXPECT_NE(error_of("").find("cfg.yaml"), std::string::npos);
+    EXPECT_NE(error_of("- a\n- b\n").find("cfg.yaml"), std::string::npos);
+}
+
+TEST(DevicePluginConfig, EmptyBlocksAreAccepted) {
+    auto c = parse_config("version: v1\nflags:\n  plugin:\nhealth:\nsharing:\nresources:\n", "f");
+    ASSERT_TRUE(c.has_value()) << c.error().message;
+    EXPECT_EQ(c->device_list_strategy, std::vector{DeviceListStrategy::envvar});
+    EXPECT_FALSE(c->sharing.time_slicing.has_value());
+}
+
+TEST(DevicePluginConfig, UnknownKeysNameFileLineAndKey) {
+    std::string e = error_of("version: v1\nflags:\n  migStratgy: none\n");
+    EXPECT_NE(e.find("cfg.yaml:3: key 'flags.migStratgy': unknown key"), std::string::npos) << e;
+    e = error_of("version: v1\nflags:\n  plugin:\n    passDeviceSpec: true\n");
+    EXPECT_NE(e.find("cfg.yaml:4: key 'flags.plugin.passDeviceSpec'"), std::string::npos) << e;
+    e = error_of("version: v1\nhealthz: {}\n");
+    EXPECT_NE(e.find("cfg.yaml:2: key 'healthz'"), std::string::npos) << e;
+    e = error_of("version: v1\nhealth:\n  recoveryPeriod: 5m\n  ignoreXids: [1]\n");
+    EXPECT_NE(e.find("cfg.yaml:4: key 'health.ignoreXids'"), std::string::npos) << e;
+}
+
+TEST(DevicePluginConfig, MistypedAndInvalidValues) {
+    std::string e = error_of("version: v1\nflags:\n  failOnInitError: maybe\n");
+    EXPECT_NE(e.find("cfg.yaml:3: key 'flags.failOnInitError': expected a boolean"), std::string::npos) << e;
+    e = error_of("version: v1\nflags:\n  migStrategy: foo\n");
+    EXPECT_NE(e.find("cfg.yaml:3: key 'flags.migStrategy'"), std::string::npos) << e;
+    EXPECT_NE(e.find("'foo'"), std::string::npos) << e;
+    e = error_of("version: v1\nflags:\n  plugin:\n    deviceIDStrategy: serial\n");
+    EXPECT_NE(e.find("cfg.yaml:4: key 'flags.plugin.deviceIDStrategy'"), std::string::npos) << e;
+    e = error_of("version: v1\nflags:\n  nvidiaDriverRoot: [a, b]\n");
+    EXPECT_NE(e.find("cfg.yaml:3: key 'flags.nvidiaDriverRoot': expected a string"), std::string::npos) << e;
+    e = error_of("version: v1\nflags: 3\n");
+    EXPECT_NE(e.find("key 'flags': expected a map"), std::string::npos) << e;
+    e = error_of("version: v1\nhealth:\n  ignoredXids: [13, abc]\n");
+    EXPECT_NE(e.find("cfg.yaml:3: key 'health.ignoredXids'"), std::string::npos) << e;
+    e = error_of("version: v1\nhealth:\n  recoveryPeriod: 5x\n");
+    EXPECT_NE(e.find("cfg.yaml:3: key 'health.recoveryPeriod'"), std::string::npos) << e;
+    e = error_of("version: v1\nhealth:\n  recoveryPeriod: 0s\n");
+    EXPECT_NE(e.find("at least 1s"), std::string::npos) << e;
+    e = error_of("version: v1\nhealth:\n  ignoredXids: [92]\n");  // 92 is recoverable by default
+    EXPECT_NE(e.find("XID 92"), std::string::npos) << e;
+    e = error_of("version: v1\nflags: {migStrategy: none\n");
+    EXPECT_NE(e.find("invalid YAML"), std::string::npos) << e;
+}
+
+TEST(DevicePluginConfig, SharingMpsRejectedTimeSlicingValidated) {
+    std::string e = error_of("version: v1\nsharing:\n  mps:\n    resources: []\n");
+    EXPECT_NE(e.find("cfg.yaml:4: key 'sharing.mps': MPS sharing is not supported yet"), std::string::npos) << e;
+    e = error_of("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 1}\n");
+    EXPECT_NE(e.find("key 'sharing.timeSlicing.resources.replicas'"), std::string::npos) << e;
+    e = error_of("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replica: 3}\n");
+    EXPECT_NE(e.find("unknown key"), std::string::npos) << e;
+    e = error_of("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {replicas: 3}\n");
+    EXPECT_NE(e.find("non-empty resource name"), std::string::npos) << e;
+}
+
+TEST(DevicePluginConfig, NvidiaOnlyKeysAreAcceptedWithAWarning) {
+    auto c = parse_config(
+        "version: v1\nflags:\n  gdsEnabled: false\n  mpsRoot: /run/nvidia/mps\n  gfd: {oneshot: false}\n"
+        "  plugin: {nvidiaCTKPath: /usr/bin/nvidia-ctk}\n",
+        "f");
+    ASSERT_TRUE(c.has_value()) << c.error().message;
+    EXPECT_EQ(c->warnings.size(), 4u);
+}
+
+TEST(DevicePluginConfig, LoadConfigFile) {
+    const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / ("kgpu-cfg-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    const auto path = dir / "config.yaml";
+    std::ofstream(path) << "version: v1\nflags:\n  migStrategy: single\n";
+    auto c = load_config_file(path.string());
+    ASSERT_TRUE(c.has_value()) << c.error().message;
+    EXPECT_EQ(c->mig_strategy, MigStrategy::single);
+    EXPECT_EQ(c->config_file, path.string());
+    std::ofstream(path) << "version: v1\nflags:\n  bogus: 1\n";
+    auto bad = load_config_file(path.string());
+    ASSERT_FALSE(bad.has_value());
+    EXPECT_NE(bad.error().message.find(path.string() + ":3: key 'flags.bogus'"), std::string::npos) << bad.error().message;
+    auto missing = load_config_file((dir / "absent.yaml").string());
+    ASSERT_FALSE(missing.has_value());
+    EXPECT_EQ(missing.error().code, Code::not_found);
+    std::filesystem::remove_all(dir);
+}
+
+TEST(DevicePluginConfig, FromEnvReadsEveryVariable) {
+    auto o = from_env(env_of({{"MIG_STRATEGY", "single"},
+                              {"FAIL_ON_INIT_ERROR", "false"},
+                              {"NVIDIA_DRIVER_ROOT", "/run/nvidia/driver"},
+                              {"NVIDIA_DEV_ROOT", "/devroot"},
+                              {"PASS_DEVICE_SPECS", "true"},
+                              {"DEVICE_LIST_STRATEGY", "envvar,cdi-annotations"},
+                              {"DEVICE_ID_STRATEGY", "index"},
+                              {"CDI_ANNOTATION_PREFIX", "x.io/"},
+                              {"KUBELET_SOCKET", "/k.sock"},
+                              {"CONFIG_FILE", "/etc/kgpu.yaml"},
+                              {"DP_DISABLE_HEALTHCHECKS", "48, 79"},
+                              {"DP_ENABLE_HEALTHCHECKS", "13"}}));
+    ASSERT_TRUE(o.has_value()) << o.error().message;
+    EXPECT_EQ(o->mig_strategy, MigStrategy::single);
+    EXPECT_EQ(o->fail_on_init_error, false);
+    EXPECT_EQ(o->nvidia_driver_root, "/run/nvidia/driver");
+    EXPECT_EQ(o->nvidia_dev_root, "/devroot");
+    EXPECT_EQ(o->pass_device_specs, true);
+    EXPECT_EQ(o->device_list_strategy,
+              (std::vector{DeviceListStrategy::envvar, DeviceListStrategy::cdi_annotations}));
+    EXPECT_EQ(o->device_id_strategy, DeviceIdStrategy::index);
+    EXPECT_EQ(o->cdi_annotation_prefix, "x.io/");
+    EXPECT_EQ(o->kubelet_socket, "/k.sock");
+    EXPECT_EQ(o->config_file, "/etc/kgpu.yaml");
+    EXPECT_EQ(o->ignore_xids, (std::set<unsigned>{48, 79}));
+    EXPECT_FALSE(o->health_disabled.has_value());
+    EXPECT_EQ(o->enable_xids, (std::set<unsigned>{13}));
+
+    auto none = from_env(env_of({{"MIG_STRATEGY", ""}}));
+    ASSERT_TRUE(none.has_value());
+    EXPECT_FALSE(none->mig_strategy.has_value());
+}
+
+TEST(DevicePluginConfig, FromEnvErrorsNameTheVariable) {
+    const std::pair<const char*, const char*> bad[] = {
+        {"MIG_STRATEGY", "foo"},        {"FAIL_ON_INIT_ERROR", "yes please"}, {"PASS_DEVICE_SPECS", "2"},
+        {"DEVICE_LIST_STRATEGY", "x"},  {"DEVICE_ID_STRATEGY", "serial"},     {"DP_DISABLE_HEALTHCHECKS", "13,abc"},
+        {"DP_ENABLE_HEALTHCHECKS", "-1"}, {"DEVICE_LIST_STRATEGY", " , "},
+    };
+    for (const auto& [name, value] : bad) {
+        auto o = from_env(env_of({{name, value}}));
+        ASSERT_FALSE(o.has_value()) << name << "=" << value;
+        EXPECT_EQ(o.error().code, Code::invalid_argument);
+        EXPECT_NE(o.error().message.find(std::string("environment variable ") + name), std::string::npos)
+            << o.error().message;
+    }
+}
+
+TEST(DevicePluginConfig, HealthEnvSemantics) {
+    for (const char* v : {"all", "xids", "ALL"}) {
+        auto o = from_env(env_of({{"DP_DISABLE_HEALTHCHECKS", v}}));
+        ASSERT_TRUE(o.has_value());
+        auto c = resolve(Config{}, *o, Overrides{});
+        ASSERT_TRUE(c.has_value());
+        EXPECT_TRUE(c->health.disabled) << v;
+        EXPECT_EQ(c->health.classify(79), XidClass::ignored);
+    }
+    auto o = from_env(env_of({{"DP_DISABLE_HEALTHCHECKS", "79,92"}, {"DP_ENABLE_HEALTHCHECKS", "13,92"}}));
+    ASSERT_TRUE(o.has_value());
+    auto c = resolve(Config{}, *o, Overrides{});
+    ASSERT_TRUE(c.has_value());
+    EXPECT_FALSE(c->health.disabled);
+    EXPECT_EQ(c->health.classify(79), XidClass::ignored);       // disabled in addition
+    EXPECT_EQ(c->health.classify(92), XidClass::recoverable);   // enable wins
+    EXPECT_EQ(c->health.classify(13), XidClass::reset);         // un-ignored, unclassified: critical
+    EXPECT_EQ(c->health.classify(31), XidClass::ignored);       // default list kept
+    auto all = from_env(env_of({{"DP_ENABLE_HEALTHCHECKS", "all"}}));
+    ASSERT_TRUE(all.has_value());
+    auto c2 = resolve(Config{}, *all, Overrides{});
+    ASSERT_TRUE(c2.has_value());
+    EXPECT_TRUE(c2->health.ignored_xids.empty());
+}
+
+TEST(DevicePluginConfig, ClassifyXids) {
+    HealthConfig h;
+    EXPECT_EQ(h.classify(13), XidClass::ignored);
+    EXPECT_EQ(h.classify(109), XidClass::ignored);
+    EXPECT_EQ(h.classify(92), XidClass::recoverable);
+    EXPECT_EQ(h.classify(94), XidClass::recoverable);
+    EXPECT_EQ(h.classify(48), XidClass::reset);
+    EXPECT_EQ(h.classify(79), XidClass::reset);
+    EXPECT_EQ(h.classify(12345), XidClass::reset);
+    EXPECT_EQ(to_string(XidClass::recoverable), "recoverable");
+}
+
+TEST(DevicePluginConfig, PrecedenceFlagOverEnvOverFile) {
+    auto file = parse_config(
+        "version: v1\nflags:\n  migStrategy: mixed\n  failOnInitError: false\n  nvidiaDriverRoot: /file\n"
+        "  plugin: {deviceIDStrategy: index, passDeviceSpecs: true}\nhealth: {recoveryPeriod: 10m}\n",
+        "f");
+    ASSERT_TRUE(file.has_value());
+    Overrides env;
+    env.mig_strategy = MigStrategy::single;
+    env.nvidia_driver_root = "/env";
+    Overrides flags;
+    flags.mig_strategy = MigStrategy::none;
+    flags.device_list_strategy = std::vector{DeviceListStrategy::cdi_cri};
+    flags.health_recovery_period = 30s;
+    auto c = resolve(*file, env, flags);
+    ASSERT_TRUE(c.has_value()) << c.error().message;
+    EXPECT_EQ(c->mig_strategy, MigStrategy::none);        // flag
+    EXPECT_EQ(c->nvidia_driver_root, "/env");             // env over file
+    EXPECT_FALSE(c->fail_on_init_error);                  // file
+    EXPECT_EQ(c->device_id_strategy, DeviceIdStrategy::index);
+    EXPECT_TRUE(c->pass_device_specs);
+    EXPECT_EQ(c->device_list_strategy, std::vector{DeviceListStrategy::cdi_cri});
+    EXPECT_EQ(c->health.recovery_period, 30s);
+    EXPECT_EQ(c->config_file, "f");
+}
+
+TEST(DevicePluginConfig, ResolveRejectsInconsistentResults) {
+    Overrides flags;
+    flags.cdi_annotation_prefix = "cdi.k8s.io";
+    EXPECT_FALSE(resolve(Config{}, Overrides{}, flags).has_value());
+    flags = Overrides{};
+    flags.device_list_strategy = std::vector<DeviceListStrategy>{};
+    EXPECT_FALSE(resolve(Config{}, Overrides{}, flags).has_value());
+    flags = Overrides{};
+    flags.nvidia_driver_root = "";
+    EXPECT_FALSE(resolve(Config{}, Overrides{}, flags).has_value());
+    flags = Overrides{};
+    flags.health_recovery_period = 0s;
+    auto r = resolve(Config{}, Overrides{}, flags);
+    ASSERT_FALSE(r.has_value());
+    EXPECT_EQ(r.error().code, Code::invalid_argument);
+    EXPECT_TRUE(resolve(Config{}, Overrides{}, Overrides{}).has_value());
+}
+
+TEST(DevicePluginConfig, Durations) {
+    EXPECT_EQ(parse_duration("1s"), 1s);
+    EXPECT_EQ(parse_duration("30s"), 30s);
+    EXPECT_EQ(parse_duration("5m"), 300s);
+    EXPECT_EQ(parse_duration("1h"), 3600s);
+    EXPECT_EQ(parse_duration("1h30m"), 5400s);
+    EXPECT_EQ(parse_duration("0s"), 0s);
+    for (const char* bad : {"", "5", "s", "5 m", "-1s", "1.5s", "5ms", "1d", "m5"})
+        EXPECT_FALSE(parse_duration(bad).has_value()) << bad;
+    EXPECT_EQ(format_duration(300s), "5m");
+    EXPECT_EQ(format_duration(90s), "1m30s");
+    EXPECT_EQ(format_duration(3661s), "1h1m1s");
+    EXPECT_EQ(format_duration(0s), "0s");
+    for (auto d : {1s, 59s, 60s, 3600s, 7322s}) EXPECT_EQ(parse_duration(format_duration(d)), d);
+}
+
+TEST(DevicePluginConfig, ParsersAndBooleans) {
+    for (const char* t : {"1", "t", "T", "TRUE", "true", "True"}) EXPECT_EQ(parse_bool(t), true) << t;
+    for (const char* f : {"0", "f", "F", "FALSE", "false", "False"}) EXPECT_EQ(parse_bool(f), false) << f;
+    EXPECT_FALSE(parse_bool("yes").has_value());
+    EXPECT_EQ(parse_mig_strategy("mixed"), MigStrategy::mixed);
+    EXPECT_FALSE(parse_mig_strategy("None").has_value());
+    EXPECT_EQ(parse_device_list_strategies("cdi-cri, envvar,cdi-cri"),
+              (std::vector{DeviceListStrategy::cdi_cri, DeviceListStrategy::envvar}));
+    EXPECT_EQ(parse_xid_list(" 13, ,79"), (std::set<unsigned>{13, 79}));
+    EXPECT_FALSE(parse_xid_list("0").has_value());
+}
+
+TEST(DevicePluginConfig, DescribeListsEffectiveValues) {
+    Config c;
+    c.device_list_strategy = {DeviceListStrategy::envvar, DeviceListStrategy::cdi_cri};
+    const std::string d = describe(c);
+    EXPECT_NE(d.find("flags.migStrategy: none\n"), std::string::npos) << d;
+    EXPECT_NE(d.find("flags.failOnInitError: true\n"), std::string::npos) << d;
+    EXPECT_NE(d.find("flags.plugin.deviceListStrategy: envvar,cdi-cri\n"), std::string::npos) << d;
+    EXPECT_NE(d.find("flags.kubeletSocket: /var/lib/kubelet/device-plugins/kubelet.sock\n"), std::string::npos) << d;
+    EXPECT_NE(d.find("health.ignoredXids: [13,31,43,45,68,109]\n"), std::string::npos) << d;
+    EXPECT_NE(d.find("health.recoveryPeriod: 5m\n"), std::string::npos) << d;
+}
+
+}  // namespace
+}  // namespace kgpu::deviceplugin

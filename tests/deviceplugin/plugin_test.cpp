@@ -1,0 +1,275 @@
+// `kgpu device-plugin` end to end: the built binary, the real dlopen of the simulator, real gRPC
+// over unix sockets with a fake kubelet in a temp directory.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "support/fake_kubelet.h"
+#include "support/process.h"
+
+using namespace std::chrono_literals;
+using kgpu::test::ChildProcess;
+using kgpu::test::FakeKubelet;
+using kgpu::test::TempDir;
+using ::testing::HasSubstr;
+
+namespace {
+
+constexpr const char* kGpu = "nvidia.com/gpu";
+constexpr const char* kSocket = "kgpu-nvidia-com-gpu.sock";
+
+std::string fixture(const std::string& name) { return std::string(KGPU_SOURCE_DIR) + "/sim/nodes/" + name; }
+
+class DevicePluginTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        kubelet_ = std::make_unique<FakeKubelet>(dir_.path());
+        ASSERT_TRUE(kubelet_->start());
+        events_ = dir_.path() + "/../" + std::filesystem::path(dir_.path()).filename().string() + ".events";
+        std::ofstream(events_).flush();
+    }
+    void TearDown() override {
+        if (plugin_ && plugin_->running()) {
+            plugin_->signal(SIGTERM);
+            plugin_->wait(10000);
+        }
+        if (HasFailure() && plugin_) std::cerr << "---- plugin stderr ----\n" << plugin_->err();
+        kubelet_.reset();
+        std::filesystem::remove(events_);
+    }
+    void start(const std::string& node, std::vector<std::string> extra = {},
+               std::map<std::string, std::string> env = {}) {
+        std::vector<std::string> argv = {KGPU_BINARY, "device-plugin", "--device-plugin-path", dir_.path(),
+                                         "--nvml-library", KGPU_SIM_LIBRARY};
+        argv.insert(argv.end(), extra.begin(), extra.end());
+        env.emplace("KGPU_SIM_NODE", fixture(node));
+        env.emplace("KGPU_SIM_EVENTS", events_);
+        plugin_ = std::make_unique<ChildProcess>(argv, env);
+    }
+    void event(const std::string& line) { std::ofstream(events_, std::ios::app) << line << "\n"; }
+    FakeKubelet::Registration registered(int generation = 1) {
+        auto reg = kubelet_->wait_registered(kGpu, generation, 20s);
+        EXPECT_TRUE(reg.has_value()) << "no registration #" << generation;
+        return reg.value_or(FakeKubelet::Registration{});
+    }
+    bool health_becomes(const std::string& id, const std::string& health) {
+        return kubelet_->wait_devices(
+            kGpu, [&](const auto& d) { return d.contains(id) && d.at(id).health == health; }, 20s);
+    }
+
+    TempDir dir_;
+    std::string events_;
+    std::unique_ptr<FakeKubelet> kubelet_;
+    std::unique_ptr<ChildProcess> plugin_;
+};
+
+TEST_F(DevicePluginTest, RegistersAndAdvertisesEveryGpuWithNuma) {
+    start("dgx-h100.yaml");
+    auto reg = registered();
+    EXPECT_EQ(reg.version, "v1beta1");
+    EXPECT_EQ(reg.endpoint, kSocket);
+    EXPECT_TRUE(reg.preferred_allocation_available);
+    auto devices = kubelet_->devices(kGpu);
+    ASSERT_EQ(devices.size(), 8u);
+    ASSERT_TRUE(devices.contains("GPU-64bbca15-1776-feaf-35c7-c0761cd05691"));  // GPU 0 of the fixture
+    EXPECT_EQ(devices["GPU-64bbca15-1776-feaf-35c7-c0761cd05691"].numa, std::vector<long>{0});
+    EXPECT_EQ(devices["GPU-5a7290e7-fcea-ebb1-1ddc-86b1bdb093ff"].numa, std::vector<long>{1});  // GPU 7
+    for (const auto& [id, d] : devices) EXPECT_EQ(d.health, "Healthy") << id;
+}
+
+TEST_F(DevicePluginTest, AllocateEnvvarVolumeMountsAndCdiAtOnce) {
+    start("t4x4.yaml", {"--device-list-strategy", "envvar,volume-mounts,cdi-cri", "--device-id-strategy", "index"});
+    registered();
+    v1beta1::AllocateResponse resp;
+    auto st = kubelet_->allocate(kGpu, {{"1", "3"}, {"0"}}, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    ASSERT_EQ(resp.container_responses_size(), 2);
+    const auto& c0 = resp.container_responses(0);
+    EXPECT_EQ(c0.envs().at("NVIDIA_VISIBLE_DEVICES"), "/var/run/nvidia-container-devices");
+    ASSERT_EQ(c0.mounts_size(), 2);
+    EXPECT_EQ(c0.mounts(0).container_path(), "/var/run/nvidia-container-devices/1");
+    EXPECT_EQ(c0.mounts(0).host_path(), "/dev/null");
+    ASSERT_EQ(c0.cdi_devices_size(), 2);
+    EXPECT_EQ(c0.cdi_devices(0).name(), "nvidia.com/gpu=1");
+    EXPECT_EQ(c0.cdi_devices(1).name(), "nvidia.com/gpu=3");
+    EXPECT_EQ(resp.container_responses(1).cdi_devices(0).name(), "nvidia.com/gpu=0");
+}
+
+TEST_F(DevicePluginTest, AllocateEnvvarWithUuids) {
+    start("t4x4.yaml");
+    registered();
+    auto ids = kubelet_->devices(kGpu);
+    ASSERT_EQ(ids.size(), 4u);
+    std::vector<std::string> two = {ids.begin()->first, std::next(ids.begin())->first};
+    v1beta1::AllocateResponse resp;
+    auto st = kubelet_->allocate(kGpu, {two}, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(resp.container_responses(0).envs().at("NVIDIA_VISIBLE_DEVICES"), two[0] + "," + two[1]);
+}
+
+TEST_F(DevicePluginTest, AllocateUnknownIdIsInvalidArgumentNamingIt) {
+    start("t4x4.yaml");
+    registered();
+    v1beta1::AllocateResponse resp;
+    auto st = kubelet_->allocate(kGpu, {{"GPU-does-not-exist"}}, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(st.error_message(), HasSubstr("GPU-does-not-exist"));
+    // The server is still serving.
+    auto ok = kubelet_->allocate(kGpu, {{kubelet_->devices(kGpu).begin()->first}}, &resp);
+    EXPECT_TRUE(ok.ok()) << ok.error_message();
+}
+
+TEST_F(DevicePluginTest, PreferredAllocationPicksTheNvlinkPair) {
+    start("pcie-nvlink-pairs.yaml", {"--device-id-strategy", "index"});
+    registered();
+    std::vector<std::string> out;
+    auto st = kubelet_->prefer(kGpu, {"0", "1", "2", "3"}, {}, 2, &out);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(out, (std::vector<std::string>{"0", "1"}));
+    st = kubelet_->prefer(kGpu, {"0", "1", "2", "3"}, {"3"}, 2, &out);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(out, (std::vector<std::string>{"2", "3"}));
+    st = kubelet_->prefer(kGpu, {"0", "2"}, {}, 3, &out);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(DevicePluginTest, KubeletRestartLeadsToReregistration) {
+    start("t4x4.yaml");
+    registered(1);
+    ASSERT_TRUE(kubelet_->restart());  // deletes our socket too, as the kubelet does
+    auto reg = registered(2);
+    EXPECT_EQ(reg.endpoint, kSocket);
+    EXPECT_TRUE(std::filesystem::exists(dir_.path() + "/" + kSocket));
+    EXPECT_EQ(kubelet_->devices(kGpu).size(), 4u);
+}
+
+TEST_F(DevicePluginTest, DeletedPluginSocketIsServedAgain) {
+    start("t4x4.yaml");
+    registered(1);
+    std::filesystem::remove(dir_.path() + "/" + kSocket);
+    registered(2);
+    EXPECT_TRUE(std::filesystem::exists(dir_.path() + "/" + kSocket));
+}
+
+TEST_F(DevicePluginTest, RecoverableXidTurnsUnhealthyThenHealthyAfterTheQuietPeriod) {
+    start("t4x4.yaml", {"--device-id-strategy", "index", "--health-recovery-period", "2s"});
+    registered();
+    event("xid 1 94");
+    ASSERT_TRUE(health_becomes("1", "Unhealthy"));
+    EXPECT_EQ(kubelet_->devices(kGpu)["0"].health, "Healthy");
+    ASSERT_TRUE(health_becomes("1", "Healthy"));
+}
+
+TEST_F(DevicePluginTest, IgnoredXidChangesNothing) {
+    start("t4x4.yaml", {"--device-id-strategy", "index"});
+    registered();
+    const int before = kubelet_->updates(kGpu);
+    event("xid 2 13");
+    event("xid 2 94");  // a marker that does change something, after the ignored one
+    ASSERT_TRUE(health_becomes("2", "Unhealthy"));
+    EXPECT_EQ(kubelet_->updates(kGpu), before + 1);
+}
+
+TEST_F(DevicePluginTest, ResetClassXidStaysUnhealthyUntilTheGpuIsReset) {
+    start("t4x4.yaml", {"--device-id-strategy", "index", "--health-recovery-period", "1s"});
+    registered();
+    event("xid 1 48");
+    ASSERT_TRUE(health_becomes("1", "Unhealthy"));
+    std::this_thread::sleep_for(2500ms);  // longer than the recovery period: must not recover
+    EXPECT_EQ(kubelet_->devices(kGpu)["1"].health, "Unhealthy");
+    event("restore 1");
+    ASSERT_TRUE(health_becomes("1", "Healthy"));
+}
+
+TEST_F(DevicePluginTest, LostGpuIsUnhealthyWhileGone) {
+    start("t4x4.yaml", {"--device-id-strategy", "index"});
+    registered();
+    event("lost 3");
+    ASSERT_TRUE(health_becomes("3", "Unhealthy"));
+    v1beta1::AllocateResponse resp;
+    auto st = kubelet_->allocate(kGpu, {{"3"}}, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(st.error_message(), HasSubstr("3"));
+    event("restore 3");
+    ASSERT_TRUE(health_becomes("3", "Healthy"));
+}
+
+TEST_F(DevicePluginTest, SigtermStopsCleanlyAndRemovesTheSocket) {
+    start("t4x4.yaml");
+    registered();
+    ASSERT_TRUE(std::filesystem::exists(dir_.path() + "/" + kSocket));
+    plugin_->signal(SIGTERM);
+    EXPECT_EQ(plugin_->wait(10000), 0);
+    EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/" + kSocket));
+    EXPECT_TRUE(kubelet_->stream_ended(kGpu));
+}
+
+TEST_F(DevicePluginTest, SighupReloadsTheConfigAndReregisters) {
+    const std::string cfg = dir_.path() + "/../" + std::filesystem::path(dir_.path()).filename().string() + ".yaml";
+    std::ofstream(cfg) << "version: v1\nflags:\n  plugin:\n    deviceIDStrategy: uuid\n";
+    start("t4x4.yaml", {"--config-file", cfg});
+    registered(1);
+    EXPECT_FALSE(kubelet_->devices(kGpu).contains("0"));
+    std::ofstream(cfg) << "version: v1\nflags:\n  plugin:\n    deviceIDStrategy: index\n";
+    plugin_->signal(SIGHUP);
+    registered(2);
+    EXPECT_TRUE(kubelet_->wait_devices(kGpu, [](const auto& d) { return d.contains("0") && d.size() == 4; }, 20s));
+    // A broken file on SIGHUP keeps the running config.
+    std::ofstream(cfg) << "version: v1\nflags:\n  colour: blue\n";
+    plugin_->signal(SIGHUP);
+    std::this_thread::sleep_for(500ms);
+    EXPECT_TRUE(plugin_->running());
+    EXPECT_TRUE(kubelet_->devices(kGpu).contains("0"));
+    std::filesystem::remove(cfg);
+}
+
+TEST(DevicePluginStart, BadConfigFileExitsTwoNamingFileLineAndKey) {
+    TempDir dir;
+    const std::string cfg = dir.write("config.yaml", "version: v1\nflags:\n  migStrategy: none\n  colour: blue\n");
+    auto r = kgpu::test::run_process({KGPU_BINARY, "device-plugin", "--config-file", cfg, "--device-plugin-path", dir.path()});
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_THAT(r.err, HasSubstr(cfg + ":4"));
+    EXPECT_THAT(r.err, HasSubstr("colour"));
+}
+
+TEST(DevicePluginStart, BadFlagValueExitsTwo) {
+    auto r = kgpu::test::run_process({KGPU_BINARY, "device-plugin", "--mig-strategy", "sometimes"});
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_THAT(r.err, HasSubstr("--mig-strategy"));
+}
+
+TEST(DevicePluginStart, NoNvmlWithFailOnInitErrorExitsOne) {
+    TempDir dir;
+    auto r = kgpu::test::run_process({KGPU_BINARY, "device-plugin", "--device-plugin-path", dir.path(),
+                                      "--nvml-library", dir.path() + "/libnvidia-ml.so.1"});
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_THAT(r.err, HasSubstr(dir.path() + "/libnvidia-ml.so.1"));
+    EXPECT_THAT(r.err, HasSubstr("kgpu doctor"));
+}
+
+TEST(DevicePluginStart, NoNvmlWithoutFailOnInitErrorWaitsForTheDriver) {
+    TempDir dir;
+    FakeKubelet kubelet(dir.path());
+    ASSERT_TRUE(kubelet.start());
+    TempDir driver;
+    const std::string lib = driver.path() + "/libnvidia-ml.so.1";
+    ChildProcess plugin({KGPU_BINARY, "device-plugin", "--device-plugin-path", dir.path(), "--nvml-library", lib,
+                         "--fail-on-init-error=false"},
+                        {{"KGPU_SIM_NODE", fixture("t4x4.yaml")}, {"KGPU_INIT_RETRY_MS", "200"}});
+    std::this_thread::sleep_for(700ms);
+    EXPECT_TRUE(plugin.running());
+    EXPECT_FALSE(kubelet.wait_registered(kGpu, 1, 100ms).has_value());
+    std::filesystem::copy_file(KGPU_SIM_LIBRARY, lib);  // the driver appears
+    auto reg = kubelet.wait_registered(kGpu, 1, 20s);
+    ASSERT_TRUE(reg.has_value()) << plugin.err();
+    EXPECT_EQ(kubelet.devices(kGpu).size(), 4u);
+    plugin.signal(SIGTERM);
+    EXPECT_EQ(plugin.wait(10000), 0);
+    EXPECT_THAT(plugin.err(), HasSubstr("kgpu doctor"));
+}
+
+}  // namespace
