@@ -4,6 +4,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/cdi.h"
+#include "cli/labels.h"
+#include "cli/runtime.h"
+#include "cli/device_plugin.h"
+#include "cli/doctor.h"
 #include "cli/info.h"
 #include "common/log.h"
 
@@ -16,12 +21,23 @@ namespace kgpu::cli {
 int run(int argc, char** argv) {
     CLI::App app{"kgpu: the node side of NVIDIA GPUs in Kubernetes"};
     app.require_subcommand(1);
+    app.fallthrough();  // global options (--log-level) may also follow the subcommand
     app.set_version_flag("--version", KGPU_VERSION);
     std::string log_level = "info";
     app.add_option("--log-level", log_level, "debug, info, warn, error or off")->envname("KGPU_LOG_LEVEL");
 
     InfoOptions info;
     add_info_command(app, info);
+    CdiOptions cdi;
+    CLI::App* cdi_cmd = add_cdi_command(app, cdi);
+    RuntimeOptions runtime_opts;
+    CLI::App* runtime_cmd = add_runtime_command(app, runtime_opts);
+    LabelsOptions labels_opts;
+    add_labels_command(app, labels_opts);
+    DevicePluginFlags device_plugin;
+    add_device_plugin_command(app, device_plugin);
+    DoctorCliOptions doctor;
+    add_doctor_command(app, doctor);
 
     try {
         app.parse(argc, argv);
@@ -37,6 +53,11 @@ int run(int argc, char** argv) {
     log::set_level(level);
 
     if (app.got_subcommand("info")) return run_info(info);
+    if (app.got_subcommand("device-plugin")) return run_device_plugin(device_plugin);
+    if (app.got_subcommand("doctor")) return run_doctor(doctor);
+    if (cdi_cmd->got_subcommand("generate")) return run_cdi_generate(cdi);
+    if (runtime_cmd->got_subcommand("configure")) return run_runtime_configure(runtime_opts);
+    if (app.got_subcommand("labels")) return run_labels(labels_opts);
     return 2;
 }
 
