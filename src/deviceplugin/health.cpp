@@ -2,34 +2,9 @@
 
 #include "common/log.h"
 #include "nvml/events.h"
+#include "nvml/xid.h"
 
 namespace kgpu::deviceplugin {
-
-std::string_view xid_meaning(unsigned xid) {
-    switch (xid) {
-        case 13: return "graphics engine exception";
-        case 31: return "GPU memory page fault";
-        case 43: return "GPU stopped processing";
-        case 45: return "preemptive cleanup";
-        case 48: return "double-bit ECC error";
-        case 61: return "micro-controller breakpoint";
-        case 62: return "micro-controller halt";
-        case 63: return "ECC page retirement or row remap recorded";
-        case 64: return "page retirement or row remap failed";
-        case 68: return "video processor exception";
-        case 74: return "NVLink error";
-        case 79: return "GPU has fallen off the bus";
-        case 92: return "high single-bit ECC error rate";
-        case 94: return "contained ECC error";
-        case 95: return "uncontained ECC error";
-        case 109: return "context switch timeout";
-        case 119: return "GSP RPC timeout";
-        case 120: return "GSP error";
-        case 140: return "unrecovered ECC error";
-        case 143: return "GPU initialization failure";
-        default: return "";
-    }
-}
 
 HealthMonitor::HealthMonitor(nvml::Session session, const inventory::Node& node, HealthConfig policy,
                              Callback on_change, std::chrono::milliseconds probe_interval)
@@ -100,7 +75,7 @@ void HealthMonitor::set_healthy(size_t i, std::string reason) {
 
 void HealthMonitor::on_xid(size_t i, unsigned xid) {
     const XidClass cls = policy_.classify(xid);
-    std::string_view meaning = xid_meaning(xid);
+    std::string_view meaning = nvml::xid_meaning(xid);
     std::string what = meaning.empty() ? fmt::format("XID {}", xid) : fmt::format("XID {} ({})", xid, meaning);
     std::lock_guard lk(mu_);
     if (cls == XidClass::ignored) {

@@ -28,9 +28,6 @@
 
 namespace kgpu::deviceplugin {
 
-// A few words on what an XID means ("double-bit ECC error"), or "" when we have none.
-std::string_view xid_meaning(unsigned xid);
-
 struct GpuHealth {
     bool healthy = true;
     std::string reason;  // why it is unhealthy (or how it recovered)

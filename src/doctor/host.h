@@ -30,8 +30,6 @@ std::vector<XidEvent> parse_xids(std::string_view log);
 // Recovery classes of facts/diagnostics.md.
 enum class XidClass { application, recoverable, reset_required, unknown };
 XidClass classify_xid(int xid);
-// NVIDIA's name for a XID, or "" for one not in the facts table.
-std::string_view xid_meaning(int xid);
 
 // Reads a kernel log: /dev/kmsg (a character device: read record by record without blocking) or a
 // plain file (a saved dmesg, /var/log/kern.log, a test fixture).

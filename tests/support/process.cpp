@@ -24,32 +24,11 @@ std::string slurp(const std::string& path) {
 }  // namespace
 
 RunResult run_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
-    TempDir tmp;
-    const std::string out_path = tmp.path() + "/stdout", err_path = tmp.path() + "/stderr";
-    pid_t pid = ::fork();
-    if (pid < 0) throw std::runtime_error("fork failed");
-    if (pid == 0) {
-        int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        int in = ::open("/dev/null", O_RDONLY);
-        if (out < 0 || err < 0 || in < 0) ::_exit(126);
-        ::dup2(in, 0);
-        ::dup2(out, 1);
-        ::dup2(err, 2);
-        for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
-        std::vector<char*> args;
-        for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-        args.push_back(nullptr);
-        ::execv(args[0], args.data());
-        ::_exit(127);
-    }
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0) {
-    }
+    ChildProcess child(argv, env);
     RunResult r;
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    r.out = slurp(out_path);
-    r.err = slurp(err_path);
+    r.exit_code = child.wait(10 * 60 * 1000);
+    r.out = child.out();
+    r.err = child.err();
     return r;
 }
 
