@@ -15,6 +15,8 @@
 #include <optional>
 #include <set>
 
+#include "cdi/spec.h"
+#include "common/files.h"
 #include "common/log.h"
 #include "deviceplugin/allocate.h"
 #include "deviceplugin/allocator.h"
@@ -54,6 +56,7 @@ public:
 
 private:
     Status start_serving();
+    void write_cdi_spec(const inventory::Node& node) const;
     void stop_serving(bool empty_lists);
     void try_register_all(bool force);
     void on_health(const std::vector<GpuHealth>& health);
@@ -150,6 +153,30 @@ Result<v1beta1::PreferredAllocationResponse> Plugin::prefer(const Served::Entry&
     return resp;
 }
 
+// The CDI strategies name devices `nvidia.com/gpu=<index|UUID>`; the runtime resolves those names
+// from a spec file, which we (re)write at every start so it matches what we advertise.
+void Plugin::write_cdi_spec(const inventory::Node& node) const {
+    const Config& cfg = opts_.config;
+    if (node.gpus.empty()) return;
+    cdi::SpecOptions so;
+    so.driver_root = cfg.nvidia_driver_root;
+    so.dev_root = cfg.dev_root();
+    auto spec = cdi::generate(node, so);
+    const fs::path path = fs::path(cfg.cdi_spec_dir) / "kgpu-nvidia-gpu.yaml";
+    if (!spec) {
+        log::error("cannot generate the CDI spec for {}: {}; CDI device names will not resolve", path.string(),
+                   spec.error().message);
+        return;
+    }
+    std::error_code ec;
+    fs::create_directories(cfg.cdi_spec_dir, ec);
+    if (auto st = files::write_atomic(path, cdi::to_yaml(*spec)); !st) {
+        log::error("{}; CDI device names will not resolve", st.error().message);
+        return;
+    }
+    log::info("wrote the CDI spec {}", path.string());
+}
+
 Status Plugin::start_serving() {
     const Config& cfg = opts_.config;
     auto lib = nvml::Library::load({cfg.nvml_library, cfg.nvidia_driver_root});
@@ -167,6 +194,7 @@ Status Plugin::start_serving() {
 
     Served s;
     s.node = std::move(*node);
+    if (cfg.uses(DeviceListStrategy::cdi_annotations) || cfg.uses(DeviceListStrategy::cdi_cri)) write_cdi_spec(s.node);
     std::vector<std::string> warnings;
     auto resources = build_resources(s.node, cfg, &warnings);
     for (const auto& w : warnings) log::warn("{}", w);

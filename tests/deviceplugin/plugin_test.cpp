@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "support/fake_kubelet.h"
@@ -97,6 +98,26 @@ TEST_F(DevicePluginTest, AllocateEnvvarVolumeMountsAndCdiAtOnce) {
     EXPECT_EQ(c0.cdi_devices(0).name(), "nvidia.com/gpu=1");
     EXPECT_EQ(c0.cdi_devices(1).name(), "nvidia.com/gpu=3");
     EXPECT_EQ(resp.container_responses(1).cdi_devices(0).name(), "nvidia.com/gpu=0");
+}
+
+TEST_F(DevicePluginTest, CdiStrategiesWriteTheSpecTheirNamesReferTo) {
+    TempDir cdi_dir;
+    start("t4x4.yaml", {"--device-list-strategy", "cdi-annotations", "--cdi-spec-dir", cdi_dir.path()});
+    registered();
+    std::ifstream in(cdi_dir.path() + "/kgpu-nvidia-gpu.yaml");
+    ASSERT_TRUE(in.good());
+    std::stringstream spec;
+    spec << in.rdbuf();
+    EXPECT_THAT(spec.str(), HasSubstr("kind: nvidia.com/gpu"));
+    const std::string uuid = kubelet_->devices(kGpu).begin()->first;
+    v1beta1::AllocateResponse resp;
+    ASSERT_TRUE(kubelet_->allocate(kGpu, {{uuid}}, &resp).ok());
+    const auto& annotations = resp.container_responses(0).annotations();
+    ASSERT_EQ(annotations.size(), 1u);
+    const std::string name = annotations.begin()->second;
+    EXPECT_EQ(name, "nvidia.com/gpu=" + uuid);
+    // The device the annotation names is one the spec defines.
+    EXPECT_THAT(spec.str(), HasSubstr("name: " + uuid));
 }
 
 TEST_F(DevicePluginTest, AllocateEnvvarWithUuids) {
