@@ -13,7 +13,9 @@
 #include "common/files.h"
 #include "common/strings.h"
 #include "doctor/compat.h"
+#include "doctor/grpc_probe.h"
 #include "doctor/host.h"
+#include "nvml/xid.h"
 #include "inventory/discovery.h"
 #include "nvml/error.h"
 #include "nvml/library.h"
@@ -134,7 +136,7 @@ void check_xid(State& s, CheckResult& r) {
     bool reset = false, recoverable = false, app = false, unknown = false;
     for (const auto& [xid, pcis] : by_xid) {
         auto cls = classify_xid(xid);
-        std::string meaning(xid_meaning(xid));
+        std::string meaning(nvml::xid_meaning(static_cast<unsigned>(xid)));
         std::string where;
         for (const auto& p : pcis) where += (where.empty() ? "" : ", ") + p;
         const char* klass = cls == XidClass::application   ? "application-caused"
@@ -720,9 +722,6 @@ void check_toolkit(State& s, CheckResult& r) {
 
 // ---- device plugin, kubelet ----------------------------------------------------------------
 
-constexpr const char* kGrpcNote = "the gRPC probe (GetDevicePluginOptions) comes with kgpu's device plugin; "
-                                  "this check connects to the socket only";
-
 void check_dp_dir(State& s, CheckResult& r) {
     auto dir = s.host(s.opt.device_plugin_dir);
     std::error_code ec;
@@ -757,30 +756,48 @@ void check_plugin_socket(State& s, CheckResult& r) {
         socks.push_back(e.path());
     }
     std::sort(socks.begin(), socks.end());
-    bool answered = false;
+    bool answered = false, connected = false;
     for (const auto& p : socks) {
         auto st = probe_unix_socket(p);
-        note(r, "{}", st ? fmt::format("{}: accepts connections", p.string()) : st.error().message);
-        answered |= st.has_value();
+        if (!st) {
+            note(r, "{}", st.error().message);
+            continue;
+        }
+        connected = true;
+        auto grpc = probe_device_plugin(p);
+        note(r, "{}", grpc ? *grpc : grpc.error().message);
+        answered |= grpc.has_value();
     }
-    note(r, "{}", kGrpcNote);
     if (socks.empty())
         set(r, Status::fail, "No device plugin socket next to kubelet.sock, so the node shows no nvidia.com/gpu: deploy "
                              "the device plugin DaemonSet and read its log (`kubectl -n kube-system logs <pod>`: \"Failed "
                              "to initialize NVML\", \"No devices found\"); consider --fail-on-init-error=false.");
-    else if (!answered)
+    else if (!answered && !connected)
         set(r, Status::fail, "The plugin socket is stale (nobody listens): restart the device plugin pod; if the kubelet "
                              "restarted, the plugin must re-register.");
+    else if (!answered)
+        set(r, Status::fail, "Something listens on the plugin socket but does not answer the device-plugin API: "
+                             "restart the device plugin pod and read its log.");
 }
 
 void check_pod_resources(State& s, CheckResult& r) {
     auto p = s.host(s.opt.pod_resources_socket);
     auto st = probe_unix_socket(p);
-    note(r, "{}", st ? fmt::format("{}: accepts connections", p.string()) : st.error().message);
-    note(r, "the gRPC probe (List) comes with kgpu's exporter; this check connects to the socket only");
-    if (!st)
-        set(r, Status::warn, "Without the PodResources socket GPU metrics cannot name pods: run a kubelet >= 1.15 and "
-                             "mount /var/lib/kubelet/pod-resources into the exporter.");
+    if (st) {
+        auto list = probe_pod_resources(p);
+        if (list) {
+            note(r, "{}: List answered: {} pod(s), {} container(s) holding nvidia.com devices", p.string(), list->pods,
+                 list->gpu_containers);
+            return;
+        }
+        note(r, "{}", list.error().message);
+        set(r, Status::warn, "The PodResources socket does not answer List, so GPU metrics cannot name pods: check the "
+                             "kubelet version (>= 1.15) and that the socket mounted into the exporter is the kubelet's.");
+        return;
+    }
+    note(r, "{}", st.error().message);
+    set(r, Status::warn, "Without the PodResources socket GPU metrics cannot name pods: run a kubelet >= 1.15 and "
+                         "mount /var/lib/kubelet/pod-resources into the exporter.");
 }
 
 std::vector<Check> registry() {
@@ -814,9 +831,9 @@ std::vector<Check> registry() {
         {"deviceplugin.dir", Layer::device_plugin, "device-plugin directory present", {}, check_dp_dir},
         {"deviceplugin.kubelet_socket", Layer::device_plugin, "kubelet.sock accepts connections", {"deviceplugin.dir"},
          check_kubelet_socket},
-        {"deviceplugin.plugin_socket", Layer::device_plugin, "a plugin socket next to kubelet.sock answers",
+        {"deviceplugin.plugin_socket", Layer::device_plugin, "a plugin socket next to kubelet.sock answers GetDevicePluginOptions",
          {"deviceplugin.dir"}, check_plugin_socket},
-        {"kubelet.pod_resources", Layer::kubelet, "PodResources socket accepts connections", {}, check_pod_resources},
+        {"kubelet.pod_resources", Layer::kubelet, "PodResources socket answers List", {}, check_pod_resources},
         {"nvml.cuda_compat", Layer::workload, "CUDA images the driver and GPUs can run", nvml_dev, check_cuda_compat},
         {"nvml.gpu_memory", Layer::workload, "no process near a GPU's memory limit (OOM risk)", nvml_dev,
          check_gpu_memory},

@@ -72,7 +72,11 @@ TEST(DoctorChecks, HealthySimulatedNodeIsAllOk) {
     }
     EXPECT_EQ(r.checks.size(), kgpu::doctor::check_ids().size());
     EXPECT_THAT(get(r, "nvml.devices").evidence, HasSubstr("4 GPU(s)"));
-    EXPECT_THAT(get(r, "deviceplugin.plugin_socket").evidence, HasSubstr("gRPC probe"));
+    EXPECT_THAT(get(r, "deviceplugin.plugin_socket").evidence,
+                HasSubstr("GetDevicePluginOptions answered (pre_start_required=false, "
+                          "get_preferred_allocation_available=true)"));
+    EXPECT_THAT(get(r, "kubelet.pod_resources").evidence,
+                HasSubstr("List answered: 1 pod(s), 1 container(s) holding nvidia.com devices"));
 }
 
 TEST(DoctorChecks, NoLibraryFailsLoadAndSkipsDependents) {
@@ -377,6 +381,18 @@ TEST(DoctorChecks, DevicePluginSockets) {
     EXPECT_EQ(get(r, "deviceplugin.kubelet_socket").status, Status::ok);
     EXPECT_EQ(get(r, "deviceplugin.plugin_socket").status, Status::fail);
     EXPECT_THAT(get(r, "deviceplugin.plugin_socket").evidence, HasSubstr("connection refused"));
+
+    // Something listens but does not speak the device-plugin API.
+    FakeHost mute;
+    mute.socket("/var/lib/kubelet/device-plugins/kubelet.sock");
+    mute.socket("/var/lib/kubelet/device-plugins/nvidia-gpu.sock");
+    mute.socket("/var/lib/kubelet/pod-resources/kubelet.sock");
+    r = Doc{mute}();
+    EXPECT_EQ(get(r, "deviceplugin.plugin_socket").status, Status::fail);
+    EXPECT_THAT(get(r, "deviceplugin.plugin_socket").evidence, HasSubstr("GetDevicePluginOptions failed"));
+    EXPECT_THAT(get(r, "deviceplugin.plugin_socket").fix, HasSubstr("does not answer the device-plugin API"));
+    EXPECT_EQ(get(r, "kubelet.pod_resources").status, Status::warn);
+    EXPECT_THAT(get(r, "kubelet.pod_resources").evidence, HasSubstr("List failed"));
 
     FakeHost regular;
     regular.write("/var/lib/kubelet/device-plugins/kubelet.sock", "");

@@ -3,6 +3,11 @@
 #pragma once
 
 #include <sys/socket.h>
+
+#include <memory>
+
+#include "deviceplugin/server.h"
+#include "support/fake_pod_resources.h"
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -61,15 +66,24 @@ public:
             ::close(fd);
         }
     }
-    // Sockets of a live kubelet and a live device plugin.
+    // Sockets of a live kubelet and a live device plugin: kubelet.sock accepts connections, the
+    // plugin socket is served by kgpu's real device-plugin server and the PodResources socket by a
+    // fake kubelet that lists one GPU pod, so the gRPC probes get real answers.
     void live_kubelet() {
         socket("/var/lib/kubelet/device-plugins/kubelet.sock");
-        socket("/var/lib/kubelet/device-plugins/nvidia-gpu.sock");
-        socket("/var/lib/kubelet/pod-resources/kubelet.sock");
+        std::filesystem::create_directories(path("/var/lib/kubelet/pod-resources"));
+        plugin_ = std::make_unique<deviceplugin::ResourceServer>(
+            "nvidia.com/gpu", path("/var/lib/kubelet/device-plugins/nvidia-gpu.sock"), deviceplugin::Handlers{});
+        if (!plugin_->start()) std::abort();
+        pods_ = std::make_unique<FakePodResources>(path("/var/lib/kubelet/pod-resources/kubelet.sock"));
+        if (!pods_->start()) std::abort();
+        pods_->add_pod("default", "train-0", "main", "nvidia.com/gpu", {"GPU-0"});
     }
 
 private:
     TempDir dir_;
+    std::unique_ptr<deviceplugin::ResourceServer> plugin_;
+    std::unique_ptr<FakePodResources> pods_;
     std::vector<int> fds_;
 };
 
