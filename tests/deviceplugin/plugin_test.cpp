@@ -248,6 +248,28 @@ TEST_F(DevicePluginTest, SighupReloadsTheConfigAndReregisters) {
     std::filesystem::remove(cfg);
 }
 
+TEST(DevicePluginStart, KubeletAbsentAtStartIsWaitedFor) {
+    TempDir dir;
+    ChildProcess plugin({KGPU_BINARY, "device-plugin", "--device-plugin-path", dir.path(), "--nvml-library",
+                         KGPU_SIM_LIBRARY},
+                        {{"KGPU_SIM_NODE", fixture("t4x4.yaml")}});
+    std::this_thread::sleep_for(1500ms);  // several registration attempts fail meanwhile
+    ASSERT_TRUE(plugin.running()) << plugin.err();
+    FakeKubelet kubelet(dir.path());
+    ASSERT_TRUE(kubelet.start());
+    auto reg = kubelet.wait_registered(kGpu, 1, 20s);
+    ASSERT_TRUE(reg.has_value()) << plugin.err();
+    plugin.signal(SIGTERM);
+    EXPECT_EQ(plugin.wait(10000), 0);
+    // The failure is logged once, not once per attempt.
+    const std::string err = plugin.err();
+    size_t count = 0;
+    for (size_t pos = err.find("retrying with backoff"); pos != std::string::npos;
+         pos = err.find("retrying with backoff", pos + 1))
+        ++count;
+    EXPECT_EQ(count, 1u) << err;
+}
+
 TEST(DevicePluginStart, BadConfigFileExitsTwoNamingFileLineAndKey) {
     TempDir dir;
     const std::string cfg = dir.write("config.yaml", "version: v1\nflags:\n  migStrategy: none\n  colour: blue\n");
