@@ -261,13 +261,15 @@ TEST(DevicePluginStart, KubeletAbsentAtStartIsWaitedFor) {
     ASSERT_TRUE(reg.has_value()) << plugin.err();
     plugin.signal(SIGTERM);
     EXPECT_EQ(plugin.wait(10000), 0);
-    // The failure is logged once, not once per attempt.
+    // The failure is logged once per distinct error, not once per attempt (a second line may appear
+    // if an attempt lands between the kubelet creating its socket and listening on it).
     const std::string err = plugin.err();
     size_t count = 0;
     for (size_t pos = err.find("retrying with backoff"); pos != std::string::npos;
          pos = err.find("retrying with backoff", pos + 1))
         ++count;
-    EXPECT_EQ(count, 1u) << err;
+    EXPECT_GE(count, 1u) << err;
+    EXPECT_LE(count, 2u) << err;
 }
 
 TEST(DevicePluginStart, BadConfigFileExitsTwoNamingFileLineAndKey) {
