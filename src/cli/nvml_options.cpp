@@ -1,6 +1,5 @@
 #include "cli/nvml_options.h"
 
-#include "nvml/error.h"
 
 namespace kgpu::cli {
 
@@ -15,14 +14,10 @@ void add_nvml_options(CLI::App& app, NvmlOptions& opts) {
 }
 
 Result<nvml::Session> open_nvml(const NvmlOptions& opts) {
-    auto lib = nvml::Library::load({opts.nvml_library, opts.driver_root});
-    if (!lib) return std::unexpected(lib.error());
-    auto session = nvml::Session::open(*lib);
-    if (!session) {
+    auto session = nvml::open_session({opts.nvml_library, opts.driver_root});
+    if (!session && session.error().nvml_return != 0) {
         Error e = session.error();
-        std::string_view hint = nvml::init_failure_hint(e.nvml_return);
-        e.message = fmt::format("initialising NVML from {}: {}{}{}; run `kgpu doctor` for a full check",
-                                (*lib)->origin(), e.message, hint.empty() ? "" : " — ", hint);
+        e.message += "; run `kgpu doctor` for a full check";
         return std::unexpected(e);
     }
     return session;

@@ -24,7 +24,6 @@
 #include "deviceplugin/resources.h"
 #include "deviceplugin/server.h"
 #include "inventory/discovery.h"
-#include "nvml/error.h"
 #include "nvml/library.h"
 
 namespace kgpu::deviceplugin {
@@ -179,16 +178,8 @@ void Plugin::write_cdi_spec(const inventory::Node& node) const {
 
 Status Plugin::start_serving() {
     const Config& cfg = opts_.config;
-    auto lib = nvml::Library::load({cfg.nvml_library, cfg.nvidia_driver_root});
-    if (!lib) return std::unexpected(lib.error());
-    auto session = nvml::Session::open(*lib);
-    if (!session) {
-        Error e = session.error();
-        std::string_view hint = nvml::init_failure_hint(e.nvml_return);
-        e.message = fmt::format("initialising NVML from {}: {}{}{}", (*lib)->origin(), e.message,
-                                hint.empty() ? "" : " — ", hint);
-        return std::unexpected(e);
-    }
+    auto session = nvml::open_session({cfg.nvml_library, cfg.nvidia_driver_root});
+    if (!session) return std::unexpected(session.error());
     auto node = inventory::discover(*session);
     if (!node) return std::unexpected(node.error());
 

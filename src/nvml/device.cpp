@@ -105,6 +105,20 @@ Result<Device> Session::device_by_uuid(const std::string& uuid) const {
     return Device(ctx_, h);
 }
 
+Result<Session> open_session(const LoadOptions& options) {
+    auto lib = Library::load(options);
+    if (!lib) return std::unexpected(lib.error());
+    auto session = Session::open(*lib);
+    if (!session) {
+        Error e = session.error();
+        std::string_view hint = init_failure_hint(e.nvml_return);
+        e.message = fmt::format("initialising NVML from {}: {}{}{}", (*lib)->origin(), e.message,
+                                hint.empty() ? "" : " — ", hint);
+        return std::unexpected(e);
+    }
+    return session;
+}
+
 // ---- Device -----------------------------------------------------------------------------------
 
 Result<std::string> Device::uuid() const {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "nvml/device.h"
 #include "nvml/entry_points.h"
 #include "nvml/nvml_abi.h"
 
@@ -70,5 +71,10 @@ private:
     std::vector<std::string> missing_optional_;
     std::vector<std::pair<std::string, std::string>> bound_names_;  // field -> symbol
 };
+
+// Library::load then Session::open. An init failure's message names the library and, where the
+// return code has a usual cause, says it ("... DRIVER_NOT_LOADED (9) ... — the NVIDIA kernel
+// module is not loaded ..."); nvml_return stays set.
+Result<Session> open_session(const LoadOptions& options);
 
 }  // namespace kgpu::nvml
