@@ -229,8 +229,20 @@ Result<Explanation> explain(const json& pod, const json& nodes, const json& pods
         for (const auto& [key, hv] : hard.items()) {
             std::string res = key;
             bool is_limit = false;
-            if (res.starts_with("requests.")) res = res.substr(9);
+            bool prefixed_request = false;
+            if (res.starts_with("requests.")) res = res.substr(9), prefixed_request = true;
             else if (res.starts_with("limits.")) res = res.substr(7), is_limit = true;
+            // The quota evaluator counts extended resources (names with a domain, like
+            // nvidia.com/gpu) only under "requests.<name>"; a bare or "limits." key is accepted
+            // by the API server but never enforced, so it cannot be why the pod is Pending.
+            if (res.find('/') != std::string::npos && !prefixed_request) {
+                if (res == kGpu)
+                    e.warnings.push_back(fmt::format(
+                        "ResourceQuota {}/{}: key {} is not enforced for an extended resource; write "
+                        "requests.{} to limit GPUs per namespace",
+                        ns, md.value("name", "?"), key, res));
+                continue;
+            }
             double want = res == "pods" ? 1.0 : (is_limit ? reqs->limits.get(res) : reqs->requests.get(res));
             if (want == 0) continue;
             auto h = parse_quantity(hv.is_string() ? hv.get<std::string>() : hv.dump());

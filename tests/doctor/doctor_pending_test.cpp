@@ -62,6 +62,24 @@ TEST(DoctorPending, EveryCauseOnItsNode) {
     EXPECT_THAT(e->pod_problems[0], HasSubstr("ResourceQuota ml-team/gpu-quota: requests.nvidia.com/gpu used 1 of 2"));
 }
 
+TEST(DoctorPending, QuotaKeysThatAreNotEnforcedAreNotBlockers) {
+    // Kubernetes enforces extended-resource quota only as requests.<name>: a bare or limits. key
+    // never rejects a pod, so it is a warning about the quota, not a reason for Pending.
+    auto quotas = load("quotas.json");
+    auto& q = quotas["items"][0];
+    for (const char* key : {"nvidia.com/gpu", "limits.nvidia.com/gpu"}) {
+        q["spec"]["hard"] = json{{key, "1"}};
+        q["status"]["hard"] = json{{key, "1"}};
+        q["status"]["used"] = json{{key, "1"}};
+        auto e = explain(load("pod.json"), load("nodes.json"), load("pods.json"), quotas);
+        ASSERT_TRUE(e) << e.error().message;
+        EXPECT_TRUE(e->pod_problems.empty()) << key << ": " << e->pod_problems[0];
+        std::string w;
+        for (const auto& s : e->warnings) w += s + "\n";
+        EXPECT_THAT(w, HasSubstr(std::string("key ") + key + " is not enforced")) << w;
+    }
+}
+
 TEST(DoctorPending, FitsWhenThereIsRoom) {
     auto pod = load("pod.json");
     pod["spec"]["tolerations"] = json::array({{{"key", "nvidia.com/gpu"}, {"operator", "Exists"}, {"effect", "NoSchedule"}}});
