@@ -53,6 +53,11 @@ struct RemappedRows {
     bool failure = false;   // a remap failed: the GPU needs service
 };
 
+// nvmlDeviceGetUtilizationRates: percent of the last sample period.
+struct Utilization {
+    unsigned gpu = 0, memory = 0;
+};
+
 // One compute process on a GPU (nvmlDeviceGetComputeRunningProcesses).
 struct ProcessMemory {
     unsigned pid = 0;
@@ -93,6 +98,21 @@ public:
     Result<bool> nvlink_active(unsigned link) const;
     Result<std::string> nvlink_remote_bus_id(unsigned link) const;
     Result<NvLinkPeerType> nvlink_remote_type(unsigned link) const;
+
+    // Telemetry for the exporter (defined in telemetry.cpp), in NVML's units. A value the GPU does
+    // not report is Code::not_supported.
+    Result<Utilization> utilization() const;
+    Result<unsigned> encoder_utilization() const;  // percent
+    Result<unsigned> decoder_utilization() const;  // percent
+    Result<unsigned> temperature_c() const;         // the GPU die
+    Result<unsigned> memory_temperature_c() const;  // HBM (field NVML_FI_DEV_MEMORY_TEMP)
+    Result<unsigned> power_usage_mw() const;
+    Result<std::uint64_t> total_energy_mj() const;  // since the driver loaded
+    Result<unsigned> sm_clock_mhz() const;
+    Result<unsigned> memory_clock_mhz() const;
+    Result<unsigned> pcie_replay_counter() const;
+    // nvmlDeviceGetTotalEccErrors(VOLATILE): corrected (single-bit) or uncorrected (double-bit).
+    Result<std::uint64_t> ecc_volatile_total(bool corrected) const;
 
 private:
     friend class Session;
