@@ -1,0 +1,122 @@
+// Who uses a GPU. Pods come from the kubelet's PodResources API (which device IDs each container
+// was allocated); processes come from NVML (host PIDs) and are named through their cgroup and the
+// CRI runtime socket (facts/cri-and-process-attribution.md). Everything here is called by the
+// collector thread, off the request path; a failing socket is logged once per distinct failure
+// and the caller carries on without the labels.
+#pragma once
+
+#include <chrono>
+#include <compare>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "common/error.h"
+#include "inventory/node.h"
+
+namespace kgpu::exporter {
+
+struct PodRef {
+    std::string pod;
+    std::string namespace_name;
+    std::string container;
+    auto operator<=>(const PodRef&) const = default;
+};
+
+// What a device plugin ID names on this node.
+struct DeviceTarget {
+    unsigned gpu_index = 0;                    // the (parent) GPU, NVML index
+    std::optional<unsigned> gpu_instance_id;   // set when the ID names a MIG instance
+    auto operator<=>(const DeviceTarget&) const = default;
+};
+
+// Resolves an ID as any device plugin strategy writes it: "GPU-<uuid>", an index "3", a replica
+// "GPU-<uuid>::2" or "3::2", a MIG UUID "MIG-<uuid>", or "<gpu>:<mig>" (MIG slot index j of
+// inventory::MigDevice::index). nullopt when nothing on `node` matches.
+std::optional<DeviceTarget> resolve_device_id(std::string_view id, const inventory::Node& node);
+
+// True for the resource names whose devices are GPUs: nvidia.com/gpu, nvidia.com/gpu.shared,
+// nvidia.com/mig-*, and any name in `extra` (renamed time-slicing resources).
+bool is_gpu_resource(std::string_view resource_name, std::span<const std::string> extra = {});
+
+struct DeviceUse {
+    DeviceTarget target;
+    PodRef pod;
+    auto operator<=>(const DeviceUse&) const = default;
+};
+
+struct PodResourcesOptions {
+    std::string socket = "/var/lib/kubelet/pod-resources/kubelet.sock";  // a path, or unix://path
+    std::chrono::milliseconds timeout{2000};
+    std::vector<std::string> extra_resources;  // see is_gpu_resource
+};
+
+// A PodResources v1 client that keeps its channel between calls.
+class PodResourcesClient {
+public:
+    explicit PodResourcesClient(PodResourcesOptions options);
+    ~PodResourcesClient();
+    PodResourcesClient(const PodResourcesClient&) = delete;
+    PodResourcesClient& operator=(const PodResourcesClient&) = delete;
+
+    // Calls List and maps every GPU-resource device ID onto `node`, sorted and de-duplicated
+    // (two replicas of one GPU in one container give one DeviceUse). IDs that resolve to nothing
+    // are skipped and logged once each. An error (socket missing, timeout, UNIMPLEMENTED) names
+    // the socket; the caller keeps going without pod labels.
+    Result<std::vector<DeviceUse>> list(const inventory::Node& node);
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+// The pod UID and container ID in the text of /proc/<pid>/cgroup (v1 or v2; cgroupfs or systemd
+// driver; containerd, CRI-O or docker scope names). nullopt for a process outside kubepods.
+// pod_uid is always in its dashed form ("1f2e...-..."), container_id is the bare 64-hex ID.
+struct CgroupRef {
+    std::string pod_uid;
+    std::string container_id;
+    auto operator<=>(const CgroupRef&) const = default;
+};
+std::optional<CgroupRef> parse_cgroup(std::string_view cgroup_text);
+
+// A CRI runtime.v1 client (RuntimeService/ListContainers) on a unix socket.
+class CriClient {
+public:
+    // endpoint: "unix:///run/containerd/containerd.sock" or a bare path.
+    explicit CriClient(std::string endpoint, std::chrono::milliseconds timeout = std::chrono::milliseconds{2000});
+    ~CriClient();
+    CriClient(const CriClient&) = delete;
+    CriClient& operator=(const CriClient&) = delete;
+
+    // container ID -> pod/namespace/container, from the io.kubernetes.* labels of every container.
+    Result<std::unordered_map<std::string, PodRef>> list_containers();
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+// Names the pods behind GPU processes: reads <proc_root>/<pid>/cgroup, then looks the container
+// ID up in a cache that is refreshed from the CRI socket only when an unknown container ID shows
+// up (at most once per call), and pruned of containers no longer seen.
+class ProcessAttributor {
+public:
+    ProcessAttributor(std::string proc_root, std::string cri_endpoint);
+    ~ProcessAttributor();
+    ProcessAttributor(const ProcessAttributor&) = delete;
+    ProcessAttributor& operator=(const ProcessAttributor&) = delete;
+
+    // pid -> pod for each PID it could name; PIDs outside pods or gone are left out.
+    std::unordered_map<unsigned, PodRef> attribute(std::span<const unsigned> pids);
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kgpu::exporter

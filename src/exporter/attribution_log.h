@@ -1,0 +1,47 @@
+// Private to kgpu_attribution: "log once per distinct failure" for a peer the collector asks at
+// every interval (the kubelet's PodResources socket, the CRI runtime socket). A socket that stays
+// down must not write a line per interval, but a new kind of failure, and the recovery, should
+// each show once.
+#pragma once
+
+#include <iterator>
+#include <string>
+#include <string_view>
+
+#include "common/log.h"
+
+namespace kgpu::exporter::detail {
+
+class FailureLog {
+public:
+    // Logs `message` as a warning unless it is the failure logged last.
+    void failed(std::string_view message) {
+        if (failing_ && message == last_) return;
+        failing_ = true;
+        last_ = message;
+        log::warn("{}", message);
+    }
+    // After a failure, logs `message` once as info (the peer answers again).
+    void ok(std::string_view message) {
+        if (!failing_) return;
+        failing_ = false;
+        last_.clear();
+        log::info("{}", message);
+    }
+    bool failing() const { return failing_; }
+
+private:
+    bool failing_ = false;
+    std::string last_;
+};
+
+// "UNAVAILABLE" for grpc::StatusCode 14 (messages name the code; some statuses carry no text).
+inline std::string_view grpc_code_name(int code) {
+    static constexpr std::string_view names[] = {
+        "OK",        "CANCELLED",         "UNKNOWN",        "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+        "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",
+        "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+    return code >= 0 && code < static_cast<int>(std::size(names)) ? names[code] : "gRPC error";
+}
+
+}  // namespace kgpu::exporter::detail
