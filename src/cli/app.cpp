@@ -9,6 +9,7 @@
 #include "cli/runtime.h"
 #include "cli/device_plugin.h"
 #include "cli/doctor.h"
+#include "cli/exporter.h"
 #include "cli/info.h"
 #include "common/log.h"
 
@@ -38,6 +39,8 @@ int run(int argc, char** argv) {
     add_device_plugin_command(app, device_plugin);
     DoctorCliOptions doctor;
     add_doctor_command(app, doctor);
+    ExporterFlags exporter_flags;
+    add_exporter_command(app, exporter_flags);
 
     try {
         app.parse(argc, argv);
@@ -55,6 +58,7 @@ int run(int argc, char** argv) {
     if (app.got_subcommand("info")) return run_info(info);
     if (app.got_subcommand("device-plugin")) return run_device_plugin(device_plugin);
     if (app.got_subcommand("doctor")) return run_doctor(doctor);
+    if (app.got_subcommand("exporter")) return run_exporter(exporter_flags);
     if (cdi_cmd->got_subcommand("generate")) return run_cdi_generate(cdi);
     if (runtime_cmd->got_subcommand("configure")) return run_runtime_configure(runtime_opts);
     if (app.got_subcommand("labels")) return run_labels(labels_opts);

@@ -1,0 +1,187 @@
+// End-to-end figures for `kgpu exporter` (DESIGN.md budgets), measured from outside the process
+// the way Prometheus sees it: the built binary on the simulator, a fake kubelet PodResources
+// server with 100 pods sharing the GPUs (time-slicing replicas), loopback HTTP.
+//
+//   build/release/bench/kgpu_exporter_e2e [fixture.yaml] [collections for the RSS figure, default 3600]
+//
+// Figures: scrape latency p50/p99 (plain and gzip), concurrent scrape throughput, RSS after N
+// collections at a 10 ms interval, CPU per collection (utime+stime of the process over those
+// passes, with nobody scraping), and what that is at a 1 s interval.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+#include "metrics_text.h"
+#include "support/fake_pod_resources.h"
+#include "support/process.h"
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+using kgpu::test::ChildProcess;
+
+namespace {
+
+double us(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+
+void report(const char* what, std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    auto pct = [&](double p) { return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))]; };
+    std::printf("%-44s n=%-5zu p50=%9.1f us  p99=%9.1f us  max=%9.1f us\n", what, v.size(), pct(0.5), pct(0.99), v.back());
+}
+
+long status_kib(int pid, const char* key) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+    std::string line;
+    while (std::getline(in, line))
+        if (line.rfind(key, 0) == 0) return std::stol(line.substr(std::string(key).size()));
+    return -1;
+}
+
+// utime + stime of a process, in seconds.
+double cpu_seconds(int pid) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+    std::string s((std::istreambuf_iterator<char>(in)), {});
+    auto close = s.rfind(')');
+    std::istringstream rest(s.substr(close + 2));
+    std::string field;
+    unsigned long long utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && rest >> field; ++i) {
+        if (i == 14) utime = std::stoull(field);
+        if (i == 15) stime = std::stoull(field);
+    }
+    return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+int start_port(ChildProcess& p) {
+    const std::regex re("listening on 127\\.0\\.0\\.1:([0-9]+)");
+    const auto deadline = Clock::now() + 60s;
+    while (Clock::now() < deadline && p.running()) {
+        std::smatch m;
+        const std::string err = p.err();
+        if (std::regex_search(err, m, re)) return std::stoi(m[1]);
+        std::this_thread::sleep_for(10ms);
+    }
+    return 0;
+}
+
+double collections(int port) {
+    auto r = kgpu::test::http_request(port, "GET", "/metrics");
+    auto m = kgpu::test::parse_metrics(r.body);
+    return m.value("kgpu_collections_total").value_or(-1);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const std::string node = argc > 1 ? argv[1] : std::string(KGPU_SOURCE_DIR) + "/sim/nodes/dgx-h100.yaml";
+    const int passes = argc > 2 ? std::atoi(argv[2]) : 3600;
+    kgpu::test::TempDir dir;
+
+    // 100 pods, spread over the GPUs as time-slicing replicas "<uuid>::<n>".
+    const YAML::Node yaml = YAML::LoadFile(node);
+    std::vector<std::string> uuids;
+    for (const auto& g : yaml["gpus"]) uuids.push_back(g["uuid"].as<std::string>());
+    kgpu::test::FakePodResources pr(dir.path() + "/kubelet.sock");
+    if (!pr.start()) return 1;
+    for (int i = 0; i < 100 && !uuids.empty(); ++i)
+        pr.add_pod("team-" + std::to_string(i % 5), "pod-" + std::to_string(i), "main", "nvidia.com/gpu",
+                   {uuids[static_cast<size_t>(i) % uuids.size()] + "::" + std::to_string(i / uuids.size())});
+
+    const std::vector<std::string> common = {KGPU_BINARY, "exporter", "--address", "127.0.0.1:0", "--nvml-library",
+                                             KGPU_SIM_LIBRARY, "--kubernetes", "--pod-resources-kubelet-socket",
+                                             dir.path() + "/kubelet.sock", "--container-runtime-endpoint",
+                                             "unix://" + dir.path() + "/no-cri.sock", "--proc-root", dir.path()};
+
+    // 1. Scrapes from the cache (1 s interval, as Prometheus would see it).
+    {
+        auto argv1 = common;
+        argv1.insert(argv1.end(), {"--collect-interval", "1000", "--log-level", "info"});
+        ChildProcess p(argv1, {{"KGPU_SIM_NODE", node}});
+        const int port = start_port(p);
+        if (!port) {
+            std::cerr << "exporter did not start\n" << p.err();
+            return 1;
+        }
+        auto first = kgpu::test::http_request(port, "GET", "/metrics");
+        auto parsed = kgpu::test::parse_metrics(first.body);
+        auto gz = kgpu::test::http_request(port, "GET", "/metrics", {"Accept-Encoding: gzip"});
+        std::printf("%-44s %zu series, %zu bytes (%zu gzip), %zu GPUs, 100 pods\n", "scrape body", parsed.samples.size(),
+                    first.body.size(), gz.body.size(), uuids.size());
+        for (int i = 0; i < 50; ++i) kgpu::test::http_request(port, "GET", "/metrics");  // warm up
+        std::vector<double> plain, gzip;
+        for (int i = 0; i < 2000; ++i) {
+            auto t = Clock::now();
+            auto r = kgpu::test::http_request(port, "GET", "/metrics");
+            plain.push_back(us(Clock::now() - t));
+            if (r.status != 200) std::cerr << "scrape failed\n";
+            t = Clock::now();
+            r = kgpu::test::http_request(port, "GET", "/metrics", {"Accept-Encoding: gzip"});
+            gzip.push_back(us(Clock::now() - t));
+        }
+        report("scrape /metrics (plain, full body read)", plain);
+        report("scrape /metrics (gzip, full body read)", gzip);
+
+        constexpr int kThreads = 16, kEach = 100;
+        std::atomic<int> ok{0};
+        const auto t0 = Clock::now();
+        std::vector<std::thread> threads;
+        for (int t = 0; t < kThreads; ++t)
+            threads.emplace_back([&] {
+                for (int i = 0; i < kEach; ++i)
+                    if (kgpu::test::http_request(port, "GET", "/metrics", {"Accept-Encoding: gzip"}).status == 200) ++ok;
+            });
+        for (auto& t : threads) t.join();
+        const double secs = us(Clock::now() - t0) / 1e6;
+        std::printf("%-44s %d/%d ok, %.0f scrapes/s (16 clients, gzip)\n", "concurrent scrapes", ok.load(),
+                    kThreads * kEach, ok.load() / secs);
+        std::printf("%-44s %ld KiB (peak %ld KiB; anonymous %ld KiB, the rest is shared-library pages)\n",
+                    "RSS after those scrapes", status_kib(p.pid(), "VmRSS:"), status_kib(p.pid(), "VmHWM:"),
+                    status_kib(p.pid(), "RssAnon:"));
+        p.signal(SIGTERM);
+        p.wait(30000);
+    }
+
+    // 2. Many collections: RSS after `passes`, CPU per pass (nobody scraping in between).
+    {
+        auto argv2 = common;
+        argv2.insert(argv2.end(), {"--collect-interval", "10"});
+        ChildProcess p(argv2, {{"KGPU_SIM_NODE", node}});
+        const int port = start_port(p);
+        if (!port) {
+            std::cerr << "exporter did not start\n" << p.err();
+            return 1;
+        }
+        const double c0 = collections(port), cpu0 = cpu_seconds(p.pid());
+        const auto t0 = Clock::now();
+        const long rss_start = status_kib(p.pid(), "VmRSS:");
+        double c1 = c0;
+        while (c1 < c0 + passes && p.running()) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(std::max(100, passes * 2)));
+            c1 = collections(port);
+        }
+        const double cpu1 = cpu_seconds(p.pid());
+        const double n = c1 - c0;
+        std::printf("%-44s %ld KiB after %.0f collections (%ld KiB at start; peak %ld KiB; anonymous %ld KiB)\n",
+                    "RSS", status_kib(p.pid(), "VmRSS:"), c1, rss_start, status_kib(p.pid(), "VmHWM:"),
+                    status_kib(p.pid(), "RssAnon:"));
+        const double per = (cpu1 - cpu0) / n;
+        std::printf("%-44s %.0f us CPU per collection (%.0f passes in %.1f s; includes the few scrapes that "
+                    "counted them) = %.3f %% of a core at a 1 s interval\n",
+                    "collection CPU", per * 1e6, n, us(Clock::now() - t0) / 1e6, per * 100.0);
+        p.signal(SIGTERM);
+        p.wait(30000);
+    }
+    return 0;
+}

@@ -1,0 +1,120 @@
+#include "cli/exporter.h"
+
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <iostream>
+
+#include "exporter/catalogue.h"
+#include "exporter/exporter.h"
+
+namespace kgpu::cli {
+
+CLI::App* add_exporter_command(CLI::App& app, ExporterFlags& f) {
+    auto* cmd = app.add_subcommand("exporter", "Serve GPU metrics for Prometheus (dcgm-exporter names, pod labels)");
+    cmd->add_option("-a,--address", f.address, "Listen address: host:port, :port or [ipv6]:port; port 0 picks one")
+        ->envname("DCGM_EXPORTER_LISTEN")
+        ->capture_default_str();
+    cmd->add_option("-c,--collect-interval", f.collect_interval, "Collection interval in milliseconds")
+        ->envname("DCGM_EXPORTER_INTERVAL")
+        ->capture_default_str();
+    cmd->add_flag("-k,--kubernetes", f.kubernetes, "Add pod, namespace and container labels (PodResources + CRI)")
+        ->envname("DCGM_EXPORTER_KUBERNETES");
+    cmd->add_option("--pod-resources-kubelet-socket", f.pod_resources_socket, "The kubelet's PodResources socket")
+        ->envname("DCGM_POD_RESOURCES_KUBELET_SOCKET")
+        ->capture_default_str();
+    cmd->add_flag("-n,--no-hostname", f.no_hostname, "Leave the Hostname label out")->envname("DCGM_EXPORTER_NO_HOSTNAME");
+    cmd->add_option("--hostname-label", f.hostname_label,
+                    "Name of the host label: Hostname (dcgm-exporter 3.x) or hostname (newer)")
+        ->envname("KGPU_EXPORTER_HOSTNAME_LABEL")
+        ->capture_default_str();
+    cmd->add_option("--proc-root", f.proc_root, "Where the host's /proc is (for GPU processes' cgroups)")
+        ->envname("KGPU_PROC_ROOT")
+        ->capture_default_str();
+    cmd->add_option("--container-runtime-endpoint", f.container_runtime_endpoint,
+                    "CRI socket that names the pod of a container ID")
+        ->envname("CONTAINER_RUNTIME_ENDPOINT")
+        ->capture_default_str();
+    cmd->add_option("--resource-name,--nvidia-resource-names", f.resource_names,
+                    "Extra resource names whose devices are GPUs (repeat or comma list), e.g. nvidia.com/a100")
+        ->envname("NVIDIA_RESOURCE_NAMES")
+        ->delimiter(',');
+    cmd->add_option("--kubernetes-gpu-id-type", f.kubernetes_gpu_id_type,
+                    "Accepted for dcgm-exporter compatibility (uid or device-name); kgpu resolves both")
+        ->envname("DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE");
+    cmd->add_option("--http-idle-timeout", f.http_idle_timeout, "Seconds before an idle HTTP connection is closed")
+        ->capture_default_str();
+    cmd->add_flag("--print-metrics-markdown", f.print_metrics_markdown, "Print docs/metrics.md and exit")
+        ->group("");
+    add_nvml_options(*cmd, f.nvml);
+    return cmd;
+}
+
+namespace {
+
+bool parse_positive(std::string_view text, long max, long& out) {
+    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+    return !text.empty() && ec == std::errc() && p == text.data() + text.size() && out > 0 && out <= max;
+}
+
+int usage(std::string_view flag, std::string_view message) {
+    std::cerr << "kgpu exporter: " << flag << ": " << message << "\n";
+    return 2;
+}
+
+std::string host_name() {
+    if (const char* n = std::getenv("NODE_NAME"); n && *n) return n;  // the DaemonSet's downward API
+    char buf[256] = {};
+    if (::gethostname(buf, sizeof buf - 1) != 0) return "";
+    return buf;
+}
+
+}  // namespace
+
+int run_exporter(const ExporterFlags& f) {
+    if (f.print_metrics_markdown) {
+        std::cout << exporter::metrics_markdown();
+        return 0;
+    }
+    exporter::ExporterOptions opts;
+    if (auto a = exporter::parse_listen_address(f.address); !a) return usage("--address", a.error().message);
+    opts.http.address = f.address;
+
+    long interval = 0;
+    if (!parse_positive(f.collect_interval, 24L * 3600 * 1000, interval))
+        return usage("--collect-interval",
+                     fmt::format("expected a number of milliseconds between 1 and 86400000, got '{}'", f.collect_interval));
+    opts.collector.interval = std::chrono::milliseconds(interval);
+
+    long idle = 0;
+    if (!parse_positive(f.http_idle_timeout, 3600, idle))
+        return usage("--http-idle-timeout",
+                     fmt::format("expected a number of seconds between 1 and 3600, got '{}'", f.http_idle_timeout));
+    opts.http.idle_timeout = std::chrono::seconds(idle);
+
+    if (f.hostname_label != "Hostname" && f.hostname_label != "hostname")
+        return usage("--hostname-label", fmt::format("expected Hostname or hostname, got '{}'", f.hostname_label));
+    opts.collector.hostname_label = f.hostname_label;
+    if (!f.no_hostname) opts.collector.hostname = host_name();
+
+    if (!f.kubernetes_gpu_id_type.empty() && f.kubernetes_gpu_id_type != "uid" &&
+        f.kubernetes_gpu_id_type != "device-name")
+        return usage("--kubernetes-gpu-id-type",
+                     fmt::format("expected uid or device-name, got '{}'", f.kubernetes_gpu_id_type));
+    if (f.pod_resources_socket.empty()) return usage("--pod-resources-kubelet-socket", "expected a socket path");
+    if (f.proc_root.empty()) return usage("--proc-root", "expected a directory");
+    if (f.container_runtime_endpoint.empty()) return usage("--container-runtime-endpoint", "expected a socket");
+    for (const auto& r : f.resource_names)
+        if (r.find('/') == std::string::npos)
+            return usage("--resource-name", fmt::format("expected a resource name like nvidia.com/a100, got '{}'", r));
+
+    opts.collector.kubernetes = f.kubernetes;
+    opts.collector.pod_resources.socket = f.pod_resources_socket;
+    opts.collector.pod_resources.extra_resources = f.resource_names;
+    opts.collector.proc_root = f.proc_root;
+    opts.collector.cri_endpoint = f.container_runtime_endpoint;
+    return exporter::run_exporter(opts, [&] { return open_nvml(f.nvml); });
+}
+
+}  // namespace kgpu::cli

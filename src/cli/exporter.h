@@ -1,0 +1,39 @@
+// `kgpu exporter`: dcgm-exporter's flags and env vars where they overlap (--address,
+// --collect-interval, --kubernetes, --pod-resources-kubelet-socket, --no-hostname,
+// --nvidia-resource-names), plus --hostname-label, --proc-root, --container-runtime-endpoint,
+// --http-idle-timeout and the shared NVML options. Precedence: flag > env var > default.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/nvml_options.h"
+
+namespace kgpu::cli {
+
+// Raw flag text; validated in run_exporter so every error names its flag.
+struct ExporterFlags {
+    std::string address = ":9400";
+    std::string collect_interval = "30000";
+    bool kubernetes = false;
+    std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
+    bool no_hostname = false;
+    std::string hostname_label = "Hostname";
+    std::string proc_root = "/proc";
+    std::string container_runtime_endpoint = "unix:///run/containerd/containerd.sock";
+    std::vector<std::string> resource_names;
+    std::string kubernetes_gpu_id_type;  // accepted for dcgm-exporter compatibility
+    std::string http_idle_timeout = "10";
+    bool print_metrics_markdown = false;  // hidden: docs/metrics.md
+    NvmlOptions nvml;
+};
+
+CLI::App* add_exporter_command(CLI::App& app, ExporterFlags& flags);
+
+// Exit code: 0 clean stop after SIGTERM/SIGINT, 1 NVML or the address failed, 2 bad flag.
+int run_exporter(const ExporterFlags& flags);
+
+}  // namespace kgpu::cli

@@ -1,0 +1,194 @@
+#include "exporter/catalogue.h"
+
+#include <array>
+
+#include <fmt/format.h>
+
+namespace kgpu::exporter {
+
+std::string_view to_string(MetricType type) { return type == MetricType::counter ? "counter" : "gauge"; }
+
+namespace {
+
+constexpr double kMiB = 1.0 / (1024.0 * 1024.0);
+
+using enum Metric;
+using MT = MetricType;
+using S = Scope;
+using R = Read;
+
+// dcgm-exporter's names, types and units (facts/metrics-and-exposition.md); help texts in the
+// words of its default counters file.
+constexpr std::array<MetricDef, kMetricCount> kCatalogue{{
+    {sm_clock, "DCGM_FI_DEV_SM_CLOCK", MT::gauge, "MHz", "SM clock frequency (in MHz).",
+     "nvmlDeviceGetClockInfo(NVML_CLOCK_SM)", S::gpu, R::clock_sm},
+    {mem_clock, "DCGM_FI_DEV_MEM_CLOCK", MT::gauge, "MHz", "Memory clock frequency (in MHz).",
+     "nvmlDeviceGetClockInfo(NVML_CLOCK_MEM)", S::gpu, R::clock_mem},
+    {memory_temp, "DCGM_FI_DEV_MEMORY_TEMP", MT::gauge, "°C", "Memory temperature (in C).",
+     "nvmlDeviceGetFieldValues(NVML_FI_DEV_MEMORY_TEMP); HBM parts only", S::gpu, R::memory_temp},
+    {gpu_temp, "DCGM_FI_DEV_GPU_TEMP", MT::gauge, "°C", "GPU temperature (in C).",
+     "nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)", S::gpu, R::gpu_temp},
+    {power_usage, "DCGM_FI_DEV_POWER_USAGE", MT::gauge, "W", "Power draw (in W).", "nvmlDeviceGetPowerUsage (mW)",
+     S::gpu, R::power, 0, 0.001},
+    {total_energy_consumption, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", MT::counter, "mJ",
+     "Total energy consumption since boot (in mJ).", "nvmlDeviceGetTotalEnergyConsumption", S::gpu, R::energy},
+    {pcie_replay_counter, "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", MT::counter, "1", "Total number of PCIe retries.",
+     "nvmlDeviceGetPcieReplayCounter", S::gpu, R::pcie_replay},
+    {gpu_util, "DCGM_FI_DEV_GPU_UTIL", MT::gauge, "%", "GPU utilization (in %).",
+     "nvmlDeviceGetUtilizationRates().gpu", S::gpu, R::utilization, 0},
+    {mem_copy_util, "DCGM_FI_DEV_MEM_COPY_UTIL", MT::gauge, "%", "Memory utilization (in %).",
+     "nvmlDeviceGetUtilizationRates().memory", S::gpu, R::utilization, 1},
+    {enc_util, "DCGM_FI_DEV_ENC_UTIL", MT::gauge, "%", "Encoder utilization (in %).",
+     "nvmlDeviceGetEncoderUtilization", S::gpu, R::enc_util},
+    {dec_util, "DCGM_FI_DEV_DEC_UTIL", MT::gauge, "%", "Decoder utilization (in %).",
+     "nvmlDeviceGetDecoderUtilization", S::gpu, R::dec_util},
+    {xid_errors, "DCGM_FI_DEV_XID_ERRORS", MT::gauge, "XID", "Value of the last XID error encountered.",
+     "NVML XID events (nvmlEventSetWait, nvmlEventTypeXidCriticalError); 0 before any", S::gpu},
+    {fb_free, "DCGM_FI_DEV_FB_FREE", MT::gauge, "MiB", "Framebuffer memory free (in MiB).",
+     "nvmlDeviceGetMemoryInfo_v2().free (bytes)", S::instance, R::memory_info, 0, kMiB, true},
+    {fb_used, "DCGM_FI_DEV_FB_USED", MT::gauge, "MiB", "Framebuffer memory used (in MiB).",
+     "nvmlDeviceGetMemoryInfo_v2().used (bytes)", S::instance, R::memory_info, 1, kMiB, true},
+    {fb_reserved, "DCGM_FI_DEV_FB_RESERVED", MT::gauge, "MiB", "Framebuffer memory reserved (in MiB).",
+     "nvmlDeviceGetMemoryInfo_v2().reserved (bytes)", S::instance, R::memory_info, 2, kMiB, true},
+    {ecc_sbe_vol_total, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", MT::counter, "errors",
+     "Total number of single-bit volatile ECC errors.",
+     "nvmlDeviceGetTotalEccErrors(CORRECTED, VOLATILE); absent with ECC off", S::gpu, R::ecc_sbe},
+    {ecc_dbe_vol_total, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", MT::counter, "errors",
+     "Total number of double-bit volatile ECC errors.",
+     "nvmlDeviceGetTotalEccErrors(UNCORRECTED, VOLATILE); absent with ECC off", S::gpu, R::ecc_dbe},
+    {correctable_remapped_rows, "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", MT::counter, "rows",
+     "Number of remapped rows for correctable errors.", "nvmlDeviceGetRemappedRows (Ampere and newer)", S::gpu,
+     R::remapped_rows, 0},
+    {uncorrectable_remapped_rows, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", MT::counter, "rows",
+     "Number of remapped rows for uncorrectable errors.", "nvmlDeviceGetRemappedRows (Ampere and newer)", S::gpu,
+     R::remapped_rows, 1},
+    {row_remap_failure, "DCGM_FI_DEV_ROW_REMAP_FAILURE", MT::gauge, "0/1", "Whether remapping of rows has failed.",
+     "nvmlDeviceGetRemappedRows (Ampere and newer)", S::gpu, R::remapped_rows, 2},
+
+    {gpu_health, "kgpu_gpu_health", MT::gauge, "0/1",
+     "GPU state as the exporter sees it: 1 for the current state (ok, error: some NVML reads failed this pass, "
+     "lost: the GPU does not answer), 0 for the others.",
+     "every NVML read of the pass; GPU_IS_LOST means lost", S::kgpu_gpu, R::none, 0, 1.0, false, "state"},
+    {gpu_last_xid, "kgpu_gpu_last_xid", MT::gauge, "XID", "The last XID reported for this GPU, 0 before any.",
+     "NVML XID events", S::kgpu_gpu},
+    {gpu_xid_events_total, "kgpu_gpu_xid_events_total", MT::counter, "events",
+     "XID events reported for this GPU (or one of its MIG devices) since the exporter started.",
+     "NVML XID events", S::kgpu_gpu},
+    {process_fb_used_bytes, "kgpu_process_fb_used_bytes", MT::gauge, "bytes",
+     "GPU memory used by one compute process (host PID), with the pod that runs it when known.",
+     "nvmlDeviceGetComputeRunningProcesses_v3 (per MIG device on MIG GPUs), nvmlSystemGetProcessName; "
+     "<proc-root>/<pid>/cgroup + CRI ListContainers for the pod",
+     S::process, R::none, 0, 1.0, false, "GPU_I_ID (MIG only), pid, process, pod, namespace, container"},
+    {nvml_errors_total, "kgpu_nvml_errors_total", MT::counter, "errors",
+     "NVML calls that failed with something other than NOT_SUPPORTED, by NVML function.",
+     "every NVML read of the collector", S::exporter, R::none, 0, 1.0, false, "function"},
+    {pod_attribution_up, "kgpu_exporter_pod_attribution_up", MT::gauge, "0/1",
+     "Whether the last kubelet PodResources List succeeded (only with --kubernetes).",
+     "PodResources v1 List on --pod-resources-kubelet-socket", S::exporter},
+    {collection_duration_seconds, "kgpu_collection_duration_seconds", MT::gauge, "s",
+     "Time the last collection pass spent reading NVML and the kubelet.", "the collector thread", S::exporter},
+    {collections_total, "kgpu_collections_total", MT::counter, "passes",
+     "Collection passes since the exporter started.", "the collector thread", S::exporter},
+    {last_collection_timestamp_seconds, "kgpu_last_collection_timestamp_seconds", MT::gauge, "s",
+     "Unix time at which the last collection pass ended.", "the collector thread", S::exporter},
+}};
+
+constexpr bool in_order() {
+    for (std::size_t i = 0; i < kCatalogue.size(); ++i)
+        if (static_cast<std::size_t>(kCatalogue[i].id) != i) return false;
+    return true;
+}
+static_assert(in_order(), "kCatalogue rows must be in Metric order");
+
+std::string_view scope_labels(Scope s) {
+    switch (s) {
+        case Scope::gpu: return "DCGM labels";
+        case Scope::instance: return "DCGM labels; per MIG instance on MIG GPUs";
+        case Scope::kgpu_gpu: return "gpu, UUID";
+        case Scope::process: return "gpu, UUID";
+        case Scope::exporter: return "—";
+    }
+    return "";
+}
+
+std::string md_cell(std::string_view s) {
+    std::string out;
+    for (char c : s) {
+        if (c == '|') out += "\\|";
+        else if (c == '<') out += "&lt;";
+        else if (c == '>') out += "&gt;";
+        else out += c;
+    }
+    return out;
+}
+
+}  // namespace
+
+std::string_view nvml_function(Read read) {
+    switch (read) {
+        case Read::none: return "";
+        case Read::clock_sm:
+        case Read::clock_mem: return "nvmlDeviceGetClockInfo";
+        case Read::memory_temp: return "nvmlDeviceGetFieldValues";
+        case Read::gpu_temp: return "nvmlDeviceGetTemperature";
+        case Read::power: return "nvmlDeviceGetPowerUsage";
+        case Read::energy: return "nvmlDeviceGetTotalEnergyConsumption";
+        case Read::pcie_replay: return "nvmlDeviceGetPcieReplayCounter";
+        case Read::utilization: return "nvmlDeviceGetUtilizationRates";
+        case Read::enc_util: return "nvmlDeviceGetEncoderUtilization";
+        case Read::dec_util: return "nvmlDeviceGetDecoderUtilization";
+        case Read::memory_info: return "nvmlDeviceGetMemoryInfo_v2";
+        case Read::ecc_sbe:
+        case Read::ecc_dbe: return "nvmlDeviceGetTotalEccErrors";
+        case Read::remapped_rows: return "nvmlDeviceGetRemappedRows";
+        case Read::count_: break;
+    }
+    return "";
+}
+
+std::span<const MetricDef> catalogue() { return kCatalogue; }
+
+const MetricDef& def(Metric m) { return kCatalogue[static_cast<std::size_t>(m)]; }
+
+std::string metrics_markdown() {
+    std::string out;
+    auto w = [&](std::string_view s) { out += s; };
+    w("# Metrics served by `kgpu exporter`\n\n");
+    w("<!-- Generated by `kgpu exporter --print-metrics-markdown` from src/exporter/catalogue.cpp; "
+      "a test keeps this page equal to it. Do not edit by hand. -->\n\n");
+    w("Text exposition format 0.0.4 on `GET /metrics` (gzip when the client accepts it). A metric a GPU does\n"
+      "not support is absent for that GPU, never a sentinel value; a supported counter or gauge with nothing\n"
+      "to report yet is 0 (`DCGM_FI_DEV_XID_ERRORS` before any XID). A GPU that stops answering\n"
+      "(`GPU_IS_LOST`) disappears from the `DCGM_FI_*` series and shows as `kgpu_gpu_health{state=\"lost\"} 1`.\n\n");
+    w("## Labels\n\n");
+    w("**DCGM labels**, in this order (dcgm-exporter's): `gpu` (NVML index), `UUID`, `pci_bus_id`,\n"
+      "`device` (`nvidia<index>`), `modelName`; on a MIG instance's series also `GPU_I_PROFILE` and\n"
+      "`GPU_I_ID` (`gpu`/`UUID` stay the parent's); then `Hostname` (`--hostname-label hostname` for the\n"
+      "newer spelling, `--no-hostname` to drop it; the value is `$NODE_NAME`, else the host name), then\n"
+      "`DCGM_FI_DRIVER_VERSION`. With `--kubernetes`, a series of a GPU (or MIG instance) that pods were\n"
+      "allocated also has `pod`, `namespace`, `container` — one series per container using it, so a\n"
+      "time-sliced GPU shared by three pods has three series carrying the same value (as dcgm-exporter\n"
+      "does with `--kubernetes-virtual-gpus`); `kgpu_process_fb_used_bytes` splits memory between them.\n\n");
+    w("On a MIG-enabled GPU, the memory metrics (`DCGM_FI_DEV_FB_*`) are reported per MIG instance only\n"
+      "(NVML answers them per instance, and summing over instances gives the GPU); the device-wide ones\n"
+      "(clocks, temperatures, power, energy, ECC, XID, remapped rows) stay on the GPU's series.\n\n");
+    w("`kgpu_*` metrics use lint-clean labels only: `gpu`, `UUID`, `state`, `pid`, `process`, `pod`,\n"
+      "`namespace`, `container`, `function`.\n\n");
+    w("## Catalogue\n\n");
+    w("| metric | type | unit | labels | help | source | scale |\n|---|---|---|---|---|---|---|\n");
+    for (const auto& m : kCatalogue) {
+        std::string labels{scope_labels(m.scope)};
+        if (!m.labels.empty()) labels += labels == "—" ? std::string(m.labels) : fmt::format(", {}", m.labels);
+        std::string scale = m.scale == 1.0 ? "1" : m.scale == 0.001 ? "0.001" : "1/1048576";
+        if (m.whole) scale += ", rounded down";
+        out += fmt::format("| `{}` | {} | {} | {} | {} | {} | {} |\n", m.name, to_string(m.type), md_cell(m.unit),
+                           md_cell(labels), md_cell(m.help), md_cell(m.source), scale);
+    }
+    w("\n## Out of scope\n\n");
+    w("dcgm-exporter's `DCGM_FI_PROF_*` profiling metrics (SM activity, tensor pipe, DRAM activity, NVLink\n"
+      "and PCIe bandwidth by profiling) come from DCGM's profiling module, not from NVML: kgpu does not serve\n"
+      "them. Dashboards built on the table above work unchanged.\n");
+    return out;
+}
+
+}  // namespace kgpu::exporter

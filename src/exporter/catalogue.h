@@ -1,0 +1,113 @@
+// The one metric catalogue (DESIGN.md "Exposition"): every metric the exporter serves, with its
+// type, unit, help text, NVML source and scale. The collector reads NVML by walking this table,
+// the encoder takes HELP/TYPE from it, and docs/metrics.md is generated from it
+// (`kgpu exporter --print-metrics-markdown`; a test keeps the committed page equal to it).
+//
+// There is no Prometheus client library in Debian for C++, and the text format is small
+// (facts/metrics-and-exposition.md), so the exposition is written directly (exposition.h).
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace kgpu::exporter {
+
+enum class MetricType { gauge, counter };
+std::string_view to_string(MetricType type);
+
+// Metric identifiers, in catalogue (and exposition) order.
+enum class Metric : unsigned {
+    // dcgm-exporter compatible (facts/metrics-and-exposition.md), DCGM device labels.
+    sm_clock,
+    mem_clock,
+    memory_temp,
+    gpu_temp,
+    power_usage,
+    total_energy_consumption,
+    pcie_replay_counter,
+    gpu_util,
+    mem_copy_util,
+    enc_util,
+    dec_util,
+    xid_errors,
+    fb_free,
+    fb_used,
+    fb_reserved,
+    ecc_sbe_vol_total,
+    ecc_dbe_vol_total,
+    correctable_remapped_rows,
+    uncorrectable_remapped_rows,
+    row_remap_failure,
+    // kgpu's own, lint-clean names and labels.
+    gpu_health,
+    gpu_last_xid,
+    gpu_xid_events_total,
+    process_fb_used_bytes,
+    nvml_errors_total,
+    pod_attribution_up,
+    collection_duration_seconds,
+    collections_total,
+    last_collection_timestamp_seconds,
+    count_
+};
+inline constexpr std::size_t kMetricCount = static_cast<std::size_t>(Metric::count_);
+
+// One NVML call (or other source) that yields one or more metrics. The collector calls each at
+// most once per device and pass, and remembers per device which ones are NOT_SUPPORTED.
+enum class Read : unsigned {
+    none,           // not read from a device (exporter metrics, events, processes)
+    clock_sm,
+    clock_mem,
+    memory_temp,
+    gpu_temp,
+    power,
+    energy,
+    pcie_replay,
+    utilization,    // parts: 0 gpu, 1 memory
+    enc_util,
+    dec_util,
+    memory_info,    // parts: 0 free, 1 used, 2 reserved (bytes)
+    ecc_sbe,
+    ecc_dbe,
+    remapped_rows,  // parts: 0 correctable, 1 uncorrectable, 2 failure
+    count_
+};
+inline constexpr std::size_t kReadCount = static_cast<std::size_t>(Read::count_);
+
+// The NVML entry point behind a Read, as kgpu_nvml_errors_total{function} names it.
+std::string_view nvml_function(Read read);
+
+// Which series a metric has.
+enum class Scope {
+    gpu,       // one per GPU (and per pod using it); DCGM labels
+    instance,  // one per GPU, or per MIG instance on a MIG-enabled GPU (NVML answers per instance)
+    kgpu_gpu,  // one per GPU with kgpu labels (gpu, UUID, ...)
+    process,   // one per GPU process
+    exporter,  // about the exporter itself
+};
+
+struct MetricDef {
+    Metric id;
+    std::string_view name;
+    MetricType type;
+    std::string_view unit;    // for the docs: "MHz", "W", "MiB", "%", "1"...
+    std::string_view help;    // the # HELP text
+    std::string_view source;  // where the value comes from (the docs' "NVML source" column)
+    Scope scope;
+    Read read = Read::none;
+    unsigned part = 0;        // which value of a multi-value Read
+    double scale = 1.0;       // exported value = source value × scale
+    bool whole = false;       // rounded down to an integer after scaling (MiB, as DCGM reports)
+    std::string_view labels = {};  // extra labels beyond the scope's, for the docs
+};
+
+// Every row, in Metric order (catalogue()[i].id == Metric(i)).
+std::span<const MetricDef> catalogue();
+const MetricDef& def(Metric m);
+
+// docs/metrics.md: the catalogue as a Markdown page (label order, scopes, what is out of scope).
+std::string metrics_markdown();
+
+}  // namespace kgpu::exporter

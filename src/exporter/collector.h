@@ -1,0 +1,89 @@
+// The collector: samples NVML (and, with --kubernetes, the kubelet and the container runtime) at
+// the interval on its own thread into an immutable Snapshot whose exposition text is rendered
+// once; /metrics hands out the latest Snapshot and never waits on NVML (issue #5, DESIGN.md
+// "Health events and telemetry sampling each run on their own thread and publish immutable
+// snapshots"). XID events are counted by a second thread blocked in nvmlEventSetWait.
+//
+// Failure policy: an NVML error on one GPU drops only that GPU's failing values for this pass
+// (counted in kgpu_nvml_errors_total{function}); NOT_SUPPORTED values are simply absent and not
+// asked again until the GPUs are re-discovered; a GPU answering GPU_IS_LOST loses its DCGM series
+// and shows as kgpu_gpu_health{state="lost"} until it answers again (then the node is re-read).
+// A failing PodResources or CRI socket is logged once per distinct error (by the clients of
+// attribution.h); series lose their pod labels and kgpu_exporter_pod_attribution_up goes to 0.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/error.h"
+#include "exporter/attribution.h"
+#include "nvml/device.h"
+
+namespace kgpu::exporter {
+
+struct CollectorOptions {
+    std::chrono::milliseconds interval{30000};
+    // The Hostname label's value; nullopt leaves the label out (--no-hostname).
+    std::optional<std::string> hostname;
+    std::string hostname_label = "Hostname";  // or "hostname" (newer dcgm-exporter)
+    bool kubernetes = false;                  // pod attribution (PodResources + CRI)
+    PodResourcesOptions pod_resources;
+    std::string proc_root = "/proc";
+    std::string cri_endpoint = "unix:///run/containerd/containerd.sock";
+};
+
+// One pass's result. Immutable once published; shared by every request that serves it.
+class Snapshot {
+public:
+    Snapshot(std::string text, std::chrono::steady_clock::time_point finished);
+    const std::shared_ptr<const std::string>& text() const { return text_; }
+    // The text gzip-compressed, made by the first caller that asks (then shared).
+    std::shared_ptr<const std::string> gzip() const;
+    std::chrono::steady_clock::time_point finished() const { return finished_; }
+
+private:
+    std::shared_ptr<const std::string> text_;
+    std::chrono::steady_clock::time_point finished_;
+    mutable std::once_flag gzip_once_;
+    mutable std::shared_ptr<const std::string> gzip_;
+};
+
+// gzip (RFC 1952) of `data`, at a fast level. Empty on a zlib failure (never expected).
+std::string gzip_compress(std::string_view data);
+
+class Collector {
+public:
+    Collector(nvml::Session session, CollectorOptions options);
+    ~Collector();
+    Collector(const Collector&) = delete;
+    Collector& operator=(const Collector&) = delete;
+
+    // One pass on the caller's thread: the first one runs before the HTTP server starts, tests
+    // and benchmarks call it directly. Not to be called concurrently with the thread.
+    void collect();
+    // Starts the collector thread (a pass every interval, the first one interval after the call)
+    // and the XID event thread.
+    void start();
+    void stop();
+
+    // The latest snapshot; null before the first pass.
+    std::shared_ptr<const Snapshot> snapshot() const;
+    // For /health: ok while the collector thread runs and its last pass ended within three
+    // intervals; otherwise the reason. `now` is steady_clock time.
+    Status health(std::chrono::steady_clock::time_point now) const;
+    const CollectorOptions& options() const { return options_; }
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+    CollectorOptions options_;
+};
+
+}  // namespace kgpu::exporter

@@ -1,0 +1,114 @@
+#include "exporter/exporter.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
+#include "exporter/exposition.h"
+
+namespace kgpu::exporter {
+
+namespace {
+
+constexpr std::string_view kLanding = R"(<!DOCTYPE html>
+<html><head><title>kgpu exporter</title></head>
+<body><h1>kgpu exporter</h1>
+<p>GPU metrics with dcgm-exporter names, pod labels and per-process GPU memory.</p>
+<ul><li><a href="/metrics">/metrics</a> (Prometheus text format 0.0.4)</li>
+<li><a href="/health">/health</a></li></ul>
+</body></html>
+)";
+
+}  // namespace
+
+HttpResponse route(const HttpRequest& req, const Collector& collector, std::chrono::steady_clock::time_point now) {
+    if (req.method != "GET" && req.method != "HEAD") {
+        auto r = HttpResponse::text(405, "method not allowed: use GET or HEAD\n");
+        r.headers.emplace_back("Allow", "GET, HEAD");
+        return r;
+    }
+    if (req.path == "/metrics") {
+        auto snap = collector.snapshot();
+        if (!snap) return HttpResponse::text(503, "no collection pass has finished yet\n");
+        HttpResponse r;
+        r.content_type = std::string(kContentType);
+        r.headers.emplace_back("Vary", "Accept-Encoding");
+        if (req.accepts_gzip) {
+            if (auto gz = snap->gzip(); gz && !gz->empty()) {
+                r.body = std::move(gz);
+                r.gzip = true;
+                return r;
+            }
+        }
+        r.body = snap->text();
+        return r;
+    }
+    if (req.path == "/health") {
+        auto h = collector.health(now);
+        if (h) return HttpResponse::text(200, "OK\n");
+        return HttpResponse::text(503, h.error().message + "\n");
+    }
+    if (req.path == "/") {
+        auto r = HttpResponse::text(200, std::string(kLanding));
+        r.content_type = "text/html; charset=utf-8";
+        return r;
+    }
+    return HttpResponse::text(404, "not found: try /metrics, /health or /\n");
+}
+
+int run_exporter(const ExporterOptions& options, const std::function<Result<nvml::Session>()>& open_nvml) {
+    // Blocked before NVML (whose library may start threads) and before our threads, so every
+    // thread inherits the mask and only the signalfd sees these signals.
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+    int sfd = ::signalfd(-1, &mask, SFD_CLOEXEC);
+    if (sfd < 0) {
+        log::error("exporter: signalfd: {}", std::strerror(errno));
+        return 1;
+    }
+
+    auto session = open_nvml();
+    if (!session) {
+        log::error("exporter: {}", session.error().message);
+        ::close(sfd);
+        return 1;
+    }
+    Collector collector(std::move(*session), options.collector);
+    collector.collect();  // the first snapshot exists before the first request
+    auto server = HttpServer::start(options.http, [&collector](const HttpRequest& r) { return route(r, collector); });
+    if (!server) {
+        log::error("exporter: {}", server.error().message);
+        ::close(sfd);
+        return 1;
+    }
+    collector.start();
+    log::info("exporter: listening on {}", (*server)->bound_address());
+
+    int code = 0;
+    for (;;) {
+        signalfd_siginfo si{};
+        ssize_t n = ::read(sfd, &si, sizeof si);
+        if (n == static_cast<ssize_t>(sizeof si)) {
+            log::info("exporter: {}: stopping", si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT");
+            break;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        log::error("exporter: reading signals: {}", std::strerror(errno));
+        code = 1;
+        break;
+    }
+    server->reset();  // stop serving first, then the collector
+    collector.stop();
+    ::close(sfd);
+    return code;
+}
+
+}  // namespace kgpu::exporter

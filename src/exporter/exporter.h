@@ -1,0 +1,34 @@
+// `kgpu exporter`: the collector plus the HTTP endpoints, run until SIGTERM or SIGINT.
+//
+// Endpoints: GET/HEAD /metrics (the latest snapshot, text format 0.0.4, gzip when accepted),
+// /health (200 "OK" while the collector runs and its last pass ended within three intervals,
+// else 503 with the reason; a broken GPU shows in the metrics, never here), / (a landing page).
+// Other paths 404; other methods 405 with Allow: GET, HEAD.
+#pragma once
+
+#include <chrono>
+#include <functional>
+
+#include "common/error.h"
+#include "exporter/collector.h"
+#include "exporter/http.h"
+#include "nvml/device.h"
+
+namespace kgpu::exporter {
+
+struct ExporterOptions {
+    HttpOptions http;
+    CollectorOptions collector;
+};
+
+// The HTTP routes over a collector (tests call it without a server).
+HttpResponse route(const HttpRequest& request, const Collector& collector,
+                   std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now());
+
+// Blocks SIGTERM/SIGINT (before any thread starts, so only the main thread takes them), opens
+// NVML with `open_nvml`, runs one collection pass, starts serving, logs
+// "exporter: listening on <address>", and returns when a signal arrives.
+// Exit code: 0 after a signal; 1 when NVML cannot be opened or the address cannot be bound.
+int run_exporter(const ExporterOptions& options, const std::function<Result<nvml::Session>()>& open_nvml);
+
+}  // namespace kgpu::exporter

@@ -1,0 +1,98 @@
+// The metric catalogue: the facts table's names and types, lint-clean kgpu_* names, and the
+// generated docs page kept in step.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "exporter/catalogue.h"
+#include "exporter/exposition.h"
+
+namespace kgpu::exporter {
+namespace {
+
+TEST(Catalogue, ServesEveryMetricOfTheFactsTableUnderItsDcgmNameAndType) {
+    // facts/metrics-and-exposition.md, "The names dashboards expect".
+    const std::map<std::string, MetricType> facts = {
+        {"DCGM_FI_DEV_GPU_UTIL", MetricType::gauge},
+        {"DCGM_FI_DEV_MEM_COPY_UTIL", MetricType::gauge},
+        {"DCGM_FI_DEV_ENC_UTIL", MetricType::gauge},
+        {"DCGM_FI_DEV_DEC_UTIL", MetricType::gauge},
+        {"DCGM_FI_DEV_GPU_TEMP", MetricType::gauge},
+        {"DCGM_FI_DEV_MEMORY_TEMP", MetricType::gauge},
+        {"DCGM_FI_DEV_POWER_USAGE", MetricType::gauge},
+        {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", MetricType::counter},
+        {"DCGM_FI_DEV_SM_CLOCK", MetricType::gauge},
+        {"DCGM_FI_DEV_MEM_CLOCK", MetricType::gauge},
+        {"DCGM_FI_DEV_FB_USED", MetricType::gauge},
+        {"DCGM_FI_DEV_FB_FREE", MetricType::gauge},
+        {"DCGM_FI_DEV_FB_RESERVED", MetricType::gauge},
+        {"DCGM_FI_DEV_PCIE_REPLAY_COUNTER", MetricType::counter},
+        {"DCGM_FI_DEV_XID_ERRORS", MetricType::gauge},
+        {"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", MetricType::counter},
+        {"DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", MetricType::counter},
+        {"DCGM_FI_DEV_ROW_REMAP_FAILURE", MetricType::gauge},
+        {"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", MetricType::counter},
+        {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", MetricType::counter},
+    };
+    std::map<std::string, MetricType> have;
+    for (const auto& m : catalogue()) have[std::string(m.name)] = m.type;
+    for (const auto& [name, type] : facts) {
+        ASSERT_TRUE(have.count(name)) << name;
+        EXPECT_EQ(have[name], type) << name;
+    }
+}
+
+TEST(Catalogue, RowsAreWellFormed) {
+    std::set<std::string_view> names;
+    for (std::size_t i = 0; i < catalogue().size(); ++i) {
+        const MetricDef& m = catalogue()[i];
+        SCOPED_TRACE(std::string(m.name));
+        EXPECT_EQ(static_cast<std::size_t>(m.id), i);
+        EXPECT_EQ(&def(m.id), &m);
+        EXPECT_TRUE(valid_metric_name(m.name));
+        EXPECT_TRUE(names.insert(m.name).second) << "name used twice";
+        EXPECT_FALSE(m.help.empty());
+        EXPECT_FALSE(m.source.empty());
+        EXPECT_FALSE(m.unit.empty());
+        EXPECT_GT(m.scale, 0.0);
+        const bool dcgm = m.name.starts_with("DCGM_FI_DEV_");
+        EXPECT_TRUE(dcgm || m.name.starts_with("kgpu_"));
+        EXPECT_EQ(dcgm, m.scope == Scope::gpu || m.scope == Scope::instance);
+        if (m.read != Read::none) {
+            EXPECT_TRUE(dcgm);
+            EXPECT_TRUE(nvml_function(m.read).starts_with("nvml")) << "errors are counted by NVML function";
+            EXPECT_LT(m.part, 3u);
+        }
+        if (!dcgm) {
+            // promtool's lint: counters end in _total, nothing else does; lower-case snake_case.
+            EXPECT_EQ(m.type == MetricType::counter, m.name.ends_with("_total"));
+            for (char c : m.name) EXPECT_FALSE(c >= 'A' && c <= 'Z');
+        }
+    }
+}
+
+TEST(Catalogue, UnitsAndScalesFollowDcgm) {
+    EXPECT_DOUBLE_EQ(def(Metric::power_usage).scale, 0.001);  // NVML mW -> W
+    EXPECT_DOUBLE_EQ(def(Metric::fb_used).scale * 1024 * 1024, 1.0);  // bytes -> MiB
+    EXPECT_TRUE(def(Metric::fb_used).whole);
+    EXPECT_EQ(def(Metric::fb_used).scope, Scope::instance);   // per MIG instance on MIG GPUs
+    EXPECT_EQ(def(Metric::gpu_temp).scope, Scope::gpu);
+    EXPECT_EQ(def(Metric::gpu_util).read, def(Metric::mem_copy_util).read);  // one NVML call for both
+}
+
+TEST(Catalogue, DocsPageIsTheGeneratedOne) {
+    std::ifstream in(KGPU_SOURCE_DIR "/docs/metrics.md");
+    ASSERT_TRUE(in) << "docs/metrics.md is missing: kgpu exporter --print-metrics-markdown > docs/metrics.md";
+    std::stringstream ss;
+    ss << in.rdbuf();
+    EXPECT_EQ(ss.str(), metrics_markdown())
+        << "docs/metrics.md is stale: regenerate with kgpu exporter --print-metrics-markdown > docs/metrics.md";
+    for (const auto& m : catalogue()) EXPECT_NE(ss.str().find(m.name), std::string::npos) << m.name;
+    EXPECT_NE(ss.str().find("DCGM_FI_PROF_"), std::string::npos) << "the docs say profiling metrics are out of scope";
+}
+
+}  // namespace
+}  // namespace kgpu::exporter

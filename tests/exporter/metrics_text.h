@@ -1,0 +1,56 @@
+// Test helpers for the exporter: a parser for the text exposition format (enough to check what
+// kgpu writes, and strict about it), and a tiny blocking HTTP/1.1 client for loopback.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kgpu::test {
+
+struct ParsedSample {
+    std::string name;
+    std::vector<std::pair<std::string, std::string>> labels;  // in the order written
+    double value = 0;
+    std::string line;
+
+    std::optional<std::string> label(std::string_view name) const;
+};
+
+struct ParsedMetrics {
+    std::vector<ParsedSample> samples;
+    std::map<std::string, std::string> help, type;
+    std::vector<std::string> errors;  // format violations found while parsing
+
+    // Samples of `name` whose labels include every given pair.
+    std::vector<const ParsedSample*> find(std::string_view name,
+                                          const std::map<std::string, std::string>& labels = {}) const;
+    // The one sample matching, or nullopt when none or several match.
+    std::optional<double> value(std::string_view name, const std::map<std::string, std::string>& labels = {}) const;
+};
+
+// Parses the 0.0.4 text format, recording violations in errors: HELP/TYPE twice or after a
+// sample of the family, a family's samples not contiguous, malformed lines or escapes, duplicate
+// name+label sets, a missing final newline.
+ParsedMetrics parse_metrics(std::string_view text);
+
+struct HttpResult {
+    int status = 0;  // 0: no answer (connection failed or timed out)
+    std::map<std::string, std::string> headers;  // lower-case names
+    std::string body;
+};
+
+// One request on a fresh connection to 127.0.0.1:port with Connection: close; reads the whole
+// answer. `timeout_ms` bounds the whole exchange.
+HttpResult http_request(int port, std::string_view method, std::string_view path,
+                        const std::vector<std::string>& extra_headers = {}, int timeout_ms = 30000);
+
+// Connects to 127.0.0.1:port; -1 on failure.
+int connect_loopback(int port);
+
+// gunzip; nullopt on a malformed stream.
+std::optional<std::string> gunzip(std::string_view data);
+
+}  // namespace kgpu::test
