@@ -1,4 +1,5 @@
-// GetPreferredAllocation on whole GPUs (DESIGN.md budget: < 300 us on 8 GPUs, optimal).
+// GetPreferredAllocation on whole GPUs (DESIGN.md budget: < 300 us on 8 GPUs, optimal), and on
+// replicas / MIG devices (the spreading allocator).
 // Run: build/release/bench/kgpu_allocator_bench --benchmark_repetitions=5
 #include <benchmark/benchmark.h>
 
@@ -18,10 +19,16 @@ struct Node {
 };
 
 Node make(unsigned n, int numa_per, auto&& link) {
-    Node node{{"nvidia.com/gpu", {}}, inventory::Topology(n), {}};
+    Node node;
+    node.resource.name = "nvidia.com/gpu";
+    node.topo = inventory::Topology(n);
     for (unsigned i = 0; i < n; ++i) {
         const std::string id = fmt::format("GPU-{:02}", i);
-        node.resource.devices.push_back(deviceplugin::Device{id, i, id, i, static_cast<int>(i) / numa_per, false});
+        deviceplugin::Device d;
+        d.id = d.physical_id = d.uuid = id;
+        d.gpu_index = d.minor = i;
+        d.numa = static_cast<int>(i) / numa_per;
+        node.resource.devices.push_back(d);
         node.ids.push_back(id);
     }
     for (unsigned a = 0; a < n; ++a)
@@ -60,6 +67,37 @@ void BM_Prefer_Pairs8(benchmark::State& s) { static const Node n = pairs(8); run
 void BM_Prefer_HGX16(benchmark::State& s) { static const Node n = hgx(16); run(s, n); }
 void BM_Prefer_Pairs16(benchmark::State& s) { static const Node n = pairs(16); run(s, n); }
 
+// 8 GPUs x 48 replicas (time-slicing) and 8 GPUs x 7 MIG devices: the spreading allocator.
+Node shared(unsigned gpus, unsigned per_gpu, bool mig) {
+    Node node;
+    node.resource.name = "nvidia.com/gpu";
+    node.resource.replicas = mig ? 1 : per_gpu;
+    node.topo = inventory::Topology(gpus);
+    for (unsigned g = 0; g < gpus; ++g) {
+        for (unsigned k = 0; k < per_gpu; ++k) {
+            deviceplugin::Device d;
+            d.gpu_index = d.minor = g;
+            d.numa = static_cast<int>(g / (gpus / 2));
+            if (mig) {
+                d.uuid = d.id = d.physical_id = fmt::format("{}:{}", g, k);
+                d.mig = deviceplugin::MigInstance{k, 7 + k, 0, "1g.10gb", std::nullopt, std::nullopt, ""};
+            } else {
+                d.uuid = fmt::format("GPU-{:02}", g);
+                d.physical_id = d.uuid;
+                d.id = fmt::format("{}::{}", d.uuid, k);
+                d.replica = k;
+            }
+            node.resource.devices.push_back(d);
+            node.ids.push_back(d.id);
+        }
+    }
+    node.resource.reindex();
+    return node;
+}
+
+void BM_Prefer_Replicas8x48(benchmark::State& s) { static const Node n = shared(8, 48, false); run(s, n); }
+void BM_Prefer_Mig8x7(benchmark::State& s) { static const Node n = shared(8, 7, true); run(s, n); }
+
 // Building the score matrix once per resource/topology.
 void BM_AllocatorBuild16(benchmark::State& state) {
     static const Node n = pairs(16);
@@ -75,5 +113,7 @@ BENCHMARK(BM_Prefer_HGX8)->DenseRange(1, 8)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Prefer_Pairs8)->DenseRange(1, 8)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Prefer_HGX16)->Arg(4)->Arg(8)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Prefer_Pairs16)->Arg(4)->Arg(8)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Prefer_Replicas8x48)->Arg(1)->Arg(8)->Arg(48)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Prefer_Mig8x7)->Arg(1)->Arg(4)->Arg(8)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AllocatorBuild16)->Unit(benchmark::kMicrosecond);
 BENCHMARK_MAIN();

@@ -38,6 +38,12 @@ CLI::App* add_device_plugin_command(CLI::App& app, DevicePluginFlags& f) {
     cmd->add_option("--nvml-library", f.nvml_library, "Path of libnvidia-ml.so.1 [env KGPU_NVML_LIBRARY]")
         ->envname("KGPU_NVML_LIBRARY");
     cmd->add_option("--cdi-spec-dir", f.cdi_spec_dir, "Where the CDI spec is written (default /var/run/cdi)");
+    cmd->add_option("--proc-root", f.proc_root,
+                    "Where the host's /proc is, for the MIG capability files passed with --pass-device-specs "
+                    "(default /proc) [env KGPU_PROC_ROOT]");
+    cmd->add_option("--shared-devices-allocation-policy", f.shared_devices_allocation_policy,
+                    "How preferred allocation picks time-sliced replicas: distributed (spread over GPUs, default) or "
+                    "packed (fill one GPU first) [env SHARED_DEVICES_ALLOCATION_POLICY]");
     cmd->add_option("--health-recovery-period", f.health_recovery_period,
                     "Quiet period before a device recovers from a recoverable XID: 1s, 30s, 5m (default 5m)");
     cmd->add_flag("--check-config", f.check_config, "Print the effective configuration and exit");
@@ -69,7 +75,9 @@ int run_device_plugin(const DevicePluginFlags& f) {
               set_flag(flags.device_id_strategy, f.device_id_strategy, "--device-id-strategy",
                        &dp::parse_device_id_strategy) &&
               set_flag(flags.health_recovery_period, f.health_recovery_period, "--health-recovery-period",
-                       &dp::parse_duration);
+                       &dp::parse_duration) &&
+              set_flag(flags.shared_allocation_policy, f.shared_devices_allocation_policy,
+                       "--shared-devices-allocation-policy", &dp::parse_shared_allocation_policy);
     if (!ok) return 2;
     if (!f.device_list_strategy.empty()) {
         std::string csv;
@@ -89,6 +97,7 @@ int run_device_plugin(const DevicePluginFlags& f) {
     flags.device_plugin_path = f.device_plugin_path;
     flags.nvml_library = f.nvml_library;
     flags.cdi_spec_dir = f.cdi_spec_dir;
+    flags.proc_root = f.proc_root;
 
     auto env = dp::from_env([](const char* name) { return std::getenv(name); });
     if (!env) {

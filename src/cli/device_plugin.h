@@ -1,6 +1,6 @@
 // `kgpu device-plugin`: NVIDIA's flags, env vars and config file (precedence flag > env > file),
-// plus --device-plugin-path, --kubelet-socket, --nvml-library, --cdi-spec-dir and
-// --health-recovery-period.
+// plus --device-plugin-path, --kubelet-socket, --nvml-library, --cdi-spec-dir,
+// --health-recovery-period, --proc-root and --shared-devices-allocation-policy.
 #pragma once
 
 #include <optional>
@@ -15,7 +15,8 @@ namespace kgpu::cli {
 struct DevicePluginFlags {
     std::optional<std::string> mig_strategy, fail_on_init_error, nvidia_driver_root, nvidia_dev_root,
         pass_device_specs, device_id_strategy, cdi_annotation_prefix, kubelet_socket, config_file,
-        device_plugin_path, nvml_library, cdi_spec_dir, health_recovery_period;
+        device_plugin_path, nvml_library, cdi_spec_dir, health_recovery_period, proc_root,
+        shared_devices_allocation_policy;
     std::vector<std::string> device_list_strategy;
     bool check_config = false;  // print the effective config and exit
 };

@@ -22,9 +22,11 @@ bool DevRootView::exists(std::string_view dev_path) const {
 
 namespace {
 
-// What the device is called in NVIDIA_VISIBLE_DEVICES, volume mounts and CDI names.
+// What the device is called in NVIDIA_VISIBLE_DEVICES, volume mounts and CDI names: the physical
+// device (a replica's suffix dropped).
 std::string visible_id(const Device& d, const Config& config) {
-    return config.device_id_strategy == DeviceIdStrategy::index ? std::to_string(d.gpu_index) : d.uuid;
+    if (config.device_id_strategy == DeviceIdStrategy::uuid) return d.uuid;
+    return d.mig ? fmt::format("{}:{}", d.gpu_index, d.mig->index) : std::to_string(d.gpu_index);
 }
 
 }  // namespace
@@ -44,6 +46,11 @@ std::string cdi_annotation_key(std::string_view resource_name, const Config& con
 Result<ContainerAnswer> allocate(const Resource& resource, const std::vector<std::string>& ids, const Config& config,
                                  const std::set<std::string>& unhealthy_ids, const DevRootView& dev_root) {
     if (ids.empty()) return fail(Code::invalid_argument, "no device IDs requested for {}", resource.name);
+    if (resource.fail_requests_greater_than_one && ids.size() > 1)
+        return fail(Code::invalid_argument,
+                    "{}: maximum request size for shared resources is 1 ({} requested; failRequestsGreaterThanOne "
+                    "is set)",
+                    resource.name, ids.size());
     std::vector<const Device*> devices;
     devices.reserve(ids.size());
     std::set<std::string_view> seen;
@@ -54,6 +61,20 @@ Result<ContainerAnswer> allocate(const Resource& resource, const std::vector<std
         if (unhealthy_ids.contains(id))
             return fail(Code::invalid_argument, "device ID '{}' is unhealthy", id);
         devices.push_back(d);
+    }
+    // Replicas -> physical devices, each once, in request order.
+    {
+        std::set<std::string_view> physical;
+        std::vector<const Device*> unique;
+        for (const Device* d : devices)
+            if (physical.insert(d->uuid).second) unique.push_back(d);
+        devices = std::move(unique);
+    }
+    if (config.pass_device_specs) {
+        for (const Device* d : devices)
+            if (d->mig && (!d->mig->gi_cap_minor || !d->mig->ci_cap_minor))
+                return fail(Code::invalid_argument, "MIG device '{}': cannot pass its capability device nodes: {}",
+                            d->physical_id, d->mig->caps_error.empty() ? "capability minors unknown" : d->mig->caps_error);
     }
 
     ContainerAnswer a;
@@ -75,9 +96,20 @@ Result<ContainerAnswer> allocate(const Resource& resource, const std::vector<std
     if (config.pass_device_specs) {
         for (std::string_view node : kControlDeviceNodes)
             if (dev_root.exists(node)) a.devices.push_back(DeviceSpec{std::string(node), dev_root.host_path(node), "rw"});
+        std::set<unsigned> minors;
         for (const Device* d : devices) {
+            if (!minors.insert(d->minor).second) continue;
             const std::string node = fmt::format("/dev/nvidia{}", d->minor);
             a.devices.push_back(DeviceSpec{node, dev_root.host_path(node), "rw"});
+        }
+        std::set<unsigned> caps;
+        for (const Device* d : devices) {
+            if (!d->mig) continue;
+            for (unsigned minor : {*d->mig->gi_cap_minor, *d->mig->ci_cap_minor}) {
+                if (!caps.insert(minor).second) continue;
+                const std::string node = fmt::format("/dev/nvidia-caps/nvidia-cap{}", minor);
+                a.devices.push_back(DeviceSpec{node, dev_root.host_path(node), "rw"});
+            }
         }
     }
     return a;

@@ -57,8 +57,9 @@ inline constexpr std::string_view kVolumeMountsDir = "/var/run/nvidia-container-
 inline constexpr std::string_view kControlDeviceNodes[] = {"/dev/nvidiactl", "/dev/nvidia-uvm",
                                                            "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"};
 
-// The CDI device a container asks for: "nvidia.com/gpu=<index>" with deviceIDStrategy index,
-// "nvidia.com/gpu=<UUID>" with uuid — the names src/cdi's generator gives the spec's devices
+// The CDI device a container asks for: "nvidia.com/gpu=<index>" ("<i>:<j>" for a MIG device)
+// with deviceIDStrategy index, "nvidia.com/gpu=<UUID>" (GPU- or MIG-) with uuid; a replica is
+// named after its physical device — the names src/cdi's generator gives the spec's devices
 // (cdi::device_name with NameStrategy index / uuid). The one place the plugin spells them.
 std::string cdi_device_name(const Device& device, const Config& config);
 
@@ -68,8 +69,9 @@ std::string cdi_device_name(const Device& device, const Config& config);
 // device names, comma separated, in request order.
 std::string cdi_annotation_key(std::string_view resource_name, const Config& config);
 
-// The answer for one container that was allotted `ids` of `resource`. Every strategy in
-// config.device_list_strategy contributes, in any combination:
+// The answer for one container that was allotted `ids` of `resource`. Replicas are mapped to
+// their physical devices, each named once (two replicas of one GPU give that GPU once). Every
+// strategy in config.device_list_strategy contributes, in any combination:
 // - envvar: NVIDIA_VISIBLE_DEVICES=<UUIDs or indices per deviceIDStrategy, request order>;
 // - volume-mounts: NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices (this wins over
 //   envvar's value when both are on, as in NVIDIA's plugin) and one read-only mount of host
@@ -77,9 +79,12 @@ std::string cdi_annotation_key(std::string_view resource_name, const Config& con
 // - cdi-annotations: annotations[cdi_annotation_key()] = "nvidia.com/gpu=<id>,...";
 // - cdi-cri: cdi_devices = ["nvidia.com/gpu=<id>", ...].
 // With passDeviceSpecs, DeviceSpecs ("rw") for the control nodes that exist under the dev root,
-// then /dev/nvidia<minor> per device (always, in request order).
+// then /dev/nvidia<minor> per physical GPU (always, in request order, once each), then for each
+// MIG device /dev/nvidia-caps/nvidia-cap<gi> and nvidia-cap<ci> (MigInstance's cap minors).
 // Errors, Code::invalid_argument naming the ID, and then no answer at all: an empty ID list, an ID
-// the resource does not have, a duplicate ID, an ID in unhealthy_ids.
+// the resource does not have, a duplicate ID, an ID in unhealthy_ids, more than one ID of a
+// resource with fail_requests_greater_than_one ("maximum request size for shared resources is
+// 1", NVIDIA's words), a MIG device whose capability minors are unknown under passDeviceSpecs.
 Result<ContainerAnswer> allocate(const Resource& resource, const std::vector<std::string>& ids, const Config& config,
                                  const std::set<std::string>& unhealthy_ids, const DevRootView& dev_root);
 

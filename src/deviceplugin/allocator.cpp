@@ -20,8 +20,23 @@ int pair_score(const inventory::Link& link) {
     return 0;
 }
 
-Allocator::Allocator(const Resource& resource, const inventory::Topology& topology) {
+Allocator::Allocator(const Resource& resource, const inventory::Topology& topology, SharedAllocationPolicy policy) {
     const size_t n = resource.devices.size();
+    if (resource.shared())
+        mode_ = policy == SharedAllocationPolicy::packed ? Mode::packed : Mode::distributed;
+    else if (resource.has_mig())
+        mode_ = Mode::distributed;
+    if (mode_ != Mode::topology) {
+        // Devices are in GPU / MIG / replica order (build_resources): dense ids per group.
+        std::map<std::string, int> ids;
+        for (const Device& d : resource.devices) {
+            const std::string key = resource.shared() ? d.physical_id : std::to_string(d.gpu_index);
+            auto [it, added] = ids.emplace(key, static_cast<int>(ids.size()));
+            if (added) group_size_.push_back(0);
+            group_.push_back(it->second);
+            ++group_size_[static_cast<size_t>(it->second)];
+        }
+    }
     ids_.reserve(n);
     gpu_index_.reserve(n);
     numa_group_.reserve(n);
@@ -224,6 +239,12 @@ Result<std::vector<std::string>> Allocator::prefer(const std::vector<std::string
         return fail(Code::invalid_argument, "allocation size {} is larger than the {} available device IDs", size,
                     avail->size());
 
+    if (mode_ != Mode::topology) {
+        std::vector<std::string> out;
+        for (size_t p : spread(*avail, *must, size)) out.push_back(ids_[p]);
+        return out;
+    }
+
     const size_t n = ids_.size();
     auto by_index = [&](size_t a, size_t b) {
         return gpu_index_[a] != gpu_index_[b] ? gpu_index_[a] < gpu_index_[b] : a < b;
@@ -273,6 +294,49 @@ Result<std::vector<std::string>> Allocator::prefer(const std::vector<std::string
     out.reserve(result.size());
     for (size_t p : result) out.push_back(ids_[p]);
     return out;
+}
+
+std::vector<size_t> Allocator::spread(const std::vector<size_t>& avail, const std::vector<size_t>& must,
+                                      int size) const {
+    // used[g] = devices of g not available + those chosen.
+    std::vector<int> used(group_size_.begin(), group_size_.end());
+    std::vector<int> free_count(group_size_.size(), 0);
+    std::vector<bool> candidate(ids_.size(), false);
+    for (size_t p : avail) {
+        --used[static_cast<size_t>(group_[p])];
+        candidate[p] = true;
+    }
+    std::vector<size_t> chosen;
+    for (size_t p : must) {
+        ++used[static_cast<size_t>(group_[p])];
+        candidate[p] = false;
+        chosen.push_back(p);
+    }
+    for (size_t p = 0; p < ids_.size(); ++p)
+        if (candidate[p]) ++free_count[static_cast<size_t>(group_[p])];
+    const bool packed = mode_ == Mode::packed;
+    for (int k = static_cast<int>(must.size()); k < size; ++k) {
+        // The group to take from, then its first available device (positions are in order).
+        int best = -1;
+        for (size_t g = 0; g < group_size_.size(); ++g) {
+            if (free_count[g] == 0) continue;
+            if (best < 0) { best = static_cast<int>(g); continue; }
+            const int u = used[g], b = used[static_cast<size_t>(best)];
+            if (packed ? u > b : u < b) best = static_cast<int>(g);
+        }
+        if (best < 0) break;  // cannot happen: size <= available was checked
+        for (size_t p = 0; p < ids_.size(); ++p) {
+            if (candidate[p] && group_[p] == best) {
+                candidate[p] = false;
+                chosen.push_back(p);
+                break;
+            }
+        }
+        ++used[static_cast<size_t>(best)];
+        --free_count[static_cast<size_t>(best)];
+    }
+    std::sort(chosen.begin(), chosen.end());
+    return chosen;
 }
 
 Result<std::vector<std::string>> preferred_allocation(const Resource& resource, const inventory::Topology& topology,

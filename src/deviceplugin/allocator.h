@@ -15,6 +15,14 @@
 // nodes, so it is exact for any request on up to 16 GPUs (and far beyond on real topologies); a
 // node budget of 4 million caps pathological inputs above 20 devices, in which case the best set
 // found so far (never worse than the greedy one) is returned.
+//
+// Replicas (time-slicing) and MIG devices are not scored by topology (as in NVIDIA's plugin):
+// every device belongs to a group — its physical device for a replica, its parent GPU for a MIG
+// device — and each pick takes an available device from the least used group (`distributed`,
+// the default: replicas spread over as many GPUs as possible) or, for replicas under the
+// `packed` policy, from the most used group that still has one (fills a GPU before the next).
+// "Used" counts the group's devices that are not available (allocated elsewhere) plus those
+// already chosen (must_include first). Ties: the lower GPU index, MIG index, replica number.
 #pragma once
 
 #include <cstdint>
@@ -36,7 +44,9 @@ public:
     // Precomputes the pair-score matrix of `resource`'s devices from `topology` (indexed by
     // Device::gpu_index; a GPU outside the topology scores 0 with everyone). Copies what it needs:
     // neither argument has to outlive the Allocator.
-    Allocator(const Resource& resource, const inventory::Topology& topology);
+    // `policy` applies to time-sliced resources only.
+    Allocator(const Resource& resource, const inventory::Topology& topology,
+              SharedAllocationPolicy policy = SharedAllocationPolicy::distributed);
 
     // The preferred IDs, ascending GPU index. Thread-safe (const, no shared mutable state).
     // Errors, all Code::invalid_argument with a reason naming the ID or the numbers:
@@ -57,6 +67,12 @@ public:
 
 private:
     Result<std::vector<size_t>> positions(const std::vector<std::string>& ids, const char* list) const;
+    std::vector<size_t> spread(const std::vector<size_t>& avail, const std::vector<size_t>& must, int size) const;
+
+    enum class Mode { topology, distributed, packed };
+    Mode mode_ = Mode::topology;
+    std::vector<int> group_;              // by position, for the spread modes (dense group ids)
+    std::vector<int> group_size_;         // by group
 
     std::vector<std::string> ids_;        // by position (the resource's device order)
     std::vector<unsigned> gpu_index_;     // by position

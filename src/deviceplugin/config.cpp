@@ -40,6 +40,10 @@ std::string_view to_string(DeviceIdStrategy s) {
     return "uuid";
 }
 
+std::string_view to_string(SharedAllocationPolicy s) {
+    return s == SharedAllocationPolicy::packed ? "packed" : "distributed";
+}
+
 std::string_view to_string(XidClass c) {
     switch (c) {
         case XidClass::ignored: return "ignored";
@@ -68,6 +72,47 @@ Result<DeviceListStrategy> parse_device_list_strategy(std::string_view text) {
     return fail(Code::invalid_argument,
                 "invalid device list strategy '{}' (expected envvar, volume-mounts, cdi-annotations or cdi-cri)",
                 text);
+}
+
+Result<SharedAllocationPolicy> parse_shared_allocation_policy(std::string_view text) {
+    for (auto s : {SharedAllocationPolicy::distributed, SharedAllocationPolicy::packed})
+        if (text == to_string(s)) return s;
+    return fail(Code::invalid_argument, "invalid shared devices allocation policy '{}' (expected distributed or packed)",
+                text);
+}
+
+std::string qualify_resource_name(std::string_view name) {
+    if (name.find('/') != std::string_view::npos) return std::string(name);
+    return "nvidia.com/" + std::string(name);
+}
+
+Status validate_resource_name(std::string_view full) {
+    const auto slash = full.find('/');
+    if (slash == std::string_view::npos || full.find('/', slash + 1) != std::string_view::npos)
+        return fail(Code::invalid_argument, "resource name '{}' must look like <domain>/<name>", full);
+    const std::string_view domain = full.substr(0, slash), name = full.substr(slash + 1);
+    auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); };
+    auto lower_alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+    if (domain.empty() || domain.size() > 253)
+        return fail(Code::invalid_argument, "resource name '{}': the domain must be 1..253 characters", full);
+    for (std::string_view label : strings::split(domain, '.')) {
+        if (label.empty() || label.size() > 63 || !lower_alnum(label.front()) || !lower_alnum(label.back()) ||
+            !std::all_of(label.begin(), label.end(), [&](char c) { return lower_alnum(c) || c == '-'; }))
+            return fail(Code::invalid_argument,
+                        "resource name '{}': the domain '{}' is not a DNS subdomain (lower-case letters, digits, "
+                        "'-' and '.', each part starting and ending with a letter or digit)",
+                        full, domain);
+    }
+    if (name.empty() || name.size() > 63)
+        return fail(Code::invalid_argument, "resource name '{}': the part after '/' has {} characters (expected 1..63)",
+                    full, name.size());
+    if (!alnum(name.front()) || !alnum(name.back()) ||
+        !std::all_of(name.begin(), name.end(), [&](char c) { return alnum(c) || c == '-' || c == '_' || c == '.'; }))
+        return fail(Code::invalid_argument,
+                    "resource name '{}': the part after '/' may hold only letters, digits, '-', '_' and '.', and "
+                    "must start and end with a letter or digit",
+                    full);
+    return {};
 }
 
 Result<std::vector<DeviceListStrategy>> parse_device_list_strategies(std::string_view csv) {
@@ -207,6 +252,11 @@ public:
         return path.empty() ? std::string(key) : path + "." + std::string(key);
     }
 
+    static int line_of(const YAML::Node& node) {
+        const int line = node.Mark().line;
+        return line >= 0 ? line + 1 : 0;
+    }
+
     std::string scalar(const YAML::Node& node, const std::string& path, std::string_view what = "a string") const {
         if (!node.IsScalar()) error(node, path, fmt::format("expected {}", what));
         return node.Scalar();
@@ -252,7 +302,7 @@ void parse_plugin(const Walker& w, const YAML::Node& node, Config& c) {
     const std::string path = "flags.plugin";
     w.expect_map(node, path,
                  {"passDeviceSpecs", "deviceListStrategy", "deviceIDStrategy", "cdiAnnotationPrefix",
-                  "nvidiaCTKPath", "containerDriverRoot"});
+                  "sharedDevicesAllocationPolicy", "nvidiaCTKPath", "containerDriverRoot"});
     for (const auto& kv : node) {
         const std::string key = kv.first.as<std::string>();
         const std::string p = Walker::join(path, key);
@@ -275,6 +325,8 @@ void parse_plugin(const Walker& w, const YAML::Node& node, Config& c) {
             c.device_id_strategy = w.value<DeviceIdStrategy>(v, p, parse_device_id_strategy);
         } else if (key == "cdiAnnotationPrefix") {
             c.cdi_annotation_prefix = w.scalar(v, p);
+        } else if (key == "sharedDevicesAllocationPolicy") {
+            c.shared_allocation_policy = w.value<SharedAllocationPolicy>(v, p, parse_shared_allocation_policy);
         } else {
             w.scalar(v, p);
             c.warnings.push_back(fmt::format("config key '{}' is accepted for compatibility and ignored", p));
@@ -286,7 +338,7 @@ void parse_flags(const Walker& w, const YAML::Node& node, Config& c) {
     const std::string path = "flags";
     w.expect_map(node, path,
                  {"migStrategy", "failOnInitError", "nvidiaDriverRoot", "nvidiaDevRoot", "plugin",
-                  "devicePluginPath", "kubeletSocket", "nvmlLibrary", "cdiSpecDir", "mpsRoot", "gdsEnabled",
+                  "devicePluginPath", "kubeletSocket", "nvmlLibrary", "cdiSpecDir", "procRoot", "mpsRoot", "gdsEnabled",
                   "mofedEnabled", "useNodeFeatureAPI", "deviceDiscoveryStrategy", "gfd"});
     for (const auto& kv : node) {
         const std::string key = kv.first.as<std::string>();
@@ -301,6 +353,7 @@ void parse_flags(const Walker& w, const YAML::Node& node, Config& c) {
         else if (key == "kubeletSocket") c.kubelet_socket = w.scalar(v, p);
         else if (key == "nvmlLibrary") c.nvml_library = w.scalar(v, p);
         else if (key == "cdiSpecDir") c.cdi_spec_dir = w.scalar(v, p);
+        else if (key == "procRoot") c.proc_root = w.scalar(v, p);
         else if (key == "gdsEnabled" || key == "mofedEnabled" || key == "useNodeFeatureAPI") {
             w.boolean(v, p);
             c.warnings.push_back(fmt::format("config key '{}' is accepted for compatibility and ignored", p));
@@ -366,13 +419,32 @@ void parse_resources(const Walker& w, const YAML::Node& node, Config& c) {
 ReplicatedResource parse_replicated(const Walker& w, const YAML::Node& item, const std::string& path) {
     w.expect_map(item, path, {"name", "rename", "devices", "replicas"});
     ReplicatedResource r;
-    if (item["name"]) r.name = w.scalar(item["name"], path + ".name");
-    if (r.name.empty()) w.error(item, path + ".name", "expected a non-empty resource name");
-    if (item["rename"]) r.rename = w.scalar(item["rename"], path + ".rename");
+    r.line = Walker::line_of(item);
+    auto resource_name = [&](const YAML::Node& v, const std::string& p) {
+        std::string n = qualify_resource_name(w.scalar(v, p));
+        if (auto st = validate_resource_name(n); !st) w.error(v, p, st.error().message);
+        return n;
+    };
+    if (!item["name"] || w.scalar(item["name"], path + ".name").empty())
+        w.error(item, path + ".name", "expected the name of a resource to share (e.g. nvidia.com/gpu)");
+    r.name = resource_name(item["name"], path + ".name");
+    if (item["rename"] && !item["rename"].Scalar().empty()) r.rename = resource_name(item["rename"], path + ".rename");
     if (!item["replicas"]) w.error(item, path + ".replicas", "expected a number of replicas (>= 2)");
-    r.replicas = w.number(item["replicas"], path + ".replicas", 2, 65535);
+    {
+        const YAML::Node rn = item["replicas"];
+        const std::string text = w.scalar(rn, path + ".replicas", "a number");
+        unsigned v = 0;
+        auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (ec != std::errc{} || ptr != text.data() + text.size() || v > 65535)
+            w.error(rn, path + ".replicas", fmt::format("expected a number 2..65535, got '{}'", text));
+        if (v < 2)
+            w.error(rn, path + ".replicas",
+                    fmt::format("replicas must be at least 2, got {} (leave the resource out to not share it)", v));
+        r.replicas = v;
+    }
     if (const YAML::Node d = item["devices"]) {
         const std::string dp = path + ".devices";
+        r.devices_line = Walker::line_of(d);
         if (d.IsScalar()) {
             if (d.Scalar() == "all") {
                 r.all_devices = true;
@@ -385,7 +457,10 @@ ReplicatedResource parse_replicated(const Walker& w, const YAML::Node& item, con
             for (const auto& id : d) {
                 std::string s = w.scalar(id, dp);
                 if (s.empty()) w.error(id, dp, "expected a device index, i:j or UUID");
+                if (std::find(r.device_ids.begin(), r.device_ids.end(), s) != r.device_ids.end())
+                    w.error(id, dp, fmt::format("device '{}' is listed twice", s));
                 r.device_ids.push_back(std::move(s));
+                r.device_lines.push_back(Walker::line_of(id));
             }
             if (r.device_ids.empty()) w.error(d, dp, "expected at least one device");
         } else {
@@ -407,7 +482,9 @@ void parse_sharing(const Walker& w, const YAML::Node& node, Config& c) {
             t.fail_requests_greater_than_one = w.boolean(ts["failRequestsGreaterThanOne"], path + ".failRequestsGreaterThanOne");
         if (const YAML::Node rs = ts["resources"]) {
             if (!rs.IsSequence()) w.error(rs, path + ".resources", "expected a list of {name, rename, devices, replicas}");
-            for (const auto& item : rs) t.resources.push_back(parse_replicated(w, item, path + ".resources"));
+            size_t i = 0;
+            for (const auto& item : rs)
+                t.resources.push_back(parse_replicated(w, item, fmt::format("{}.resources[{}]", path, i++)));
         }
         c.sharing.time_slicing = std::move(t);
     }
@@ -472,12 +549,14 @@ Result<Overrides> from_env(const std::function<const char*(const char*)>& getenv
     KGPU_ENV_PARSED("PASS_DEVICE_SPECS", pass_device_specs, parse_bool)
     KGPU_ENV_PARSED("DEVICE_LIST_STRATEGY", device_list_strategy, parse_device_list_strategies)
     KGPU_ENV_PARSED("DEVICE_ID_STRATEGY", device_id_strategy, parse_device_id_strategy)
+    KGPU_ENV_PARSED("SHARED_DEVICES_ALLOCATION_POLICY", shared_allocation_policy, parse_shared_allocation_policy)
 #undef KGPU_ENV_PARSED
     if (auto v = get("NVIDIA_DRIVER_ROOT")) o.nvidia_driver_root = *v;
     if (auto v = get("NVIDIA_DEV_ROOT")) o.nvidia_dev_root = *v;
     if (auto v = get("CDI_ANNOTATION_PREFIX")) o.cdi_annotation_prefix = *v;
     if (auto v = get("KUBELET_SOCKET")) o.kubelet_socket = *v;
     if (auto v = get("CONFIG_FILE")) o.config_file = *v;
+    if (auto v = get("KGPU_PROC_ROOT")) o.proc_root = *v;
 
     if (auto v = get("DP_DISABLE_HEALTHCHECKS")) {
         const std::string t = strings::lower(strings::trim(*v));
@@ -523,12 +602,61 @@ void apply(Config& c, const Overrides& o) {
     if (o.kubelet_socket) c.kubelet_socket = *o.kubelet_socket;
     if (o.nvml_library) c.nvml_library = *o.nvml_library;
     if (o.cdi_spec_dir) c.cdi_spec_dir = *o.cdi_spec_dir;
+    if (o.proc_root) c.proc_root = *o.proc_root;
+    if (o.shared_allocation_policy) c.shared_allocation_policy = *o.shared_allocation_policy;
     if (o.health_disabled) c.health.disabled = *o.health_disabled;
     if (o.ignore_xids) c.health.ignored_xids.insert(o.ignore_xids->begin(), o.ignore_xids->end());
     if (o.enable_all_xids && *o.enable_all_xids) c.health.ignored_xids.clear();
     if (o.enable_xids)
         for (unsigned x : *o.enable_xids) c.health.ignored_xids.erase(x);
     if (o.health_recovery_period) c.health.recovery_period = *o.health_recovery_period;
+}
+
+// A sharing entry names a MIG device: "i:j" or a MIG UUID.
+bool is_mig_device_ref(std::string_view id) {
+    if (id.starts_with("MIG-")) return true;
+    const auto colon = id.find(':');
+    return colon != std::string_view::npos && colon > 0 && id.find("::") == std::string_view::npos;
+}
+
+// The checks of sharing.timeSlicing that need the resolved MIG strategy (see config.h).
+Status check_sharing(const Config& c) {
+    if (!c.sharing.time_slicing) return {};
+    const TimeSlicing& ts = *c.sharing.time_slicing;
+    auto where = [&](size_t i, int line, std::string_view key) {
+        return fmt::format("{}:{}: key 'sharing.timeSlicing.resources[{}]{}'",
+                           c.config_file.empty() ? "config" : c.config_file, line, i, key);
+    };
+    std::set<std::string> renames;
+    for (size_t i = 0; i < ts.resources.size(); ++i) {
+        const ReplicatedResource& r = ts.resources[i];
+        const bool mig_name = r.name.starts_with("nvidia.com/mig-");
+        if (mig_name && c.mig_strategy != MigStrategy::mixed)
+            return fail(Code::parse,
+                        "{}: {} is a MIG resource, served only with migStrategy mixed (the strategy is {}); with "
+                        "single, MIG devices are served as nvidia.com/gpu",
+                        where(i, r.line, ".name"), r.name, to_string(c.mig_strategy));
+        for (size_t k = 0; k < r.device_ids.size(); ++k) {
+            if (c.mig_strategy == MigStrategy::none && is_mig_device_ref(r.device_ids[k]))
+                return fail(Code::parse,
+                            "{}: '{}' is a MIG device, but migStrategy none serves whole GPUs only (use single or "
+                            "mixed to serve MIG devices)",
+                            where(i, k < r.device_lines.size() ? r.device_lines[k] : r.line, ".devices"),
+                            r.device_ids[k]);
+        }
+        const std::string target = !r.rename.empty() ? r.rename : ts.rename_by_default ? r.name + ".shared" : r.name;
+        if (!r.all_devices && target == r.name)
+            return fail(Code::parse,
+                        "{}: a subset of {} is shared without a new name; set rename (or renameByDefault: true) so "
+                        "shared and whole devices are served under different names",
+                        where(i, r.devices_line ? r.devices_line : r.line, ".devices"), r.name);
+        if (auto st = validate_resource_name(target); !st)
+            return fail(Code::parse, "{}: {}", where(i, r.line, ".name"), st.error().message);
+        if (target != r.name && !renames.insert(target).second)
+            return fail(Code::parse, "{}: {} is the new name of two entries; each shared resource needs its own name",
+                        where(i, r.line, ".rename"), target);
+    }
+    return {};
 }
 
 }  // namespace
@@ -546,6 +674,8 @@ Result<Config> resolve(Config base, const Overrides& env, const Overrides& flags
     if (c.health.recovery_period < std::chrono::seconds(1))
         return fail(Code::invalid_argument, "health recovery period {}: expected at least 1s",
                     format_duration(c.health.recovery_period));
+    if (c.proc_root.empty()) return fail(Code::invalid_argument, "proc root: empty path");
+    if (auto st = check_sharing(c); !st) return std::unexpected(st.error());
     return base;
 }
 
@@ -563,10 +693,12 @@ std::string describe(const Config& c) {
     line("flags.kubeletSocket", c.kubelet_socket_path());
     line("flags.nvmlLibrary", c.nvml_library.empty() ? "(libnvidia-ml.so.1 under the driver root)" : c.nvml_library);
     line("flags.cdiSpecDir", c.cdi_spec_dir);
+    line("flags.procRoot", c.proc_root);
     line("flags.plugin.passDeviceSpecs", c.pass_device_specs);
     line("flags.plugin.deviceListStrategy", fmt::format("{}", fmt::join(strategies, ",")));
     line("flags.plugin.deviceIDStrategy", to_string(c.device_id_strategy));
     line("flags.plugin.cdiAnnotationPrefix", c.cdi_annotation_prefix);
+    line("flags.plugin.sharedDevicesAllocationPolicy", to_string(c.shared_allocation_policy));
     line("health.disabled", c.health.disabled);
     line("health.ignoredXids", fmt::format("[{}]", fmt::join(c.health.ignored_xids, ",")));
     line("health.recoverableXids", fmt::format("[{}]", fmt::join(c.health.recoverable_xids, ",")));
@@ -574,8 +706,22 @@ std::string describe(const Config& c) {
     line("health.recoveryPeriod", format_duration(c.health.recovery_period));
     line("resources.gpus", c.resources.gpus.size());
     line("resources.mig", c.resources.mig.size());
-    line("sharing.timeSlicing", c.sharing.time_slicing ? fmt::format("{} resource(s)", c.sharing.time_slicing->resources.size())
-                                                       : std::string("off"));
+    if (!c.sharing.time_slicing) {
+        line("sharing.timeSlicing", "off");
+    } else {
+        const TimeSlicing& ts = *c.sharing.time_slicing;
+        line("sharing.timeSlicing.renameByDefault", ts.rename_by_default);
+        line("sharing.timeSlicing.failRequestsGreaterThanOne", ts.fail_requests_greater_than_one);
+        for (size_t i = 0; i < ts.resources.size(); ++i) {
+            const ReplicatedResource& r = ts.resources[i];
+            std::string devices = r.all_devices    ? std::string("all")
+                                  : r.device_count ? std::to_string(*r.device_count)
+                                                   : fmt::format("[{}]", fmt::join(r.device_ids, ","));
+            line(fmt::format("sharing.timeSlicing.resources[{}]", i),
+                 fmt::format("name={} rename={} devices={} replicas={}", r.name, r.rename.empty() ? "-" : r.rename,
+                             devices, r.replicas));
+        }
+    }
     return out;
 }
 

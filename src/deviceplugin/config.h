@@ -17,27 +17,39 @@
 //     kubeletSocket: ""                      # kgpu; default <devicePluginPath>/kubelet.sock
 //     nvmlLibrary: ""                        # kgpu; default libnvidia-ml.so.1 under the driver root
 //     cdiSpecDir: /var/run/cdi               # kgpu; where the plugin writes its CDI spec
+//     procRoot: /proc                        # kgpu; the host's /proc (MIG capability files)
 //     plugin:
 //       passDeviceSpecs: false
 //       deviceListStrategy: envvar           # a string or a list: envvar, volume-mounts,
 //                                            #   cdi-annotations, cdi-cri
 //       deviceIDStrategy: uuid               # uuid | index
 //       cdiAnnotationPrefix: cdi.k8s.io/
+//       sharedDevicesAllocationPolicy: distributed   # kgpu; distributed | packed (replicas)
 //   health:                                  # kgpu
 //     disabled: false                        # true: no health checks at all
 //     ignoredXids: [13, 31, 43, 45, 68, 109] # replaces the default ignore list
 //     recoverableXids: [92, 94]              # Unhealthy, Healthy again after recoveryPeriod
 //     resetXids: [48, 62, 63, 64, 74, 79, 95, 119, 120, 140, 143]   # Unhealthy until a GPU reset
 //     recoveryPeriod: 5m                     # <n>s | <n>m | <n>h, combinations like 1m30s; >= 1s
-//   resources:                               # parsed and validated only (MIG issue)
+//   resources:                               # parsed and validated only (not applied)
 //     gpus: [{pattern: "*", name: gpu}]
 //     mig:  [{pattern: "*", name: mig}]
-//   sharing:                                 # parsed and validated only (time-slicing issue)
+//   sharing:
 //     timeSlicing:
-//       renameByDefault: false
-//       failRequestsGreaterThanOne: false
-//       resources: [{name: nvidia.com/gpu, rename: "", devices: all, replicas: 4}]
+//       renameByDefault: false               # true: a shared resource is served as <name>.shared
+//       failRequestsGreaterThanOne: false    # true: Allocate refuses more than one replica
+//       resources:
+//         - name: nvidia.com/gpu             # a resource the node serves ("gpu" = "nvidia.com/gpu")
+//           rename: ""                       # optional new name for the shared devices
+//           devices: all                     # all | <count> | [<index>, "<i>:<j>", "<UUID>", ...]
+//           replicas: 4                      # >= 2
 //     # mps: is rejected: "MPS sharing is not supported yet"
+//
+// Checks that need the resolved settings (resolve()): a MIG resource name (nvidia.com/mig-...)
+// or a MIG device ("i:j", "MIG-...") in sharing needs the strategy that serves it; a subset of
+// devices (`devices` other than all) needs a new name (rename or renameByDefault), so shared and
+// whole devices never hide under one name. Checks that need the node (build_resources): unknown
+// devices, a device listed twice, a count larger than what the resource has.
 //
 // Keys NVIDIA's plugin knows but kgpu does not use (flags.mpsRoot, flags.gdsEnabled,
 // flags.mofedEnabled, flags.useNodeFeatureAPI, flags.deviceDiscoveryStrategy,
@@ -60,17 +72,30 @@ namespace kgpu::deviceplugin {
 enum class MigStrategy { none, single, mixed };
 enum class DeviceListStrategy { envvar, volume_mounts, cdi_annotations, cdi_cri };
 enum class DeviceIdStrategy { uuid, index };
+// How GetPreferredAllocation picks replicas of time-sliced devices: spread over as many physical
+// devices as possible (distributed, the default) or fill the busiest one first (packed).
+enum class SharedAllocationPolicy { distributed, packed };
 
 // The spellings of the flags and the file: "none", "volume-mounts", "uuid", ...
 std::string_view to_string(MigStrategy s);
 std::string_view to_string(DeviceListStrategy s);
 std::string_view to_string(DeviceIdStrategy s);
+std::string_view to_string(SharedAllocationPolicy s);
 
 // Parsers for flag, env and file values. Errors: invalid_argument "invalid <what> 'x' (expected
 // a, b or c)"; callers add which flag, variable or key it was.
 Result<MigStrategy> parse_mig_strategy(std::string_view text);
 Result<DeviceIdStrategy> parse_device_id_strategy(std::string_view text);
 Result<DeviceListStrategy> parse_device_list_strategy(std::string_view text);
+Result<SharedAllocationPolicy> parse_shared_allocation_policy(std::string_view text);
+// Whether `name` is a valid extended resource name "<domain>/<name>": the domain a DNS subdomain
+// (lower-case letters, digits, '-' and '.', labels of 1..63, at most 253 in all) and the name
+// at most 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter
+// or digit. Errors: invalid_argument saying which rule the name breaks.
+Status validate_resource_name(std::string_view name);
+// NVIDIA's spelling rule for config names: "gpu" means "nvidia.com/gpu"; a name with a '/' is
+// kept as written.
+std::string qualify_resource_name(std::string_view name);
 // A comma-separated list ("envvar,cdi-cri"); blanks around items are trimmed, duplicates dropped
 // (first kept). Errors: an empty list or an unknown item.
 Result<std::vector<DeviceListStrategy>> parse_device_list_strategies(std::string_view csv);
@@ -118,14 +143,18 @@ struct ResourceNaming {
     std::vector<ResourcePattern> mig;
 };
 
-// `sharing.timeSlicing:` (parsed, not applied yet).
+// `sharing.timeSlicing:`. Line numbers (1-based, 0 when unknown) let checks that run after
+// parsing (resolve, build_resources) point at the file.
 struct ReplicatedResource {
-    std::string name;
-    std::string rename;                   // empty: none
+    std::string name;                     // qualified: "nvidia.com/gpu"
+    std::string rename;                   // qualified; empty: none
     bool all_devices = true;              // devices: all (or absent)
     std::optional<unsigned> device_count; // devices: <n>
     std::vector<std::string> device_ids;  // devices: [0, "1:0", "GPU-..."]
     unsigned replicas = 2;
+    int line = 0;                         // of the list item
+    int devices_line = 0;                 // of `devices:`
+    std::vector<int> device_lines;        // one per device_ids entry
 };
 struct TimeSlicing {
     bool rename_by_default = false;
@@ -150,6 +179,8 @@ struct Config {
     std::string kubelet_socket;   // empty: <device_plugin_path>/kubelet.sock
     std::string nvml_library;     // empty: libnvidia-ml.so.1 searched under the driver root
     std::string cdi_spec_dir = "/var/run/cdi";
+    std::string proc_root = "/proc";  // the host's /proc: MIG capability files for device specs
+    SharedAllocationPolicy shared_allocation_policy = SharedAllocationPolicy::distributed;
     HealthConfig health;
     ResourceNaming resources;
     Sharing sharing;
@@ -184,6 +215,8 @@ struct Overrides {
     std::optional<std::string> kubelet_socket;
     std::optional<std::string> nvml_library;
     std::optional<std::string> cdi_spec_dir;
+    std::optional<std::string> proc_root;
+    std::optional<SharedAllocationPolicy> shared_allocation_policy;
     // Not applied by resolve(): the CLI uses it to pick the file to load (flag > env).
     std::optional<std::string> config_file;
     // Health, as NVIDIA's DP_DISABLE_HEALTHCHECKS / DP_ENABLE_HEALTHCHECKS:
@@ -196,7 +229,7 @@ struct Overrides {
 
 // Reads MIG_STRATEGY, FAIL_ON_INIT_ERROR, NVIDIA_DRIVER_ROOT, NVIDIA_DEV_ROOT, PASS_DEVICE_SPECS,
 // DEVICE_LIST_STRATEGY (comma list), DEVICE_ID_STRATEGY, CDI_ANNOTATION_PREFIX, KUBELET_SOCKET,
-// CONFIG_FILE, DP_DISABLE_HEALTHCHECKS ("all", "xids", or XIDs to ignore in addition) and
+// CONFIG_FILE, KGPU_PROC_ROOT, SHARED_DEVICES_ALLOCATION_POLICY, DP_DISABLE_HEALTHCHECKS ("all", "xids", or XIDs to ignore in addition) and
 // DP_ENABLE_HEALTHCHECKS ("all", or XIDs to stop ignoring). Unset or empty variables are not set.
 // `getenv` is std::getenv in production, a map lookup in tests (may return nullptr).
 // Errors: invalid_argument "environment variable NAME: <reason>".
@@ -206,11 +239,13 @@ Result<Overrides> from_env(const std::function<const char*(const char*)>& getenv
 // in this order per layer: disabled, ignore_xids added, enable_all_xids, enable_xids removed.
 // Errors: invalid_argument when the result is inconsistent (empty device list strategy, an empty
 // cdi annotation prefix or one not ending in '/', an empty driver root or device plugin path,
-// a recovery period under 1s).
+// a recovery period under 1s), and parse errors "<file>:<line>: ..." for sharing settings the
+// resolved MIG strategy cannot serve or a device subset without a new name (see the top).
 Result<Config> resolve(Config base, const Overrides& env, const Overrides& flags);
 
 // "key: value" per line with the config file's key names (flags.migStrategy: none, ...,
 // health.recoveryPeriod: 5m), for the "effective config" log at start.
+// Equal configs describe equally; the plugin compares descriptions to see what a SIGHUP changed.
 std::string describe(const Config& config);
 
 }  // namespace kgpu::deviceplugin

@@ -1,28 +1,47 @@
 #include "deviceplugin/health.h"
 
+#include <algorithm>
+
 #include "common/log.h"
 #include "nvml/events.h"
 #include "nvml/xid.h"
 
 namespace kgpu::deviceplugin {
 
-HealthMonitor::HealthMonitor(nvml::Session session, const inventory::Node& node, HealthConfig policy,
-                             Callback on_change, std::chrono::milliseconds probe_interval)
-    : session_(std::move(session)),
-      policy_(std::move(policy)),
-      probe_interval_(probe_interval),
-      on_change_(std::move(on_change)) {
+std::vector<HealthMonitor::Gpu> HealthMonitor::make_gpus(const nvml::Session& session, const inventory::Node& node) {
+    std::vector<Gpu> gpus;
     for (const auto& g : node.gpus) {
         Gpu gpu;
         gpu.uuid = g.uuid;
-        if (auto d = session_.device_by_index(g.index)) gpu.device = *d;
+        gpu.state.label = fmt::format("GPU {} ({})", g.index, g.uuid);
+        if (auto d = session.device_by_index(g.index)) gpu.device = *d;
         if (g.lost) {
-            gpu.health = {false, "GPU is lost: " + g.error};
-            gpu.bad = Bad::lost;
-            gpu.saw_gone = true;
+            gpu.state.healthy = false;
+            gpu.state.reason = "GPU is lost: " + g.error;
+            gpu.state.bad = Bad::lost;
+            gpu.state.saw_gone = true;
         }
-        gpus_.push_back(std::move(gpu));
+        for (const auto& m : g.mig_devices) {
+            Mig mig;
+            mig.uuid = m.uuid;
+            mig.gi = m.gpu_instance_id;
+            mig.ci = m.compute_instance_id;
+            mig.state.label = fmt::format("MIG device {}:{} ({})", g.index, m.index, m.uuid);
+            gpu.migs.push_back(std::move(mig));
+        }
+        gpus.push_back(std::move(gpu));
     }
+    return gpus;
+}
+
+HealthMonitor::HealthMonitor(nvml::Session session, const inventory::Node& node, HealthConfig policy,
+                             Callback on_change, std::chrono::milliseconds probe_interval, MigChange on_mig_change)
+    : session_(std::move(session)),
+      policy_(std::move(policy)),
+      probe_interval_(probe_interval),
+      on_change_(std::move(on_change)),
+      on_mig_change_(std::move(on_mig_change)) {
+    gpus_ = make_gpus(session_, node);
 }
 
 HealthMonitor::~HealthMonitor() { stop(); }
@@ -38,58 +57,118 @@ void HealthMonitor::stop() {
     if (thread_.joinable()) thread_.join();
 }
 
-std::vector<GpuHealth> HealthMonitor::snapshot() const {
-    std::lock_guard lk(mu_);
+std::vector<GpuHealth> HealthMonitor::snapshot_locked() const {
     std::vector<GpuHealth> out;
-    for (const auto& g : gpus_) out.push_back(g.health);
+    out.reserve(gpus_.size());
+    for (const auto& g : gpus_) {
+        GpuHealth h{g.state.healthy, g.state.reason, {}};
+        for (const auto& m : g.migs)
+            if (!m.state.healthy) h.unhealthy_migs.emplace(m.uuid, m.state.reason);
+        out.push_back(std::move(h));
+    }
     return out;
 }
 
-void HealthMonitor::set_unhealthy(size_t i, Bad bad, std::string reason) {
-    Gpu& g = gpus_[i];
-    g.last_bad = std::chrono::steady_clock::now();
+std::vector<GpuHealth> HealthMonitor::snapshot() const {
+    std::lock_guard lk(mu_);
+    return snapshot_locked();
+}
+
+void HealthMonitor::update_node(const inventory::Node& node) {
+    std::vector<Gpu> fresh = make_gpus(session_, node);
+    std::lock_guard lk(mu_);
+    for (auto& g : fresh) {
+        auto old = std::find_if(gpus_.begin(), gpus_.end(), [&](const Gpu& o) { return o.uuid == g.uuid; });
+        if (old == gpus_.end()) continue;
+        if (!old->state.healthy && g.state.healthy) g.state = old->state;  // discovery's "lost" wins over old state
+        for (auto& m : g.migs) {
+            auto om = std::find_if(old->migs.begin(), old->migs.end(), [&](const Mig& x) { return x.uuid == m.uuid; });
+            if (om != old->migs.end()) m.state = om->state;
+        }
+    }
+    gpus_ = std::move(fresh);
+    changed_ = true;
+    rebuild_ = true;
+}
+
+void HealthMonitor::set_unhealthy(State& s, Bad bad, std::string reason) {
+    s.last_bad = std::chrono::steady_clock::now();
     // A worse class replaces a milder one; a milder one never downgrades a worse one.
-    if (static_cast<int>(bad) > static_cast<int>(g.bad)) g.bad = bad;
-    if (bad == Bad::lost) g.saw_gone = true;
-    if (!g.health.healthy) {
+    if (static_cast<int>(bad) > static_cast<int>(s.bad)) s.bad = bad;
+    if (bad == Bad::lost) s.saw_gone = true;
+    if (!s.healthy) {
         // Probes find the same state every interval: only a new event is worth a line.
-        if (reason.starts_with("XID")) log::info("GPU {} ({}) still unhealthy, new {}", i, g.uuid, reason);
+        if (reason.starts_with("XID")) log::info("{} still unhealthy, new {}", s.label, reason);
         return;
     }
-    g.health = {false, reason};
+    s.healthy = false;
+    s.reason = std::move(reason);
     ++transitions_;
     changed_ = true;
-    log::warn("GPU {} ({}) is now Unhealthy: {}", i, g.uuid, reason);
+    log::warn("{} is now Unhealthy: {}", s.label, s.reason);
 }
 
-void HealthMonitor::set_healthy(size_t i, std::string reason) {
-    Gpu& g = gpus_[i];
-    if (g.health.healthy) return;
-    g.health = {true, reason};
-    g.bad = Bad::none;
-    g.saw_gone = g.saw_pending = false;
+void HealthMonitor::set_healthy(State& s, std::string reason) {
+    if (s.healthy) return;
+    s.healthy = true;
+    s.reason = std::move(reason);
+    s.bad = Bad::none;
+    s.saw_gone = s.saw_pending = false;
     ++transitions_;
     changed_ = true;
-    log::info("GPU {} ({}) is Healthy again: {}", i, g.uuid, reason);
+    log::info("{} is Healthy again: {}", s.label, s.reason);
 }
 
-void HealthMonitor::on_xid(size_t i, unsigned xid) {
+void HealthMonitor::on_xid(size_t i, unsigned xid, unsigned gi, unsigned ci) {
     const XidClass cls = policy_.classify(xid);
     std::string_view meaning = nvml::xid_meaning(xid);
     std::string what = meaning.empty() ? fmt::format("XID {}", xid) : fmt::format("XID {} ({})", xid, meaning);
     std::lock_guard lk(mu_);
+    Gpu& g = gpus_[i];
     if (cls == XidClass::ignored) {
-        log::info("GPU {} ({}): {} ignored by the health policy", i, gpus_[i].uuid, what);
+        log::info("{}: {} ignored by the health policy", g.state.label, what);
         return;
     }
+    Bad bad = Bad::reset;
+    std::string reason = fmt::format("{}; needs a GPU reset", what);
     if (xid == 79) {
-        set_unhealthy(i, Bad::lost, what);
+        bad = Bad::lost;
+        reason = what;
     } else if (cls == XidClass::recoverable) {
-        set_unhealthy(i, Bad::recoverable,
-                      fmt::format("{}; recovers after {}s without another critical XID", what,
-                                  std::chrono::duration_cast<std::chrono::seconds>(policy_.recovery_period).count()));
-    } else {
-        set_unhealthy(i, Bad::reset, fmt::format("{}; needs a GPU reset", what));
+        bad = Bad::recoverable;
+        reason = fmt::format("{}; recovers after {}s without another critical XID", what,
+                             std::chrono::duration_cast<std::chrono::seconds>(policy_.recovery_period).count());
+    }
+    // An instance-specific XID (not 79: the whole GPU fell off the bus) marks the matching MIG
+    // devices only.
+    if (gi != nvml::kNoInstance && xid != 79) {
+        bool any = false;
+        for (auto& m : g.migs) {
+            if (m.gi != gi || (ci != nvml::kNoInstance && m.ci != ci)) continue;
+            any = true;
+            set_unhealthy(m.state, bad, fmt::format("{} on GPU instance {} compute instance {}", reason, gi, m.ci));
+        }
+        if (any) return;
+        log::warn("{}: {} names GPU instance {} compute instance {}, which no advertised MIG device has: marking the "
+                  "whole GPU",
+                  g.state.label, what, gi, ci == nvml::kNoInstance ? std::string("(any)") : std::to_string(ci));
+    }
+    set_unhealthy(g.state, bad, std::move(reason));
+}
+
+void HealthMonitor::maybe_recover(State& s, std::chrono::steady_clock::time_point now) {
+    if (s.healthy) return;
+    switch (s.bad) {
+        case Bad::none:
+        case Bad::lost:
+            set_healthy(s, "GPU answers again and nothing is pending");
+            break;
+        case Bad::recoverable:
+            if (now - s.last_bad >= policy_.recovery_period) set_healthy(s, "quiet period passed with clean probes");
+            break;
+        case Bad::reset:
+            if (s.saw_gone || s.saw_pending) set_healthy(s, "GPU was reset: answers and nothing is pending");
+            break;
     }
 }
 
@@ -98,17 +177,18 @@ void HealthMonitor::probe(size_t i) {
     if (!g.device) return;
     auto uuid = g.device->uuid();
     if (!uuid) {
-        if (uuid.error().code == Code::gpu_lost || g.health.healthy)
-            set_unhealthy(i, Bad::lost, fmt::format("GPU not answering: {}", uuid.error().message));
-        g.saw_gone = true;
+        if (uuid.error().code == Code::gpu_lost || g.state.healthy)
+            set_unhealthy(g.state, Bad::lost, fmt::format("GPU not answering: {}", uuid.error().message));
+        g.state.saw_gone = true;
+        for (auto& m : g.migs) m.state.saw_gone = true;
+        return;
+    }
+    // With health checks disabled only a GPU that stops answering turns Unhealthy.
+    if (policy_.disabled) {
+        if (!g.state.healthy && g.state.bad == Bad::lost) set_healthy(g.state, "GPU answers again");
         return;
     }
     std::string pending;
-    // With health checks disabled only a GPU that stops answering turns Unhealthy.
-    if (policy_.disabled) {
-        if (!g.health.healthy && g.bad == Bad::lost) set_healthy(i, "GPU answers again");
-        return;
-    }
     if (auto rows = g.device->remapped_rows()) {
         if (rows->failure) pending = "a row remap failed";
         else if (rows->pending) pending = "remapped rows pending";
@@ -120,25 +200,14 @@ void HealthMonitor::probe(size_t i) {
         if (auto a = g.device->recovery_action(); a && *a != 0) pending = fmt::format("recovery action {} requested", *a);
     }
     if (!pending.empty()) {
-        g.saw_pending = true;
-        set_unhealthy(i, Bad::reset, pending + "; needs a GPU reset");
+        g.state.saw_pending = true;
+        for (auto& m : g.migs) m.state.saw_pending = true;
+        set_unhealthy(g.state, Bad::reset, pending + "; needs a GPU reset");
         return;
     }
-    if (g.health.healthy) return;
     const auto now = std::chrono::steady_clock::now();
-    switch (g.bad) {
-        case Bad::none:
-        case Bad::lost:
-            set_healthy(i, "GPU answers again and nothing is pending");
-            break;
-        case Bad::recoverable:
-            if (now - g.last_bad >= policy_.recovery_period)
-                set_healthy(i, "quiet period passed with clean probes");
-            break;
-        case Bad::reset:
-            if (g.saw_gone || g.saw_pending) set_healthy(i, "GPU was reset: answers and nothing is pending");
-            break;
-    }
+    maybe_recover(g.state, now);
+    for (auto& m : g.migs) maybe_recover(m.state, now);
 }
 
 bool HealthMonitor::rebuild_events(std::optional<nvml::EventSet>& set) {
@@ -148,9 +217,10 @@ bool HealthMonitor::rebuild_events(std::optional<nvml::EventSet>& set) {
         log::warn("health: cannot create an NVML event set: {}", s.error().message);
         return false;
     }
+    std::lock_guard lk(mu_);
     for (size_t i = 0; i < gpus_.size(); ++i) {
         if (!gpus_[i].device) continue;
-        auto r = s->add(*gpus_[i].device, nvml::kEventXid, static_cast<int>(i));
+        auto r = s->add(*gpus_[i].device, nvml::kEventXid | nvml::kEventMigConfigChange, static_cast<int>(i));
         if (!r) log::warn("health: GPU {}: cannot register for XID events: {}", i, r.error().message);
     }
     set.emplace(std::move(*s));
@@ -163,6 +233,7 @@ void HealthMonitor::run() {
     auto next_probe = std::chrono::steady_clock::now();
     int failures = 0;
     while (!stop_) {
+        if (rebuild_.exchange(false)) rebuild_events(set);
         if (!set) {
             // Back off instead of spinning on a broken driver.
             std::this_thread::sleep_for(std::chrono::milliseconds(std::min(200 * (1 << std::min(failures, 4)), 2000)));
@@ -174,14 +245,27 @@ void HealthMonitor::run() {
                 ++failures;
                 {
                     std::lock_guard lk(mu_);
-                    for (size_t i = 0; i < gpus_.size(); ++i)
-                        set_unhealthy(i, Bad::lost, fmt::format("NVML event wait failed: {}", ev.error().message));
+                    for (auto& g : gpus_)
+                        set_unhealthy(g.state, Bad::lost, fmt::format("NVML event wait failed: {}", ev.error().message));
                 }
                 set.reset();
-            } else if (*ev && (*ev)->type == nvml::kEventXid && (*ev)->key >= 0 &&
-                       static_cast<size_t>((*ev)->key) < gpus_.size()) {
+            } else if (*ev && (*ev)->key >= 0) {
+                const auto& e = **ev;
                 failures = 0;
-                on_xid(static_cast<size_t>((*ev)->key), static_cast<unsigned>((*ev)->data));
+                size_t n = 0;
+                {
+                    std::lock_guard lk(mu_);
+                    n = gpus_.size();
+                }
+                if (static_cast<size_t>(e.key) < n) {
+                    if (e.type == nvml::kEventXid) {
+                        on_xid(static_cast<size_t>(e.key), static_cast<unsigned>(e.data), e.gpu_instance_id,
+                               e.compute_instance_id);
+                    } else if (e.type == nvml::kEventMigConfigChange) {
+                        log::info("GPU {}: MIG configuration changed", e.key);
+                        if (on_mig_change_) on_mig_change_(static_cast<unsigned>(e.key));
+                    }
+                }
             }
         }
         const auto now = std::chrono::steady_clock::now();
@@ -191,9 +275,9 @@ void HealthMonitor::run() {
             {
                 std::lock_guard lk(mu_);
                 for (size_t i = 0; i < gpus_.size(); ++i) {
-                    const bool was_lost = gpus_[i].bad == Bad::lost;
+                    const bool was_lost = gpus_[i].state.bad == Bad::lost;
                     probe(i);
-                    came_back |= was_lost && gpus_[i].health.healthy;
+                    came_back |= was_lost && gpus_[i].state.healthy;
                 }
             }
             // A GPU that came back may have lost its event registration: register everything again.
@@ -209,7 +293,7 @@ void HealthMonitor::notify() {
         std::lock_guard lk(mu_);
         if (!changed_) return;
         changed_ = false;
-        for (const auto& g : gpus_) snap.push_back(g.health);
+        snap = snapshot_locked();
     }
     if (on_change_) on_change_(snap);
 }

@@ -9,11 +9,21 @@
 //    other than NONE: Unhealthy until the GPU has been reset — seen as the GPU going away and
 //    answering again, or the pending state it showed clearing — and probes are clean;
 //  - a GPU that does not answer (GPU_IS_LOST) is Unhealthy while it is gone.
+//
+// Everything a GPU backs shares its health (unlike NVIDIA's plugin, issue #1929): the plugin marks
+// every replica and every MIG device of an unhealthy GPU. An XID that names a GPU/compute
+// instance (the event's GI/CI ids) marks only the MIG devices whose ids match (a CI id of
+// 0xFFFFFFFF matches every CI of that GI) and they recover by the same rules; an instance-specific
+// event that matches none of them marks the whole GPU.
+//
+// MIG configuration change events (0x100) are handed to on_mig_change; the plugin rediscovers
+// and calls update_node().
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -31,6 +41,8 @@ namespace kgpu::deviceplugin {
 struct GpuHealth {
     bool healthy = true;
     std::string reason;  // why it is unhealthy (or how it recovered)
+    // MIG devices (by MIG UUID) unhealthy on their own while the GPU is healthy, with the reason.
+    std::map<std::string, std::string> unhealthy_migs;
 };
 
 class HealthMonitor {
@@ -38,10 +50,12 @@ public:
     // Called from the monitor thread after every change, with the health of every GPU (indexed
     // like node.gpus).
     using Callback = std::function<void(const std::vector<GpuHealth>&)>;
+    // Called from the monitor thread when a GPU reports a MIG configuration change (its index).
+    using MigChange = std::function<void(unsigned gpu)>;
 
     // `probe_interval`: how often every GPU is probed (answers? anything pending?).
     HealthMonitor(nvml::Session session, const inventory::Node& node, HealthConfig policy, Callback on_change,
-                  std::chrono::milliseconds probe_interval = std::chrono::seconds(1));
+                  std::chrono::milliseconds probe_interval = std::chrono::seconds(1), MigChange on_mig_change = {});
     ~HealthMonitor();
     HealthMonitor(const HealthMonitor&) = delete;
     HealthMonitor& operator=(const HealthMonitor&) = delete;
@@ -49,36 +63,57 @@ public:
     void start();
     void stop();
     std::vector<GpuHealth> snapshot() const;
+    // A rediscovered node (after a MIG change): GPUs keep their state by UUID, MIG devices by MIG
+    // UUID (new ones start Healthy); events are registered again. Thread-safe.
+    void update_node(const inventory::Node& node);
     // Number of Healthy<->Unhealthy transitions so far (for logs and metrics).
     unsigned long transitions() const { return transitions_.load(); }
 
 private:
     enum class Bad { none, recoverable, reset, lost };
+    // The health state of a GPU or of one MIG device.
+    struct State {
+        std::string label;         // "GPU 1 (GPU-...)" / "MIG device 1:2 (MIG-...)" for logs
+        bool healthy = true;
+        std::string reason;
+        Bad bad = Bad::none;
+        std::chrono::steady_clock::time_point last_bad{};
+        bool saw_gone = false;     // the GPU stopped answering after this became unhealthy
+        bool saw_pending = false;  // the GPU showed pending state after this became unhealthy
+    };
+    struct Mig {
+        std::string uuid;
+        unsigned gi = 0, ci = 0;
+        State state;
+    };
     struct Gpu {
         std::string uuid;
         std::optional<nvml::Device> device;
-        GpuHealth health;
-        Bad bad = Bad::none;
-        std::chrono::steady_clock::time_point last_bad{};
-        bool saw_gone = false;     // stopped answering after it became unhealthy
-        bool saw_pending = false;  // showed pending state after it became unhealthy
+        State state;
+        std::vector<Mig> migs;
     };
 
+    static std::vector<Gpu> make_gpus(const nvml::Session& session, const inventory::Node& node);
     void run();
     bool rebuild_events(std::optional<nvml::EventSet>& set);
-    void on_xid(size_t gpu, unsigned xid);
+    void on_xid(size_t gpu, unsigned xid, unsigned gi, unsigned ci);
     void probe(size_t gpu);
-    void set_unhealthy(size_t gpu, Bad bad, std::string reason);
-    void set_healthy(size_t gpu, std::string reason);
+    void set_unhealthy(State& s, Bad bad, std::string reason);
+    void set_healthy(State& s, std::string reason);
+    // Recovery of a State that is unhealthy by itself, after a clean probe of its GPU.
+    void maybe_recover(State& s, std::chrono::steady_clock::time_point now);
     void notify();
+    std::vector<GpuHealth> snapshot_locked() const;
 
     nvml::Session session_;
     HealthConfig policy_;
     std::chrono::milliseconds probe_interval_;
     Callback on_change_;
+    MigChange on_mig_change_;
     mutable std::mutex mu_;
     std::vector<Gpu> gpus_;
     bool changed_ = false;
+    std::atomic<bool> rebuild_{false};  // update_node asks the thread to register events again
     std::atomic<bool> stop_{false};
     std::atomic<unsigned long> transitions_{0};
     std::thread thread_;

@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/inotify.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
@@ -21,6 +22,7 @@
 #include "deviceplugin/allocate.h"
 #include "deviceplugin/allocator.h"
 #include "deviceplugin/health.h"
+#include "deviceplugin/mig_caps.h"
 #include "deviceplugin/resources.h"
 #include "deviceplugin/server.h"
 #include "inventory/discovery.h"
@@ -32,21 +34,40 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-// Everything that exists while NVML is up and resources are served. Rebuilt on SIGHUP.
+// What one resource's handlers read: replaced as a whole (under Plugin::mu_) when the node or
+// the configuration changes, so a call in flight keeps the snapshot it started with.
+struct EntryState {
+    Resource resource;
+    std::unique_ptr<Allocator> allocator;
+    std::shared_ptr<const Config> config;
+};
+
+struct Entry {
+    std::string name;
+    std::unique_ptr<ResourceServer> server;
+    std::shared_ptr<const EntryState> state;  // guarded by Plugin::mu_
+    bool registered = false;
+    std::string last_error;  // logged once per change
+    Clock::time_point next_try{};
+    std::chrono::milliseconds backoff{250};
+};
+
+// Everything that exists while NVML is up. The control thread is the only one that changes
+// `entries`; it holds Plugin::mu_ while it does, and the health thread reads under mu_.
 struct Served {
-    struct Entry {
-        Resource resource;
-        std::unique_ptr<Allocator> allocator;
-        std::unique_ptr<ResourceServer> server;
-        bool registered = false;
-        std::string last_error;  // logged once per change
-        Clock::time_point next_try{};
-        std::chrono::milliseconds backoff{250};
-    };
+    std::optional<nvml::Session> session;
     inventory::Node node;
     std::vector<std::unique_ptr<Entry>> entries;
     std::unique_ptr<HealthMonitor> health;
 };
+
+// Why apply() runs: the error policy differs (see apply()).
+enum class Trigger { start, sighup, node_change };
+
+bool same_health(const HealthConfig& a, const HealthConfig& b) {
+    return a.disabled == b.disabled && a.ignored_xids == b.ignored_xids && a.recoverable_xids == b.recoverable_xids &&
+           a.reset_xids == b.reset_xids && a.recovery_period == b.recovery_period;
+}
 
 class Plugin {
 public:
@@ -54,15 +75,17 @@ public:
     int run();
 
 private:
-    Status start_serving();
-    void write_cdi_spec(const inventory::Node& node) const;
+    Status apply(const Config& cfg, Trigger trigger);
+    void write_cdi_spec(const inventory::Node& node, const Config& cfg) const;
     void stop_serving(bool empty_lists);
     void try_register_all(bool force);
     void on_health(const std::vector<GpuHealth>& health);
-    void publish_locked(Served::Entry& e);
-    v1beta1::ListAndWatchResponse device_list(const Resource& r) const;
-    Result<v1beta1::AllocateResponse> allocate(const Served::Entry& e, const v1beta1::AllocateRequest& req) const;
-    Result<v1beta1::PreferredAllocationResponse> prefer(const Served::Entry& e,
+    void publish_locked(Entry& e);
+    bool unhealthy_locked(const Device& d) const;
+    v1beta1::ListAndWatchResponse device_list_locked(const Resource& r) const;
+    std::shared_ptr<const EntryState> state_of(const Entry& e) const;
+    Result<v1beta1::AllocateResponse> allocate(const Entry& e, const v1beta1::AllocateRequest& req) const;
+    Result<v1beta1::PreferredAllocationResponse> prefer(const Entry& e,
                                                         const v1beta1::PreferredAllocationRequest& req) const;
     void reload();
     void handle_inotify(int fd);
@@ -72,51 +95,62 @@ private:
     std::optional<Served> served_;
     bool nvml_failed_logged_ = false;
     Clock::time_point next_init_{};
+    std::set<std::string> reported_;  // warnings already logged ("reported once")
+    int mig_fd_ = -1;                 // eventfd: the health thread saw a MIG configuration change
 
-    // Guards served_->entries' servers and the health map against the health thread.
+    // Guards served_->entries (structure and states) and health_ against the health thread and
+    // the gRPC handlers.
     mutable std::mutex mu_;
-    std::set<std::string> unhealthy_ids_;    // guarded by mu_
-    std::map<std::string, std::string> unhealthy_reason_;
+    std::vector<GpuHealth> health_;  // by GPU index
 };
 
-v1beta1::ListAndWatchResponse Plugin::device_list(const Resource& r) const {
+bool Plugin::unhealthy_locked(const Device& d) const {
+    if (d.gpu_index >= health_.size()) return d.lost;
+    const GpuHealth& h = health_[d.gpu_index];
+    return !h.healthy || (d.mig && h.unhealthy_migs.contains(d.uuid));
+}
+
+v1beta1::ListAndWatchResponse Plugin::device_list_locked(const Resource& r) const {
     v1beta1::ListAndWatchResponse out;
     for (const auto& d : r.devices) {
         auto* dev = out.add_devices();
         dev->set_id(d.id);
-        dev->set_health(unhealthy_ids_.contains(d.id) ? "Unhealthy" : "Healthy");
+        dev->set_health(unhealthy_locked(d) ? "Unhealthy" : "Healthy");
         if (d.numa) dev->mutable_topology()->add_nodes()->set_id(*d.numa);
     }
     return out;
 }
 
-void Plugin::publish_locked(Served::Entry& e) {
-    if (e.server) e.server->publish(device_list(e.resource));
+void Plugin::publish_locked(Entry& e) {
+    if (e.server && e.state) e.server->publish(device_list_locked(e.state->resource));
 }
 
 void Plugin::on_health(const std::vector<GpuHealth>& health) {
     std::lock_guard lk(mu_);
+    health_ = health;
     if (!served_) return;
-    unhealthy_ids_.clear();
-    for (auto& e : served_->entries) {
-        for (const auto& d : e->resource.devices) {
-            if (d.gpu_index < health.size() && !health[d.gpu_index].healthy) unhealthy_ids_.insert(d.id);
-        }
-        publish_locked(*e);
-    }
+    for (auto& e : served_->entries) publish_locked(*e);
 }
 
-Result<v1beta1::AllocateResponse> Plugin::allocate(const Served::Entry& e, const v1beta1::AllocateRequest& req) const {
-    std::set<std::string> unhealthy;
-    {
-        std::lock_guard lk(mu_);
-        unhealthy = unhealthy_ids_;
-    }
-    const DevRootView dev_root(opts_.config.dev_root());
+std::shared_ptr<const EntryState> Plugin::state_of(const Entry& e) const {
+    std::lock_guard lk(mu_);
+    return e.state;
+}
+
+Result<v1beta1::AllocateResponse> Plugin::allocate(const Entry& e, const v1beta1::AllocateRequest& req) const {
+    const auto state = state_of(e);
+    const Config& cfg = *state->config;
+    const DevRootView dev_root(cfg.dev_root());
     v1beta1::AllocateResponse resp;
     for (const auto& c : req.container_requests()) {
         std::vector<std::string> ids(c.devices_ids().begin(), c.devices_ids().end());
-        auto answer = deviceplugin::allocate(e.resource, ids, opts_.config, unhealthy, dev_root);
+        std::set<std::string> unhealthy;
+        {
+            std::lock_guard lk(mu_);
+            for (const auto& id : ids)
+                if (const Device* d = state->resource.find(id); d && unhealthy_locked(*d)) unhealthy.insert(id);
+        }
+        auto answer = deviceplugin::allocate(state->resource, ids, cfg, unhealthy, dev_root);
         if (!answer) return std::unexpected(answer.error());
         auto* out = resp.add_container_responses();
         for (const auto& [k, v] : answer->envs) (*out->mutable_envs())[k] = v;
@@ -138,13 +172,14 @@ Result<v1beta1::AllocateResponse> Plugin::allocate(const Served::Entry& e, const
     return resp;
 }
 
-Result<v1beta1::PreferredAllocationResponse> Plugin::prefer(const Served::Entry& e,
+Result<v1beta1::PreferredAllocationResponse> Plugin::prefer(const Entry& e,
                                                             const v1beta1::PreferredAllocationRequest& req) const {
+    const auto state = state_of(e);
     v1beta1::PreferredAllocationResponse resp;
     for (const auto& c : req.container_requests()) {
         std::vector<std::string> available(c.available_deviceids().begin(), c.available_deviceids().end());
         std::vector<std::string> must(c.must_include_deviceids().begin(), c.must_include_deviceids().end());
-        auto ids = e.allocator->prefer(available, must, c.allocation_size());
+        auto ids = state->allocator->prefer(available, must, c.allocation_size());
         if (!ids) return std::unexpected(ids.error());
         auto* out = resp.add_container_responses();
         for (const auto& id : *ids) out->add_deviceids(id);
@@ -153,13 +188,14 @@ Result<v1beta1::PreferredAllocationResponse> Plugin::prefer(const Served::Entry&
 }
 
 // The CDI strategies name devices `nvidia.com/gpu=<index|UUID>`; the runtime resolves those names
-// from a spec file, which we (re)write at every start so it matches what we advertise.
-void Plugin::write_cdi_spec(const inventory::Node& node) const {
-    const Config& cfg = opts_.config;
+// from a spec file, which we (re)write whenever the node is (re)discovered so it matches what we
+// advertise.
+void Plugin::write_cdi_spec(const inventory::Node& node, const Config& cfg) const {
     if (node.gpus.empty()) return;
     cdi::SpecOptions so;
     so.driver_root = cfg.nvidia_driver_root;
     so.dev_root = cfg.dev_root();
+    so.proc_root = cfg.proc_root;
     auto spec = cdi::generate(node, so);
     const fs::path path = fs::path(cfg.cdi_spec_dir) / "kgpu-nvidia-gpu.yaml";
     if (!spec) {
@@ -176,71 +212,165 @@ void Plugin::write_cdi_spec(const inventory::Node& node) const {
     log::info("wrote the CDI spec {}", path.string());
 }
 
-Status Plugin::start_serving() {
-    const Config& cfg = opts_.config;
-    auto session = nvml::open_session({cfg.nvml_library, cfg.nvidia_driver_root});
-    if (!session) return std::unexpected(session.error());
+// Discovers the node, builds the resources for `cfg` and brings the servers in line with them:
+// a resource that disappeared sends an empty device list and stops, one whose devices changed
+// publishes the new list and registers again, a new one is served and registered; unchanged
+// ones are left alone. Error policy by trigger:
+//  - start: errors are returned (config errors as Code::parse: exit 2; NVML: exit 1 or retry);
+//    a node the MIG strategy cannot serve (not_supported) is returned when fail_on_init_error,
+//    else logged and nothing is served;
+//  - sighup: any error is returned before anything changed (the running config stays);
+//  - node_change: NVML errors are returned (nothing changed); a node the config cannot serve
+//    any more is logged and nothing is served until the node or the config changes.
+Status Plugin::apply(const Config& cfg, Trigger trigger) {
+    const Config& old = opts_.config;
+    const bool same_driver = served_ && served_->session && cfg.nvml_library == old.nvml_library &&
+                             cfg.nvidia_driver_root == old.nvidia_driver_root;
+    std::optional<nvml::Session> session;
+    if (same_driver) {
+        session = *served_->session;
+    } else {
+        auto s = nvml::open_session({cfg.nvml_library, cfg.nvidia_driver_root});
+        if (!s) return std::unexpected(s.error());
+        session = std::move(*s);
+    }
     auto node = inventory::discover(*session);
     if (!node) return std::unexpected(node.error());
 
-    Served s;
-    s.node = std::move(*node);
-    if (cfg.uses(DeviceListStrategy::cdi_annotations) || cfg.uses(DeviceListStrategy::cdi_cri)) write_cdi_spec(s.node);
     std::vector<std::string> warnings;
-    auto resources = build_resources(s.node, cfg, &warnings);
-    for (const auto& w : warnings) log::warn("{}", w);
-    if (resources.empty() || std::all_of(resources.begin(), resources.end(), [](const Resource& r) { return r.devices.empty(); }))
-        log::warn("no GPUs found on this node: serving no resource (run `kgpu doctor` if this is unexpected)");
+    auto resources = build_resources(*node, cfg, &warnings);
+    if (!resources) {
+        const Error& err = resources.error();
+        const bool fatal = trigger == Trigger::sighup || err.code == Code::parse ||
+                           (trigger == Trigger::start && cfg.fail_on_init_error);
+        if (trigger != Trigger::node_change && fatal) return std::unexpected(err);
+        log::error("{}; serving no resource until the node or the configuration changes", err.message);
+        resources = std::vector<Resource>{};
+    }
+    auto cap_problems = fill_mig_caps(*resources, cfg.proc_root);
+    if (cfg.pass_device_specs) warnings.insert(warnings.end(), cap_problems.begin(), cap_problems.end());
+    for (const auto& w : warnings)
+        if (reported_.insert(w).second) log::warn("{}", w);
+    if (resources->empty() && reported_.insert("no-resources").second)
+        log::warn("no GPUs to serve on this node: serving no resource (run `kgpu doctor` if this is unexpected)");
 
+    // What the servers, the registration and the health monitor are built on: a change restarts
+    // everything (as before a reload).
+    if (served_ && (!same_driver || cfg.device_plugin_path != old.device_plugin_path ||
+                    cfg.kubelet_socket_path() != old.kubelet_socket_path() || !same_health(cfg.health, old.health))) {
+        log::info("the driver, the socket paths or the health policy changed: restarting every server");
+        stop_serving(false);
+    }
+    if (cfg.uses(DeviceListStrategy::cdi_annotations) || cfg.uses(DeviceListStrategy::cdi_cri))
+        write_cdi_spec(*node, cfg);
+
+    if (!served_) served_.emplace();
+    served_->session = *session;
+    served_->node = *node;
+    const auto config = std::make_shared<const Config>(cfg);
+    std::map<std::string, Resource*> wanted;
+    for (auto& r : *resources) wanted[r.name] = &r;
+
+    // 1. Resources that disappeared: empty list first (so the kubelet drops the devices), then stop.
+    std::vector<std::unique_ptr<Entry>> gone;
     {
         std::lock_guard lk(mu_);
-        unhealthy_ids_.clear();
+        auto& es = served_->entries;
+        for (auto it = es.begin(); it != es.end();) {
+            if (wanted.contains((*it)->name)) {
+                ++it;
+            } else {
+                gone.push_back(std::move(*it));
+                it = es.erase(it);
+            }
+        }
     }
-    for (auto& r : resources) {
-        if (r.devices.empty()) continue;  // a resource with zero devices is not served
-        auto e = std::make_unique<Served::Entry>();
-        e->resource = std::move(r);
-        e->allocator = std::make_unique<Allocator>(e->resource, s.node.topology);
-        const std::string path = (fs::path(cfg.device_plugin_path) / socket_name(e->resource.name)).string();
-        Served::Entry* raw = e.get();
+    for (auto& e : gone) {
+        log::info("{} is no longer served: sending an empty device list, then stopping its server", e->name);
+        e->server->stop(true);
+    }
+    gone.clear();
+
+    // 2. Changed and new resources.
+    opts_.config = cfg;
+    std::vector<Entry*> fresh;
+    for (auto& [name, r] : wanted) {
+        auto state = std::make_shared<EntryState>();
+        state->resource = std::move(*r);
+        state->allocator = std::make_unique<Allocator>(state->resource, node->topology, cfg.shared_allocation_policy);
+        state->config = config;
+        std::lock_guard lk(mu_);
+        auto it = std::find_if(served_->entries.begin(), served_->entries.end(),
+                               [&](const auto& e) { return e->name == name; });
+        if (it != served_->entries.end()) {
+            Entry& e = **it;
+            const bool changed = !(e.state->resource == state->resource);
+            e.state = std::move(state);
+            if (changed) {
+                log::info("{}: the devices changed (now {}): publishing the new list and registering again", name,
+                          e.state->resource.devices.size());
+                e.registered = false;
+                e.next_try = {};
+                e.backoff = std::chrono::milliseconds(250);
+            }
+            continue;
+        }
+        auto e = std::make_unique<Entry>();
+        e->name = name;
+        e->state = std::move(state);
+        const std::string path = (fs::path(cfg.device_plugin_path) / socket_name(name)).string();
+        Entry* raw = e.get();
         Handlers h;
         h.allocate = [this, raw](const v1beta1::AllocateRequest& req) { return allocate(*raw, req); };
         h.prefer = [this, raw](const v1beta1::PreferredAllocationRequest& req) { return prefer(*raw, req); };
-        e->server = std::make_unique<ResourceServer>(e->resource.name, path, std::move(h));
-        for (const auto& d : e->resource.devices) {
-            if (d.lost) {
-                std::lock_guard lk(mu_);
-                unhealthy_ids_.insert(d.id);
-            }
+        e->server = std::make_unique<ResourceServer>(name, path, std::move(h));
+        fresh.push_back(raw);
+        served_->entries.push_back(std::move(e));
+    }
+
+    // 3. Health: a new monitor, or the running one told about the rediscovered node.
+    if (!served_->health) {
+        served_->health = std::make_unique<HealthMonitor>(
+            *session, served_->node, cfg.health, [this](const std::vector<GpuHealth>& h) { on_health(h); },
+            opts_.probe_interval, [this](unsigned) {
+                const std::uint64_t one = 1;
+                if (mig_fd_ >= 0) (void)!::write(mig_fd_, &one, sizeof one);
+            });
+        {
+            std::lock_guard lk(mu_);
+            health_ = served_->health->snapshot();
         }
-        s.entries.push_back(std::move(e));
+        served_->health->start();
+    } else {
+        served_->health->update_node(served_->node);
+        std::lock_guard lk(mu_);
+        health_ = served_->health->snapshot();
     }
     {
         std::lock_guard lk(mu_);
-        served_ = std::move(s);
-        for (auto& e : served_->entries) {
-            publish_locked(*e);
-            if (auto st = e->server->start(); !st) {
-                log::error("{}", st.error().message);
-                continue;
-            }
-            log::info("serving {} ({} devices) on {}", e->resource.name, e->resource.devices.size(),
-                      e->server->socket_path());
-        }
+        for (auto& e : served_->entries) publish_locked(*e);
     }
-    served_->health = std::make_unique<HealthMonitor>(
-        std::move(*session), served_->node, cfg.health, [this](const std::vector<GpuHealth>& h) { on_health(h); },
-        opts_.probe_interval);
-    served_->health->start();
-    try_register_all(true);
+    for (Entry* e : fresh) {
+        if (auto st = e->server->start(); !st) {
+            log::error("{}", st.error().message);
+            continue;
+        }
+        log::info("serving {} ({} devices) on {}", e->name, e->state->resource.devices.size(), e->server->socket_path());
+    }
+    try_register_all(false);
     return {};
 }
 
 void Plugin::stop_serving(bool empty_lists) {
     if (!served_) return;
     if (served_->health) served_->health->stop();
-    std::lock_guard lk(mu_);
-    for (auto& e : served_->entries)
+    std::vector<std::unique_ptr<Entry>> entries;
+    {
+        std::lock_guard lk(mu_);
+        entries.swap(served_->entries);
+    }
+    // Outside mu_: stopping waits for calls in flight, which take mu_.
+    for (auto& e : entries)
         if (e->server) e->server->stop(empty_lists);
     served_.reset();
 }
@@ -259,12 +389,12 @@ void Plugin::try_register_all(bool force) {
         if (e->registered && !force) continue;
         if (!force && now < e->next_try) continue;
         const std::string endpoint = fs::path(e->server->socket_path()).filename().string();
-        auto st = register_with_kubelet(kubelet, endpoint, e->resource.name);
+        auto st = register_with_kubelet(kubelet, endpoint, e->name);
         if (st) {
             e->registered = true;
             e->backoff = std::chrono::milliseconds(250);
             e->last_error.clear();
-            log::info("registered {} with the kubelet at {} (endpoint {})", e->resource.name, kubelet, endpoint);
+            log::info("registered {} with the kubelet at {} (endpoint {})", e->name, kubelet, endpoint);
         } else {
             e->registered = false;
             if (st.error().message != e->last_error) {
@@ -292,12 +422,17 @@ void Plugin::reload() {
         log::error("SIGHUP: keeping the running configuration: {}", cfg.error().message);
         return;
     }
+    for (const auto& w : cfg->warnings) log::warn("{}", w);
     log::info("SIGHUP: reloading with\n{}", describe(*cfg));
-    stop_serving(false);
-    opts_.config = std::move(*cfg);
-    if (auto st = start_serving(); !st) {
-        log::error("after SIGHUP: {}", st.error().message);
-        next_init_ = Clock::now() + opts_.init_retry;
+    if (!served_) {
+        // NVML was not up: the retry loop uses the new config.
+        opts_.config = std::move(*cfg);
+        next_init_ = Clock::now();
+        return;
+    }
+    if (auto st = apply(*cfg, Trigger::sighup); !st) {
+        log::error("SIGHUP: keeping the running configuration: {}", st.error().message);
+        if (!served_) next_init_ = Clock::now() + opts_.init_retry;
     }
 }
 
@@ -324,18 +459,17 @@ void Plugin::handle_inotify(int fd) {
     if (kubelet_back) log::info("{} was created again (kubelet restart): re-registering", kubelet_name);
     if (ours_gone) log::warn("a plugin socket was deleted: serving it again and re-registering");
     if (!kubelet_back && !ours_gone) return;
-    {
-        std::lock_guard lk(mu_);
-        for (auto& e : served_->entries) {
-            std::error_code ec;
-            // The kubelet deletes every socket when it restarts: serve ours again before registering.
-            if (!fs::exists(e->server->socket_path(), ec)) {
-                e->server->stop();
-                if (auto st = e->server->start(); !st) log::error("{}", st.error().message);
-                publish_locked(*e);
-            }
-            e->registered = false;
+    for (auto& e : served_->entries) {
+        std::error_code ec;
+        // The kubelet deletes every socket when it restarts: serve ours again before registering.
+        // Not under mu_: stopping waits for calls in flight, which take mu_.
+        if (!fs::exists(e->server->socket_path(), ec)) {
+            e->server->stop();
+            if (auto st = e->server->start(); !st) log::error("{}", st.error().message);
+            std::lock_guard lk(mu_);
+            publish_locked(*e);
         }
+        e->registered = false;
     }
     // Registration is a blocking RPC: never under mu_, which Allocate and the health thread take.
     try_register_all(true);
@@ -366,6 +500,7 @@ int Plugin::run() {
     // sees these signals.
     pthread_sigmask(SIG_BLOCK, &mask, nullptr);
     int sfd = ::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    mig_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 
     std::error_code ec;
     fs::create_directories(cfg.device_plugin_path, ec);
@@ -380,22 +515,51 @@ int Plugin::run() {
         watched.insert(dir.string());
     }
 
-    if (auto st = start_serving(); !st) {
-        if (cfg.fail_on_init_error) {
+    auto start = [&](bool first) -> int {
+        auto st = apply(opts_.config, Trigger::start);
+        if (st) {
+            if (nvml_failed_logged_) log::info("NVML is available now: serving");
+            nvml_failed_logged_ = false;
+            return -1;
+        }
+        if (st.error().code == Code::parse) {
+            log::error("{}", st.error().message);
+            return 2;
+        }
+        if (st.error().code == Code::not_supported) {
+            log::error("{} (or set --fail-on-init-error=false to keep running without this resource)",
+                       st.error().message);
+            return 1;
+        }
+        next_init_ = Clock::now() + opts_.init_retry;
+        if (first && opts_.config.fail_on_init_error) {
             log::error("{}. Run `kgpu doctor` to diagnose, or set --fail-on-init-error=false to keep running "
                        "without GPUs",
                        st.error().message);
             return 1;
         }
-        log::warn("{}; serving no resource and retrying every {}s (run `kgpu doctor` to diagnose)", st.error().message,
-                  std::chrono::duration_cast<std::chrono::seconds>(opts_.init_retry).count());
-        nvml_failed_logged_ = true;
-        next_init_ = Clock::now() + opts_.init_retry;
-    }
+        if (first) {
+            log::warn("{}; serving no resource and retrying every {}s (run `kgpu doctor` to diagnose)",
+                      st.error().message, std::chrono::duration_cast<std::chrono::seconds>(opts_.init_retry).count());
+            nvml_failed_logged_ = true;
+        } else {
+            log::debug("NVML still unavailable: {}", st.error().message);
+        }
+        return -1;
+    };
+    auto finish = [&](int code) {
+        stop_serving(false);
+        ::close(ifd);
+        ::close(sfd);
+        if (mig_fd_ >= 0) ::close(mig_fd_);
+        mig_fd_ = -1;
+        return code;
+    };
+    if (int code = start(true); code >= 0) return finish(code);
 
     for (;;) {
-        pollfd fds[2] = {{sfd, POLLIN, 0}, {ifd, POLLIN, 0}};
-        int n = ::poll(fds, 2, static_cast<int>(next_timeout().count()));
+        pollfd fds[3] = {{sfd, POLLIN, 0}, {ifd, POLLIN, 0}, {mig_fd_, POLLIN, 0}};
+        int n = ::poll(fds, 3, static_cast<int>(next_timeout().count()));
         if (n < 0 && errno != EINTR) break;
         if (fds[0].revents & POLLIN) {
             signalfd_siginfo si{};
@@ -404,27 +568,26 @@ int Plugin::run() {
                     reload();
                 } else {
                     log::info("signal {}: stopping", si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT");
-                    stop_serving(false);
-                    ::close(ifd);
-                    ::close(sfd);
-                    return 0;
+                    return finish(0);
                 }
             }
         }
         if (fds[1].revents & POLLIN) handle_inotify(ifd);
-        if (!served_ && Clock::now() >= next_init_) {
-            if (auto st = start_serving(); !st) {
-                next_init_ = Clock::now() + opts_.init_retry;
-                log::debug("NVML still unavailable: {}", st.error().message);
-            } else if (nvml_failed_logged_) {
-                log::info("NVML is available now: serving");
-                nvml_failed_logged_ = false;
+        if (fds[2].revents & POLLIN) {
+            std::uint64_t count = 0;
+            (void)!::read(mig_fd_, &count, sizeof count);
+            if (served_) {
+                log::info("MIG configuration changed: rediscovering the node");
+                if (auto st = apply(opts_.config, Trigger::node_change); !st)
+                    log::error("after the MIG configuration change: {}", st.error().message);
             }
+        }
+        if (!served_ && Clock::now() >= next_init_) {
+            if (int code = start(false); code >= 0) return finish(code);
         }
         if (served_) try_register_all(false);
     }
-    stop_serving(false);
-    return 1;
+    return finish(1);
 }
 
 }  // namespace

@@ -24,7 +24,13 @@ struct PluginOptions {
 };
 
 // Runs until SIGTERM or SIGINT. Returns the exit code: 0 after a clean stop, 1 when NVML cannot be
-// loaded or initialised and fail_on_init_error is true (or the directory cannot be watched).
+// loaded or initialised and fail_on_init_error is true, or the node does not fit the MIG strategy
+// (single on a mixed node) and fail_on_init_error is true (or the directory cannot be watched),
+// 2 when the configuration does not fit the node (sharing names an unknown device, a device twice,
+// ...). After the start, SIGHUP re-reads the configuration (a bad one is logged and the running
+// one stays) and a MIG configuration change (NVML event 0x100) rediscovers the node; only the
+// resources that changed are re-registered, and one that disappears sends an empty device list
+// before its server stops.
 int run_device_plugin(PluginOptions options);
 
 }  // namespace kgpu::deviceplugin

@@ -1,43 +1,304 @@
 #include "deviceplugin/resources.h"
 
 #include <algorithm>
+#include <map>
+#include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace kgpu::deviceplugin {
 
 const Device* Resource::find(std::string_view id) const {
+    if (id_index.size() == devices.size()) {
+        auto it = id_index.find(std::string(id));
+        if (it != id_index.end() && it->second < devices.size() && devices[it->second].id == id)
+            return &devices[it->second];
+        if (it == id_index.end()) return nullptr;
+    }
     for (const Device& d : devices)
         if (d.id == id) return &d;
     return nullptr;
 }
 
-std::vector<Resource> build_resources(const inventory::Node& node, const Config& config,
-                                      std::vector<std::string>* warnings) {
-    Resource gpus{std::string(kGpuResourceName), {}};
-    for (const inventory::Gpu& g : node.gpus) {
-        if (config.mig_strategy != MigStrategy::none && g.mig_mode == inventory::MigMode::enabled) {
-            if (warnings)
-                warnings->push_back(fmt::format(
-                    "GPU {} ({}) has MIG enabled: not advertised as a whole GPU with MIG strategy {} "
-                    "(MIG devices are not supported yet)",
-                    g.index, g.uuid, to_string(config.mig_strategy)));
+void Resource::reindex() {
+    id_index.clear();
+    id_index.reserve(devices.size());
+    for (size_t i = 0; i < devices.size(); ++i) id_index.emplace(devices[i].id, i);
+}
+
+bool Resource::has_mig() const {
+    return std::any_of(devices.begin(), devices.end(), [](const Device& d) { return d.mig.has_value(); });
+}
+
+std::string mig_resource_name(std::string_view profile) {
+    std::string name = "nvidia.com/mig-";
+    for (char c : profile) name += c == '+' ? '.' : c;
+    return name;
+}
+
+namespace {
+
+Device whole_gpu(const inventory::Gpu& g, const Config& c) {
+    Device d;
+    d.id = c.device_id_strategy == DeviceIdStrategy::index ? std::to_string(g.index) : g.uuid;
+    d.gpu_index = g.index;
+    d.uuid = g.uuid;
+    d.minor = g.minor;
+    d.numa = g.numa_node;
+    d.lost = g.lost;
+    d.physical_id = d.id;
+    return d;
+}
+
+Device mig_device(const inventory::Gpu& g, const inventory::MigDevice& m, const Config& c) {
+    Device d;
+    d.id = c.device_id_strategy == DeviceIdStrategy::index ? fmt::format("{}:{}", g.index, m.index) : m.uuid;
+    d.gpu_index = g.index;
+    d.uuid = m.uuid;
+    d.minor = g.minor;
+    d.numa = g.numa_node;
+    d.lost = g.lost;
+    d.mig = MigInstance{m.index, m.gpu_instance_id, m.compute_instance_id, m.profile, std::nullopt, std::nullopt, ""};
+    d.physical_id = d.id;
+    return d;
+}
+
+bool before(const Device& a, const Device& b) {
+    if (a.gpu_index != b.gpu_index) return a.gpu_index < b.gpu_index;
+    const unsigned am = a.mig ? a.mig->index + 1 : 0, bm = b.mig ? b.mig->index + 1 : 0;
+    if (am != bm) return am < bm;
+    return a.replica.value_or(0) < b.replica.value_or(0);
+}
+
+// Whether a sharing `devices` entry names physical device `d`: its UUID, its GPU index (whole
+// GPUs), or "i:j" (MIG devices).
+bool names(const Device& d, std::string_view ref) {
+    if (ref == d.uuid) return true;
+    if (d.mig) return ref == fmt::format("{}:{}", d.gpu_index, d.mig->index);
+    return ref == std::to_string(d.gpu_index);
+}
+
+std::string gpu_list(const std::vector<const inventory::Gpu*>& gpus) {
+    std::vector<unsigned> idx;
+    for (const auto* g : gpus) idx.push_back(g->index);
+    return fmt::format("{}", fmt::join(idx, ", "));
+}
+
+// The physical resources (before time-slicing), by name.
+Result<std::map<std::string, Resource>> physical(const inventory::Node& node, const Config& config,
+                                                 std::vector<std::string>* warnings) {
+    std::map<std::string, Resource> out;
+    auto add = [&](const std::string& name, Device d) {
+        auto& r = out[name];
+        r.name = name;
+        r.devices.push_back(std::move(d));
+    };
+    auto warn_empty = [&](const inventory::Gpu& g) {
+        if (warnings)
+            warnings->push_back(fmt::format(
+                "GPU {} ({}) has MIG enabled but no MIG devices: it serves nothing with MIG strategy {} (create "
+                "instances with nvidia-smi mig -cgi ... -C, or disable MIG)",
+                g.index, g.uuid, to_string(config.mig_strategy)));
+    };
+    const bool any_mig = std::any_of(node.gpus.begin(), node.gpus.end(), [](const inventory::Gpu& g) {
+        return g.mig_mode == inventory::MigMode::enabled;
+    });
+
+    if (config.mig_strategy == MigStrategy::none || (config.mig_strategy == MigStrategy::single && !any_mig)) {
+        for (const auto& g : node.gpus) add(std::string(kGpuResourceName), whole_gpu(g, config));
+        return out;
+    }
+    if (config.mig_strategy == MigStrategy::single) {
+        std::vector<const inventory::Gpu*> on, off;
+        std::map<std::string, std::vector<const inventory::Gpu*>> profiles;
+        for (const auto& g : node.gpus) {
+            if (g.mig_mode != inventory::MigMode::enabled) {
+                if (!g.lost) off.push_back(&g);
+                continue;
+            }
+            on.push_back(&g);
+            for (const auto& m : g.mig_devices) {
+                auto& v = profiles[m.profile];
+                if (v.empty() || v.back() != &g) v.push_back(&g);
+            }
+        }
+        if (!off.empty())
+            return fail(Code::not_supported,
+                        "MIG strategy single needs MIG enabled on every GPU, but GPU(s) {} have it enabled and GPU(s) "
+                        "{} do not; enable MIG everywhere, or use --mig-strategy mixed",
+                        gpu_list(on), gpu_list(off));
+        if (profiles.size() > 1) {
+            std::vector<std::string> parts;
+            for (const auto& [p, gpus] : profiles) parts.push_back(fmt::format("{} on GPU(s) {}", p, gpu_list(gpus)));
+            return fail(Code::not_supported,
+                        "MIG strategy single needs one MIG profile on every GPU, but the node has {}; use one "
+                        "profile, or --mig-strategy mixed",
+                        fmt::join(parts, "; "));
+        }
+        for (const auto& g : node.gpus) {
+            if (g.mig_devices.empty()) warn_empty(g);
+            for (const auto& m : g.mig_devices) add(std::string(kGpuResourceName), mig_device(g, m, config));
+        }
+        return out;
+    }
+    // mixed
+    for (const auto& g : node.gpus) {
+        if (g.mig_mode != inventory::MigMode::enabled) {
+            add(std::string(kGpuResourceName), whole_gpu(g, config));
             continue;
         }
-        Device d;
-        d.id = config.device_id_strategy == DeviceIdStrategy::index ? std::to_string(g.index) : g.uuid;
-        d.gpu_index = g.index;
-        d.uuid = g.uuid;
-        d.minor = g.minor;
-        d.numa = g.numa_node;
-        d.lost = g.lost;
-        gpus.devices.push_back(std::move(d));
+        if (g.mig_devices.empty()) warn_empty(g);
+        for (const auto& m : g.mig_devices) add(mig_resource_name(m.profile), mig_device(g, m, config));
     }
-    std::sort(gpus.devices.begin(), gpus.devices.end(),
-              [](const Device& a, const Device& b) { return a.gpu_index < b.gpu_index; });
-    std::vector<Resource> out;
-    if (!gpus.devices.empty()) out.push_back(std::move(gpus));
     return out;
+}
+
+Resource replicate(const std::string& name, const std::vector<const Device*>& devices, unsigned replicas,
+                   bool fail_gt_one) {
+    Resource r;
+    r.name = name;
+    r.replicas = replicas;
+    r.fail_requests_greater_than_one = fail_gt_one;
+    r.devices.reserve(devices.size() * replicas);
+    for (const Device* d : devices) {
+        for (unsigned n = 0; n < replicas; ++n) {
+            Device copy = *d;
+            copy.id = fmt::format("{}::{}", d->id, n);
+            copy.physical_id = d->id;
+            copy.replica = n;
+            r.devices.push_back(std::move(copy));
+        }
+    }
+    return r;
+}
+
+}  // namespace
+
+Result<std::vector<Resource>> build_resources(const inventory::Node& node, const Config& config,
+                                              std::vector<std::string>* warnings) {
+    auto phys = physical(node, config, warnings);
+    if (!phys) return std::unexpected(phys.error());
+    for (auto& [name, r] : *phys) std::stable_sort(r.devices.begin(), r.devices.end(), before);
+
+    // Which resource name a device reference is served under (for error messages).
+    auto served_as = [&](std::string_view ref) -> std::string {
+        for (const auto& [name, r] : *phys)
+            for (const auto& d : r.devices)
+                if (names(d, ref)) return name;
+        return {};
+    };
+
+    std::vector<std::pair<Resource, int>> out;  // resource, the sharing entry that made it (-1: none)
+    const TimeSlicing* ts = config.sharing.time_slicing ? &*config.sharing.time_slicing : nullptr;
+    const std::string file = config.config_file.empty() ? std::string("config") : config.config_file;
+    auto where = [&](size_t i, int line, std::string_view key) {
+        return fmt::format("{}:{}: key 'sharing.timeSlicing.resources[{}]{}'", file, line, i, key);
+    };
+    std::vector<bool> matched(ts ? ts->resources.size() : 0, false);
+
+    for (auto& [name, base] : *phys) {
+        std::vector<int> owner(base.devices.size(), -1);
+        std::vector<std::pair<size_t, std::vector<size_t>>> selections;  // entry, device positions
+        for (size_t i = 0; ts && i < ts->resources.size(); ++i) {
+            const ReplicatedResource& e = ts->resources[i];
+            if (e.name != name) continue;
+            matched[i] = true;
+            std::vector<size_t> picked;
+            auto take = [&](size_t pos, int line, std::string_view ref) -> Status {
+                if (owner[pos] >= 0)
+                    return fail(Code::parse, "{}: device '{}' ({}) is listed twice{}", where(i, line, ".devices"),
+                                ref, base.devices[pos].physical_id,
+                                owner[pos] == static_cast<int>(i)
+                                    ? std::string(" in this list")
+                                    : fmt::format(" (also in sharing.timeSlicing.resources[{}])", owner[pos]));
+                owner[pos] = static_cast<int>(i);
+                picked.push_back(pos);
+                return {};
+            };
+            const int dline = e.devices_line ? e.devices_line : e.line;
+            if (e.all_devices) {
+                for (size_t p = 0; p < base.devices.size(); ++p)
+                    if (auto st = take(p, dline, base.devices[p].physical_id); !st) return std::unexpected(st.error());
+            } else if (e.device_count) {
+                if (*e.device_count > base.devices.size())
+                    return fail(Code::parse, "{}: {} devices requested, but {} has only {}", where(i, dline, ".devices"),
+                                *e.device_count, name, base.devices.size());
+                for (size_t p = 0; p < *e.device_count; ++p)
+                    if (auto st = take(p, dline, base.devices[p].physical_id); !st) return std::unexpected(st.error());
+            } else {
+                for (size_t k = 0; k < e.device_ids.size(); ++k) {
+                    const std::string& ref = e.device_ids[k];
+                    const int line = k < e.device_lines.size() ? e.device_lines[k] : dline;
+                    auto it = std::find_if(base.devices.begin(), base.devices.end(),
+                                           [&](const Device& d) { return names(d, ref); });
+                    if (it == base.devices.end()) {
+                        const std::string other = served_as(ref);
+                        return fail(Code::parse, "{}: unknown device '{}' for {}{}", where(i, line, ".devices"), ref,
+                                    name,
+                                    other.empty() ? std::string(" (no such GPU index, i:j or UUID on this node)")
+                                                  : fmt::format(" (it is served as {})", other));
+                    }
+                    if (auto st = take(static_cast<size_t>(it - base.devices.begin()), line, ref); !st)
+                        return std::unexpected(st.error());
+                }
+            }
+            std::sort(picked.begin(), picked.end());
+            selections.emplace_back(i, std::move(picked));
+        }
+        for (const auto& [i, picked] : selections) {
+            const ReplicatedResource& e = ts->resources[i];
+            const std::string target = !e.rename.empty() ? e.rename : ts->rename_by_default ? name + ".shared" : name;
+            std::vector<const Device*> devices;
+            for (size_t p : picked) devices.push_back(&base.devices[p]);
+            out.emplace_back(replicate(target, devices, e.replicas, ts->fail_requests_greater_than_one),
+                             static_cast<int>(i));
+        }
+        Resource rest;
+        rest.name = name;
+        for (size_t p = 0; p < base.devices.size(); ++p)
+            if (owner[p] < 0) rest.devices.push_back(base.devices[p]);
+        if (!rest.devices.empty()) out.emplace_back(std::move(rest), -1);
+    }
+
+    for (size_t i = 0; ts && i < ts->resources.size(); ++i) {
+        if (matched[i]) continue;
+        const ReplicatedResource& e = ts->resources[i];
+        if (!e.all_devices) {
+            const int line = e.devices_line ? e.devices_line : e.line;
+            if (e.device_count)
+                return fail(Code::parse, "{}: {} devices requested, but this node serves no {}",
+                            where(i, line, ".devices"), *e.device_count, e.name);
+            const std::string other = served_as(e.device_ids.front());
+            return fail(Code::parse, "{}: unknown device '{}' for {}{}",
+                        where(i, e.device_lines.empty() ? line : e.device_lines.front(), ".devices"),
+                        e.device_ids.front(), e.name,
+                        other.empty() ? std::string(" (this node serves no such resource)")
+                                      : fmt::format(" (it is served as {})", other));
+        }
+        if (warnings)
+            warnings->push_back(fmt::format("{}:{}: sharing.timeSlicing.resources[{}]: this node serves no {}; "
+                                            "nothing to share",
+                                            file, e.line, i, e.name));
+    }
+
+    std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first.name < b.first.name; });
+    for (size_t k = 1; k < out.size(); ++k) {
+        if (out[k].first.name != out[k - 1].first.name) continue;
+        const int entry = out[k].second >= 0 ? out[k].second : out[k - 1].second;
+        if (entry < 0 || ts == nullptr) return fail(Code::internal, "two resources named {}", out[k].first.name);
+        const ReplicatedResource& e = ts->resources[static_cast<size_t>(entry)];
+        return fail(Code::parse, "{}: the shared devices would be served as {}, a name another resource already has",
+                    where(static_cast<size_t>(entry), e.line, e.rename.empty() ? ".name" : ".rename"),
+                    out[k].first.name);
+    }
+    std::vector<Resource> result;
+    result.reserve(out.size());
+    for (auto& [r, entry] : out) {
+        r.reindex();
+        result.push_back(std::move(r));
+    }
+    return result;
 }
 
 std::string socket_name(std::string_view resource_name) {

@@ -1,45 +1,100 @@
 // What the plugin advertises: resources (one gRPC server and socket each) and their devices,
-// built from the inventory model only.
+// built from the inventory model and the configuration only (no NVML, no files).
+//
+// MIG strategies, as NVIDIA's plugin names and behaves (facts/device-plugin-anchor.md):
+//  - none:   every GPU is nvidia.com/gpu, MIG mode or not;
+//  - single: every MIG device is nvidia.com/gpu. The node must be uniform: MIG on every GPU and
+//            one profile everywhere, else an error (Code::not_supported). A node without any
+//            MIG-enabled GPU serves its whole GPUs, as NVIDIA's plugin does;
+//  - mixed:  one resource per MIG profile, nvidia.com/mig-<profile> with '+' mapped to '.'
+//            (1g.10gb+me -> nvidia.com/mig-1g.10gb.me); GPUs without MIG stay nvidia.com/gpu.
+// A GPU with MIG enabled but no MIG devices serves nothing under single and mixed; a warning
+// says so.
+//
+// Time-slicing (config sharing.timeSlicing) then replaces the selected devices of a resource by
+// `replicas` replicas each, with IDs "<id>::<n>", under the resource's name, its rename, or
+// "<name>.shared" with renameByDefault. Unlike NVIDIA's plugin, `devices` is honoured: devices
+// not selected stay whole under the original name.
 #pragma once
 
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
+#include "common/error.h"
 #include "deviceplugin/config.h"
 #include "inventory/node.h"
 
 namespace kgpu::deviceplugin {
 
-// One advertised device (a whole GPU in this issue).
+// A MIG device behind an advertised device.
+struct MigInstance {
+    unsigned index = 0;                // slot on the parent GPU (the j of "i:j")
+    unsigned gpu_instance_id = 0;
+    unsigned compute_instance_id = 0;
+    std::string profile;               // "1g.10gb"
+    // The minors of /dev/nvidia-caps/nvidia-cap<N> for the GI and CI access capabilities, filled
+    // by find_mig_caps (plugin start); caps_error says why they are missing.
+    std::optional<unsigned> gi_cap_minor, ci_cap_minor;
+    std::string caps_error;
+    bool operator==(const MigInstance&) const = default;
+};
+
+// One advertised device: a whole GPU, a MIG device, or a replica of either.
 struct Device {
-    std::string id;          // the device plugin ID: the GPU UUID, or its index with deviceIDStrategy index
-    unsigned gpu_index = 0;  // NVML index; also the row/column in inventory::Topology
-    std::string uuid;        // "GPU-..."
-    unsigned minor = 0;      // N of /dev/nvidiaN
+    std::string id;          // the device plugin ID: UUID or index ("3", "0:1"), plus "::<n>" for a replica
+    unsigned gpu_index = 0;  // NVML index of the (parent) GPU; also the row/column in inventory::Topology
+    std::string uuid;        // "GPU-..." or "MIG-..." of the physical device
+    unsigned minor = 0;      // N of /dev/nvidiaN (of the parent GPU for MIG devices)
     std::optional<int> numa; // NUMA node for ListAndWatch's TopologyInfo; absent when unknown
     bool lost = false;       // discovery found the GPU lost: advertised, health reports it Unhealthy
+    std::optional<MigInstance> mig;  // set for MIG devices
+    std::string physical_id;         // the ID without the replica suffix (= id when not a replica)
+    std::optional<unsigned> replica; // n of "::<n>"
+    bool operator==(const Device&) const = default;
 };
 
 struct Resource {
     std::string name;             // "nvidia.com/gpu"
-    std::vector<Device> devices;  // ascending gpu_index
+    std::vector<Device> devices;  // ascending gpu_index, then MIG index, then replica
+    unsigned replicas = 1;        // > 1: time-sliced, each physical device listed that many times
+    bool fail_requests_greater_than_one = false;  // time-sliced with failRequestsGreaterThanOne
 
-    // The device with this ID, or nullptr.
+    // The device with this ID, or nullptr. Uses the index built by reindex() when it is current.
     const Device* find(std::string_view id) const;
+    // Builds the ID index (call after filling devices; build_resources does).
+    void reindex();
+    bool shared() const { return replicas > 1; }
+    bool has_mig() const;
+    bool operator==(const Resource& o) const {
+        return name == o.name && devices == o.devices && replicas == o.replicas &&
+               fail_requests_greater_than_one == o.fail_requests_greater_than_one;
+    }
+
+    // ID -> position, built by reindex(); find() falls back to a scan when it is stale.
+    std::unordered_map<std::string, size_t> id_index;
 };
 
 inline constexpr std::string_view kGpuResourceName = "nvidia.com/gpu";
 
-// The resources for `node` under `config`, each with at least one device (a resource without
-// devices is not served, as NVIDIA's plugin does); an empty vector on a node without GPUs.
-// Whole GPUs only (this issue): with migStrategy none every GPU is advertised as nvidia.com/gpu,
-// MIG mode or not, lost or not. With single or mixed, GPUs with MIG enabled are left out (their
-// MIG devices come with the MIG issue) and a sentence is added to *warnings when given; GPUs
-// without MIG are advertised as nvidia.com/gpu.
-std::vector<Resource> build_resources(const inventory::Node& node, const Config& config,
-                                      std::vector<std::string>* warnings = nullptr);
+// "nvidia.com/mig-" + profile with '+' replaced by '.'.
+std::string mig_resource_name(std::string_view profile);
+
+// The resources for `node` under `config`, sorted by name, each with at least one device (a
+// resource without devices is not served, as NVIDIA's plugin does); empty on a node without GPUs.
+// Sentences for the operator (MIG enabled without devices, a sharing entry that matches nothing)
+// are appended to *warnings when given.
+// Errors:
+//  - Code::not_supported: migStrategy single on a node that mixes MIG and non-MIG GPUs or MIG
+//    profiles (the message lists them and suggests mixed);
+//  - Code::parse, "<file>:<line>: key 'sharing.timeSlicing.resources[i]...': ...": a device the
+//    resource does not have (unknown, or served under another name), a device selected twice
+//    (by two entries, or by index and UUID), a count larger than the resource's devices, two
+//    resources ending up with one name.
+Result<std::vector<Resource>> build_resources(const inventory::Node& node, const Config& config,
+                                              std::vector<std::string>* warnings = nullptr);
 
 // The socket file name for a resource: "kgpu-" + name with '/' and '.' replaced by '-' + ".sock"
 // ("nvidia.com/gpu" -> "kgpu-nvidia-com-gpu.sock").

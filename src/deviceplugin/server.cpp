@@ -205,6 +205,9 @@ void ResourceServer::stop(bool empty_list_first) {
 
 void ResourceServer::publish(v1beta1::ListAndWatchResponse list) {
     std::lock_guard lk(mu_);
+    // Every message is a full snapshot: an identical one tells the kubelet nothing.
+    if (published_ && list.SerializeAsString() == list_.SerializeAsString()) return;
+    published_ = true;
     list_ = std::move(list);
     for (auto* r : streams_) r->push(list_);
 }

@@ -44,7 +44,8 @@ public:
     void stop(bool empty_list_first = false);
     bool running() const;
 
-    // A new full device list: sent to every open stream and to streams opened later.
+    // A new full device list: sent to every open stream and to streams opened later. A list equal
+    // to the current one is not sent again.
     void publish(v1beta1::ListAndWatchResponse list);
 
     const std::string& resource_name() const { return resource_name_; }
@@ -68,6 +69,7 @@ private:
 
     mutable std::mutex mu_;
     v1beta1::ListAndWatchResponse list_;
+    bool published_ = false;
     std::set<ListAndWatchReactor*> streams_;
     bool stopping_ = false;
 };

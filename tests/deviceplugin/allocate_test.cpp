@@ -14,7 +14,8 @@ const std::string kUuid1 = "GPU-49005985-4777-3876-1392-121435b83ab5";
 const std::string kUuid2 = "GPU-ed41d99c-1127-c5ac-c4ee-501cabe400bc";
 
 Resource gpus(DeviceIdStrategy s) {
-    Resource r{"nvidia.com/gpu", {}};
+    Resource r;
+    r.name = "nvidia.com/gpu";
     const std::string uuids[] = {kUuid0, kUuid1, kUuid2};
     for (unsigned i = 0; i < 3; ++i) {
         Device d;

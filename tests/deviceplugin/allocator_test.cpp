@@ -16,8 +16,16 @@ using inventory::PcieLevel;
 std::string id_of(unsigned i) { return fmt::format("GPU-{:02}", i); }
 
 Resource resource_of(const std::vector<std::optional<int>>& numa) {
-    Resource r{"nvidia.com/gpu", {}};
-    for (unsigned i = 0; i < numa.size(); ++i) r.devices.push_back(Device{id_of(i), i, id_of(i), i, numa[i], false});
+    Resource r;
+    r.name = "nvidia.com/gpu";
+    for (unsigned i = 0; i < numa.size(); ++i) {
+        Device d;
+        d.id = d.physical_id = d.uuid = id_of(i);
+        d.gpu_index = d.minor = i;
+        d.numa = numa[i];
+        r.devices.push_back(d);
+    }
+    r.reindex();
     return r;
 }
 

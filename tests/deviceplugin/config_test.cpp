@@ -185,11 +185,13 @@ TEST(DevicePluginConfig, SharingMpsRejectedTimeSlicingValidated) {
     std::string e = error_of("version: v1\nsharing:\n  mps:\n    resources: []\n");
     EXPECT_NE(e.find("cfg.yaml:4: key 'sharing.mps': MPS sharing is not supported yet"), std::string::npos) << e;
     e = error_of("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 1}\n");
-    EXPECT_NE(e.find("key 'sharing.timeSlicing.resources.replicas'"), std::string::npos) << e;
+    EXPECT_NE(e.find("cfg.yaml:5: key 'sharing.timeSlicing.resources[0].replicas': replicas must be at least 2"),
+              std::string::npos)
+        << e;
     e = error_of("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replica: 3}\n");
     EXPECT_NE(e.find("unknown key"), std::string::npos) << e;
     e = error_of("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {replicas: 3}\n");
-    EXPECT_NE(e.find("non-empty resource name"), std::string::npos) << e;
+    EXPECT_NE(e.find("expected the name of a resource to share"), std::string::npos) << e;
 }
 
 TEST(DevicePluginConfig, NvidiaOnlyKeysAreAcceptedWithAWarning) {

@@ -6,6 +6,12 @@
 namespace kgpu::deviceplugin {
 namespace {
 
+template <class T>
+T must(Result<T> r) {
+    EXPECT_TRUE(r.has_value()) << r.error().message;
+    return r ? std::move(*r) : T{};
+}
+
 inventory::Node node_with(unsigned n) {
     inventory::Node node;
     for (unsigned i = 0; i < n; ++i) {
@@ -23,7 +29,7 @@ inventory::Node node_with(unsigned n) {
 TEST(DevicePluginResources, WholeGpusByUuid) {
     auto node = node_with(3);
     node.gpus[1].lost = true;
-    auto rs = build_resources(node, Config{});
+    auto rs = must(build_resources(node, Config{}));
     ASSERT_EQ(rs.size(), 1u);
     EXPECT_EQ(rs[0].name, "nvidia.com/gpu");
     ASSERT_EQ(rs[0].devices.size(), 3u);
@@ -43,7 +49,7 @@ TEST(DevicePluginResources, WholeGpusByUuid) {
 TEST(DevicePluginResources, IndexIdStrategy) {
     Config c;
     c.device_id_strategy = DeviceIdStrategy::index;
-    auto rs = build_resources(node_with(2), c);
+    auto rs = must(build_resources(node_with(2), c));
     ASSERT_EQ(rs.size(), 1u);
     EXPECT_EQ(rs[0].devices[0].id, "0");
     EXPECT_EQ(rs[0].devices[1].id, "1");
@@ -51,13 +57,13 @@ TEST(DevicePluginResources, IndexIdStrategy) {
 }
 
 TEST(DevicePluginResources, NoGpusNoResource) {
-    EXPECT_TRUE(build_resources(node_with(0), Config{}).empty());
+    EXPECT_TRUE(must(build_resources(node_with(0), Config{})).empty());
 }
 
 TEST(DevicePluginResources, DevicesInIndexOrder) {
     auto node = node_with(3);
     std::swap(node.gpus[0], node.gpus[2]);
-    auto rs = build_resources(node, Config{});
+    auto rs = must(build_resources(node, Config{}));
     ASSERT_EQ(rs.size(), 1u);
     EXPECT_EQ(rs[0].devices[0].gpu_index, 0u);
     EXPECT_EQ(rs[0].devices[2].gpu_index, 2u);
@@ -66,11 +72,11 @@ TEST(DevicePluginResources, DevicesInIndexOrder) {
 TEST(DevicePluginResources, MigEnabledGpusWithMigStrategies) {
     auto node = node_with(2);
     node.gpus[1].mig_mode = inventory::MigMode::enabled;
-    EXPECT_EQ(build_resources(node, Config{})[0].devices.size(), 2u);  // none: whole GPUs anyway
+    EXPECT_EQ(must(build_resources(node, Config{}))[0].devices.size(), 2u);  // none: whole GPUs anyway
     Config c;
     c.mig_strategy = MigStrategy::mixed;
     std::vector<std::string> warnings;
-    auto rs = build_resources(node, c, &warnings);
+    auto rs = must(build_resources(node, c, &warnings));
     ASSERT_EQ(rs.size(), 1u);
     ASSERT_EQ(rs[0].devices.size(), 1u);
     EXPECT_EQ(rs[0].devices[0].gpu_index, 0u);

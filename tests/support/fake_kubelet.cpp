@@ -113,6 +113,8 @@ void FakeKubelet::on_register(const v1beta1::RegisterRequest& req) {
         while (reader->Read(&resp)) {
             std::lock_guard lk(mu_);
             raw->devices.clear();
+            raw->history.push_back(static_cast<size_t>(resp.devices_size()));
+            raw->last_bytes = resp.ByteSizeLong();
             for (const auto& d : resp.devices()) {
                 DeviceState s;
                 s.health = d.health();
@@ -168,6 +170,25 @@ bool FakeKubelet::stream_ended(const std::string& resource) {
     std::lock_guard lk(mu_);
     auto it = plugins_.find(resource);
     return it == plugins_.end() || it->second->ended;
+}
+
+std::vector<std::string> FakeKubelet::resources() {
+    std::lock_guard lk(mu_);
+    std::vector<std::string> out;
+    for (const auto& [name, p] : plugins_) out.push_back(name);
+    return out;
+}
+
+std::vector<size_t> FakeKubelet::history(const std::string& resource) {
+    std::lock_guard lk(mu_);
+    auto it = plugins_.find(resource);
+    return it == plugins_.end() ? std::vector<size_t>{} : it->second->history;
+}
+
+size_t FakeKubelet::last_message_bytes(const std::string& resource) {
+    std::lock_guard lk(mu_);
+    auto it = plugins_.find(resource);
+    return it == plugins_.end() ? 0 : it->second->last_bytes;
 }
 
 grpc::Status FakeKubelet::allocate(const std::string& resource, const std::vector<std::vector<std::string>>& containers,

@@ -64,6 +64,12 @@ public:
     int updates(const std::string& resource);
     // True once the ListAndWatch stream of `resource` ended (plugin stopped or restarted).
     bool stream_ended(const std::string& resource);
+    // Every resource registered so far (sorted).
+    std::vector<std::string> resources();
+    // The number of devices in each ListAndWatch message of the latest stream of `resource`.
+    std::vector<size_t> history(const std::string& resource);
+    // The encoded size in bytes of the latest ListAndWatch message of `resource` (0: none).
+    size_t last_message_bytes(const std::string& resource);
 
     grpc::Status allocate(const std::string& resource, const std::vector<std::vector<std::string>>& containers,
                           v1beta1::AllocateResponse* out);
@@ -79,6 +85,8 @@ private:
         std::unique_ptr<grpc::ClientContext> stream_ctx;
         std::thread reader;
         std::map<std::string, DeviceState> devices;
+        std::vector<size_t> history;
+        size_t last_bytes = 0;
         int updates = 0;
         bool ended = false;
     };
