@@ -10,6 +10,7 @@
 #include "cli/device_plugin.h"
 #include "cli/doctor.h"
 #include "cli/exporter.h"
+#include "cli/demo.h"
 #include "cli/info.h"
 #include "common/log.h"
 
@@ -41,6 +42,8 @@ int run(int argc, char** argv) {
     add_doctor_command(app, doctor);
     ExporterFlags exporter_flags;
     add_exporter_command(app, exporter_flags);
+    DemoCliOptions demo_opts;
+    add_demo_command(app, demo_opts);
 
     try {
         app.parse(argc, argv);
@@ -59,6 +62,7 @@ int run(int argc, char** argv) {
     if (app.got_subcommand("device-plugin")) return run_device_plugin(device_plugin);
     if (app.got_subcommand("doctor")) return run_doctor(doctor);
     if (app.got_subcommand("exporter")) return run_exporter(exporter_flags);
+    if (app.got_subcommand("demo")) return run_demo(demo_opts);
     if (cdi_cmd->got_subcommand("generate")) return run_cdi_generate(cdi);
     if (runtime_cmd->got_subcommand("configure")) return run_runtime_configure(runtime_opts);
     if (app.got_subcommand("labels")) return run_labels(labels_opts);

@@ -1,0 +1,721 @@
+#include "demo/demo.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/files.h"
+#include "common/strings.h"
+#include "demo/host.h"
+#include "demo/http.h"
+#include "demo/kubelet.h"
+#include "demo/locate.h"
+#include "demo/process.h"
+
+namespace kgpu::demo {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr const char* kResource = "nvidia.com/gpu";
+constexpr const char* kNamespace = "default";
+constexpr const char* kPod = "cuda-train";
+constexpr const char* kContainer = "trainer";
+constexpr int kPodGpus = 2;
+constexpr int kXid = 94;  // "Contained ECC error": recoverable once the faulting work is gone
+constexpr int kSteps = 5;
+
+// Environment variables the children must not inherit: the demo sets everything by flag so a
+// shell with NVIDIA's device-plugin variables exported still gets the same run.
+const std::vector<std::string> kScrubbedEnv = {
+    "MIG_STRATEGY",         "FAIL_ON_INIT_ERROR",      "NVIDIA_DRIVER_ROOT",   "NVIDIA_DEV_ROOT",
+    "PASS_DEVICE_SPECS",    "DEVICE_LIST_STRATEGY",    "DEVICE_ID_STRATEGY",   "CDI_ANNOTATION_PREFIX",
+    "KUBELET_SOCKET",       "CONFIG_FILE",             "DP_DISABLE_HEALTHCHECKS", "DP_ENABLE_HEALTHCHECKS",
+    "KGPU_PROC_ROOT",       "SHARED_DEVICES_ALLOCATION_POLICY", "KGPU_NVML_LIBRARY", "KGPU_LOG_LEVEL",
+    "KGPU_INIT_RETRY_MS",   "NVIDIA_VISIBLE_DEVICES",  "KGPU_SIM_NODE",        "KGPU_SIM_EVENTS",
+    // the exporter's (dcgm-exporter's names)
+    "DCGM_EXPORTER_LISTEN", "DCGM_EXPORTER_INTERVAL",  "DCGM_EXPORTER_KUBERNETES", "DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE",
+    "DCGM_EXPORTER_NO_HOSTNAME", "DCGM_POD_RESOURCES_KUBELET_SOCKET", "KGPU_EXPORTER_HOSTNAME_LABEL",
+    "CONTAINER_RUNTIME_ENDPOINT", "NVIDIA_RESOURCE_NAMES",
+};
+
+// The longest socket path below the work dir: <work>/host/var/lib/kubelet/device-plugins/kgpu-nvidia-com-gpu.sock.
+constexpr size_t kLongestSocketSuffix = std::string_view("/host/var/lib/kubelet/device-plugins/kgpu-nvidia-com-gpu.sock").size();
+constexpr size_t kSunPathMax = 107;  // sizeof(sockaddr_un::sun_path) - 1
+
+const char* signal_name(int sig) {
+    switch (sig) {
+        case SIGINT: return "SIGINT";
+        case SIGTERM: return "SIGTERM";
+        case SIGHUP: return "SIGHUP";
+        default: return "a signal";
+    }
+}
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+long long millis(Clock::duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
+
+std::string read_or_empty(const fs::path& p) {
+    auto r = files::read(p);
+    return r ? *r : std::string{};
+}
+
+std::string tail(const fs::path& p, size_t lines) {
+    std::string s = read_or_empty(p);
+    std::vector<std::string_view> all;
+    for (auto l : strings::split(s, '\n'))
+        if (!l.empty()) all.push_back(l);
+    std::string out;
+    for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i) out += "    | " + std::string(all[i]) + "\n";
+    return out.empty() ? "    | (empty)\n" : out;
+}
+
+std::string short_uuid(const std::string& uuid) { return uuid.size() > 12 ? uuid.substr(0, 12) + "…" : uuid; }
+
+// A failed step or setup problem: the message, the exit code it maps to, and a log worth showing.
+struct Failure {
+    int exit_code = 1;
+    std::string message;
+    fs::path log;
+};
+
+class Demo {
+public:
+    Demo(const Options& o, std::ostream& out) : opts_(o), out_(out) {}
+    ~Demo() {
+        try {
+            teardown();
+        } catch (...) {  // a destructor must not throw; the Child members still stop the children
+        }
+    }
+
+    // run_steps() behind an exception barrier: what the steps do not expect (a child's output of
+    // another shape, bad_alloc) is a message and exit 1 after the teardown, never std::terminate
+    // with the children and the work dir left behind.
+    int run();
+
+private:
+    template <class... Args>
+    void say(fmt::format_string<Args...> f, Args&&... args) {
+        out_ << fmt::format(f, std::forward<Args>(args)...) << '\n';
+        out_.flush();
+    }
+    bool interrupted();
+    std::function<bool()> cancel_fn() {
+        return [this] { return interrupted(); };
+    }
+    // Reads the signalfd first, so a failure caused by the interruption (a child that got the
+    // same signal) is reported as the interruption.
+    std::optional<Failure> interrupted_failure() {
+        if (!interrupted()) return std::nullopt;
+        return Failure{128 + signal_, fmt::format("interrupted by {}", signal_name(signal_)), {}};
+    }
+    Failure step_failure(std::string message, fs::path log = {}) {
+        if (auto f = interrupted_failure()) return *f;
+        return Failure{1, std::move(message), std::move(log)};
+    }
+
+    std::optional<Failure> locate();
+    std::optional<Failure> make_work_dir();
+    std::optional<Failure> read_node();
+    std::optional<Failure> start();
+    std::optional<Failure> step_register();
+    std::optional<Failure> step_allocate();
+    std::optional<Failure> step_xid();
+    std::optional<Failure> step_metrics();
+    std::optional<Failure> step_doctor();
+    void teardown();
+    int run_steps();
+
+    SpawnOptions child(const std::string& name, std::vector<std::string> args) const;
+    Status append_event(const std::string& line);
+
+    Options opts_;
+    std::ostream& out_;
+    Clock::time_point t0_ = Clock::now();
+    int signal_ = 0;
+    int sfd_ = -1;
+    sigset_t old_mask_{};
+    bool mask_changed_ = false;
+    struct sigaction old_pipe_ {};
+    bool torn_down_ = false;
+
+    fs::path exe_, sim_, node_file_, work_;
+    HostPaths host_;
+    fs::path logs_, events_;
+    SimNode node_;
+
+    std::unique_ptr<KubeletEmulator> kubelet_;
+    Child plugin_, exporter_;
+    Clock::time_point plugin_started_;
+    PluginRegistration reg_;
+    std::vector<std::string> pod_ids_;  // the demo pod's device IDs
+    std::string faulted_uuid_;          // the GPU step 3 sent an XID to
+    std::string exporter_host_;
+    int exporter_port_ = 0;
+};
+
+bool Demo::interrupted() {
+    if (signal_) return true;
+    if (sfd_ < 0) return false;
+    signalfd_siginfo si{};
+    if (::read(sfd_, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) signal_ = static_cast<int>(si.ssi_signo);
+    return signal_ != 0;
+}
+
+SpawnOptions Demo::child(const std::string& name, std::vector<std::string> args) const {
+    SpawnOptions s;
+    s.argv = {exe_.string()};
+    s.argv.insert(s.argv.end(), args.begin(), args.end());
+    s.set_env = {{"KGPU_SIM_NODE", node_file_.string()}, {"KGPU_SIM_EVENTS", events_.string()}, {"NO_COLOR", "1"}};
+    s.unset_env = kScrubbedEnv;
+    s.log_path = (logs_ / (name + ".log")).string();
+    return s;
+}
+
+Status Demo::append_event(const std::string& line) {
+    std::ofstream f(events_, std::ios::app);
+    f << line << '\n';
+    f.flush();
+    if (!f) return fail(Code::io, "appending to {}", events_.string());
+    return {};
+}
+
+std::optional<Failure> Demo::locate() {
+    auto exe = self_exe();
+    if (!exe) return Failure{1, exe.error().message, {}};
+    exe_ = *exe;
+    auto sim = find_sim_library(exe_, opts_.nvml_library);
+    if (!sim) return Failure{2, sim.error().message, {}};
+    sim_ = sim->path;
+    auto node = find_node(exe_, opts_.node);
+    if (!node) return Failure{2, node.error().message, {}};
+    node_file_ = node->path;
+    return std::nullopt;
+}
+
+std::optional<Failure> Demo::make_work_dir() {
+    std::string parent = "/tmp";
+    if (const char* t = std::getenv("TMPDIR"); t && *t) parent = t;
+    // Unix socket paths are limited to 107 bytes: fall back to /tmp when $TMPDIR is too deep.
+    if (parent.size() + std::string_view("/kgpu-demo-XXXXXX").size() + kLongestSocketSuffix > kSunPathMax) parent = "/tmp";
+    while (parent.size() > 1 && parent.back() == '/') parent.pop_back();
+    std::string tmpl = parent + "/kgpu-demo-XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr)
+        return Failure{1, fmt::format("cannot create a work dir {}: {}", tmpl, std::strerror(errno)), {}};
+    work_ = tmpl;
+    host_.root = work_ / "host";
+    logs_ = work_ / "logs";
+    events_ = work_ / "sim-events";
+    std::error_code ec;
+    fs::create_directories(logs_, ec);
+    if (ec) return Failure{1, fmt::format("creating {}: {}", logs_.string(), ec.message()), {}};
+    if (auto st = files::write_atomic(events_, "# kgpu demo: fault commands for the simulator (sim/README.md)\n"); !st)
+        return Failure{1, st.error().message, {}};
+    return std::nullopt;
+}
+
+std::optional<Failure> Demo::read_node() {
+    auto spawn = child("info", {"info", "--json", "--nvml-library", sim_.string()});
+    spawn.stdout_path = (logs_ / "info.json").string();
+    auto rc = run_to_completion(spawn, std::chrono::duration_cast<std::chrono::milliseconds>(opts_.step_timeout), cancel_fn());
+    if (!rc) return step_failure("kgpu info: " + rc.error().message, spawn.log_path);
+    if (auto f = interrupted_failure()) return f;
+    if (*rc != 0)
+        return Failure{2,
+                       fmt::format("the simulator could not load the node {} (kgpu info exited {}); a node file is a "
+                                   "simulator fixture, see sim/README.md",
+                                   node_file_.string(), *rc),
+                       spawn.log_path};
+    auto node = parse_info_json(read_or_empty(spawn.stdout_path));
+    if (!node) return Failure{2, fmt::format("{}: {}", node_file_.string(), node.error().message), spawn.log_path};
+    node_ = std::move(*node);
+    if (node_.gpus.size() < static_cast<size_t>(kPodGpus) + 1)
+        return Failure{2,
+                       fmt::format("{}: the demo needs a node with at least {} GPUs (a {}-GPU pod and one to fault), "
+                                   "this one has {}",
+                                   node_file_.string(), kPodGpus + 1, kPodGpus, node_.gpus.size()),
+                       {}};
+    return std::nullopt;
+}
+
+std::optional<Failure> Demo::start() {
+    if (auto st = write_fake_host(host_, node_); !st) return Failure{1, st.error().message, {}};
+    kubelet_ = std::make_unique<KubeletEmulator>(host_.device_plugins().string(), host_.pod_resources_socket().string());
+    if (auto st = kubelet_->start(); !st) return Failure{1, "kubelet emulator: " + st.error().message, {}};
+    say("  kubelet emulator: Registration on {}", kubelet_->kubelet_socket());
+    say("                    PodResources on {}", kubelet_->pod_resources_socket());
+
+    auto plugin = child("device-plugin",
+                        {"device-plugin", "--log-level", "info", "--nvml-library", sim_.string(), "--device-plugin-path",
+                         host_.device_plugins().string(), "--nvidia-driver-root", host_.root.string(), "--cdi-spec-dir",
+                         host_.cdi_dir().string(), "--health-recovery-period",
+                         fmt::format("{}s", opts_.recovery_period.count())});
+    plugin_started_ = Clock::now();
+    auto p = Child::spawn(plugin);
+    if (!p) return Failure{1, "starting kgpu device-plugin: " + p.error().message, {}};
+    plugin_ = std::move(*p);
+    say("  kgpu device-plugin: pid {} (--health-recovery-period {}s), log {}", plugin_.pid(), opts_.recovery_period.count(),
+        plugin_.log_path());
+
+    auto exporter = child("exporter", {"exporter", "--log-level", "info", "--nvml-library", sim_.string(), "--address",
+                                       "127.0.0.1:0", "--collect-interval", "500", "--kubernetes",
+                                       "--pod-resources-kubelet-socket", host_.pod_resources_socket().string(),
+                                       // no CRI on the fake host: never talk to this machine's containerd
+                                       "--container-runtime-endpoint",
+                                       "unix://" + (host_.root / "run/containerd/containerd.sock").string()});
+    auto e = Child::spawn(exporter);
+    if (!e) return Failure{1, "starting kgpu exporter: " + e.error().message, {}};
+    exporter_ = std::move(*e);
+    say("  kgpu exporter: pid {} (--address 127.0.0.1:0 --kubernetes), log {}", exporter_.pid(), exporter_.log_path());
+    return std::nullopt;
+}
+
+std::optional<Failure> Demo::step_register() {
+    say("");
+    say("[1/{}] The device plugin registers nvidia.com/gpu with the kubelet", kSteps);
+    auto reg = kubelet_->wait_registered(kResource, opts_.step_timeout, cancel_fn());
+    if (!reg) {
+        if (auto code = plugin_.poll())
+            return step_failure(fmt::format("kgpu device-plugin exited with {} before registering", *code), plugin_.log_path());
+        return step_failure(fmt::format("no Register for {} on {} within {} s", kResource, kubelet_->kubelet_socket(),
+                                        opts_.step_timeout.count()),
+                            plugin_.log_path());
+    }
+    reg_ = *reg;
+    say("  Register: resource {}, endpoint {}, API {}, {} ms after the plugin started", reg_.resource_name, reg_.endpoint,
+        reg_.version, millis(reg_.when - plugin_started_));
+    say("  GetDevicePluginOptions: get_preferred_allocation_available = {}", reg_.preferred_allocation);
+    // The first list can race the first health probe: wait for every device to be listed Healthy.
+    auto list = kubelet_->wait_devices(
+        kResource, [&](const DeviceList& l) { return l.devices.size() == node_.gpus.size() && l.healthy() == static_cast<int>(l.devices.size()); },
+        opts_.step_timeout, cancel_fn());
+    if (!list) {
+        auto now = kubelet_->devices(kResource);
+        return step_failure(fmt::format("ListAndWatch lists {} devices ({} Healthy); the node has {} GPUs", now.devices.size(),
+                                        now.healthy(), node_.gpus.size()),
+                            plugin_.log_path());
+    }
+    say("  ListAndWatch (update #{}): {} devices", list->update, list->devices.size());
+    for (const auto& d : list->devices) {
+        const SimGpu* g = node_.by_id(d.id);
+        std::string numa = d.numa.empty() ? "-" : std::to_string(d.numa.front());
+        say("    {}  {:<8} NUMA {}   GPU {} {}", d.id, d.health, numa, g ? std::to_string(g->index) : "?", g ? g->name : "");
+    }
+    say("  => node status: capacity nvidia.com/gpu: {}, allocatable nvidia.com/gpu: {}", list->devices.size(), list->healthy());
+    return std::nullopt;
+}
+
+std::optional<Failure> Demo::step_allocate() {
+    say("");
+    say("[2/{}] A pod asks for {} GPUs: GetPreferredAllocation, then Allocate", kSteps, kPodGpus);
+    say("  pod {}/{}, container {}: resources.limits nvidia.com/gpu: {}", kNamespace, kPod, kContainer, kPodGpus);
+    auto list = kubelet_->devices(kResource);
+    std::vector<std::string> available;
+    for (const auto& d : list.devices)
+        if (d.health == "Healthy") available.push_back(d.id);
+    std::vector<std::string> ids;
+    if (reg_.preferred_allocation) {
+        auto pref = kubelet_->prefer(kResource, available, kPodGpus);
+        if (!pref) return step_failure(pref.error().message, plugin_.log_path());
+        ids = *pref;
+        say("  GetPreferredAllocation(available: {} devices, size {}) -> {}", available.size(), kPodGpus, fmt::join(ids, ", "));
+    } else {
+        if (available.size() < static_cast<size_t>(kPodGpus))
+            return step_failure(fmt::format("{} Healthy devices listed, the pod needs {}", available.size(), kPodGpus),
+                                plugin_.log_path());
+        ids.assign(available.begin(), available.begin() + kPodGpus);  // what the kubelet does without it
+        say("  the plugin offers no preferred allocation: the kubelet takes the first {}", kPodGpus);
+    }
+    if (ids.size() != static_cast<size_t>(kPodGpus))
+        return step_failure(fmt::format("preferred allocation returned {} devices for a request of {}", ids.size(), kPodGpus),
+                            plugin_.log_path());
+    const SimGpu* a = node_.by_id(ids[0]);
+    const SimGpu* b = node_.by_id(ids[1]);
+    if (!a || !b) return step_failure(fmt::format("preferred allocation returned unknown IDs {}", fmt::join(ids, ", ")));
+    const std::string conn = node_.connection(a->index, b->index);
+    bool node_has_nvlink = false;
+    for (size_t i = 0; i < node_.gpus.size(); ++i)
+        for (size_t j = i + 1; j < node_.gpus.size(); ++j)
+            node_has_nvlink |= SimNode::is_nvlink(node_.connection(static_cast<int>(i), static_cast<int>(j)));
+    say("  topology (nvidia-smi topo -m): GPU {} <-> GPU {} = {}{}", a->index, b->index, conn,
+        SimNode::is_nvlink(conn) ? fmt::format(" ({} bonded NVLinks): an NVLink pair", conn.substr(2)) : "");
+    if (node_has_nvlink && !SimNode::is_nvlink(conn))
+        return step_failure(fmt::format("the node has NVLink pairs but the preferred allocation is GPU {} + GPU {} ({})",
+                                        a->index, b->index, conn),
+                            plugin_.log_path());
+    if (!node_has_nvlink) say("  (this node has no NVLink: the pair is the closest on PCIe)");
+
+    auto resp = kubelet_->allocate(kResource, ids);
+    if (!resp) return step_failure(resp.error().message, plugin_.log_path());
+    say("  Allocate({}) -> the container's spec:", fmt::join(ids, ", "));
+    std::map<std::string, std::string> envs(resp->envs().begin(), resp->envs().end());
+    for (const auto& [k, v] : envs) say("    env {}={}", k, v);
+    for (const auto& m : resp->mounts()) say("    mount {} -> {}{}", m.host_path(), m.container_path(), m.read_only() ? " (ro)" : "");
+    for (const auto& d : resp->devices()) say("    device {} ({})", d.host_path(), d.permissions());
+    for (const auto& [k, v] : resp->annotations()) say("    annotation {}={}", k, v);
+    auto vis = envs.find("NVIDIA_VISIBLE_DEVICES");
+    if (vis == envs.end())
+        return step_failure("Allocate answered without NVIDIA_VISIBLE_DEVICES (default device-list strategy envvar)",
+                            plugin_.log_path());
+    for (const auto& id : ids)
+        if (vis->second.find(id) == std::string::npos)
+            return step_failure(fmt::format("NVIDIA_VISIBLE_DEVICES={} does not name {}", vis->second, id));
+    pod_ids_ = ids;
+    kubelet_->add_pod({kNamespace, kPod, kContainer, kResource, ids});
+    // The pod's job starts working: the simulator shows it as utilisation on its two GPUs.
+    if (auto st = append_event(fmt::format("util {} 87 41", a->index)); !st) return step_failure(st.error().message);
+    if (auto st = append_event(fmt::format("util {} 92 44", b->index)); !st) return step_failure(st.error().message);
+    say("  => the container runtime sees NVIDIA_VISIBLE_DEVICES and mounts exactly GPU {} and GPU {}; PodResources now "
+        "lists {}/{} with them", a->index, b->index, kNamespace, kPod);
+    say("     (its job starts: `util {} 87 41` and `util {} 92 44` appended to the simulator's events file)", a->index,
+        b->index);
+    return std::nullopt;
+}
+
+std::optional<Failure> Demo::step_xid() {
+    say("");
+    say("[3/{}] An XID makes a GPU Unhealthy; it recovers", kSteps);
+    // The highest-index GPU the pod does not hold.
+    const SimGpu* target = nullptr;
+    for (auto it = node_.gpus.rbegin(); it != node_.gpus.rend() && !target; ++it)
+        if (std::find(pod_ids_.begin(), pod_ids_.end(), it->uuid) == pod_ids_.end() &&
+            std::find(pod_ids_.begin(), pod_ids_.end(), std::to_string(it->index)) == pod_ids_.end())
+            target = &*it;
+    if (!target) return step_failure("no GPU outside the pod to fault");
+    const std::string id = target->uuid;
+    faulted_uuid_ = id;
+    const size_t log_offset = read_or_empty(plugin_.log_path()).size();
+    const int total = static_cast<int>(node_.gpus.size());
+
+    auto t_xid = Clock::now();
+    if (auto st = append_event(fmt::format("xid {} {}", target->index, kXid)); !st) return step_failure(st.error().message);
+    {
+        std::ofstream k(host_.kernel_log(), std::ios::app);
+        k << kernel_xid_line(*target, kXid) << '\n';
+    }
+    say("  `xid {} {}` appended to the simulator's events file (the driver reports XID {} on GPU {}, {});", target->index,
+        kXid, kXid, target->index, short_uuid(id));
+    say("  the kernel log line a real driver writes: {}", kernel_xid_line(*target, kXid));
+    auto bad = kubelet_->wait_devices(
+        kResource,
+        [&](const DeviceList& l) {
+            return std::any_of(l.devices.begin(), l.devices.end(), [&](const DeviceState& d) { return d.id == id && d.health == "Unhealthy"; });
+        },
+        opts_.step_timeout, cancel_fn());
+    if (!bad)
+        return step_failure(fmt::format("{} not Unhealthy in ListAndWatch within {} s of XID {}", id, opts_.step_timeout.count(), kXid),
+                            plugin_.log_path());
+    say("  ListAndWatch (update #{}, {} ms after the XID): {} Unhealthy", bad->update, millis(bad->when - t_xid), id);
+    say("  => allocatable nvidia.com/gpu: {} (capacity {}): the scheduler places no new pod on GPU {}", bad->healthy(), total,
+        target->index);
+    if (bad->healthy() != total - 1)
+        return step_failure(fmt::format("expected allocatable {} after one Unhealthy GPU, got {}", total - 1, bad->healthy()));
+
+    auto good = kubelet_->wait_devices(
+        kResource, [&](const DeviceList& l) { return l.healthy() == total; }, opts_.recovery_period + opts_.step_timeout,
+        cancel_fn());
+    if (!good)
+        return step_failure(fmt::format("{} did not recover within {} s (XID {} is recoverable; --health-recovery-period {}s)", id,
+                                        (opts_.recovery_period + opts_.step_timeout).count(), kXid, opts_.recovery_period.count()),
+                            plugin_.log_path());
+    say("  ListAndWatch (update #{}, {:.1f} s after the XID): {} Healthy again (XID {} is recoverable: no new XID and clean",
+        good->update, seconds(good->when - t_xid), id, kXid);
+    say("    probes for --health-recovery-period {}s; NVIDIA's plugin would keep it Unhealthy until restarted)",
+        opts_.recovery_period.count());
+    std::string log = read_or_empty(plugin_.log_path());
+    std::vector<std::string> lines;
+    for (auto l : strings::split(std::string_view(log).substr(std::min(log_offset, log.size())), '\n'))
+        if (l.find(id) != std::string_view::npos || l.find("GPU " + std::to_string(target->index)) != std::string_view::npos)
+            lines.emplace_back(l);
+    if (!lines.empty()) {
+        say("  the device plugin's log:");
+        for (size_t i = 0; i < lines.size() && i < 4; ++i) say("    | {}", lines[i]);
+    }
+    say("  => allocatable nvidia.com/gpu: {}", good->healthy());
+    return std::nullopt;
+}
+
+std::optional<Failure> Demo::step_metrics() {
+    say("");
+    say("[4/{}] The exporter's metrics carry the pod's labels", kSteps);
+    auto end = Clock::now() + opts_.step_timeout;
+    while (exporter_port_ == 0) {
+        auto where = find_listening_address(read_or_empty(exporter_.log_path()));
+        if (!where) return step_failure(where.error().message, exporter_.log_path());
+        if (*where) {
+            exporter_host_ = (*where)->host;
+            exporter_port_ = (*where)->port;
+            break;
+        }
+        if (auto f = interrupted_failure()) return f;
+        if (auto code = exporter_.poll())
+            return step_failure(fmt::format("kgpu exporter exited with {} before listening", *code), exporter_.log_path());
+        if (Clock::now() > end)
+            return step_failure(fmt::format("kgpu exporter did not log 'listening on <address>' within {} s",
+                                            opts_.step_timeout.count()),
+                                exporter_.log_path());
+        std::this_thread::sleep_for(50ms);
+    }
+    say("  kgpu exporter listens on {}:{} (read from its log)", exporter_host_, exporter_port_);
+
+    // Wait until a scrape shows GPU_UTIL for each of the pod's GPUs with the pod's labels.
+    const std::string pod_labels[] = {fmt::format("pod=\"{}\"", kPod), fmt::format("namespace=\"{}\"", kNamespace),
+                                      fmt::format("container=\"{}\"", kContainer)};
+    std::string body, last_error;
+    std::vector<std::string> util_lines, pod_lines;
+    int scrapes = 0;
+    auto t_scrape = Clock::now();
+    while (true) {
+        auto r = http_get(exporter_host_, exporter_port_, "/metrics", 5s);
+        ++scrapes;
+        if (r && r->status == 200) {
+            body = std::move(r->body);
+            util_lines.clear();
+            pod_lines.clear();
+            for (auto l : strings::split(body, '\n')) {
+                if (!l.starts_with("DCGM_FI_DEV_GPU_UTIL{")) continue;
+                util_lines.emplace_back(l);
+                if (std::all_of(std::begin(pod_labels), std::end(pod_labels),
+                                [&](const std::string& lab) { return l.find(lab) != std::string_view::npos; }))
+                    pod_lines.emplace_back(l);
+            }
+            bool every_gpu = std::all_of(pod_ids_.begin(), pod_ids_.end(), [&](const std::string& id) {
+                const SimGpu* g = node_.by_id(id);
+                return std::any_of(pod_lines.begin(), pod_lines.end(), [&](const std::string& l) {
+                    return g && l.find("\"" + g->uuid + "\"") != std::string::npos;
+                });
+            });
+            if (every_gpu) break;
+            last_error = fmt::format("{} DCGM_FI_DEV_GPU_UTIL lines, {} with the pod's labels", util_lines.size(), pod_lines.size());
+        } else {
+            last_error = r ? fmt::format("HTTP {}", r->status) : r.error().message;
+        }
+        if (auto f = interrupted_failure()) return f;
+        if (auto code = exporter_.poll())
+            return step_failure(fmt::format("kgpu exporter exited with {}", *code), exporter_.log_path());
+        if (Clock::now() > end) {
+            (void)files::write_atomic(logs_ / "metrics.txt", body);
+            return step_failure(fmt::format("no scrape of http://{}:{}/metrics showed DCGM_FI_DEV_GPU_UTIL with {} {} {} "
+                                            "for the pod's GPUs within {} s (last: {})",
+                                            exporter_host_, exporter_port_, pod_labels[0], pod_labels[1], pod_labels[2],
+                                            opts_.step_timeout.count(), last_error),
+                                exporter_.log_path());
+        }
+        std::this_thread::sleep_for(250ms);
+    }
+    (void)files::write_atomic(logs_ / "metrics.txt", body);
+    size_t families = 0;
+    for (auto l : strings::split(body, '\n'))
+        if (l.starts_with("# TYPE ")) ++families;
+    say("  GET http://{}:{}/metrics (scrape {}, {} ms after the first): {} bytes, {} metric families", exporter_host_,
+        exporter_port_, scrapes, millis(Clock::now() - t_scrape), body.size(), families);
+    for (auto l : strings::split(body, '\n'))
+        if (l.starts_with("# HELP DCGM_FI_DEV_GPU_UTIL") || l.starts_with("# TYPE DCGM_FI_DEV_GPU_UTIL")) say("    {}", l);
+    for (const auto& l : pod_lines) say("    {}", l);
+    for (const auto& l : util_lines)
+        if (std::find(pod_lines.begin(), pod_lines.end(), l) == pod_lines.end()) {
+            say("    {}", l);
+            say("    … ({} more GPU_UTIL lines without a pod: GPUs no pod holds)", util_lines.size() - pod_lines.size() - 1);
+            break;
+        }
+    for (auto l : strings::split(body, '\n'))
+        if (l.starts_with("DCGM_FI_DEV_XID_ERRORS{") && !faulted_uuid_.empty() &&
+            l.find("\"" + faulted_uuid_ + "\"") != std::string_view::npos) {
+            say("  and step 3's XID, as dcgm-exporter reports the last one:");
+            say("    {}", l);
+        }
+    say("  => the pod's GPUs are labelled pod/namespace/container from the kubelet's PodResources List, like dcgm-exporter");
+    say("     with --kubernetes");
+    return std::nullopt;
+}
+
+std::optional<Failure> Demo::step_doctor() {
+    say("");
+    say("[5/{}] kgpu doctor on the simulated node", kSteps);
+    auto spawn = child("doctor", {"doctor", "--json", "--root", host_.root.string(), "--nvml-library", sim_.string()});
+    spawn.stdout_path = (logs_ / "doctor.json").string();
+    say("  kgpu doctor --root {} --nvml-library {}", host_.root.string(), sim_.string());
+    auto rc = run_to_completion(spawn, std::chrono::duration_cast<std::chrono::milliseconds>(opts_.step_timeout), cancel_fn());
+    if (!rc) return step_failure("kgpu doctor: " + rc.error().message, spawn.log_path);
+    auto j = nlohmann::json::parse(read_or_empty(spawn.stdout_path), nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("checks") || !j["checks"].is_array() || !j.contains("summary") ||
+        !j["summary"].is_object())
+        return step_failure(fmt::format("kgpu doctor exited {} without a JSON report (an object with a \"checks\" array "
+                                        "and a \"summary\" object)",
+                                        *rc),
+                            spawn.log_path);
+    // Grouped by layer like doctor's own text report; evidence for the links the demo exercised
+    // (device plugin, kubelet, the XID it injected) and for anything not ok.
+    for (const char* layer : {"hardware", "driver", "runtime", "device plugin", "kubelet", "workload"}) {
+        bool header = false;
+        for (const auto& c : j["checks"]) {
+            if (!c.is_object() || c.value("layer", "") != layer) continue;
+            if (!header) say("  {}", layer);
+            header = true;
+            const std::string status = c.value("status", "?");
+            const std::string tag = status == "ok" ? "[ OK ]" : status == "warn" ? "[WARN]" : status == "fail" ? "[FAIL]" : "[SKIP]";
+            say("    {} {:<28} {}", tag, c.value("id", ""), c.value("title", ""));
+            const std::string l = layer, evidence = c.value("evidence", ""), fix = c.value("fix", "");
+            if (status == "warn" || status == "fail" || l == "device plugin" || l == "kubelet" || c.value("id", "") == "kernel.xid") {
+                for (auto e : strings::split(evidence, '\n'))
+                    if (!e.empty()) say("           {}", e);
+                if (!fix.empty() && status != "ok") say("           fix: {}", fix);
+            }
+        }
+    }
+    const auto& s = j["summary"];
+    say("  doctor summary: {} ok, {} warn, {} fail, {} skipped (exit {})", s.value("ok", 0), s.value("warn", 0),
+        s.value("fail", 0), s.value("skipped", 0), *rc);
+    if (s.value("fail", 0) != 0 || *rc != 0)
+        return step_failure(fmt::format("kgpu doctor found {} failing check(s) on the simulated node", s.value("fail", 0)),
+                            spawn.log_path);
+    return std::nullopt;
+}
+
+void Demo::teardown() {
+    if (torn_down_) return;
+    torn_down_ = true;
+    // Children first (the plugin ends its ListAndWatch stream and removes its socket), then the
+    // emulator's servers, then the files.
+    std::vector<std::string> stopped;
+    for (auto* c : {&plugin_, &exporter_}) {
+        if (c->pid() <= 0) continue;
+        int code = c->stop(5s);
+        stopped.push_back(fmt::format("{} (pid {}) exit {}", c == &plugin_ ? "device plugin" : "exporter", c->pid(), code));
+    }
+    if (kubelet_) kubelet_->stop();
+    kubelet_.reset();
+    if (!stopped.empty()) say("stopped: {}", fmt::join(stopped, ", "));
+    if (!work_.empty()) {
+        if (opts_.keep) {
+            say("kept: {} (logs in {})", work_.string(), logs_.string());
+        } else {
+            std::error_code ec;
+            fs::remove_all(work_, ec);
+            if (ec) std::cerr << "kgpu demo: removing " << work_.string() << ": " << ec.message() << "\n";
+            else say("removed {}", work_.string());
+        }
+    }
+    if (sfd_ >= 0) {
+        // Consume what arrived during the teardown: restoring the mask must not deliver a late
+        // SIGINT/SIGTERM/SIGHUP with its default action (death) after the work is done.
+        signalfd_siginfo si{};
+        while (::read(sfd_, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+        }
+        ::close(sfd_);
+        sfd_ = -1;
+    }
+    if (mask_changed_) {
+        // Signals consumed through the signalfd are gone; restoring the mask delivers nothing new
+        // (one that arrives between the drain and the restore still takes its default action).
+        ::pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
+        ::sigaction(SIGPIPE, &old_pipe_, nullptr);
+        mask_changed_ = false;
+    }
+}
+
+int Demo::run() {
+    try {
+        return run_steps();
+    } catch (const std::exception& e) {
+        std::cerr << "kgpu demo: internal error: " << e.what() << "\n";
+        try {
+            teardown();
+        } catch (...) {
+        }
+        return 1;
+    }
+}
+
+int Demo::run_steps() {
+    auto report = [&](const Failure& f, const char* where) {
+        if (f.exit_code >= 128) {
+            std::cerr << "kgpu demo: " << f.message << "; stopping\n";
+        } else {
+            std::cerr << "kgpu demo: " << where << f.message << "\n";
+            if (!f.log.empty()) std::cerr << "  last lines of " << f.log.string() << ":\n" << tail(f.log, 12);
+        }
+        teardown();
+        return f.exit_code;
+    };
+    if (auto f = locate()) return report(*f, "");
+
+    // SIGINT/SIGTERM/SIGHUP (a closed terminal) are read from a signalfd, blocked before any
+    // thread exists so every thread (gRPC's included) inherits the mask; children get an empty
+    // mask back (process.cpp).
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGHUP);
+    ::pthread_sigmask(SIG_BLOCK, &mask, &old_mask_);
+    struct sigaction ign {};
+    ign.sa_handler = SIG_IGN;
+    ::sigaction(SIGPIPE, &ign, &old_pipe_);  // a closed stdout must not skip the teardown
+    mask_changed_ = true;
+    sfd_ = ::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sfd_ < 0) {
+        const int err = errno;
+        ::pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
+        ::sigaction(SIGPIPE, &old_pipe_, nullptr);
+        mask_changed_ = false;
+        return report(Failure{1, fmt::format("signalfd: {}", std::strerror(err)), {}}, "setup: ");
+    }
+
+    if (auto f = make_work_dir()) return report(*f, "");
+    say("kgpu demo: the node side of GPUs in Kubernetes, end to end, on a simulated node");
+    say("  node: {}", node_file_.string());
+    say("  simulated driver: {}", sim_.string());
+    say("  work dir: {} ({})", work_.string(), opts_.keep ? "kept: --keep" : "removed at the end; --keep keeps it");
+    if (auto f = read_node()) return report(*f, "");
+    say("  the node: {} GPU(s), {}, driver {}, CUDA {} (kgpu info --json)", node_.gpus.size(),
+        node_.gpus.empty() ? "" : node_.gpus.front().name, node_.driver_version, node_.cuda_version);
+    say("  fake host for kgpu doctor: {}", host_.root.string());
+    if (auto f = start()) return report(*f, "setup: ");
+
+    using StepFn = std::optional<Failure> (Demo::*)();
+    const StepFn steps[kSteps] = {&Demo::step_register, &Demo::step_allocate, &Demo::step_xid, &Demo::step_metrics,
+                                  &Demo::step_doctor};
+    for (int i = 0; i < kSteps; ++i) {
+        if (interrupted()) return report(*interrupted_failure(), "");
+        if (auto f = (this->*steps[i])()) return report(*f, fmt::format("step {}/{} failed: ", i + 1, kSteps).c_str());
+    }
+    say("");
+    say("all {} steps passed in {:.1f} s", kSteps, seconds(Clock::now() - t0_));
+    teardown();
+    return 0;
+}
+
+}  // namespace
+
+int run(const Options& opts, std::ostream& out) {
+    // Demo::run() has the barrier for the steps; this one covers building the Demo.
+    try {
+        Demo demo(opts, out);
+        return demo.run();
+    } catch (const std::exception& e) {
+        std::cerr << "kgpu demo: internal error: " << e.what() << "\n";
+        return 1;
+    }
+}
+
+}  // namespace kgpu::demo
