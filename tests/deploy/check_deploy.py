@@ -1,0 +1,745 @@
+#!/usr/bin/python3
+"""Checks deploy/ (manifests, examples, Helm chart, Dockerfile) and docs/configuration.md against
+the built kgpu binary, without a cluster, helm or docker.
+
+Usage: check_deploy.py SOURCE_DIR KGPU_BINARY SIM_LIBRARY CHECK [ARG]
+CHECK is one of:
+  manifests            every YAML document in deploy/kubernetes and deploy/examples parses, has a
+                       known kind/apiVersion and the fields the API server requires
+  args SUBCOMMAND      every container of the DaemonSet (plain and Helm) running SUBCOMMAND passes
+                       only flags `kgpu SUBCOMMAND --help` lists, and env vars it reads; then a dry
+                       run (device-plugin: --check-config on the ConfigMap's file; labels: one
+                       pass against the simulator into a temp dir; exporter: flag parse only)
+  hostpaths SUBCOMMAND the host paths the SUBCOMMAND container mounts are the defaults in code
+                       (read from --help), and what its flags point at is mounted
+  dockerfile           the runtime packages in deploy/Dockerfile provide every library `ldd`
+                       finds for the built binary; the build stage runs scripts/setup
+  helm                 Chart.yaml and values.yaml parse, templates have balanced {{ }} and
+                       blocks, values.yaml defaults equal the plain manifests' settings
+  configdoc            every flag of every subcommand's --help is in docs/configuration.md
+Exit 0 when the check passes; 1 with one line per problem on stderr otherwise.
+Run with Debian's /usr/bin/python3 (python3-yaml)."""
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import yaml
+
+SRC = pathlib.Path(sys.argv[1])
+KGPU = sys.argv[2]
+SIM = sys.argv[3]
+problems = []
+
+
+def problem(msg):
+    problems.append(msg)
+
+
+# --------------------------------------------------------------------------------------------
+# kgpu --help
+
+def run(argv, env=None, timeout=60):
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run(argv, capture_output=True, text=True, env=e, timeout=timeout)
+
+
+def help_text(sub):
+    """`kgpu <sub...> --help` output, or None when the subcommand does not exist."""
+    r = run([KGPU, *sub.split(), "--help"])
+    # An unknown subcommand may still print the top-level help with exit 0: check the Usage line.
+    if r.returncode != 0 or not re.search(r"^Usage: \S+ " + re.escape(sub) + r" ", r.stdout, re.M):
+        return None
+    return r.stdout
+
+
+def parse_help(text):
+    """{long or short flag name: {"names": [...], "default": str|None, "env": [..], "desc": str}}"""
+    options = {}
+    section = None
+    current = None
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if not line.startswith(" "):
+            section = line.strip().rstrip(":")
+            current = None
+            continue
+        if section != "Options":
+            continue
+        stripped = line.strip()
+        if stripped.startswith("-"):
+            head, _, rest = stripped.partition(" ")
+            names = [n for n in head.split(",") if n.startswith("-")]
+            current = {"names": names, "default": None, "env": [], "desc": rest}
+            m = re.match(r"\s*[A-Z]+(?::\S+)?=(\S+)", rest)
+            if m:
+                current["default"] = m.group(1)
+            for n in names:
+                options[n] = current
+        elif current is not None:
+            current["desc"] += " " + stripped
+    for opt in options.values():
+        opt["env"] = re.findall(r"\(Env:(\w+)\)|\[env (\w+)\]", opt["desc"])
+        opt["env"] = [a or b for a, b in opt["env"]]
+        if opt["default"] is None:
+            m = re.search(r"\(default:? (/[^\s)]*|unix://[^\s)]*)\)", opt["desc"])
+            if m:
+                opt["default"] = m.group(1)
+    return options
+
+
+def subcommands(text):
+    names, section = [], None
+    for line in text.splitlines():
+        if line and not line.startswith(" "):
+            section = line.strip().rstrip(":")
+        elif section == "Subcommands" and line.strip():
+            names.append(line.split()[0])
+    return names
+
+
+def all_subcommands():
+    """Every leaf-or-not subcommand path: ['info', 'cdi generate', ..., 'doctor', 'doctor compat']."""
+    out = []
+
+    def walk(prefix):
+        text = help_text(prefix) if prefix else run([KGPU, "--help"]).stdout
+        for s in subcommands(text):
+            path = f"{prefix} {s}".strip()
+            sub_text = help_text(path)
+            if sub_text is None:
+                continue
+            if parse_help(sub_text).keys() - {"-h", "--help"} or not subcommands(sub_text):
+                out.append(path)
+            walk(path)
+
+    walk("")
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# manifests
+
+def load_docs(path):
+    try:
+        return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    except yaml.YAMLError as e:
+        problem(f"{path.relative_to(SRC)}: YAML does not parse: {e}")
+        return []
+
+
+def manifest_files():
+    files = sorted((SRC / "deploy/kubernetes").glob("*.yaml")) + sorted((SRC / "deploy/examples").glob("*.yaml"))
+    return [f for f in files if f.name != "kustomization.yaml"]
+
+
+KINDS = {
+    "Pod": "v1", "ConfigMap": "v1", "Service": "v1", "ServiceAccount": "v1", "Namespace": "v1",
+    "ResourceQuota": "v1", "LimitRange": "v1",
+    "DaemonSet": "apps/v1", "Deployment": "apps/v1",
+    "RuntimeClass": "node.k8s.io/v1",
+    "ServiceMonitor": "monitoring.coreos.com/v1",
+}
+NAMESPACED = {"Pod", "ConfigMap", "Service", "ServiceAccount", "ResourceQuota", "LimitRange", "DaemonSet",
+              "Deployment", "ServiceMonitor"}
+GPU_RESOURCE = re.compile(r"^nvidia\.com/(gpu|gpu\.shared|mig-\d+g\.\d+gb(\+me)?)$")
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def pod_spec(doc):
+    if doc["kind"] == "Pod":
+        return doc.get("spec")
+    return (doc.get("spec") or {}).get("template", {}).get("spec")
+
+
+def check_pod_spec(where, spec, plain_kgpu):
+    if not isinstance(spec, dict) or not spec.get("containers"):
+        problem(f"{where}: no containers")
+        return
+    volumes = {v.get("name"): v for v in spec.get("volumes", [])}
+    for v in spec.get("volumes", []):
+        if not DNS_LABEL.match(v.get("name", "")):
+            problem(f"{where}: volume name {v.get('name')!r} is not a DNS label")
+        if "hostPath" in v:
+            hp = v["hostPath"]
+            if not str(hp.get("path", "")).startswith("/"):
+                problem(f"{where}: volume {v['name']}: hostPath.path must be absolute")
+            if hp.get("type", "") not in ("", "DirectoryOrCreate", "Directory", "FileOrCreate", "File", "Socket",
+                                          "CharDevice", "BlockDevice"):
+                problem(f"{where}: volume {v['name']}: unknown hostPath type {hp.get('type')!r}")
+    names = set()
+    for c in spec["containers"]:
+        cw = f"{where}: container {c.get('name')!r}"
+        if not DNS_LABEL.match(c.get("name", "")) or c["name"] in names:
+            problem(f"{cw}: missing, invalid or duplicate name")
+        names.add(c.get("name"))
+        if not c.get("image"):
+            problem(f"{cw}: no image")
+        for m in c.get("volumeMounts", []):
+            if m.get("name") not in volumes:
+                problem(f"{cw}: volumeMount {m.get('name')!r} names no volume")
+            if not str(m.get("mountPath", "")).startswith("/"):
+                problem(f"{cw}: mountPath {m.get('mountPath')!r} is not absolute")
+        res = c.get("resources", {})
+        req, lim = res.get("requests", {}) or {}, res.get("limits", {}) or {}
+        for r in set(req) | set(lim):
+            if r.startswith("nvidia.com/"):
+                if not GPU_RESOURCE.match(r):
+                    problem(f"{cw}: unknown GPU resource {r!r}")
+                if r in req and r in lim and str(req[r]) != str(lim[r]):
+                    problem(f"{cw}: {r}: requests {req[r]} != limits {lim[r]} (extended resources need them equal)")
+                if r in req and r not in lim:
+                    problem(f"{cw}: {r}: requests without limits (the API server rejects it)")
+        for e in c.get("env", []):
+            if e.get("name") == "NVIDIA_VISIBLE_DEVICES" and not plain_kgpu:
+                problem(f"{cw}: sets NVIDIA_VISIBLE_DEVICES by hand: it names host GPUs and bypasses the scheduler")
+        if plain_kgpu:
+            for kind in ("requests", "limits"):
+                for r in ("cpu", "memory"):
+                    if r not in (res.get(kind) or {}):
+                        problem(f"{cw}: resources.{kind}.{r} missing")
+            sc = c.get("securityContext", {})
+            if sc.get("privileged"):
+                problem(f"{cw}: privileged")
+            if sc.get("allowPrivilegeEscalation") is not False:
+                problem(f"{cw}: allowPrivilegeEscalation must be false")
+            if sc.get("capabilities", {}).get("drop") != ["ALL"] or sc.get("capabilities", {}).get("add"):
+                problem(f"{cw}: capabilities must drop ALL and add none")
+
+
+def check_manifests():
+    for f in manifest_files():
+        rel = f.relative_to(SRC)
+        docs = load_docs(f)
+        if not docs:
+            problem(f"{rel}: no YAML documents")
+        for i, d in enumerate(docs):
+            where = f"{rel}#{i}"
+            if not isinstance(d, dict):
+                problem(f"{where}: not a mapping")
+                continue
+            kind, api = d.get("kind"), d.get("apiVersion")
+            if kind not in KINDS:
+                problem(f"{where}: unknown kind {kind!r}")
+                continue
+            if api != KINDS[kind]:
+                problem(f"{where}: {kind} needs apiVersion {KINDS[kind]}, has {api!r}")
+            meta = d.get("metadata") or {}
+            if not meta.get("name"):
+                problem(f"{where}: metadata.name missing")
+            where = f"{rel}: {kind} {meta.get('name')}"
+            if kind not in NAMESPACED and "namespace" in meta:
+                problem(f"{where}: cluster-scoped object with a namespace")
+            in_kgpu = rel.parts[1] == "kubernetes"
+            if in_kgpu and kind in NAMESPACED and meta.get("namespace") != "kube-system":
+                problem(f"{where}: expected namespace kube-system")
+            if kind in ("DaemonSet", "Deployment"):
+                spec = d.get("spec") or {}
+                sel = (spec.get("selector") or {}).get("matchLabels") or {}
+                tl = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+                if not sel or any(tl.get(k) != v for k, v in sel.items()):
+                    problem(f"{where}: selector.matchLabels {sel} does not match the template labels {tl}")
+            if kind in ("Pod", "DaemonSet", "Deployment"):
+                check_pod_spec(where, pod_spec(d), in_kgpu)
+            if kind == "ResourceQuota":
+                for k in (d.get("spec") or {}).get("hard", {}):
+                    if k.startswith("nvidia.com/") or k.startswith("limits.nvidia.com/"):
+                        problem(f"{where}: quota key {k!r} is never enforced: extended resources are "
+                                "counted only as requests.<name>")
+            if kind == "RuntimeClass" and not d.get("handler"):
+                problem(f"{where}: handler missing")
+            if kind == "ConfigMap" and not d.get("data"):
+                problem(f"{where}: no data")
+            if kind == "Service":
+                ports = (d.get("spec") or {}).get("ports") or []
+                if not ports or not (d.get("spec") or {}).get("selector"):
+                    problem(f"{where}: needs ports and a selector")
+    # The kustomization lists files that exist.
+    kz = SRC / "deploy/kubernetes/kustomization.yaml"
+    k = yaml.safe_load(kz.read_text())
+    for r in k.get("resources", []):
+        if not (kz.parent / r).is_file():
+            problem(f"deploy/kubernetes/kustomization.yaml: resource {r} does not exist")
+    # What the DaemonSet needs by issue #8.
+    ds = daemonset()
+    spec = pod_spec(ds)
+    if spec.get("priorityClassName") != "system-node-critical":
+        problem("DaemonSet: priorityClassName must be system-node-critical")
+    if spec.get("runtimeClassName") != "nvidia":
+        problem("DaemonSet: runtimeClassName must be nvidia")
+    tol = {(t.get("key"), t.get("effect")) for t in spec.get("tolerations", [])}
+    for want in (("nvidia.com/gpu", "NoSchedule"), ("CriticalAddonsOnly", None)):
+        if want not in tol:
+            problem(f"DaemonSet: toleration {want} missing")
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    keys = {e["key"] for t in terms for e in t["matchExpressions"]}
+    if "nvidia.com/gpu.present" not in keys:
+        problem("DaemonSet: node affinity on nvidia.com/gpu.present missing")
+    for c in spec["containers"]:
+        env = {e["name"]: e.get("value") for e in c.get("env", [])}
+        if env.get("NVIDIA_VISIBLE_DEVICES") != "all" or env.get("NVIDIA_DRIVER_CAPABILITIES") != "utility":
+            problem(f"DaemonSet: container {c['name']}: needs NVIDIA_VISIBLE_DEVICES=all and "
+                    "NVIDIA_DRIVER_CAPABILITIES=utility")
+    exporter = [c for c in spec["containers"] if c["args"][0] == "exporter"]
+    for c in exporter:
+        for probe in ("livenessProbe", "readinessProbe"):
+            if (c.get(probe) or {}).get("httpGet", {}).get("path") != "/health":
+                problem(f"DaemonSet: exporter {probe} must GET /health")
+    # Examples the issue names.
+    kinds = {}
+    for f in sorted((SRC / "deploy/examples").glob("*.yaml")):
+        for d in load_docs(f):
+            kinds.setdefault(d["kind"], []).append(d)
+    if "ResourceQuota" not in kinds:
+        problem("deploy/examples: no ResourceQuota example")
+    requested = set()
+    for d in kinds.get("Pod", []) + kinds.get("Deployment", []):
+        for c in pod_spec(d)["containers"]:
+            requested |= set((c.get("resources", {}).get("limits") or {}))
+    if not any(r.startswith("nvidia.com/mig-") for r in requested):
+        problem("deploy/examples: no MIG pod")
+
+
+def daemonset():
+    for d in load_docs(SRC / "deploy/kubernetes/daemonset.yaml"):
+        if d.get("kind") == "DaemonSet":
+            return d
+    raise SystemExit("deploy/kubernetes/daemonset.yaml: no DaemonSet")
+
+
+def configmap_config():
+    for d in load_docs(SRC / "deploy/kubernetes/configmap.yaml"):
+        if d.get("kind") == "ConfigMap":
+            return d["data"]["config.yaml"]
+    raise SystemExit("deploy/kubernetes/configmap.yaml: no ConfigMap")
+
+
+# --------------------------------------------------------------------------------------------
+# container args
+
+RUNTIME_ENV = {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_DRIVER_ROOT", "NODE_NAME"}
+
+
+def split_args(args):
+    """[(flag, value or None)] from ['--a=1', '--b', '2', '--c'] (a value follows a flag when it does
+    not start with '-')."""
+    out, i = [], 0
+    while i < len(args):
+        a = args[i]
+        if a.startswith("-"):
+            if "=" in a:
+                f, v = a.split("=", 1)
+                out.append((f, v))
+            elif i + 1 < len(args) and not args[i + 1].startswith("-"):
+                out.append((a, args[i + 1]))
+                i += 1
+            else:
+                out.append((a, None))
+        i += 1
+    return out
+
+
+def containers_running(sub):
+    """(where, container) of the plain DaemonSet running `kgpu <sub>`."""
+    return [(f"daemonset.yaml: container {c['name']}", c) for c in pod_spec(daemonset())["containers"]
+            if c.get("args", [None])[0] == sub]
+
+
+def helm_args(sub):
+    """The args lists of the Helm DaemonSet template for `sub` (template expressions kept)."""
+    text = (SRC / "deploy/helm/kgpu/templates/daemonset.yaml").read_text()
+    out = []
+    for m in re.finditer(r"^(\s*)args:\n((?:\1  - .*\n)+)", text, re.M):
+        items = [line.strip()[2:] for line in m.group(2).splitlines()]
+        if items and items[0] == sub:
+            out.append(items[1:])
+    return out
+
+
+def check_args(sub):
+    text = help_text(sub)
+    if text is None:
+        problem(f"`kgpu {sub} --help` failed: the built binary has no `{sub}` subcommand yet")
+        return
+    opts = parse_help(text)
+    env_known = {e for o in opts.values() for e in o["env"]}
+    found = containers_running(sub)
+    if not found:
+        problem(f"daemonset.yaml: no container runs `kgpu {sub}`")
+    for where, c in found:
+        for flag, _ in split_args(c["args"][1:]):
+            if flag not in opts:
+                problem(f"{where}: `kgpu {sub}` has no flag {flag}")
+        for e in c.get("env", []):
+            if e["name"] not in env_known and e["name"] not in RUNTIME_ENV:
+                problem(f"{where}: env {e['name']} is read neither by `kgpu {sub}` nor by the NVIDIA runtime")
+    helm = helm_args(sub)
+    if not helm:
+        problem(f"helm daemonset.yaml: no container runs `kgpu {sub}`")
+    for args in helm:
+        plain_flags = [f for f, _ in split_args(found[0][1]["args"][1:])] if found else []
+        helm_flags = [f for f, _ in split_args(args)]
+        for flag in helm_flags:
+            if flag not in opts:
+                problem(f"helm daemonset.yaml: `kgpu {sub}` has no flag {flag}")
+        if helm_flags != plain_flags:
+            problem(f"helm daemonset.yaml: `{sub}` flags {helm_flags} differ from the plain manifest's {plain_flags}")
+    # Dry runs with the real arguments, paths moved into a temp dir.
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = pathlib.Path(tmp, "config.yaml")
+        cfg.write_text(configmap_config())
+        for where, c in found:
+            args = []
+            for flag, value in split_args(c["args"][1:]):
+                if flag == "--config-file":
+                    value = str(cfg)
+                elif flag == "--output-file":
+                    value = str(pathlib.Path(tmp, "features.d", "kgpu"))
+                    pathlib.Path(tmp, "features.d").mkdir(exist_ok=True)
+                args.append(flag if value is None else f"{flag}={value}")
+            if sub == "device-plugin":
+                r = run([KGPU, sub, *args, "--check-config"])
+                if r.returncode != 0:
+                    problem(f"{where}: `kgpu device-plugin {' '.join(args)} --check-config` exit {r.returncode}: "
+                            f"{r.stderr.strip()}")
+                elif f"configFile: {cfg}" not in r.stdout:
+                    problem(f"{where}: --check-config did not report the config file: {r.stdout}")
+                # The commented time-slicing example, uncommented, is a valid config too.
+                m = re.search(r"^# sharing:\n(?:#  .*\n)+", configmap_config(), re.M)
+                if not m:
+                    problem("configmap.yaml: no commented `# sharing:` example")
+                    continue
+                shared = pathlib.Path(tmp, "shared.yaml")
+                shared.write_text(configmap_config() + re.sub(r"^# ", "", m.group(0), flags=re.M))
+                r = run([KGPU, sub, "--config-file", str(shared), "--check-config"])
+                if r.returncode != 0 or "sharing.timeSlicing: off" in r.stdout:
+                    problem(f"configmap.yaml: the time-slicing example does not load: {r.stderr.strip()} {r.stdout}")
+            elif sub == "labels":
+                r = run([KGPU, sub, *args, "--oneshot", "--nvml-library", SIM],
+                        env={"KGPU_SIM_NODE": str(SRC / "sim/nodes/dgx-h100.yaml")})
+                out = pathlib.Path(tmp, "features.d", "kgpu")
+                if r.returncode != 0 or "nvidia.com/gpu.present=true" not in (out.read_text() if out.exists() else ""):
+                    problem(f"{where}: `kgpu labels {' '.join(args)} --oneshot` against the simulator: "
+                            f"exit {r.returncode}: {r.stderr.strip()}")
+
+
+# --------------------------------------------------------------------------------------------
+# host paths
+
+# Flags that name something on the host, per subcommand. The paths themselves come from --help.
+HOST_FLAGS = {
+    "device-plugin": ["--device-plugin-path", "--cdi-spec-dir"],
+    "labels": ["--output-file"],
+    "exporter": ["--pod-resources-kubelet-socket", "--proc-root", "--container-runtime-endpoint"],
+}
+
+
+def strip_unix(p):
+    return p[len("unix://"):] if p.startswith("unix://") else p
+
+
+def under(path, root):
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def check_hostpaths(sub):
+    text = help_text(sub)
+    if text is None:
+        problem(f"`kgpu {sub} --help` failed: the built binary has no `{sub}` subcommand yet")
+        return
+    opts = parse_help(text)
+    spec = pod_spec(daemonset())
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    for where, c in containers_running(sub):
+        mounts = []  # (mountPath, hostPath or None)
+        for m in c.get("volumeMounts", []):
+            hp = volumes[m["name"]].get("hostPath", {}).get("path")
+            mounts.append((m["mountPath"], hp))
+        given = dict(split_args(c["args"][1:]))
+        for flag in HOST_FLAGS[sub]:
+            if flag not in opts:
+                problem(f"{where}: `kgpu {sub}` has no flag {flag}")
+                continue
+            default = opts[flag]["default"]
+            if not default:
+                problem(f"{where}: `kgpu {sub} --help` shows no default for {flag}")
+                continue
+            default = strip_unix(default)
+            value = strip_unix(given.get(flag) or default)
+            # A file flag (socket, output file) is served by a mount of the file or of its directory.
+            best = max((m for m in mounts if under(value, m[0])), key=lambda m: len(m[0]), default=None)
+            if best is None or best[1] is None:
+                problem(f"{where}: {flag}={value} is not on a hostPath mount")
+                continue
+            host = best[1] + value[len(best[0]):]
+            if host != default:
+                problem(f"{where}: {flag}={value} is host path {host}, but kgpu's default is {default}")
+    # Every hostPath mount of the driver root keeps the same path inside (the driver root is a host path).
+    for c in spec["containers"]:
+        for m in c.get("volumeMounts", []):
+            if m["name"] == "driver-root":
+                hp = volumes[m["name"]]["hostPath"]["path"]
+                if m["mountPath"] != hp or not m.get("readOnly"):
+                    problem(f"daemonset.yaml: container {c['name']}: driver root {hp} must be mounted read-only "
+                            f"at the same path, is at {m['mountPath']}")
+    # Read-only where the issue says so.
+    for c in spec["containers"]:
+        for m in c.get("volumeMounts", []):
+            hp = volumes[m["name"]].get("hostPath", {}).get("path")
+            if hp in ("/proc", "/var/lib/kubelet/pod-resources") and not m.get("readOnly"):
+                problem(f"daemonset.yaml: container {c['name']}: {hp} must be mounted read-only")
+
+
+# --------------------------------------------------------------------------------------------
+# Dockerfile
+
+BASE_PACKAGES = {"libc6", "libgcc-s1", "libstdc++6", "zlib1g"}  # in debian:bookworm-slim
+
+
+def dpkg_owner(path):
+    real = os.path.realpath(path)
+    for p in (real, path, real.replace("/usr/lib/", "/lib/", 1), real.replace("/lib/", "/usr/lib/", 1)):
+        r = run(["dpkg", "-S", p])
+        if r.returncode == 0:
+            return r.stdout.split(":")[0]
+    return None
+
+
+def depends_closure(pkgs):
+    seen, todo = set(), list(pkgs)
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        r = run(["dpkg-query", "-W", "-f=${Depends},${Pre-Depends}", p])
+        for alt in r.stdout.split(","):
+            name = alt.strip().split(" ")[0].split(":")[0] if alt.strip() else ""
+            if name:
+                todo.append(name)
+    return seen
+
+
+def check_dockerfile():
+    text = (SRC / "deploy/Dockerfile").read_text()
+    stages = re.split(r"^FROM ", text, flags=re.M)[1:]
+    if len(stages) != 2:
+        problem(f"deploy/Dockerfile: expected 2 stages (build, runtime), found {len(stages)}")
+        return
+    build, runtime = stages
+    if "bookworm" not in text:
+        problem("deploy/Dockerfile: not based on Debian bookworm")
+    if not re.search(r"^RUN .*scripts/setup", build, re.M):
+        problem("deploy/Dockerfile: the build stage does not run scripts/setup (what CI runs)")
+    if "build/release/kgpu" not in build:
+        problem("deploy/Dockerfile: the build stage does not take build/release/kgpu")
+    copies = re.findall(r"^COPY (.*)$", runtime, re.M)
+    if len(copies) != 1 or "--from=build" not in copies[0]:
+        problem(f"deploy/Dockerfile: the runtime stage must copy only the binary from the build stage: {copies}")
+    if not re.search(r"^USER (?!0\b|root\b)\S+", runtime, re.M):
+        problem("deploy/Dockerfile: the runtime stage does not switch to a non-root USER")
+    m = re.search(r"apt-get install[^\n]*?((?:\\\n[^\n]*)+)", runtime)
+    listed = set(re.findall(r"\b(lib[\w.+-]+)", m.group(0))) if m else set()
+    if not listed:
+        problem("deploy/Dockerfile: no apt-get install of runtime libraries in the runtime stage")
+        return
+    provided = depends_closure(listed) | BASE_PACKAGES
+    r = run(["ldd", KGPU])
+    for line in r.stdout.splitlines():
+        mm = re.match(r"\s*(\S+) => (/\S+)", line)
+        if not mm:
+            continue
+        pkg = dpkg_owner(mm.group(2))
+        if pkg is None:
+            problem(f"ldd {KGPU}: {mm.group(1)} ({mm.group(2)}) belongs to no Debian package")
+        elif pkg not in provided:
+            problem(f"deploy/Dockerfile: the runtime stage lacks {pkg} (for {mm.group(1)}, from ldd)")
+    for pkg in sorted(listed):
+        r = run(["dpkg-query", "-W", "-f=${Status}", pkg])
+        if "install ok installed" not in r.stdout:
+            problem(f"deploy/Dockerfile: {pkg} is not an installed Debian package here (misspelt?)")
+
+
+# --------------------------------------------------------------------------------------------
+# Helm chart
+
+def check_template_syntax(path):
+    text = path.read_text()
+    rel = path.relative_to(SRC)
+    if text.count("{{") != text.count("}}"):
+        problem(f"{rel}: {text.count('{{')} '{{{{' but {text.count('}}')} '}}}}'")
+    depth = []
+    for m in re.finditer(r"\{\{-?\s*(.*?)\s*-?\}\}", text, re.S):
+        action = m.group(1)
+        word = action.split()[0] if action.split() else ""
+        line = text.count("\n", 0, m.start()) + 1
+        if word in ("if", "with", "range", "define", "block"):
+            depth.append((word, line))
+        elif word == "end":
+            if not depth:
+                problem(f"{rel}:{line}: {{{{ end }}}} without a block")
+            else:
+                depth.pop()
+        elif word in ("else",) and not depth:
+            problem(f"{rel}:{line}: else outside a block")
+        for ref in re.findall(r"\.Values\.([\w.]+)", action):
+            node = values()
+            for part in ref.split("."):
+                if not isinstance(node, dict) or part not in node:
+                    problem(f"{rel}:{line}: .Values.{ref} is not in values.yaml")
+                    break
+                node = node[part]
+        for name in re.findall(r'include "([\w.]+)"', action):
+            if name not in helper_names():
+                problem(f"{rel}:{line}: include of undefined template {name!r}")
+    for word, line in depth:
+        problem(f"{rel}:{line}: {{{{ {word} }}}} is never closed")
+
+
+_values = None
+
+
+def values():
+    global _values
+    if _values is None:
+        _values = yaml.safe_load((SRC / "deploy/helm/kgpu/values.yaml").read_text())
+    return _values
+
+
+def helper_names():
+    return set(re.findall(r'define "([\w.]+)"', (SRC / "deploy/helm/kgpu/templates/_helpers.tpl").read_text()))
+
+
+def check_helm():
+    chart_dir = SRC / "deploy/helm/kgpu"
+    chart = yaml.safe_load((chart_dir / "Chart.yaml").read_text())
+    for k in ("apiVersion", "name", "version", "appVersion"):
+        if not chart.get(k):
+            problem(f"Chart.yaml: {k} missing")
+    if chart.get("apiVersion") != "v2" or chart.get("name") != "kgpu":
+        problem("Chart.yaml: expected apiVersion v2 and name kgpu")
+    cmake = (SRC / "CMakeLists.txt").read_text()
+    m = re.search(r"project\(kgpu VERSION (\S+)", cmake)
+    if m and str(chart.get("appVersion")) != m.group(1):
+        problem(f"Chart.yaml: appVersion {chart.get('appVersion')} != the project version {m.group(1)}")
+    templates = sorted((chart_dir / "templates").iterdir())
+    for t in templates:
+        if t.suffix in (".yaml", ".tpl", ".txt"):
+            check_template_syntax(t)
+    v = values()
+    # values.yaml defaults = the plain manifests.
+    ds = daemonset()
+    spec = pod_spec(ds)
+    by_sub = {c["args"][0]: c for c in spec["containers"]}
+    image = by_sub["device-plugin"]["image"]
+    if f"{v['image']['repository']}:{v['image']['tag']}" != image:
+        problem(f"values.yaml: image {v['image']['repository']}:{v['image']['tag']} != manifests' {image}")
+    if v["image"]["pullPolicy"] != by_sub["device-plugin"].get("imagePullPolicy"):
+        problem("values.yaml: image.pullPolicy differs from the manifests")
+    if v["namespace"] != ds["metadata"]["namespace"]:
+        problem("values.yaml: namespace differs from the manifests")
+    if v["priorityClassName"] != spec["priorityClassName"]:
+        problem("values.yaml: priorityClassName differs")
+    if v["runtimeClass"]["name"] != spec["runtimeClassName"]:
+        problem("values.yaml: runtimeClass.name differs")
+    if v["tolerations"] != spec["tolerations"]:
+        problem(f"values.yaml: tolerations {v['tolerations']} != {spec['tolerations']}")
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    keys = [t["matchExpressions"][0]["key"] for t in terms]
+    if v["nodeAffinityLabels"] != keys:
+        problem(f"values.yaml: nodeAffinityLabels {v['nodeAffinityLabels']} != {keys}")
+    for key, sub in (("devicePlugin", "device-plugin"), ("exporter", "exporter"), ("labels", "labels")):
+        if v[key]["resources"] != by_sub[sub]["resources"]:
+            problem(f"values.yaml: {key}.resources {v[key]['resources']} != {by_sub[sub]['resources']}")
+    exp = dict(split_args(by_sub["exporter"]["args"][1:]))
+    if f":{v['exporter']['port']}" != exp.get("--address"):
+        problem("values.yaml: exporter.port differs from --address")
+    if str(v["exporter"]["collectIntervalMs"]) != exp.get("--collect-interval"):
+        problem("values.yaml: exporter.collectIntervalMs differs from --collect-interval")
+    if v["exporter"]["containerRuntimeEndpoint"] != exp.get("--container-runtime-endpoint"):
+        problem("values.yaml: exporter.containerRuntimeEndpoint differs")
+    lab = dict(split_args(by_sub["labels"]["args"][1:]))
+    if v["labels"]["sleepInterval"] != lab.get("--sleep-interval"):
+        problem("values.yaml: labels.sleepInterval differs from --sleep-interval")
+    cfg = yaml.safe_load(configmap_config())
+    if v["migStrategy"] != cfg["flags"]["migStrategy"]:
+        problem("values.yaml: migStrategy differs from the ConfigMap")
+    if v["failOnInitError"] != cfg["flags"]["failOnInitError"]:
+        problem("values.yaml: failOnInitError differs from the ConfigMap")
+    if v["health"] != cfg.get("health"):
+        problem(f"values.yaml: health {v['health']} != the ConfigMap's {cfg.get('health')}")
+    if (v["sharing"] or None) != cfg.get("sharing"):
+        problem("values.yaml: sharing differs from the ConfigMap")
+    volumes = {x["name"]: x for x in spec["volumes"]}
+    if v["driverRootMount"] != volumes["driver-root"]["hostPath"]["path"]:
+        problem("values.yaml: driverRootMount differs from the manifests' driver-root volume")
+    # The Helm ConfigMap renders the same plain-config lines (template lines aside).
+    tmpl = (chart_dir / "templates/configmap.yaml").read_text()
+    for line in configmap_config().splitlines():
+        s = line.strip()
+        if s and not s.startswith("#") and ":" in s and s.split(":")[0] in ("passDeviceSpecs", "deviceListStrategy",
+                                                                             "deviceIDStrategy", "version"):
+            if s not in tmpl:
+                problem(f"helm configmap.yaml: lacks {s!r} of the plain ConfigMap")
+    # Every hostPath of the plain DaemonSet appears in the Helm one.
+    dtmpl = (chart_dir / "templates/daemonset.yaml").read_text()
+    for vol in spec["volumes"]:
+        p = vol.get("hostPath", {}).get("path")
+        templated = (v["driverRootMount"], strip_unix(v["exporter"]["containerRuntimeEndpoint"]))
+        if p and p not in dtmpl and p not in templated:
+            problem(f"helm daemonset.yaml: hostPath {p} of the plain manifest is missing")
+
+
+# --------------------------------------------------------------------------------------------
+# docs/configuration.md
+
+def check_configdoc():
+    doc = (SRC / "docs/configuration.md").read_text()
+    sections = {}
+    current = None
+    for line in doc.splitlines():
+        m = re.match(r"^## `kgpu ([\w -]+)`", line)
+        if m:
+            current = m.group(1).strip()
+            sections[current] = ""
+        elif line.startswith("## "):
+            current = None
+        elif current:
+            sections[current] += line + "\n"
+    for sub in all_subcommands():
+        if sub not in sections:
+            problem(f"docs/configuration.md: no section \"## `kgpu {sub}`\"")
+            continue
+        opts = parse_help(help_text(sub))
+        for name, o in opts.items():
+            if name in ("-h", "--help") or not name.startswith("--"):
+                continue
+            if not re.search(r"`" + re.escape(name) + r"[`= \[]", sections[sub]):
+                problem(f"docs/configuration.md: `kgpu {sub}` flag {name} is not documented")
+            for env in o["env"]:
+                if env not in sections[sub] and env not in doc:
+                    problem(f"docs/configuration.md: `kgpu {sub}` env {env} (of {name}) is not documented")
+    top = parse_help(run([KGPU, "--help"]).stdout)
+    for name in top:
+        if name.startswith("--") and name not in ("--help",) and f"`{name}" not in doc:
+            problem(f"docs/configuration.md: global flag {name} is not documented")
+
+
+CHECKS = {
+    "manifests": check_manifests, "args": check_args, "hostpaths": check_hostpaths,
+    "dockerfile": check_dockerfile, "helm": check_helm, "configdoc": check_configdoc,
+}
+
+if __name__ == "__main__":
+    check = sys.argv[4]
+    CHECKS[check](*sys.argv[5:])
+    for p in problems:
+        print(p, file=sys.stderr)
+    if not problems:
+        print(f"{check} {' '.join(sys.argv[5:])}: ok")
+    sys.exit(1 if problems else 0)
