@@ -21,7 +21,7 @@ CLI::App* add_device_plugin_command(CLI::App& app, DevicePluginFlags& f) {
                     "Root of the driver installation [env NVIDIA_DRIVER_ROOT]");
     cmd->add_option("--nvidia-dev-root,--dev-root", f.nvidia_dev_root,
                     "Root under which /dev/nvidia* are found (default: the driver root) [env NVIDIA_DEV_ROOT]");
-    cmd->add_option("--pass-device-specs", f.pass_device_specs, "Return DeviceSpecs in Allocate [env PASS_DEVICE_SPECS]")
+    cmd->add_option("--pass-device-specs", f.pass_device_specs, "Return DeviceSpecs in Allocate (default false; the bare flag means true, as shown) [env PASS_DEVICE_SPECS]")
         ->expected(0, 1)
         ->default_str("true");
     cmd->add_option("--device-list-strategy", f.device_list_strategy,
