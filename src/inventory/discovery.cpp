@@ -42,6 +42,17 @@ void read_numa(const nvml::Device& dev, const nvml::PciInfo& pci, const Discover
     }
 }
 
+// PCI class code ("0x030200\n") from sysfs; nothing when absent or unreadable.
+void read_pci_class(const nvml::PciInfo& pci, const DiscoveryOptions& opts, Gpu& gpu) {
+    auto text = files::read_line(opts.sysfs_root / "bus/pci/devices" / pci.sysfs_bus_id() / "class");
+    if (!text) return;
+    std::string_view v = *text;
+    if (v.starts_with("0x") || v.starts_with("0X")) v.remove_prefix(2);
+    std::uint32_t cls = 0;
+    auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), cls, 16);
+    if (ec == std::errc() && p == v.data() + v.size() && !v.empty()) gpu.pci_class = cls;
+}
+
 void read_mig(const nvml::Device& dev, Gpu& gpu, std::vector<std::string>& warnings) {
     auto mode = dev.mig_mode();
     if (!mode) {
@@ -82,6 +93,12 @@ void read_mig(const nvml::Device& dev, Gpu& gpu, std::vector<std::string>& warni
         m.memory_mib = attrs->memory_size_mb;
         m.sm_count = attrs->multiprocessor_count;
         m.slices = attrs->gpu_instance_slice_count;
+        m.compute_slices = attrs->compute_instance_slice_count;
+        m.copy_engines = attrs->copy_engines;
+        m.decoders = attrs->decoders;
+        m.encoders = attrs->encoders;
+        m.jpeg_decoders = attrs->jpeg_decoders;
+        m.optical_flow_accelerators = attrs->optical_flow_accelerators;
         m.profile = mig_profile_name(m.slices, m.memory_mib, gpu.memory_total_mib);
         gpu.mig_devices.push_back(std::move(m));
     }
@@ -115,6 +132,7 @@ Gpu read_gpu(const nvml::Session& session, unsigned index, const DiscoveryOption
         gpu.pci_bus_id = pci->bus_id;
         gpu.pci_device_id = pci->device_id;
         read_numa(*dev, *pci, opts, gpu);
+        read_pci_class(*pci, opts, gpu);
     }
     if (auto mem = optional_value(dev->memory(), gpu, warnings, "memory")) gpu.memory_total_mib = mem->total / (1024 * 1024);
     if (auto cc = optional_value(dev->compute_capability(), gpu, warnings, "compute capability")) {

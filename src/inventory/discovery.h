@@ -15,9 +15,9 @@ struct DiscoveryOptions {
     bool topology = true;
 };
 
-// One pass over NVML (plus sysfs for NUMA nodes). Per-GPU failures do not fail discovery: the GPU
-// is listed with lost/error set and a warning is added. Errors: only when the node-wide calls fail
-// (driver version, device count).
+// One pass over NVML (plus sysfs for NUMA nodes and PCI class codes). Per-GPU failures do not
+// fail discovery: the GPU is listed with lost/error set and a warning is added. Errors: only when
+// the node-wide calls fail (driver version, device count).
 Result<Node> discover(const nvml::Session& session, const DiscoveryOptions& options = {});
 
 }  // namespace kgpu::inventory

@@ -25,6 +25,9 @@ struct MigDevice {
     std::uint64_t memory_mib = 0;
     unsigned sm_count = 0;
     unsigned slices = 0;                // GPU-instance slices ("1g" = 1)
+    unsigned compute_slices = 0;        // compute-instance slices (== slices: one CI spans the GI)
+    // Engines of the MIG device's compute instance (nvmlDeviceGetAttributes' shared* counts).
+    unsigned copy_engines = 0, decoders = 0, encoders = 0, jpeg_decoders = 0, optical_flow_accelerators = 0;
 };
 
 struct Gpu {
@@ -35,6 +38,9 @@ struct Gpu {
     unsigned minor = 0;                 // N of /dev/nvidiaN
     std::string pci_bus_id;             // "00000000:3B:00.0" (NVML form)
     std::uint32_t pci_device_id = 0;
+    // PCI class code from sysfs (`class`: 0x030200 3D controller, 0x030000 VGA); absent when
+    // sysfs does not have the device.
+    std::optional<std::uint32_t> pci_class;
     std::optional<int> numa_node;       // absent: unknown or a non-NUMA machine
     NumaSource numa_source = NumaSource::none;
     std::uint64_t memory_total_mib = 0;

@@ -299,8 +299,17 @@ Result<unsigned> Device::compute_instance_id() const {
 Result<DeviceAttributes> Device::attributes() const {
     nvmlDeviceAttributes_t a{};
     KGPU_CALL(DeviceGetAttributes, handle_, &a);
-    return DeviceAttributes{a.multiprocessorCount, a.gpuInstanceSliceCount, a.computeInstanceSliceCount,
-                            a.memorySizeMB};
+    DeviceAttributes out;
+    out.multiprocessor_count = a.multiprocessorCount;
+    out.gpu_instance_slice_count = a.gpuInstanceSliceCount;
+    out.compute_instance_slice_count = a.computeInstanceSliceCount;
+    out.memory_size_mb = a.memorySizeMB;
+    out.copy_engines = a.sharedCopyEngineCount;
+    out.decoders = a.sharedDecoderCount;
+    out.encoders = a.sharedEncoderCount;
+    out.jpeg_decoders = a.sharedJpegCount;
+    out.optical_flow_accelerators = a.sharedOfaCount;
+    return out;
 }
 
 Result<int> Device::common_ancestor(const Device& other) const {

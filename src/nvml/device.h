@@ -37,11 +37,14 @@ struct MigMode {
     bool pending = false;
 };
 
+// nvmlDeviceGetAttributes on a MIG device handle. The engine counts are those of the MIG
+// device's compute instance (shared with other compute instances of its GPU instance).
 struct DeviceAttributes {
     unsigned multiprocessor_count = 0;
     unsigned gpu_instance_slice_count = 0;
     unsigned compute_instance_slice_count = 0;
     std::uint64_t memory_size_mb = 0;
+    unsigned copy_engines = 0, decoders = 0, encoders = 0, jpeg_decoders = 0, optical_flow_accelerators = 0;
 };
 
 enum class NvLinkPeerType { gpu, switch_, other };
