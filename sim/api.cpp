@@ -237,6 +237,31 @@ bool giProfileSupported(unsigned id) {
     return id <= 4 || id == 7 || id == 9;  // 1g 2g 3g 4g 7g, 1g+me, 1g double memory
 }
 
+// The engines of a GPU instance of `slices` slices and GI profile `giProfileId`, as NVIDIA's MIG
+// user guide lists them ("Supported MIG Profiles"): one copy engine per slice, no encoders; on
+// Ampere (A100) NVDECs 0/1/2/2/5 for 1/2/3/4/7 slices with JPEG and OFA only on 7g and the
+// media-extension profile (+me, id 7); later parts (H100) one NVDEC and one JPEG per slice, OFA
+// on 7g and +me. The double-memory 1g profile (id 9) has one NVDEC. A compute instance shares
+// its GPU instance's engines.
+struct MigEngines {
+    unsigned copy = 0, decoders = 0, encoders = 0, jpeg = 0, ofa = 0;
+};
+MigEngines migEngines(const Gpu& gpu, unsigned slices, unsigned giProfileId) {
+    const bool mediaExt = giProfileId == 7;
+    MigEngines e;
+    e.copy = slices;
+    if (gpu.spec.architecture <= NVML_DEVICE_ARCH_AMPERE) {
+        static constexpr unsigned kAmpereDecoders[8] = {0, 0, 1, 2, 2, 2, 4, 5};  // by slices
+        e.decoders = mediaExt || giProfileId == 9 ? 1 : kAmpereDecoders[std::min(slices, 7u)];
+        e.jpeg = slices == 7 || mediaExt ? 1 : 0;
+    } else {
+        e.decoders = mediaExt ? 7 : slices;
+        e.jpeg = e.decoders;
+    }
+    e.ofa = slices == 7 || mediaExt ? 1 : 0;
+    return e;
+}
+
 const char* errorText(nvmlReturn_t r) {
     switch (r) {
         case NVML_SUCCESS: return "Success";
@@ -944,12 +969,13 @@ nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttribute
         if (!d.mig) return NVML_ERROR_NOT_SUPPORTED;  // like the real API: MIG device handles only
         const MigDevice& m = *d.mig;
         nvmlDeviceAttributes_t a{};
+        const MigEngines e = migEngines(*m.parent, m.slices, m.giProfileId);
         a.multiprocessorCount = m.smCount;
-        a.sharedCopyEngineCount = m.slices;
-        a.sharedDecoderCount = m.slices / 2;
-        a.sharedEncoderCount = 0;
-        a.sharedJpegCount = m.slices == 7 ? 1 : 0;
-        a.sharedOfaCount = m.slices == 7 ? 1 : 0;
+        a.sharedCopyEngineCount = e.copy;
+        a.sharedDecoderCount = e.decoders;
+        a.sharedEncoderCount = e.encoders;
+        a.sharedJpegCount = e.jpeg;
+        a.sharedOfaCount = e.ofa;
         a.gpuInstanceSliceCount = m.slices;
         a.computeInstanceSliceCount = m.slices;
         a.memorySizeMB = m.memoryMib;
@@ -972,11 +998,12 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, unsigned i
         i.sliceCount = slices;
         i.instanceCount = profile == 7 ? 1 : profile == 9 ? 4 : 7 / slices;
         i.multiprocessorCount = smPerSlice(st, *d.gpu) * slices;
-        i.copyEngineCount = slices;
-        i.decoderCount = slices / 2;
-        i.encoderCount = 0;
-        i.jpegCount = slices == 7 || profile == 7 ? 1 : 0;
-        i.ofaCount = slices == 7 || profile == 7 ? 1 : 0;
+        const MigEngines e = migEngines(*d.gpu, slices, profile);
+        i.copyEngineCount = e.copy;
+        i.decoderCount = e.decoders;
+        i.encoderCount = e.encoders;
+        i.jpegCount = e.jpeg;
+        i.ofaCount = e.ofa;
         i.memorySizeMB = fig->first;
         *info = i;
         return NVML_SUCCESS;
@@ -1063,11 +1090,12 @@ nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t gpuI
         i.sliceCount = slices;
         i.instanceCount = m.slices / slices;
         i.multiprocessorCount = slices == m.slices ? m.smCount : smPerSlice(st, *m.parent) * slices;
-        i.sharedCopyEngineCount = m.slices;
-        i.sharedDecoderCount = m.slices / 2;
-        i.sharedEncoderCount = 0;
-        i.sharedJpegCount = m.slices == 7 ? 1 : 0;
-        i.sharedOfaCount = m.slices == 7 ? 1 : 0;
+        const MigEngines e = migEngines(*m.parent, m.slices, m.giProfileId);
+        i.sharedCopyEngineCount = e.copy;
+        i.sharedDecoderCount = e.decoders;
+        i.sharedEncoderCount = e.encoders;
+        i.sharedJpegCount = e.jpeg;
+        i.sharedOfaCount = e.ofa;
         *info = i;
         return NVML_SUCCESS;
     });

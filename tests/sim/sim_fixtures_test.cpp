@@ -390,4 +390,36 @@ TEST_F(SimFixtures, TelemetryStaysNearTheFixtureValues) {
     EXPECT_EQ(count, 0u);
 }
 
+// Engine counts of MIG instances on an A100, as NVIDIA's MIG user guide lists them: one copy
+// engine per slice, NVDECs 0/1/2/5 for 1g/2g/3g/7g, JPEG and OFA only on 7g and 1g+me.
+TEST_F(SimFixtures, A100MigEngineCounts) {
+    ASSERT_EQ(start(fixture("a100-mig.yaml")), NVML_SUCCESS);
+    struct Want {
+        unsigned copy, dec, jpeg, ofa;
+    };
+    const Want per_mig[] = {{3, 2, 0, 0}, {2, 1, 0, 0}, {1, 0, 0, 0}};  // GPU 1: 3g, 2g, 1g
+    for (unsigned i = 0; i < 3; ++i) {
+        SCOPED_TRACE(i);
+        nvmlDeviceAttributes_t a{};
+        ASSERT_EQ(NV(nvmlDeviceGetAttributes_v2)(mig(1, i), &a), NVML_SUCCESS);
+        EXPECT_EQ(a.sharedCopyEngineCount, per_mig[i].copy);
+        EXPECT_EQ(a.sharedDecoderCount, per_mig[i].dec);
+        EXPECT_EQ(a.sharedEncoderCount, 0u);
+        EXPECT_EQ(a.sharedJpegCount, per_mig[i].jpeg);
+        EXPECT_EQ(a.sharedOfaCount, per_mig[i].ofa);
+        EXPECT_EQ(a.computeInstanceSliceCount, a.gpuInstanceSliceCount);
+    }
+    const std::pair<unsigned, Want> per_profile[] = {{4, {7, 5, 1, 1}}, {7, {1, 1, 1, 1}}, {3, {4, 2, 0, 0}}};
+    for (const auto& [profile, want] : per_profile) {
+        SCOPED_TRACE(profile);
+        nvmlGpuInstanceProfileInfo_t p{};
+        ASSERT_EQ(NV(nvmlDeviceGetGpuInstanceProfileInfo)(dev(0), profile, &p), NVML_SUCCESS);
+        EXPECT_EQ(p.copyEngineCount, want.copy);
+        EXPECT_EQ(p.decoderCount, want.dec);
+        EXPECT_EQ(p.encoderCount, 0u);
+        EXPECT_EQ(p.jpegCount, want.jpeg);
+        EXPECT_EQ(p.ofaCount, want.ofa);
+    }
+}
+
 }  // namespace
