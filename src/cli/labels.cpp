@@ -1,110 +1,368 @@
 #include "cli/labels.h"
 
+#include <signal.h>
+
+#include <cerrno>
 #include <charconv>
-#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
 #include <iostream>
-#include <thread>
 
 #include "common/files.h"
 #include "common/log.h"
+#include "common/strings.h"
+#include "deviceplugin/config.h"
 #include "inventory/discovery.h"
-#include "labels/config.h"
-#include "labels/labels.h"
 
 namespace kgpu::cli {
+
+namespace dp = kgpu::deviceplugin;
 
 void add_labels_command(CLI::App& app, LabelsOptions& opts) {
     auto* cmd = app.add_subcommand("labels", "Write gpu-feature-discovery compatible node labels as an NFD feature file");
     add_nvml_options(*cmd, opts.nvml);
-    cmd->add_option("--output-file,-o", opts.output_file, "The NFD feature file to write atomically ('-': stdout)")
-        ->envname("GFD_OUTPUT_FILE")
+    cmd->add_option("--output-file,--output,-o", opts.output_file,
+                    "The NFD feature file, replaced atomically ('-' or '': stdout) "
+                    "(default /etc/kubernetes/node-feature-discovery/features.d/kgpu) [env GFD_OUTPUT_FILE]");
+    cmd->add_option("--oneshot", opts.oneshot, "Label once and exit (the bare flag means true) [env GFD_ONESHOT]")
+        ->expected(0, 1)
+        ->default_str("true")
+        ->option_text("[=BOOL]");
+    cmd->add_option("--no-timestamp", opts.no_timestamp,
+                    "Leave out nvidia.com/gfd.timestamp (the bare flag means true) [env GFD_NO_TIMESTAMP]")
+        ->expected(0, 1)
+        ->default_str("true")
+        ->option_text("[=BOOL]");
+    cmd->add_option("--sleep-interval", opts.sleep_interval,
+                    "Time between two labelings: 60s, 1m30s, 5m, or 'infinite' to label once and wait "
+                    "(default 60s) [env GFD_SLEEP_INTERVAL]");
+    cmd->add_option("--machine-type-file", opts.machine_type_file,
+                    "File with the DMI product name for nvidia.com/gpu.machine "
+                    "(default <sysfs-root>/class/dmi/id/product_name) [env GFD_MACHINE_TYPE_FILE]");
+    cmd->add_option("--mig-strategy", opts.mig_strategy,
+                    "none, single or mixed (default: the config file's, else none) [env GFD_MIG_STRATEGY, MIG_STRATEGY]");
+    cmd->add_option("--fail-on-init-error", opts.fail_on_init_error,
+                    "Exit 1 when NVML cannot start (true, default) or write the labels of a node without GPUs and "
+                    "retry (false) [env GFD_FAIL_ON_INIT_ERROR, FAIL_ON_INIT_ERROR]")
+        ->expected(0, 1)
+        ->default_str("true")
+        ->option_text("[=BOOL]");
+    cmd->add_option("--config-file", opts.config_file,
+                    "The device plugin's config file (MIG strategy, sharing) [env GFD_CONFIG_FILE, CONFIG_FILE]");
+    cmd->add_option("--use-node-feature-api", opts.use_node_feature_api,
+                    "Accepted for GFD compatibility: kgpu always writes the feature file (true only logs a warning) "
+                    "[env GFD_USE_NODE_FEATURE_API, USE_NODE_FEATURE_API]")
+        ->expected(0, 1)
+        ->default_str("true")
+        ->option_text("[=BOOL]");
+    cmd->add_option("--device-discovery-strategy", opts.device_discovery_strategy,
+                    "auto or nvml (GFD's tegra and vfio are not supported) [env DEVICE_DISCOVERY_STRATEGY]");
+    cmd->add_option("--sysfs-root", opts.sysfs_root, "Where the host's /sys is (PCI class, NUMA, DMI)")
         ->capture_default_str();
-    cmd->add_flag("--oneshot", opts.oneshot, "Write the labels once and exit")->envname("GFD_ONESHOT");
-    cmd->add_option("--sleep-interval", opts.sleep_interval, "Time between two label refreshes (e.g. 60s, 5m)")
-        ->envname("GFD_SLEEP_INTERVAL")
-        ->capture_default_str();
-    cmd->add_option("--mig-strategy", opts.mig_strategy, "none, single or mixed (default: the config file's, else none)")
-        ->envname("MIG_STRATEGY");
-    cmd->add_option("--config-file", opts.config_file, "The device plugin's config file (sharing and MIG strategy)")
-        ->envname("CONFIG_FILE");
-    cmd->add_option("--sysfs-root", opts.sysfs_root, "Where the host's /sys is (DMI product name)")->capture_default_str();
 }
 
-Result<unsigned> parse_interval(std::string_view text) {
-    unsigned value = 0;
-    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    std::string_view unit(ptr, static_cast<size_t>(text.data() + text.size() - ptr));
-    unsigned scale = 0;
-    if (unit.empty() || unit == "s") scale = 1;
-    else if (unit == "m") scale = 60;
-    else if (unit == "h") scale = 3600;
-    if (ec != std::errc{} || ptr == text.data() || scale == 0 || value == 0)
-        return fail(Code::invalid_argument, "--sleep-interval '{}': expected a positive duration such as 60s, 5m or 1h", text);
-    return value * scale;
+Result<std::optional<std::chrono::milliseconds>> parse_interval(std::string_view text) {
+    const std::string_view original = text;
+    auto bad = [&] {
+        return fail(Code::invalid_argument,
+                    "--sleep-interval '{}': expected a positive duration such as 60s, 1m30s, 5m or 'infinite'", original);
+    };
+    if (text == "infinite") return std::nullopt;
+    // A bare number is seconds (kgpu's older spelling; Go wants a unit).
+    std::uint64_t plain = 0;
+    if (auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), plain);
+        ec == std::errc() && p == text.data() + text.size()) {
+        if (plain == 0 || plain > (std::uint64_t{1} << 40)) return bad();
+        return std::chrono::milliseconds(plain * 1000);
+    }
+    // Go's time.ParseDuration: ([0-9]*(\.[0-9]*)?unit)+ with units ns us µs ms s m h.
+    static constexpr std::pair<std::string_view, double> kUnits[] = {
+        {"ns", 1e-6}, {"us", 1e-3}, {"\u00b5s", 1e-3}, {"\u03bcs", 1e-3}, {"ms", 1}, {"s", 1e3}, {"m", 6e4}, {"h", 3.6e6}};
+    if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+    if (text.empty()) return bad();
+    double total_ms = 0;
+    while (!text.empty()) {
+        size_t i = 0;
+        double whole = 0, frac = 0, scale = 1;
+        bool digits = false;
+        while (i < text.size() && text[i] >= '0' && text[i] <= '9') whole = whole * 10 + (text[i++] - '0'), digits = true;
+        if (i < text.size() && text[i] == '.') {
+            ++i;
+            while (i < text.size() && text[i] >= '0' && text[i] <= '9') frac = frac * 10 + (text[i++] - '0'), scale *= 10, digits = true;
+        }
+        if (!digits) return bad();
+        text.remove_prefix(i);
+        double unit = 0;
+        size_t unit_len = 0;
+        for (const auto& [name, ms] : kUnits)  // longest match: "ms" before "m"
+            if (text.starts_with(name) && name.size() > unit_len) unit = ms, unit_len = name.size();
+        if (unit_len == 0) return bad();
+        text.remove_prefix(unit_len);
+        total_ms += (whole + frac / scale) * unit;
+        if (total_ms > 1e15) return bad();
+    }
+    const auto ms = static_cast<std::int64_t>(std::llround(total_ms));
+    if (ms < 1) return bad();
+    return std::chrono::milliseconds(ms);
 }
 
 namespace {
 
-Status write_labels_once(const LabelsOptions& opts, const labels::Options& lopts) {
-    auto session = open_nvml(opts.nvml);
-    if (!session) return std::unexpected(session.error());
-    inventory::DiscoveryOptions dopts;
-    dopts.sysfs_root = opts.sysfs_root;
-    dopts.topology = false;
-    auto node = inventory::discover(*session, dopts);
-    if (!node) return std::unexpected(node.error());
-    auto labels = labels::generate(*node, lopts);
-    if (!labels) return std::unexpected(labels.error());
-    const std::string text = labels::to_feature_file(*labels);
-    if (opts.output_file == "-") {
+// The first of `names` that is set and not empty.
+std::optional<std::string> env_value(const std::function<const char*(const char*)>& getenv,
+                                     std::initializer_list<const char*> names, const char** which) {
+    for (const char* n : names) {
+        const char* v = getenv(n);
+        if (v && *v) {
+            *which = n;
+            return std::string(v);
+        }
+    }
+    return std::nullopt;
+}
+
+// The flag's value, else the first environment variable's; `source` names where it came from.
+struct Setting {
+    std::optional<std::string> value;
+    std::string source;
+};
+Setting setting(const std::optional<std::string>& flag, const char* flag_name,
+                const std::function<const char*(const char*)>& getenv, std::initializer_list<const char*> envs) {
+    if (flag) return {flag, flag_name};
+    const char* which = nullptr;
+    auto v = env_value(getenv, envs, &which);
+    if (v) return {v, fmt::format("environment variable {}", which)};
+    return {};
+}
+
+Status set_bool(bool& out, const Setting& s) {
+    if (!s.value) return {};
+    auto b = dp::parse_bool(*s.value);
+    if (!b) return fail(Code::invalid_argument, "{} '{}': expected true or false", s.source, *s.value);
+    out = *b;
+    return {};
+}
+
+// Sharing as GFD reads it from the device plugin's config: the strategy of the section with a
+// replicated resource, and each resource's replicas. A resource the plugin serves under another
+// name (rename, renameByDefault) gets no "-SHARED" product suffix.
+labels::Sharing sharing_of(const dp::Config& c) {
+    labels::Sharing s;
+    if (!c.sharing.time_slicing) return s;
+    const dp::TimeSlicing& ts = *c.sharing.time_slicing;
+    for (const auto& r : ts.resources) {
+        s.resources.emplace(r.name, labels::SharedResource{r.replicas, ts.rename_by_default || !r.rename.empty()});
+        if (r.replicas > 1) s.strategy = "time-slicing";
+    }
+    return s;
+}
+
+// The options the config file gives (MIG strategy, sharing), with the flag's or env's MIG
+// strategy over the file's.
+Result<labels::Options> load_label_options(const LabelsSettings& s) {
+    labels::Options o;
+    if (!s.config_file.empty()) {
+        auto cfg = dp::load_config_file(s.config_file);
+        if (!cfg) return std::unexpected(cfg.error());
+        for (const auto& w : cfg->warnings) log::warn("labels: {}: {}", s.config_file, w);
+        o.sharing = sharing_of(*cfg);
+        o.mig_strategy = *labels::parse_mig_strategy(dp::to_string(cfg->mig_strategy));
+    }
+    if (s.mig_strategy) o.mig_strategy = *s.mig_strategy;
+    return o;
+}
+
+// GFD's machine type: the file's content without surrounding blanks; "unknown" when there is no
+// file to read (a warning says why).
+std::string machine_type(const std::string& path) {
+    if (path.empty()) return "unknown";
+    auto text = files::read(path);
+    if (!text) {
+        log::warn("labels: machine type: {}; gpu.machine=unknown", text.error().message);
+        return "unknown";
+    }
+    return std::string(strings::trim(*text));
+}
+
+// The one place the labels are written (stdout, or the file replaced atomically).
+Status write_output(const std::string& path, const std::string& text) {
+    if (path.empty() || path == "-") {
         std::cout << text << std::flush;
         return {};
     }
-    if (auto st = files::write_atomic(opts.output_file, text, 0644); !st) return st;
-    log::info("labels: wrote {} labels to {}", labels->size(), opts.output_file);
+    return files::write_atomic(path, text, 0644);
+}
+
+struct Pass {
+    bool init_failed = false;  // NVML did not start
+    std::vector<std::string> warnings;
+};
+
+// One labeling: NVML, discovery, labels, output. With fail_on_init_error false an NVML that does
+// not start is a node without GPUs (GFD's null manager).
+Status label_once(const LabelsOptions& opts, const LabelsSettings& s, const labels::Options& base,
+                  std::optional<std::int64_t> timestamp, Pass& pass) {
+    inventory::Node node;
+    auto session = open_nvml(opts.nvml);
+    if (!session) {
+        pass.init_failed = true;
+        if (s.fail_on_init_error) return std::unexpected(session.error());
+        pass.warnings.push_back(fmt::format("NVML did not start ({}); labelling a node without GPUs",
+                                            session.error().message));
+    } else {
+        inventory::DiscoveryOptions dopts;
+        dopts.sysfs_root = opts.sysfs_root;
+        dopts.topology = false;
+        auto found = inventory::discover(*session, dopts);
+        if (!found) return std::unexpected(found.error());
+        node = std::move(*found);
+    }
+    labels::Options lopts = base;
+    lopts.timestamp = timestamp;
+    if (!node.gpus.empty()) lopts.machine = machine_type(s.machine_type_file);
+    auto generated = labels::generate(node, lopts);
+    if (!generated) return std::unexpected(generated.error());
+    pass.warnings.insert(pass.warnings.end(), generated->warnings.begin(), generated->warnings.end());
+    if (auto st = write_output(s.output_file, labels::to_feature_file(generated->labels)); !st) return st;
+    if (!s.output_file.empty() && s.output_file != "-")
+        log::info("labels: wrote {} labels to {}", generated->labels.size(), s.output_file);
     return {};
+}
+
+// Waits up to `timeout` (forever when nullopt) for one of the blocked signals in `mask`.
+// Returns the signal, or 0 when the time passed.
+int wait_signal(const sigset_t& mask, std::optional<std::chrono::milliseconds> timeout) {
+    using clock = std::chrono::steady_clock;
+    const auto deadline = timeout ? clock::now() + *timeout : clock::time_point::max();
+    for (;;) {
+        int sig = -1;
+        if (!timeout) {
+            sig = sigwaitinfo(&mask, nullptr);
+        } else {
+            const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - clock::now());
+            if (left.count() <= 0) return 0;
+            timespec ts{static_cast<time_t>(left.count() / 1'000'000'000), static_cast<long>(left.count() % 1'000'000'000)};
+            sig = sigtimedwait(&mask, nullptr, &ts);
+            if (sig < 0 && errno == EAGAIN) return 0;
+        }
+        if (sig > 0) return sig;
+        // EINTR: a signal outside the mask; wait for the rest of the time.
+    }
+}
+
+std::string describe_interval(std::optional<std::chrono::milliseconds> i) {
+    if (!i) return "infinite";
+    if (i->count() % 1000 == 0) return dp::format_duration(std::chrono::duration_cast<std::chrono::seconds>(*i));
+    return fmt::format("{}ms", i->count());
 }
 
 }  // namespace
 
+Result<LabelsSettings> resolve_labels_settings(const LabelsOptions& o,
+                                               const std::function<const char*(const char*)>& getenv) {
+    LabelsSettings s;
+    if (auto v = setting(o.output_file, "--output-file", getenv, {"GFD_OUTPUT_FILE"}); v.value) s.output_file = *v.value;
+    if (auto st = set_bool(s.oneshot, setting(o.oneshot, "--oneshot", getenv, {"GFD_ONESHOT"})); !st)
+        return std::unexpected(st.error());
+    if (auto st = set_bool(s.no_timestamp, setting(o.no_timestamp, "--no-timestamp", getenv, {"GFD_NO_TIMESTAMP"})); !st)
+        return std::unexpected(st.error());
+    if (auto st = set_bool(s.fail_on_init_error, setting(o.fail_on_init_error, "--fail-on-init-error", getenv,
+                                                         {"GFD_FAIL_ON_INIT_ERROR", "FAIL_ON_INIT_ERROR"}));
+        !st)
+        return std::unexpected(st.error());
+    if (auto st = set_bool(s.use_node_feature_api, setting(o.use_node_feature_api, "--use-node-feature-api", getenv,
+                                                           {"GFD_USE_NODE_FEATURE_API", "USE_NODE_FEATURE_API"}));
+        !st)
+        return std::unexpected(st.error());
+    if (auto v = setting(o.sleep_interval, "--sleep-interval", getenv, {"GFD_SLEEP_INTERVAL"}); v.value) {
+        auto i = parse_interval(*v.value);
+        if (!i) return fail(Code::invalid_argument, "{}: {}", v.source, i.error().message);
+        s.sleep_interval = *i;
+    }
+    s.machine_type_file = (std::filesystem::path(o.sysfs_root) / "class/dmi/id/product_name").string();
+    if (auto v = setting(o.machine_type_file, "--machine-type-file", getenv, {"GFD_MACHINE_TYPE_FILE"}); v.value)
+        s.machine_type_file = *v.value;
+    if (auto v = setting(o.mig_strategy, "--mig-strategy", getenv, {"GFD_MIG_STRATEGY", "MIG_STRATEGY"}); v.value) {
+        auto m = labels::parse_mig_strategy(*v.value);
+        if (!m) return fail(Code::invalid_argument, "{}: {}", v.source, m.error().message);
+        s.mig_strategy = *m;
+    }
+    if (auto v = setting(o.config_file, "--config-file", getenv, {"GFD_CONFIG_FILE", "CONFIG_FILE"}); v.value)
+        s.config_file = *v.value;
+    if (auto v = setting(o.device_discovery_strategy, "--device-discovery-strategy", getenv, {"DEVICE_DISCOVERY_STRATEGY"});
+        v.value && *v.value != "auto" && *v.value != "nvml")
+        return fail(Code::invalid_argument, "{} '{}': kgpu labels supports auto and nvml (not tegra or vfio)", v.source,
+                    *v.value);
+    return s;
+}
+
 int run_labels(const LabelsOptions& opts) {
-    labels::Options lopts;
-    if (!opts.config_file.empty()) {
-        auto cfg = labels::read_plugin_config(opts.config_file);
-        if (!cfg) {
-            std::cerr << "kgpu labels: " << cfg.error().message << "\n";
-            return 2;
-        }
-        lopts.sharing = cfg->sharing;
-        if (cfg->mig_strategy) lopts.mig_strategy = *cfg->mig_strategy;
-    }
-    if (!opts.mig_strategy.empty()) {
-        auto s = labels::parse_mig_strategy(opts.mig_strategy);
-        if (!s) {
-            std::cerr << "kgpu labels: --mig-strategy: " << s.error().message << "\n";
-            return 2;
-        }
-        lopts.mig_strategy = *s;
-    }
-    auto interval = parse_interval(opts.sleep_interval);
-    if (!interval) {
-        std::cerr << "kgpu labels: " << interval.error().message << "\n";
+    auto settings = resolve_labels_settings(opts, [](const char* n) { return std::getenv(n); });
+    if (!settings) {
+        std::cerr << "kgpu labels: " << settings.error().message << "\n";
         return 2;
     }
-    if (auto machine = files::read_line(std::filesystem::path(opts.sysfs_root) / "class/dmi/id/product_name"); machine)
-        lopts.machine = *machine;
+    const LabelsSettings& s = *settings;
+    if (s.use_node_feature_api)
+        log::warn("labels: --use-node-feature-api: kgpu writes the NFD feature file {}; NFD's worker publishes it",
+                  s.output_file);
+    auto options = load_label_options(s);
+    if (!options) {
+        std::cerr << "kgpu labels: " << options.error().message << "\n";
+        return 2;
+    }
 
+    // In the loop SIGHUP reloads the config file and SIGTERM, SIGINT and SIGQUIT stop, as in GFD.
+    // They are blocked before NVML starts any thread, so only sigtimedwait sees them.
+    sigset_t mask;
+    sigemptyset(&mask);
+    for (int sig : {SIGHUP, SIGINT, SIGTERM, SIGQUIT}) sigaddset(&mask, sig);
+    if (!s.oneshot) pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+
+    bool first = true;
+    std::vector<std::string> last_warnings;
     for (;;) {
-        auto st = write_labels_once(opts, lopts);
-        if (!st) {
-            if (opts.oneshot) {
-                std::cerr << "kgpu labels: " << st.error().message << "\n";
-                return 1;
+        // The timestamp is taken once per configuration (GFD's): the file's content only changes
+        // when the node does.
+        std::optional<std::int64_t> timestamp;
+        if (!s.no_timestamp) timestamp = static_cast<std::int64_t>(std::time(nullptr));
+        for (;;) {
+            Pass pass;
+            auto st = label_once(opts, s, *options, timestamp, pass);
+            if (pass.warnings != last_warnings)
+                for (const auto& w : pass.warnings) log::warn("labels: {}", w);
+            last_warnings = pass.warnings;
+            if (!st) {
+                if (s.oneshot || (first && pass.init_failed)) {
+                    std::cerr << "kgpu labels: " << st.error().message << "\n";
+                    return 1;
+                }
+                log::error("labels: {} (the previous labels stay; retrying in {})", st.error().message,
+                           describe_interval(s.sleep_interval));
             }
-            log::error("labels: {} (the previous labels stay; retrying in {} s)", st.error().message, *interval);
+            first = false;
+            if (s.oneshot) return 0;
+            const int sig = wait_signal(mask, s.sleep_interval);
+            if (sig == 0) continue;
+            if (sig == SIGHUP) {
+                log::info("labels: SIGHUP: reloading {}", s.config_file.empty() ? "the settings" : s.config_file);
+                auto reloaded = load_label_options(s);
+                if (reloaded) options = std::move(reloaded);
+                else log::error("labels: SIGHUP: keeping the running configuration: {}", reloaded.error().message);
+                break;
+            }
+            log::info("labels: {}: stopping", strsignal(sig));
+            // GFD removes its file when it stops (not with an infinite interval), so NFD drops the
+            // labels of a node nobody labels any more.
+            if (s.sleep_interval && !s.output_file.empty() && s.output_file != "-") {
+                std::error_code ec;
+                std::filesystem::remove(s.output_file, ec);
+                if (ec) log::warn("labels: removing {}: {}", s.output_file, ec.message());
+            }
+            return 0;
         }
-        if (opts.oneshot) return 0;
-        std::this_thread::sleep_for(std::chrono::seconds(*interval));
     }
 }
 

@@ -1,32 +1,64 @@
 // `kgpu labels`: node labels compatible with gpu-feature-discovery, written as an NFD feature
-// file (docs/labels.md).
+// file (docs/labels.md). GFD's flags and environment variables keep their names and meaning.
 #pragma once
 
+#include <chrono>
+#include <functional>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "cli/nvml_options.h"
+#include "labels/labels.h"
 
 namespace kgpu::cli {
 
+// What the command line said; unset values come from the environment, then the config file,
+// then the defaults (resolve_labels_settings). Booleans are text ("true", "false", …).
 struct LabelsOptions {
     NvmlOptions nvml;
-    std::string output_file = "/etc/kubernetes/node-feature-discovery/features.d/kgpu";  // "-": stdout
-    bool oneshot = false;
-    std::string sleep_interval = "60s";
-    std::string mig_strategy;      // empty: the config file's flags.migStrategy, else none
-    std::string config_file;
+    std::optional<std::string> output_file;        // GFD_OUTPUT_FILE
+    std::optional<std::string> oneshot;            // GFD_ONESHOT
+    std::optional<std::string> no_timestamp;       // GFD_NO_TIMESTAMP
+    std::optional<std::string> sleep_interval;     // GFD_SLEEP_INTERVAL
+    std::optional<std::string> machine_type_file;  // GFD_MACHINE_TYPE_FILE
+    std::optional<std::string> mig_strategy;       // GFD_MIG_STRATEGY, MIG_STRATEGY
+    std::optional<std::string> fail_on_init_error; // GFD_FAIL_ON_INIT_ERROR, FAIL_ON_INIT_ERROR
+    std::optional<std::string> config_file;        // GFD_CONFIG_FILE, CONFIG_FILE
+    std::optional<std::string> use_node_feature_api;       // GFD_USE_NODE_FEATURE_API, USE_NODE_FEATURE_API
+    std::optional<std::string> device_discovery_strategy;  // DEVICE_DISCOVERY_STRATEGY
     std::string sysfs_root = "/sys";
+};
+
+// The settings one run uses.
+struct LabelsSettings {
+    std::string output_file = "/etc/kubernetes/node-feature-discovery/features.d/kgpu";  // "" or "-": stdout
+    bool oneshot = false;
+    bool no_timestamp = false;
+    bool fail_on_init_error = true;
+    bool use_node_feature_api = false;
+    std::optional<std::chrono::milliseconds> sleep_interval = std::chrono::seconds(60);  // nullopt: infinite
+    std::string machine_type_file;                  // "" : unknown machine
+    std::optional<labels::MigStrategy> mig_strategy;  // flag or env; else the config file's
+    std::string config_file;                        // "": none
 };
 
 void add_labels_command(CLI::App& app, LabelsOptions& opts);
 
-// Exit code: 0 ok, 1 a failure (with --oneshot; in the loop failures are logged and retried),
-// 2 bad option or config values.
+// Flags over environment over defaults. `getenv` is std::getenv in production; unset or empty
+// variables are not set. Errors: invalid_argument naming the flag or variable and the value.
+Result<LabelsSettings> resolve_labels_settings(const LabelsOptions& opts,
+                                               const std::function<const char*(const char*)>& getenv);
+
+// Exit code: 0 ok (or stopped by SIGTERM/SIGINT/SIGQUIT), 1 a failure with --oneshot, or NVML
+// failing to start with --fail-on-init-error (in the loop later failures are logged and
+// retried), 2 bad option or config values.
 int run_labels(const LabelsOptions& opts);
 
-// "60s", "5m", "1h", "90" (seconds) -> seconds. Errors name the value.
-Result<unsigned> parse_interval(std::string_view text);
+// GFD's --sleep-interval: Go's duration syntax ("60s", "1m30s", "1.5h", "500ms"), a plain number
+// of seconds, or "infinite" (nullopt: label once, then wait for a signal). Errors: invalid_argument
+// naming the value; durations under 1ms.
+Result<std::optional<std::chrono::milliseconds>> parse_interval(std::string_view text);
 
 }  // namespace kgpu::cli

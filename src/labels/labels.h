@@ -1,10 +1,14 @@
-// `kgpu labels`: the node labels gpu-feature-discovery publishes (facts/device-plugin-anchor.md),
-// computed from the inventory, as an NFD feature file ("key=value" lines).
+// `kgpu labels`: the node labels gpu-feature-discovery (GFD, NVIDIA/k8s-device-plugin v0.20)
+// publishes, computed from the inventory as GFD computes them (internal/lm of that repository),
+// written as an NFD feature file ("key=value" lines). docs/labels.md lists every label.
 #pragma once
 
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/error.h"
 #include "inventory/node.h"
@@ -16,31 +20,59 @@ std::string_view to_string(MigStrategy s);
 // "none", "single", "mixed". Errors: invalid_argument naming the value and the accepted ones.
 Result<MigStrategy> parse_mig_strategy(std::string_view text);
 
+// How the device plugin shares one resource (its config's sharing.timeSlicing / sharing.mps).
+struct SharedResource {
+    unsigned replicas = 1;
+    bool renamed = false;  // served under another name (rename / renameByDefault): no "-SHARED"
+};
+
 // What the device plugin's config says about sharing (same file, same meaning).
 struct Sharing {
-    std::string strategy = "none";              // none | time-slicing | mps
-    bool rename_by_default = false;
-    std::map<std::string, unsigned> replicas;   // resource name ("nvidia.com/gpu") -> replicas
+    // Node-wide, as GFD's SharingStrategy(): "mps" or "time-slicing" when that section has a
+    // resource with more than one replica, else "none".
+    std::string strategy = "none";
+    std::map<std::string, SharedResource> resources;  // by qualified name ("nvidia.com/gpu")
 };
 
 struct Options {
     MigStrategy mig_strategy = MigStrategy::none;
     Sharing sharing;
-    std::string machine;                        // DMI product name; empty: no gpu.machine label
+    // The machine-type file's content (DMI product name), or "unknown" when it cannot be read.
+    std::string machine = "unknown";
+    // nvidia.com/gfd.timestamp (Unix seconds); nullopt with --no-timestamp.
+    std::optional<std::int64_t> timestamp;
 };
 
 using Labels = std::map<std::string, std::string>;
 
-// Labels for `node`. GPU properties come from the first GPU (as gpu-feature-discovery does);
-// lost GPUs are not counted. A node with no GPUs gets gpu.present=false, gpu.count=0 and the
-// driver labels. Errors: mig strategy `single` on a node whose MIG GPUs
-// disagree (a GPU with MIG off next to one with MIG on, or different profiles).
-Result<Labels> generate(const inventory::Node& node, const Options& options);
+struct Generated {
+    Labels labels;
+    std::vector<std::string> warnings;  // what GFD would warn about (one sentence each)
+};
 
-// A label value as Kubernetes accepts it: at most 63 characters of [A-Za-z0-9-_.], starting and
-// ending with an alphanumeric; other characters become '-' ("NVIDIA A100 (80GB)" ->
-// "NVIDIA-A100-80GB").
+// The labels GFD writes for `node`, plus kgpu's one addition, nvidia.com/gpu.present. Lost GPUs
+// are left out. A node without GPUs gets only gfd.timestamp and gpu.present=false.
+//
+// As GFD: gpu.count counts every GPU of the model, MIG-enabled or not, under every strategy;
+// MIG-enabled GPUs alone give gpu.replicas=0 (GFD labels them without sharing). `single` on a
+// node that cannot serve it (MIG on some GPUs only, an enabled GPU without MIG devices, several
+// profiles) gives gpu.product=<model>-MIG-INVALID with count, replicas and memory 0 and an empty
+// sharing-strategy, and a warning. With several models, which model GFD's gpu.* labels describe
+// follows Go map order; kgpu takes the first GPU's (a whole GPU's model over a MIG-enabled one's,
+// as GFD lets whole GPUs override).
+//
+// Errors: a driver version that is not X.Y or X.Y.Z; MPS sharing on a node with a MIG-enabled
+// GPU (GFD fails the same way: MPS cannot share MIG devices).
+Result<Generated> generate(const inventory::Node& node, const Options& options);
+
+// A label value as GFD makes it (characters other than [A-Za-z0-9-_. ] dropped, blank runs
+// turned into one '-'), then cut to what Kubernetes accepts when GFD's value would be rejected:
+// at most 63 characters, alphanumeric at both ends. "NVIDIA A100 (80GB)" -> "NVIDIA-A100-80GB".
 std::string sanitize_value(std::string_view value);
+
+// GFD's family name for a CUDA compute capability ("ampere" for 8.0, "ada-lovelace" for 8.9,
+// "hopper" for 9.x, "undefined" for unknown majors).
+std::string_view arch_family(int cc_major, int cc_minor);
 
 // "key=value\n" lines, sorted by key.
 std::string to_feature_file(const Labels& labels);
