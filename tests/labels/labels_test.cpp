@@ -333,6 +333,8 @@ struct Case {
     std::string name() const { return fixture + "." + strategy + (config.empty() ? "" : "." + config); }
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name(); }
+
 class LabelsFixture : public ::testing::TestWithParam<Case> {};
 
 TEST_P(LabelsFixture, FeatureFileMatchesTheReviewedOne) {
