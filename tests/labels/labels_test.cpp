@@ -442,6 +442,10 @@ TEST(LabelsCli, FailOnInitError) {
     auto fails = run_process(base);
     EXPECT_EQ(fails.exit_code, 1);
     EXPECT_THAT(fails.err, HasSubstr("/nonexistent/libnvidia-ml.so.1"));
+    // In the loop too: NVML failing at the first labeling is exit 1, not an endless retry.
+    ChildProcess loop({KGPU_BINARY, "labels", "-o", "-", "--sleep-interval", "1h", "--nvml-library",
+                       "/nonexistent/libnvidia-ml.so.1"});
+    EXPECT_EQ(loop.wait(10000), 1) << loop.err();
     for (const auto& [args, env] :
          std::vector<std::pair<std::vector<std::string>, std::map<std::string, std::string>>>{
              {{"--fail-on-init-error=false"}, {}},
