@@ -149,10 +149,10 @@ KINDS = {
     "ResourceQuota": "v1", "LimitRange": "v1",
     "DaemonSet": "apps/v1", "Deployment": "apps/v1",
     "RuntimeClass": "node.k8s.io/v1",
-    "ServiceMonitor": "monitoring.coreos.com/v1",
+    "ServiceMonitor": "monitoring.coreos.com/v1", "PrometheusRule": "monitoring.coreos.com/v1",
 }
 NAMESPACED = {"Pod", "ConfigMap", "Service", "ServiceAccount", "ResourceQuota", "LimitRange", "DaemonSet",
-              "Deployment", "ServiceMonitor"}
+              "Deployment", "ServiceMonitor", "PrometheusRule"}
 GPU_RESOURCE = re.compile(r"^nvidia\.com/(gpu|gpu\.shared|mig-\d+g\.\d+gb(\+me)?)$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
