@@ -711,7 +711,7 @@ def check_image():
     container's first argument is a subcommand of the binary, the user is the image's, no
     capabilities, and no mount hides the image's own files."""
     cfg = image_config()
-    uid, _ = image_user_ids()
+    uid, gid = image_user_ids()
     if not uid.isdigit():
         problem(f"deploy/Dockerfile: USER {uid} must be numeric (runAsNonRoot checks need a uid)")
     with tempfile.TemporaryDirectory() as tmp:
@@ -721,6 +721,9 @@ def check_image():
         passwd = {l.split(":")[2] for l in (root / "etc/passwd").read_text().splitlines() if l.count(":") >= 6}
         if uid not in passwd:
             problem(f"image: USER {uid} has no /etc/passwd entry")
+        groups = {l.split(":")[2] for l in (root / "etc/group").read_text().splitlines() if l.count(":") >= 3}
+        if gid not in groups:
+            problem(f"image: USER group {gid} has no /etc/group entry")
         image_files = ["/" + str(f.relative_to(root)) for f in root.rglob("*") if not f.is_dir() or f.is_symlink()]
         for where, spec in (("daemonset.yaml", pod_spec(daemonset())),):
             for c in spec.get("initContainers", []) + spec["containers"]:
