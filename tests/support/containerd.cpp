@@ -1,0 +1,68 @@
+#include "support/containerd.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+namespace kgpu::test {
+namespace {
+
+std::string find_program(const std::string& name) {
+    for (const char* dir : {"/usr/bin", "/usr/local/bin", "/usr/sbin"}) {
+        std::string p = std::string(dir) + "/" + name;
+        if (::access(p.c_str(), X_OK) == 0) return p;
+    }
+    return {};
+}
+
+}  // namespace
+
+std::string TestContainerd::unavailable_reason() {
+    if (find_program("containerd").empty() || find_program("ctr").empty())
+        return "no containerd/ctr binary (scripts/setup installs Debian's containerd)";
+    if (::geteuid() != 0) return "containerd needs root";
+    return {};
+}
+
+TestContainerd::TestContainerd(const std::string& dir, std::chrono::seconds timeout) : socket_(dir + "/containerd.sock") {
+    std::filesystem::create_directories(dir);
+    // restrict_oom_score_adj: this VM does not let a process lower its OOM score (DESIGN.md facts).
+    const std::string config = dir + "/containerd.toml";
+    std::ofstream(config) << "version = 2\n"
+                          << "root = \"" << dir << "/root\"\n"
+                          << "state = \"" << dir << "/state\"\n"
+                          << "[grpc]\n  address = \"" << socket_ << "\"\n"
+                          << "[ttrpc]\n  address = \"" << socket_ << ".ttrpc\"\n"
+                          << "[plugins.\"io.containerd.grpc.v1.cri\"]\n"
+                          << "  restrict_oom_score_adj = true\n"
+                          << "  disable_apparmor = true\n";
+    process_ = std::make_unique<ChildProcess>(std::vector<std::string>{find_program("containerd"), "--config", config});
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!std::filesystem::exists(socket_) && std::chrono::steady_clock::now() < deadline && process_->running())
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    started_ = std::filesystem::exists(socket_);
+}
+
+TestContainerd::~TestContainerd() {
+    if (process_ && process_->running()) stop();
+}
+
+std::string TestContainerd::error() const {
+    return "containerd did not create " + socket_ + ":\n" + process_->err();
+}
+
+RunResult TestContainerd::ctr(const std::vector<std::string>& args) const {
+    std::vector<std::string> argv = {find_program("ctr"), "--address", socket_, "--namespace", "kgpu-test"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run_process(argv);
+}
+
+int TestContainerd::stop() {
+    process_->signal(SIGTERM);
+    return process_->wait(20000);
+}
+
+}  // namespace kgpu::test

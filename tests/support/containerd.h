@@ -1,0 +1,44 @@
+// Debian's containerd (scripts/setup installs it) started by a test as root, with its own root,
+// state dir and sockets in a temp dir: nothing is shared with a containerd the machine runs.
+// Used by the CRI client test (tests/attribution) and the image test (tests/image).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "support/process.h"
+
+namespace kgpu::test {
+
+class TestContainerd {
+public:
+    // Why containerd cannot run here (no containerd or ctr binary, not root), or "" when it can.
+    static std::string unavailable_reason();
+
+    // Starts containerd with everything under `dir` and waits (up to `timeout`) for its socket.
+    // started() says whether the socket appeared; error() has containerd's log when not.
+    explicit TestContainerd(const std::string& dir, std::chrono::seconds timeout = std::chrono::seconds(30));
+    ~TestContainerd();
+    TestContainerd(const TestContainerd&) = delete;
+    TestContainerd& operator=(const TestContainerd&) = delete;
+
+    bool started() const { return started_; }
+    std::string error() const;
+    const std::string& socket() const { return socket_; }
+    std::string endpoint() const { return "unix://" + socket_; }
+    ChildProcess& process() { return *process_; }
+
+    // `ctr --address <socket> --namespace kgpu-test <args...>` to completion.
+    RunResult ctr(const std::vector<std::string>& args) const;
+    // SIGTERM, then the exit code once it exits (-1 after 20 s).
+    int stop();
+
+private:
+    std::string socket_;
+    std::unique_ptr<ChildProcess> process_;
+    bool started_ = false;
+};
+
+}  // namespace kgpu::test
