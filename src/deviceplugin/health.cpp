@@ -49,6 +49,13 @@ HealthMonitor::~HealthMonitor() { stop(); }
 void HealthMonitor::start() {
     if (thread_.joinable()) return;
     stop_ = false;
+    // Probe every GPU once before returning, so that a snapshot taken now already says what the
+    // probes see (issue #12: the first ListAndWatch list after a restart must not call a GPU with
+    // a reset pending Healthy).
+    {
+        std::lock_guard lk(mu_);
+        for (size_t i = 0; i < gpus_.size(); ++i) probe(i);
+    }
     thread_ = std::thread([this] { run(); });
 }
 
@@ -240,7 +247,8 @@ void HealthMonitor::run() {
             if (stop_) break;
             if (!rebuild_events(set)) ++failures;
         } else {
-            auto ev = set->wait(200);
+            // Short waits: stop() joins this thread, and SIGTERM must exit within 200 ms (issue #12).
+            auto ev = set->wait(50);
             if (!ev) {
                 ++failures;
                 {
