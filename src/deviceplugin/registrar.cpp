@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <utility>
 
 #include <grpcpp/grpcpp.h>
 
@@ -89,6 +90,7 @@ void Registrar::served_again(const std::string& resource) {
     // on the old server after all, the stream check in run() registers again.
     if (in_flight_ == resource) {
         log::debug("{} served again while its Register runs", resource);
+        e.poked = true;
         return;
     }
     if (e.registered && e.stream >= e.server->first_stream_of_start()) {
@@ -107,6 +109,7 @@ void Registrar::kubelet_changed() {
             // Its outcome is checked against kubelet.sock when it returns; a Register stuck on a
             // kubelet that has gone away is cancelled.
             if (in_flight_kubelet_ != id) {
+                e.poked = true;
                 std::lock_guard c(ctx_mu_);
                 if (ctx_) ctx_->TryCancel();
             }
@@ -116,12 +119,14 @@ void Registrar::kubelet_changed() {
         if (e.registered) log::info("{} changed (kubelet restart): registering {} again", opts_.kubelet_socket, name);
         e.registered = false;
         due_now_locked(e);
+        // A socket file appears at bind(), a moment before listen(): retry a refused connection soon.
+        if (id) e.backoff = opts_.new_kubelet_backoff;
     }
 }
 
-void Registrar::check_foreign_locked(const std::string& name, Entry& e) {
+bool Registrar::check_foreign_locked(const std::string& name, Entry& e) {
     const std::string other = foreign_socket_name(name);
-    if (other.empty()) return;
+    if (other.empty()) return false;
     const std::string path = (fs::path(opts_.plugin_dir) / other).string();
     const bool present = socket_id(path).has_value();
     if (present && !e.foreign) {
@@ -129,22 +134,30 @@ void Registrar::check_foreign_locked(const std::string& name, Entry& e) {
                   "latest registration of a resource and drops it when either plugin's stream ends. kgpu registers "
                   "again when that happens; remove the other plugin (docs/migration.md)",
                   name, path);
-    } else if (!present && e.foreign) {
-        log::info("the other device plugin's socket for {} is gone: registering {} again", name, name);
-        // A Register running now goes after the other plugin left; if the kubelet drops it all the
-        // same, its stream ends and we register again.
-        if (in_flight_ != name) {
-            e.registered = false;
-            due_now_locked(e);
-        }
     }
     e.foreign = present;
+    return present;
 }
 
 void Registrar::directory_changed(const std::string& file) {
     std::lock_guard lk(mu_);
-    for (auto& [name, e] : entries_)
-        if (foreign_socket_name(name) == file) check_foreign_locked(name, e);
+    for (auto& [name, e] : entries_) {
+        if (foreign_socket_name(name) != file) continue;
+        const bool was = e.foreign;
+        if (check_foreign_locked(name, e)) continue;
+        // Gone, or came and went between two looks: if that plugin registered last, the kubelet
+        // dropped the resource when its stream ended, and nothing tells us (our older stream stays
+        // open). A Register running now goes after it left; if the kubelet drops that one all the
+        // same, its stream ends and we register again.
+        log::info("the other device plugin's socket for {} {}: registering {} again", name,
+                  was ? "is gone" : "came and went", name);
+        if (in_flight_ != name) {
+            e.registered = false;
+            due_now_locked(e);
+        } else {
+            e.poked = true;
+        }
+    }
 }
 
 void Registrar::stream_ended(const std::string& resource, std::uint64_t stream, bool by_peer) {
@@ -211,6 +224,7 @@ void Registrar::run() {
 
 void Registrar::register_one(const std::string& name) {
     std::shared_ptr<ResourceServer> server;
+    bool same_kubelet = false;  // the previous registration went to the kubelet there is now
     {
         std::lock_guard lk(mu_);
         auto it = entries_.find(name);
@@ -219,6 +233,7 @@ void Registrar::register_one(const std::string& name) {
         it->second.want = false;
         in_flight_ = name;
         in_flight_kubelet_ = socket_id(opts_.kubelet_socket);
+        same_kubelet = it->second.kubelet && it->second.kubelet == in_flight_kubelet_;
     }
     // Our socket deleted (a kubelet restarting removes every socket in the directory, in no
     // particular order): the control loop serves it again and tells us (served_again); a Register
@@ -228,15 +243,22 @@ void Registrar::register_one(const std::string& name) {
         in_flight_.clear();
         auto it = entries_.find(name);
         if (it == entries_.end()) return;
-        it->second.want = true;
-        it->second.next_try = Clock::now() + it->second.backoff;
-        it->second.backoff = std::min(it->second.backoff * 2, opts_.max_backoff);
+        Entry& e = it->second;
+        e.want = true;
+        if (std::exchange(e.poked, false)) {
+            e.next_try = Clock::now();  // served again meanwhile
+        } else {
+            e.next_try = Clock::now() + e.backoff;
+            e.backoff = std::min(e.backoff * 2, opts_.max_backoff);
+        }
         log::debug("{}: {} is not served right now: registering once it is", name, server->socket_path());
         return;
     }
-    // Streams of earlier registrations still open: end them first, and give the kubelet a moment
-    // to see it, so that their end does not drop the client this Register creates.
-    if (server->end_streams_before(server->next_stream_id(), 200ms) > 0) {
+    // Streams of earlier registrations still open: end them first and, when they belong to the
+    // kubelet we are about to register with, give it a moment to see that, so that their end does
+    // not drop the client this Register creates. (After a kubelet restart they belong to the old
+    // process: no wait.)
+    if (server->end_streams_before(server->next_stream_id(), 200ms) > 0 && same_kubelet) {
         std::unique_lock lk(mu_);
         cv_.wait_for(lk, opts_.settle, [&] { return stop_; });
     }
@@ -258,6 +280,7 @@ void Registrar::register_one(const std::string& name) {
     if (it == entries_.end() || stop_ || it->second.server != server) return;
     Entry& e = it->second;
     const auto now = Clock::now();
+    const bool poked = std::exchange(e.poked, false);
     if (st) {
         // Registered with the kubelet.sock there is now: a restart during the call shows as a
         // different identity at the next kubelet_changed.
@@ -272,9 +295,9 @@ void Registrar::register_one(const std::string& name) {
     }
     e.registered = false;
     e.want = true;
-    if (id != before && id) {
-        e.next_try = now;  // a new kubelet came up during the call: try it at once
-        e.backoff = opts_.min_backoff;
+    if ((id != before && id) || poked) {
+        e.next_try = now;  // a new kubelet came up, or our socket was served again, during the call
+        e.backoff = opts_.new_kubelet_backoff;
     } else {
         e.next_try = now + e.backoff;
         e.backoff = std::min(e.backoff * 2, opts_.max_backoff);

@@ -65,6 +65,8 @@ public:
         std::chrono::milliseconds register_timeout{5000};
         std::chrono::milliseconds min_backoff{100};
         std::chrono::milliseconds max_backoff{5000};
+        // The first retry against a kubelet.sock that has just appeared (it may not listen yet).
+        std::chrono::milliseconds new_kubelet_backoff{10};
         // How long a stream our Register caused may take to open, and a registration must hold
         // before the backoff starts over.
         std::chrono::milliseconds stream_grace{500};
@@ -112,12 +114,14 @@ private:
         std::chrono::milliseconds backoff{};
         std::string last_error;           // logged once per distinct failure
         bool foreign = false;             // another plugin's socket for it is present
+        bool poked = false;               // an event came while its Register ran: a failure retries at once
     };
 
     void run();
     // One Register for `name` (mu_ not held), and its outcome recorded.
     void register_one(const std::string& name);
-    void check_foreign_locked(const std::string& name, Entry& e);
+    // Looks for the other plugin's socket for `name`; warns when it appears. Returns whether it is there.
+    bool check_foreign_locked(const std::string& name, Entry& e);
     void due_now_locked(Entry& e);
 
     Options opts_;

@@ -13,16 +13,16 @@
 #include <fstream>
 #include <thread>
 
-#include <grpcpp/grpcpp.h>
-
 #include "support/fake_device_plugin.h"
 #include "support/fake_kubelet.h"
+#include "support/plugin_watcher.h"
 #include "support/process.h"
 
 using namespace std::chrono_literals;
 using kgpu::test::ChildProcess;
 using kgpu::test::FakeDevicePlugin;
 using kgpu::test::FakeKubelet;
+using kgpu::test::PluginWatcher;
 using kgpu::test::TempDir;
 using ::testing::HasSubstr;
 using Devices = FakeKubelet::Devices;
@@ -42,52 +42,6 @@ size_t count(const std::string& text, const std::string& what) {
     for (size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
     return n;
 }
-
-// A ListAndWatch client of our own, straight on the plugin's socket (no kubelet involved): what
-// the plugin publishes, whatever the kubelet does.
-class Watcher {
-public:
-    explicit Watcher(const std::string& socket)
-        : stub_(v1beta1::DevicePlugin::NewStub(
-              grpc::CreateChannel("unix://" + socket, grpc::InsecureChannelCredentials()))) {
-        thread_ = std::thread([this] {
-            v1beta1::Empty empty;
-            auto reader = stub_->ListAndWatch(&ctx_, empty);
-            v1beta1::ListAndWatchResponse resp;
-            while (reader->Read(&resp)) {
-                std::lock_guard lk(mu_);
-                latest_.clear();
-                for (const auto& d : resp.devices()) latest_[d.id()] = d.health();
-                ++messages_;
-            }
-            reader->Finish();
-        });
-    }
-    ~Watcher() {
-        ctx_.TryCancel();
-        thread_.join();
-    }
-    bool wait(const std::function<bool(const std::map<std::string, std::string>&)>& pred,
-              std::chrono::milliseconds timeout = 20s) {
-        const auto deadline = std::chrono::steady_clock::now() + timeout;
-        while (std::chrono::steady_clock::now() < deadline) {
-            {
-                std::lock_guard lk(mu_);
-                if (messages_ > 0 && pred(latest_)) return true;
-            }
-            std::this_thread::sleep_for(5ms);
-        }
-        return false;
-    }
-
-private:
-    std::unique_ptr<v1beta1::DevicePlugin::Stub> stub_;
-    grpc::ClientContext ctx_;
-    std::thread thread_;
-    std::mutex mu_;
-    std::map<std::string, std::string> latest_;
-    int messages_ = 0;
-};
 
 class LifecycleTest : public ::testing::Test {
 protected:
@@ -243,7 +197,7 @@ TEST_F(LifecycleTest, HungKubeletBlocksNeitherSighupNorHealthNorSigterm) {
     std::ofstream(cfg) << "version: v1\nflags:\n  plugin:\n    deviceIDStrategy: uuid\n";
     start("t4x4.yaml", {"--config-file", cfg});
     ASSERT_TRUE(kubelet_->wait_until([&] { return kubelet_->hung_registers() == 1; }, 20s)) << plugin_->err();
-    Watcher watcher(dir_.path() + "/" + kSocket);
+    PluginWatcher watcher(dir_.path() + "/" + kSocket);
     ASSERT_TRUE(watcher.wait([](const auto& d) { return d.size() == 4 && !d.contains("0"); }));
     std::ofstream(cfg) << "version: v1\nflags:\n  plugin:\n    deviceIDStrategy: index\n";
     plugin_->signal(SIGHUP);

@@ -89,7 +89,16 @@ bool FakeKubelet::start() {
     b.AddListeningPort("unix://" + socket_path(), grpc::InsecureServerCredentials(), &port);
     b.RegisterService(service_.get());
     server_ = b.BuildAndStart();
+    {
+        std::lock_guard lk(mu_);
+        started_at_ = std::chrono::steady_clock::now();
+    }
     return server_ != nullptr && port != 0;
+}
+
+std::chrono::steady_clock::time_point FakeKubelet::started_at() {
+    std::lock_guard lk(mu_);
+    return started_at_;
 }
 
 void FakeKubelet::stop() {

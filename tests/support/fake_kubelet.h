@@ -71,6 +71,8 @@ public:
     void stop();
     // What the kubelet does at start: stop, delete every file in the directory, serve again.
     bool restart();
+    // When the latest start() began serving kubelet.sock (the device manager is up).
+    std::chrono::steady_clock::time_point started_at();
 
     // While true, Register calls are accepted and never answered (until set false or stop()).
     void hang_register(bool hang);
@@ -155,6 +157,7 @@ private:
     std::mutex mu_;
     std::condition_variable cv_;
     int instance_ = 0;  // bumped by every start(): clients of older instances are dead
+    std::chrono::steady_clock::time_point started_at_{};
     bool hang_ = false;
     bool stopping_ = false;
     int hung_ = 0;
