@@ -291,6 +291,16 @@ void Registrar::register_one(const std::string& name) {
         e.last_error.clear();
         e.want = false;
         log::info("registered {} with the kubelet at {} (endpoint {})", name, opts_.kubelet_socket, endpoint);
+        if (server->next_stream_id() > stream && !server->stream_open(stream)) {
+            // Its stream opened and already ended (the kubelet dropped the new client at once,
+            // e.g. another plugin's stream ended meanwhile): register again after the backoff.
+            log::info("the kubelet already ended the ListAndWatch stream of {}: registering again in {} ms", name,
+                      e.backoff.count());
+            e.registered = false;
+            e.want = true;
+            e.next_try = now + e.backoff;
+            e.backoff = std::min(e.backoff * 2, opts_.max_backoff);
+        }
         return;
     }
     e.registered = false;
