@@ -60,6 +60,7 @@ public:
     HealthMonitor(const HealthMonitor&) = delete;
     HealthMonitor& operator=(const HealthMonitor&) = delete;
 
+    // Probes every GPU once (so snapshot() reflects the probes from then on), then starts the thread.
     void start();
     void stop();
     std::vector<GpuHealth> snapshot() const;

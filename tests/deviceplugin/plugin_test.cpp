@@ -166,6 +166,8 @@ TEST_F(DevicePluginTest, KubeletRestartLeadsToReregistration) {
     EXPECT_EQ(reg.endpoint, kSocket);
     EXPECT_TRUE(std::filesystem::exists(dir_.path() + "/" + kSocket));
     EXPECT_EQ(kubelet_->devices(kGpu).size(), 4u);
+    EXPECT_TRUE(kubelet_->wait_until([&] { return kubelet_->open_streams(kGpu) == 1; }, 20s));
+    EXPECT_EQ(kubelet_->register_calls(kGpu), 1);  // this kubelet instance saw one Register
 }
 
 TEST_F(DevicePluginTest, DeletedPluginSocketIsServedAgain) {
@@ -174,6 +176,10 @@ TEST_F(DevicePluginTest, DeletedPluginSocketIsServedAgain) {
     std::filesystem::remove(dir_.path() + "/" + kSocket);
     registered(2);
     EXPECT_TRUE(std::filesystem::exists(dir_.path() + "/" + kSocket));
+    // Serving it again ended the kubelet's stream (the kubelet dropped us): one new Register.
+    EXPECT_TRUE(kubelet_->wait_until(
+        [&] { return kubelet_->open_streams(kGpu) == 1 && kubelet_->allocatable(kGpu) == 4; }, 20s));
+    EXPECT_EQ(kubelet_->register_calls(kGpu), 2);
 }
 
 TEST_F(DevicePluginTest, RecoverableXidTurnsUnhealthyThenHealthyAfterTheQuietPeriod) {
@@ -229,7 +235,7 @@ TEST_F(DevicePluginTest, SigtermStopsCleanlyAndRemovesTheSocket) {
     EXPECT_TRUE(kubelet_->stream_ended(kGpu));
 }
 
-TEST_F(DevicePluginTest, SighupReloadsTheConfigAndReregisters) {
+TEST_F(DevicePluginTest, SighupReloadsTheConfigOverTheOpenStream) {
     const std::string cfg = dir_.path() + "/../" + std::filesystem::path(dir_.path()).filename().string() + ".yaml";
     std::ofstream(cfg) << "version: v1\nflags:\n  plugin:\n    deviceIDStrategy: uuid\n";
     start("t4x4.yaml", {"--config-file", cfg});
@@ -237,8 +243,10 @@ TEST_F(DevicePluginTest, SighupReloadsTheConfigAndReregisters) {
     EXPECT_FALSE(kubelet_->devices(kGpu).contains("0"));
     std::ofstream(cfg) << "version: v1\nflags:\n  plugin:\n    deviceIDStrategy: index\n";
     plugin_->signal(SIGHUP);
-    registered(2);
     EXPECT_TRUE(kubelet_->wait_devices(kGpu, [](const auto& d) { return d.contains("0") && d.size() == 4; }, 20s));
+    // New IDs are a ListAndWatch update: no second Register, no second stream (issue #12).
+    EXPECT_EQ(kubelet_->register_calls(kGpu), 1);
+    EXPECT_EQ(kubelet_->open_streams(kGpu), 1);
     // A broken file on SIGHUP keeps the running config.
     std::ofstream(cfg) << "version: v1\nflags:\n  colour: blue\n";
     plugin_->signal(SIGHUP);
