@@ -12,39 +12,7 @@ using namespace std::chrono_literals;
 namespace {
 
 // One H100 with MIG enabled (two GPU instances) and one without MIG, for the MIG paths.
-constexpr const char* kH100Mig = R"(driver_version: "550.54.15"
-cuda_driver_version: 12040
-gpus:
-  - name: "NVIDIA H100 80GB HBM3"
-    uuid: "GPU-11111111-2222-3333-4444-555555555555"
-    serial: "1"
-    minor: 0
-    pci_bus_id: "00000000:18:00.0"
-    pci_device_id: 0x233010DE
-    numa_node: 0
-    memory_mib: 81559
-    compute_capability: "9.0"
-    architecture: hopper
-    power_limit_w: 700
-    pcie: {host_bridge: hb0, switches: [sw0]}
-    mig:
-      mode: enabled
-      devices:
-        - {profile: "3g.40gb", gpu_instance_id: 1, uuid: "MIG-11111111-2222-3333-4444-000000000001", memory_mib: 40192, sm_count: 60}
-        - {profile: "1g.10gb", gpu_instance_id: 9, uuid: "MIG-11111111-2222-3333-4444-000000000009", memory_mib: 9728, sm_count: 16}
-  - name: "NVIDIA H100 80GB HBM3"
-    uuid: "GPU-11111111-2222-3333-4444-666666666666"
-    serial: "2"
-    minor: 1
-    pci_bus_id: "00000000:2A:00.0"
-    pci_device_id: 0x233010DE
-    numa_node: 0
-    memory_mib: 81559
-    compute_capability: "9.0"
-    architecture: hopper
-    power_limit_w: 700
-    pcie: {host_bridge: hb0, switches: [sw1]}
-)";
+const std::string kH100Mig = std::string(KGPU_SOURCE_DIR) + "/tests/exporter/h100-mig.yaml";
 
 // A sample buffer freed at the end of the test (unless the test freed it).
 struct Sample {
@@ -229,8 +197,7 @@ TEST_F(SimGpm, SamplesAndMetricsAreCheckedLikeNvmlDoes) {
 }
 
 TEST_F(SimGpm, MigInstancesHaveTheirOwnSamples) {
-    const std::string node = tmp.write("h100-mig.yaml", kH100Mig);
-    ASSERT_EQ(start(node, events), NVML_SUCCESS);
+    ASSERT_EQ(start(kH100Mig, events), NVML_SUCCESS);
     EXPECT_EQ(supported(dev(0)), 1u);
     EXPECT_EQ(supported(mig(0, 0)), 1u) << "the query takes MIG device handles too";
     append(events, "util 0 60 10\ngpm 0:1 sm_util=25\n");
