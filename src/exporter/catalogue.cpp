@@ -234,8 +234,9 @@ std::string metrics_markdown() {
       "`namespace`, `container`; with `--kubernetes-enable-pod-uid` also `pod_uid`, and with\n"
       "`--kubernetes-enable-pod-labels` the pod's own labels (names with characters outside\n"
       "`[a-zA-Z0-9_]` turned into `_`). As in dcgm-exporter, a GPU shared by several pods (time-slicing,\n"
-      "MPS) is labelled with one of them, unless `--kubernetes-virtual-gpus` is set: then it has one series\n"
-      "per container using it, each with `vgpu` (the replica number of the device ID, `GPU-...::<n>`), and\n"
+      "MPS) is labelled with one of them (the first by pod name), unless `--kubernetes-virtual-gpus` is set:\n"
+      "then it has one series per container using it, each with `vgpu` (the replica number of the device\n"
+      "ID, `GPU-...::<n>`), and "
       "`DCGM_FI_DEV_GPU_UTIL` and `DCGM_FI_DEV_FB_USED` of those per-pod series carry the pod's own share\n"
       "(SM percent and MiB of its processes, 0 for a pod with none) next to the GPU's unlabelled series.\n\n");
     w("On a MIG-enabled GPU, the memory and profiling metrics (`DCGM_FI_DEV_FB_*`, `DCGM_FI_PROF_*`) are\n"
