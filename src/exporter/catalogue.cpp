@@ -262,7 +262,7 @@ std::string metrics_markdown() {
     w("| metric | type | unit | labels | help | source | scale |\n|---|---|---|---|---|---|---|\n");
     for (const auto& m : kCatalogue) {
         std::string labels{scope_labels(m.scope)};
-        if (!m.labels.empty()) labels += labels == "—" ? std::string(m.labels) : fmt::format(", {}", m.labels);
+        if (!m.labels.empty()) labels = labels == "—" ? std::string(m.labels) : fmt::format("{}, {}", labels, m.labels);
         if (m.id == xid_errors) labels += ", err_code, err_msg";
         std::string scale = m.scale == 1.0      ? "1"
                             : m.scale == 0.001  ? "0.001"

@@ -140,6 +140,8 @@ TEST(Catalogue, DocsPageIsTheGeneratedOne) {
     EXPECT_EQ(ss.str(), metrics_markdown())
         << "docs/metrics.md is stale: regenerate with kgpu exporter --print-metrics-markdown > docs/metrics.md";
     for (const auto& m : catalogue()) EXPECT_NE(ss.str().find(m.name), std::string::npos) << m.name;
+    EXPECT_NE(ss.str().find("| `kgpu_nvml_errors_total` | counter | errors | function |"), std::string::npos)
+        << "an exporter metric's own labels replace the dash";
     EXPECT_NE(ss.str().find("--collectors"), std::string::npos) << "the docs say how to choose what is served";
 }
 
