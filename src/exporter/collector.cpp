@@ -381,8 +381,11 @@ struct Collector::Impl {
         if (!st.spare) {
             auto s = nvml::GpmSample::alloc(session);
             if (!s) {
-                count_error("nvmlGpmSampleAlloc", s.error());
-                had_error = true;
+                if (s.error().code == Code::not_supported) supported = false;  // a driver without GPM buffers
+                else {
+                    count_error("nvmlGpmSampleAlloc", s.error());
+                    had_error = true;
+                }
                 return true;
             }
             st.spare.emplace(std::move(*s));

@@ -445,6 +445,68 @@ TEST(Collector, AnNvmlErrorOnOneGpuLeavesTheOthersIntact) {
     EXPECT_EQ(m.value("kgpu_collections_total"), 2.0);
 }
 
+TEST(Collector, GpmFailuresAreCountedAndADriverWithoutGpmBuffersIsNoError) {
+    test::fake_node() = {};
+    test::fake_node().gpus.resize(2);
+    test::fake_node().gpus[1].uuid = "GPU-11111111-1111-1111-1111-111111111111";
+    test::fake_node().gpus[1].bus_id = "00000000:02:00.0";
+    auto table = test::fake_table();
+    table.DeviceGetTemperature = [](nvmlDevice_t, nvmlTemperatureSensors_t, unsigned* t) {
+        *t = 40;
+        return NVML_SUCCESS;
+    };
+    table.GpmQueryDeviceSupport = [](nvmlDevice_t, nvmlGpmSupport_t* s) {
+        s->isSupportedDevice = 1;
+        return NVML_SUCCESS;
+    };
+    {
+        // No nvmlGpmSampleAlloc (an old driver): no profiling series, no error.
+        auto lib = nvml::Library::from_table(table, "fake");
+        ASSERT_TRUE(lib);
+        auto session = nvml::Session::open(*lib);
+        ASSERT_TRUE(session);
+        Collector c(std::move(*session), options());
+        c.collect();
+        std::this_thread::sleep_for(std::chrono::milliseconds(120));
+        auto m = collect(c);
+        EXPECT_TRUE(m.find("DCGM_FI_PROF_SM_ACTIVE").empty());
+        EXPECT_TRUE(m.find("kgpu_nvml_errors_total").empty());
+        EXPECT_EQ(m.value("kgpu_gpu_health", {{"gpu", "0"}, {"state", "ok"}}), 1.0);
+    }
+    // Sampling fails on GPU 1: counted by function, GPU 1 in state error, GPU 0's metrics intact.
+    static int buffers = 0;
+    table.GpmSampleAlloc = [](nvmlGpmSample_t* s) {
+        s->handle = reinterpret_cast<nvmlGpmSample_st*>(static_cast<std::uintptr_t>(0x1000 + ++buffers));
+        return NVML_SUCCESS;
+    };
+    table.GpmSampleFree = [](nvmlGpmSample_t) { return NVML_SUCCESS; };
+    table.GpmSampleGet = [](nvmlDevice_t d, nvmlGpmSample_t) {
+        return reinterpret_cast<std::uintptr_t>(d) == 2 ? NVML_ERROR_UNKNOWN : NVML_SUCCESS;
+    };
+    table.GpmMetricsGet = [](nvmlGpmMetricsGet_t* g) {
+        for (unsigned i = 0; i < g->numMetrics; ++i) {
+            g->metrics[i].nvmlReturn = NVML_SUCCESS;
+            g->metrics[i].value = 50;
+        }
+        return NVML_SUCCESS;
+    };
+    auto lib = nvml::Library::from_table(table, "fake");
+    ASSERT_TRUE(lib);
+    auto session = nvml::Session::open(*lib);
+    ASSERT_TRUE(session);
+    Collector c(std::move(*session), options());
+    c.collect();
+    std::this_thread::sleep_for(std::chrono::milliseconds(120));
+    auto m = collect(c);
+    EXPECT_EQ(m.value("DCGM_FI_PROF_SM_ACTIVE", gpu(0)), 0.5);
+    EXPECT_EQ(m.value("DCGM_FI_PROF_PCIE_TX_BYTES", gpu(0)), 50.0 * 1048576);
+    EXPECT_FALSE(m.value("DCGM_FI_PROF_SM_ACTIVE", gpu(1)));
+    EXPECT_EQ(m.value("DCGM_FI_DEV_GPU_TEMP", gpu(1)), 40.0);
+    EXPECT_EQ(m.value("kgpu_nvml_errors_total", {{"function", "nvmlGpmSampleGet"}}), 2.0) << "one per pass";
+    EXPECT_EQ(m.value("kgpu_gpu_health", {{"gpu", "1"}, {"state", "error"}}), 1.0);
+    EXPECT_EQ(m.value("kgpu_gpu_health", {{"gpu", "0"}, {"state", "ok"}}), 1.0);
+}
+
 // A GPU-holding pod's cgroup under the systemd driver.
 std::string cgroup_of(const std::string& container_id) {
     return "0::/kubepods.slice/kubepods-burstable.slice/"
