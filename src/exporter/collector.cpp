@@ -154,6 +154,7 @@ struct PodSlot {
 struct GpmState {
     std::optional<nvml::GpmSample> prev, spare;
     Clock::time_point prev_at{};
+    std::vector<std::optional<double>> last;  // the metrics of the last computation, per gpm row
 };
 
 }  // namespace
@@ -377,7 +378,13 @@ struct Collector::Impl {
     bool read_gpm(GpmState& st, std::string_view function, const std::function<Status(nvml::GpmSample&)>& take,
                   Values& values, bool& supported, bool& had_error) {
         const auto now = Clock::now();
-        if (st.prev && now - st.prev_at < kGpmMinGap) return true;  // too soon: keep the baseline
+        if (st.prev && now - st.prev_at < kGpmMinGap) {
+            // Too soon for a new rate (passes under 100 ms apart): keep the baseline and serve the
+            // last rate again, so the series do not flap.
+            for (std::size_t i = 0; i < st.last.size() && i < gpm_rows.size(); ++i)
+                if (st.last[i]) values[static_cast<std::size_t>(gpm_rows[i]->id)] = *st.last[i];
+            return true;
+        }
         if (!st.spare) {
             auto s = nvml::GpmSample::alloc(session);
             if (!s) {
@@ -405,9 +412,12 @@ struct Collector::Impl {
                 count_error(nvml::kGpmMetricsGet, m.error());
                 had_error = true;
             } else {
+                st.last.assign(gpm_rows.size(), std::nullopt);
                 for (std::size_t i = 0; i < gpm_rows.size(); ++i)
-                    if ((*m)[i] && std::isfinite(*(*m)[i]))
-                        values[static_cast<std::size_t>(gpm_rows[i]->id)] = *(*m)[i] * gpm_rows[i]->scale;
+                    if ((*m)[i] && std::isfinite(*(*m)[i])) {
+                        st.last[i] = *(*m)[i] * gpm_rows[i]->scale;
+                        values[static_cast<std::size_t>(gpm_rows[i]->id)] = *st.last[i];
+                    }
             }
         }
         std::swap(st.prev, st.spare);  // this sample is the next baseline; the old one is reused

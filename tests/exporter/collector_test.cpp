@@ -357,6 +357,10 @@ TEST(Collector, ProfilingMetricsPerMigInstance) {
     EXPECT_EQ(m.find("DCGM_FI_PROF_SM_ACTIVE", gpu(0)).size(), 2u) << "per instance only on a MIG GPU";
     EXPECT_EQ(m.find("DCGM_FI_PROF_SM_ACTIVE", gpu(1)).size(), 1u) << "the whole GPU without MIG";
     EXPECT_TRUE(m.find("kgpu_nvml_errors_total").empty());
+    // A pass sooner than NVML's 100 ms keeps the baseline and serves the last rates again.
+    m = collect(c);
+    EXPECT_EQ(m.value("DCGM_FI_PROF_SM_ACTIVE", {{"gpu", "0"}, {"GPU_I_ID", "1"}}), 0.33);
+    EXPECT_EQ(m.find("DCGM_FI_PROF_SM_ACTIVE").size(), 3u);
 }
 
 TEST(Collector, ACountersFileLimitsWhatIsServedWithItsTypesAndHelp) {
