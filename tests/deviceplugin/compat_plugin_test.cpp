@@ -256,6 +256,20 @@ TEST_F(CompatTest, NamingPatternsApplyOnlyWithTheOptIn) {
     EXPECT_THAT(plugin_->err(), HasSubstr("nvidia.com/t4    4 devices <- GPU 0, 1, 2, 3"));
 }
 
+// Better than NVIDIA: a 1-GPU request keeps NVLink pairs whole (the lowest free GPU used to be
+// taken, breaking the pair a later 2-GPU pod needs).
+TEST_F(CompatTest, PreferredAllocationKeepsNvlinkPairsWhole) {
+    start("pcie-nvlink-pairs.yaml");
+    registered(kGpu, 4);
+    std::vector<std::string> out;
+    auto st = kubelet_->prefer(kGpu, sim_.uuids({"0", "1", "3"}), {}, 1, &out);  // GPU 2 is taken
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(sim_.indices(out), std::vector<std::string>{"3"});
+    st = kubelet_->prefer(kGpu, sim_.uuids({"1", "2", "3"}), {}, 1, &out);  // GPU 0 is taken
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(sim_.indices(out), std::vector<std::string>{"1"});
+}
+
 // The start-up dump says what a user needs: resources, devices per resource, strategy, sharing.
 TEST_F(CompatTest, StartupDumpNamesResourcesDevicesStrategyAndSharing) {
     const std::string cfg = config("version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
