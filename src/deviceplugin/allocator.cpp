@@ -50,21 +50,35 @@ Allocator::Allocator(const Resource& resource, const inventory::Topology& topolo
         numa_group_.push_back(it->second);
     }
     numa_groups_ = static_cast<int>(groups.size());
+    // Pair scores by GPU index (small: GPUs x GPUs), and, for the topology search only, by
+    // position: a replica or MIG resource has hundreds of devices, and n x n matrices of them
+    // would cost memory for nothing (384 replicas: 1.2 MB).
+    gpus_ = topology.size();
+    gpu_w_.assign(gpus_ * gpus_, 0);
+    std::vector<int> gpu_nv(gpus_ * gpus_, 0);
+    for (size_t a = 0; a < gpus_; ++a)
+        for (size_t b = a + 1; b < gpus_; ++b) {
+            const inventory::Link& l = topology.at(static_cast<unsigned>(a), static_cast<unsigned>(b));
+            gpu_w_[a * gpus_ + b] = gpu_w_[b * gpus_ + a] = pair_score(l);
+            gpu_nv[a * gpus_ + b] = gpu_nv[b * gpus_ + a] = 100 * static_cast<int>(l.nvlinks);
+        }
+    if (mode_ != Mode::topology) return;
     w_.assign(n * n, 0);
     nv_.assign(n * n, 0);
     for (size_t i = 0; i < n; ++i) {
         for (size_t j = i + 1; j < n; ++j) {
-            const unsigned a = std::min(gpu_index_[i], gpu_index_[j]);
-            const unsigned b = std::max(gpu_index_[i], gpu_index_[j]);
-            int s = 0, nv = 0;
-            if (a != b && b < topology.size()) {
-                s = pair_score(topology.at(a, b));
-                nv = 100 * static_cast<int>(topology.at(a, b).nvlinks);
-            }
-            w_[i * n + j] = w_[j * n + i] = s;
-            nv_[i * n + j] = nv_[j * n + i] = nv;
+            const size_t a = gpu_index_[i], b = gpu_index_[j];
+            if (a == b || a >= gpus_ || b >= gpus_) continue;
+            w_[i * n + j] = w_[j * n + i] = gpu_w_[a * gpus_ + b];
+            nv_[i * n + j] = nv_[j * n + i] = gpu_nv[a * gpus_ + b];
         }
     }
+}
+
+int Allocator::pair(size_t i, size_t j) const {
+    const size_t a = gpu_index_[i], b = gpu_index_[j];
+    if (a == b || a >= gpus_ || b >= gpus_) return 0;
+    return gpu_w_[a * gpus_ + b];
 }
 
 Result<std::vector<size_t>> Allocator::positions(const std::vector<std::string>& ids, const char* list) const {
@@ -85,9 +99,8 @@ Result<std::int64_t> Allocator::score(const std::vector<std::string>& ids) const
     auto pos = positions(ids, "the set");
     if (!pos) return std::unexpected(pos.error());
     std::int64_t s = 0;
-    const size_t n = ids_.size();
     for (size_t i = 0; i < pos->size(); ++i)
-        for (size_t j = i + 1; j < pos->size(); ++j) s += w_[(*pos)[i] * n + (*pos)[j]];
+        for (size_t j = i + 1; j < pos->size(); ++j) s += pair((*pos)[i], (*pos)[j]);
     return s;
 }
 

@@ -98,8 +98,12 @@ private:
     std::vector<unsigned> gpu_index_;     // by position
     std::vector<int> numa_group_;         // small dense ids, one per distinct NUMA value
     int numa_groups_ = 0;
-    std::vector<int> w_;                  // n x n pair scores, 0 on the diagonal
-    std::vector<int> nv_;                 // n x n NVLink part of the scores (100 per link)
+    int pair(size_t i, size_t j) const;   // pair score of two positions (any mode)
+    size_t gpus_ = 0;                     // GPUs in the topology
+    std::vector<int> gpu_w_;              // gpus_ x gpus_ pair scores by GPU index
+    // Topology mode only (whole GPUs): n x n by position, 0 on the diagonal.
+    std::vector<int> w_;                  // pair scores
+    std::vector<int> nv_;                 // the NVLink part of them (100 per link)
     bool island_aware_ = true;            // false: the plain score order (benchmarks compare)
     std::unordered_map<std::string, size_t> by_id_;
 };
