@@ -163,6 +163,14 @@ TEST(CompatConfigs, CheckConfigSaysOnceWhatIsIgnoredAndWhy) {
     ASSERT_EQ(p.exit_code, 0) << p.err;
     EXPECT_THAT(p.out, HasSubstr("warning: resources.gpus / resources.mig are ignored"));
     EXPECT_THAT(p.out, HasSubstr("resources.mig: \"1g.10gb\" -> nvidia.com/mig-1g.10gb (ignored"));
+    // Both spellings of the dev root, and NVIDIA_DEV_ROOT.
+    for (const char* flag : {"--dev-root", "--nvidia-dev-root"}) {
+        auto d = run_process({KGPU_BINARY, "device-plugin", "--check-config", flag, "/run/nvidia/driver"});
+        EXPECT_EQ(d.exit_code, 0) << flag << d.err;
+        EXPECT_THAT(d.out, HasSubstr("flags.nvidiaDevRoot: /run/nvidia/driver\n")) << flag;
+    }
+    auto env_root = run_process({KGPU_BINARY, "device-plugin", "--check-config"}, {{"NVIDIA_DEV_ROOT", "/devroot"}});
+    EXPECT_THAT(env_root.out, HasSubstr("flags.nvidiaDevRoot: /devroot\n"));
     auto opted = run_process({KGPU_BINARY, "device-plugin", "--check-config", "--apply-resource-patterns",
                               "--config-file", patterns});
     ASSERT_EQ(opted.exit_code, 0) << opted.err;
