@@ -136,12 +136,12 @@ void HealthMonitor::on_xid(size_t i, unsigned xid, unsigned gi, unsigned ci) {
         log::info("{}: {} ignored by the health policy", g.state.label, what);
         return;
     }
+    // XID 79 (fell off the bus) is reset-class like the others: the GPU answering again proves
+    // nothing until it was seen gone and back (or its pending state cleared), whatever probes say
+    // meanwhile (issue #13: it used to recover on the first clean probe, about a second later).
     Bad bad = Bad::reset;
     std::string reason = fmt::format("{}; needs a GPU reset", what);
-    if (xid == 79) {
-        bad = Bad::lost;
-        reason = what;
-    } else if (cls == XidClass::recoverable) {
+    if (cls == XidClass::recoverable) {
         bad = Bad::recoverable;
         reason = fmt::format("{}; recovers after {}s without another critical XID", what,
                              std::chrono::duration_cast<std::chrono::seconds>(policy_.recovery_period).count());

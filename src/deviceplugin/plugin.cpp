@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "deviceplugin/allocate.h"
 #include "deviceplugin/allocator.h"
+#include "deviceplugin/extras.h"
 #include "deviceplugin/health.h"
 #include "deviceplugin/mig_caps.h"
 #include "deviceplugin/registrar.h"
@@ -216,6 +217,7 @@ void Plugin::write_cdi_spec(const inventory::Node& node, const Config& cfg) cons
     so.driver_root = cfg.nvidia_driver_root;
     so.dev_root = cfg.dev_root();
     so.proc_root = cfg.proc_root;
+    if (!cfg.nvidia_ctk_path.empty()) so.hook_path = cfg.nvidia_ctk_path;  // flags.plugin.nvidiaCTKPath
     auto spec = cdi::generate(node, so);
     const fs::path path = fs::path(cfg.cdi_spec_dir) / "kgpu-nvidia-gpu.yaml";
     if (!spec) {
@@ -272,8 +274,14 @@ Status Plugin::apply(const Config& cfg, Trigger trigger) {
     }
     auto cap_problems = fill_mig_caps(*resources, cfg.proc_root);
     if (cfg.pass_device_specs) warnings.insert(warnings.end(), cap_problems.begin(), cap_problems.end());
+    if (auto missing = missing_device_nodes(*resources, cfg, DevRootView(cfg.dev_root())); !missing.empty())
+        warnings.push_back(std::move(missing));
+    auto extras = prepare_container_extras(cfg);  // IMEX channels, GDS/MOFED/GDRCopy CDI specs
+    if (!extras) return std::unexpected(extras.error());
+    warnings.insert(warnings.end(), extras->begin(), extras->end());
     for (const auto& w : warnings)
         if (reported_.insert(w).second) log::warn("{}", w);
+    log::info("{}", describe_resources(*resources, cfg));
     if (resources->empty() && reported_.insert("no-resources").second)
         log::warn("no GPUs to serve on this node: serving no resource (run `kgpu doctor` if this is unexpected)");
 
@@ -441,6 +449,10 @@ void Plugin::reload() {
     auto cfg = resolve(std::move(base), opts_.env, opts_.flags);
     if (!cfg) {
         log::error("SIGHUP: keeping the running configuration: {}", cfg.error().message);
+        return;
+    }
+    if (auto st = check_servable(*cfg); !st) {
+        log::error("SIGHUP: keeping the running configuration: {}", st.error().message);
         return;
     }
     for (const auto& w : cfg->warnings) log::warn("{}", w);

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <thread>
 
+#include "plugin_fixture.h"
 #include "support/fake_device_plugin.h"
 #include "support/fake_kubelet.h"
 #include "support/plugin_watcher.h"
@@ -66,7 +67,10 @@ protected:
         argv.insert(argv.end(), extra.begin(), extra.end());
         plugin_ = std::make_unique<ChildProcess>(
             argv, std::map<std::string, std::string>{{"KGPU_SIM_NODE", fixture(node)}, {"KGPU_SIM_EVENTS", events_}});
+        sim_.load(node, events_);
     }
+    // The advertised ID (a UUID under every ID strategy, issue #13) of GPU `index`.
+    std::string id(const std::string& index) const { return sim_.uuid(index); }
     void event(const std::string& line) { std::ofstream(events_, std::ios::app) << line << "\n"; }
     // Every resource in `want` registered once with this kubelet instance, holding one stream, and
     // served with `size` devices.
@@ -97,6 +101,7 @@ protected:
     std::string events_;
     std::unique_ptr<FakeKubelet> kubelet_;
     std::unique_ptr<ChildProcess> plugin_;
+    kgpu::test::SimIds sim_;
 };
 
 // Items 1 and 2: a kubelet restart is one Register per resource, a MIG change only a
@@ -160,7 +165,7 @@ TEST_F(LifecycleTest, ReplacingNvidiasPluginKgpuRegisteredLast) {
         20s))
         << counts({{kGpu, 4}});
     v1beta1::AllocateResponse resp;
-    auto st = kubelet_->allocate(kGpu, {{"1"}}, &resp);
+    auto st = kubelet_->allocate(kGpu, {{id("1")}}, &resp);
     ASSERT_TRUE(st.ok()) << st.error_message();
     EXPECT_EQ(resp.container_responses(0).envs().at("NVIDIA_VISIBLE_DEVICES"), "1");
     EXPECT_EQ(count(plugin_->err(), "nvidia-gpu.sock"), 1u) << plugin_->err();  // warned once
@@ -183,7 +188,7 @@ TEST_F(LifecycleTest, ReplacingNvidiasPluginNvidiaRegisteredLast) {
         20s))
         << counts({{kGpu, 4}});
     v1beta1::AllocateResponse resp;
-    auto st = kubelet_->allocate(kGpu, {{"2"}}, &resp);
+    auto st = kubelet_->allocate(kGpu, {{id("2")}}, &resp);
     ASSERT_TRUE(st.ok()) << st.error_message();
     EXPECT_EQ(resp.container_responses(0).envs().at("NVIDIA_VISIBLE_DEVICES"), "2");
 }
@@ -198,12 +203,14 @@ TEST_F(LifecycleTest, HungKubeletBlocksNeitherSighupNorHealthNorSigterm) {
     start("t4x4.yaml", {"--config-file", cfg});
     ASSERT_TRUE(kubelet_->wait_until([&] { return kubelet_->hung_registers() == 1; }, 20s)) << plugin_->err();
     PluginWatcher watcher(dir_.path() + "/" + kSocket);
-    ASSERT_TRUE(watcher.wait([](const auto& d) { return d.size() == 4 && !d.contains("0"); }));
-    std::ofstream(cfg) << "version: v1\nflags:\n  plugin:\n    deviceIDStrategy: index\n";
+    const std::string replica = id("1") + "::0";
+    ASSERT_TRUE(watcher.wait([&](const auto& d) { return d.size() == 4 && !d.contains(replica); }));
+    // A SIGHUP that changes the served devices (time-slicing: 2 replicas per GPU).
+    std::ofstream(cfg) << "version: v1\nsharing:\n  timeSlicing:\n    resources: [{name: nvidia.com/gpu, replicas: 2}]\n";
     plugin_->signal(SIGHUP);
-    EXPECT_TRUE(watcher.wait([](const auto& d) { return d.contains("0") && d.size() == 4; }));
+    EXPECT_TRUE(watcher.wait([&](const auto& d) { return d.contains(replica) && d.size() == 8; }));
     event("xid 1 94");
-    EXPECT_TRUE(watcher.wait([](const auto& d) { return d.contains("1") && d.at("1") == "Unhealthy"; }));
+    EXPECT_TRUE(watcher.wait([&](const auto& d) { return d.contains(replica) && d.at(replica) == "Unhealthy"; }));
     EXPECT_EQ(kubelet_->abandoned_registers(), 0) << "the plugin gave up a Register before handling these";
     EXPECT_EQ(kubelet_->hung_registers(), 1);
     plugin_->signal(SIGTERM);
@@ -219,7 +226,7 @@ TEST_F(LifecycleTest, FirstListAfterRestartCarriesHealthAsProbed) {
     start("t4x4.yaml", {"--device-id-strategy", "index"});
     ASSERT_TRUE(kubelet_->wait_registered(kGpu, 1, 20s));
     event("xid 1 48");
-    ASSERT_TRUE(kubelet_->wait_devices(kGpu, [](const Devices& d) { return d.at("1").health == "Unhealthy"; }, 20s));
+    ASSERT_TRUE(kubelet_->wait_devices(kGpu, [&](const Devices& d) { return d.at(id("1")).health == "Unhealthy"; }, 20s));
     plugin_->signal(SIGTERM);
     ASSERT_EQ(plugin_->wait(10000), 0);
     ASSERT_TRUE(kubelet_->restart());
@@ -227,9 +234,9 @@ TEST_F(LifecycleTest, FirstListAfterRestartCarriesHealthAsProbed) {
     ASSERT_TRUE(kubelet_->wait_registered(kGpu, 2, 20s));
     const auto lists = kubelet_->messages(kGpu);
     ASSERT_FALSE(lists.empty());
-    ASSERT_TRUE(lists.front().contains("1"));
-    EXPECT_EQ(lists.front().at("1").health, "Unhealthy");
-    EXPECT_EQ(lists.front().at("0").health, "Healthy");
+    ASSERT_TRUE(lists.front().contains(id("1")));
+    EXPECT_EQ(lists.front().at(id("1")).health, "Unhealthy");
+    EXPECT_EQ(lists.front().at(id("0")).health, "Healthy");
 }
 
 // Item 6: SIGTERM ends every stream, removes every socket and exits promptly. The target is
