@@ -16,11 +16,11 @@
 #include <optional>
 #include <set>
 
-#include "cdi/spec.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "deviceplugin/allocate.h"
 #include "deviceplugin/allocator.h"
+#include "deviceplugin/cdi_refresh.h"
 #include "deviceplugin/health.h"
 #include "deviceplugin/mig_caps.h"
 #include "deviceplugin/resources.h"
@@ -76,7 +76,6 @@ public:
 
 private:
     Status apply(const Config& cfg, Trigger trigger);
-    void write_cdi_spec(const inventory::Node& node, const Config& cfg) const;
     void stop_serving(bool empty_lists);
     void try_register_all(bool force);
     void on_health(const std::vector<GpuHealth>& health);
@@ -102,6 +101,7 @@ private:
     // the gRPC handlers.
     mutable std::mutex mu_;
     std::vector<GpuHealth> health_;  // by GPU index
+    CdiSpecRefresher cdi_refresh_;   // the CDI spec follows a driver change (control thread only)
 };
 
 bool Plugin::unhealthy_locked(const Device& d) const {
@@ -187,31 +187,6 @@ Result<v1beta1::PreferredAllocationResponse> Plugin::prefer(const Entry& e,
     return resp;
 }
 
-// The CDI strategies name devices `nvidia.com/gpu=<index|UUID>`; the runtime resolves those names
-// from a spec file, which we (re)write whenever the node is (re)discovered so it matches what we
-// advertise.
-void Plugin::write_cdi_spec(const inventory::Node& node, const Config& cfg) const {
-    if (node.gpus.empty()) return;
-    cdi::SpecOptions so;
-    so.driver_root = cfg.nvidia_driver_root;
-    so.dev_root = cfg.dev_root();
-    so.proc_root = cfg.proc_root;
-    auto spec = cdi::generate(node, so);
-    const fs::path path = fs::path(cfg.cdi_spec_dir) / "kgpu-nvidia-gpu.yaml";
-    if (!spec) {
-        log::error("cannot generate the CDI spec for {}: {}; CDI device names will not resolve", path.string(),
-                   spec.error().message);
-        return;
-    }
-    std::error_code ec;
-    fs::create_directories(cfg.cdi_spec_dir, ec);
-    if (auto st = files::write_atomic(path, cdi::to_yaml(*spec)); !st) {
-        log::error("{}; CDI device names will not resolve", st.error().message);
-        return;
-    }
-    log::info("wrote the CDI spec {}", path.string());
-}
-
 // Discovers the node, builds the resources for `cfg` and brings the servers in line with them:
 // a resource that disappeared sends an empty device list and stops, one whose devices changed
 // publishes the new list and registers again, a new one is served and registered; unchanged
@@ -261,8 +236,9 @@ Status Plugin::apply(const Config& cfg, Trigger trigger) {
         log::info("the driver, the socket paths or the health policy changed: restarting every server");
         stop_serving(false);
     }
-    if (cfg.uses(DeviceListStrategy::cdi_annotations) || cfg.uses(DeviceListStrategy::cdi_cri))
-        write_cdi_spec(*node, cfg);
+    // The CDI strategies name devices `nvidia.com/gpu=<index|UUID>`; the runtime resolves those
+    // names from this spec, (re)written whenever the node is (re)discovered (cdi_refresh.h).
+    if (CdiSpecRefresher::wanted(cfg)) write_cdi_spec(*node, cfg, loaded_driver_version(cfg.proc_root));
 
     if (!served_) served_.emplace();
     served_->session = *session;
@@ -480,6 +456,7 @@ std::chrono::milliseconds Plugin::next_timeout() const {
     auto now = Clock::now();
     auto soonest = now + seconds(60);
     if (!served_) soonest = std::min(soonest, next_init_);
+    if (served_ && CdiSpecRefresher::wanted(opts_.config)) soonest = std::min(soonest, now + DriverVersionWatch::kInterval);
     if (served_)
         for (const auto& e : served_->entries)
             if (!e->registered) soonest = std::min(soonest, e->next_try);
@@ -586,6 +563,7 @@ int Plugin::run() {
             if (int code = start(false); code >= 0) return finish(code);
         }
         if (served_) try_register_all(false);
+        if (served_) cdi_refresh_.poll(served_->node, opts_.config);
     }
     return finish(1);
 }
