@@ -224,6 +224,9 @@ Result<DropIn> configure_drop_in(std::string_view text, std::string_view source,
         "# import rather than merging it). Run kgpu again after changing that file; do not edit this one.\n",
         o.runtime_name, from ? from->name : std::string(source));
     out.drop_in += tomledit::serialize(drop);
+    // What containerd will read back.
+    auto check = tomledit::parse(out.drop_in, drop_in_path);
+    if (!check || *check != drop) return fail(Code::internal, "{}: the drop-in does not read back as written", drop_in_path);
 
     // The main config imports the drop-in's directory.
     std::vector<std::string> imports;

@@ -49,10 +49,14 @@ Result<std::string> crio_drop_in(const SourceText& source, const CrioOptions& o)
     if (!src) return std::unexpected(src.error());
     toml::table drop;
     if (auto st = add_runtime(drop, *src, o, source.name); !st) return std::unexpected(st.error());
-    return fmt::format("# Written by `kgpu runtime configure --runtime crio`: the {} runtime, its settings copied\n"
-                       "# from {}. CRI-O reads this directory after its main config.\n",
-                       o.runtime_name, source.name) +
-           tomledit::serialize(drop);
+    std::string text = fmt::format("# Written by `kgpu runtime configure --runtime crio`: the {} runtime, its settings copied\n"
+                                   "# from {}. CRI-O reads this directory after its main config.\n",
+                                   o.runtime_name, source.name) +
+                       tomledit::serialize(drop);
+    // What CRI-O will read back.
+    auto check = tomledit::parse(text, "the CRI-O drop-in");
+    if (!check || *check != drop) return fail(Code::internal, "the CRI-O drop-in does not read back as written");
+    return text;
 }
 
 Result<Edited> configure_crio(std::string_view text, std::string_view source, const CrioOptions& o,
