@@ -1,7 +1,8 @@
 // `kgpu exporter`: dcgm-exporter's flags and env vars where they overlap (--address,
 // --collect-interval, --kubernetes, --pod-resources-kubelet-socket, --no-hostname,
 // --nvidia-resource-names), plus --hostname-label, --proc-root, --container-runtime-endpoint,
-// --http-idle-timeout and the shared NVML options. Precedence: flag > env var > default.
+// --http-idle-timeout, --http-request-timeout, --http-max-connections[-per-client],
+// --web-config-file (dcgm-exporter's), --max-pods-per-gpu and the shared NVML options. Precedence: flag > env var > default.
 #pragma once
 
 #include <optional>
@@ -27,6 +28,11 @@ struct ExporterFlags {
     std::vector<std::string> resource_names;
     std::string kubernetes_gpu_id_type;  // accepted for dcgm-exporter compatibility
     std::string http_idle_timeout = "10";
+    std::string http_request_timeout = "10";
+    std::string http_max_connections = "1000";
+    std::string http_max_connections_per_client = "256";
+    std::string web_config_file;          // exporter-toolkit web config: TLS, basic auth
+    std::string max_pods_per_gpu = "64";  // containers attributed per GPU (--kubernetes)
     bool print_metrics_markdown = false;  // hidden: docs/metrics.md
     NvmlOptions nvml;
 };

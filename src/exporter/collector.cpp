@@ -177,6 +177,12 @@ struct Collector::Impl {
     // Publishing.
     mutable std::mutex snap_mu;
     std::shared_ptr<const Snapshot> snap;
+    std::function<HttpServerStats()> http_stats;  // set before the thread starts
+    std::string attribution_problem;  // guarded by snap_mu; "" while pod attribution works
+    void set_attribution_problem(std::string p) {
+        std::lock_guard lk(snap_mu);
+        attribution_problem = std::move(p);
+    }
     std::atomic<std::int64_t> last_end_ns{0};
     std::atomic<bool> running{false};
 
@@ -319,12 +325,16 @@ struct Collector::Impl {
         // Pods by device.
         std::map<std::pair<unsigned, std::optional<unsigned>>, std::vector<PodRef>> pods;
         std::optional<bool> podres_up;
+        std::map<unsigned, std::size_t> pods_over_limit;  // GPU index -> containers left out
         if (podres) {
             auto uses = podres->list(node);
             // The client logs a failure once (and the recovery); here it only turns the labels off.
             podres_up = uses.has_value();
+            set_attribution_problem(uses ? std::string()
+                                         : fmt::format("{}: {}", podres->failure(), uses.error().message));
             if (uses) {
-                for (const auto& u : *uses) {
+                for (const auto& o : uses->overflow) pods_over_limit[o.gpu_index] = o.left_out;
+                for (const auto& u : uses->uses) {
                     auto& v = pods[{u.target.gpu_index, u.target.gpu_instance_id}];
                     if (std::find(v.begin(), v.end(), u.pod) == v.end()) v.push_back(u.pod);
                 }
@@ -475,7 +485,28 @@ struct Collector::Impl {
             l.add("function", function);
             ex.add(fam[static_cast<std::size_t>(Metric::nvml_errors_total)], l, double(n));
         }
-        if (podres_up) ex.add(fam[static_cast<std::size_t>(Metric::pod_attribution_up)], "", *podres_up ? 1.0 : 0.0);
+        if (podres_up) {
+            ex.add(fam[static_cast<std::size_t>(Metric::pod_attribution_up)], "", *podres_up ? 1.0 : 0.0);
+            for (const auto& g : gpus) {
+                auto it = pods_over_limit.find(g.info.index);
+                ex.add(fam[static_cast<std::size_t>(Metric::pods_over_limit)], g.kgpu,
+                       it == pods_over_limit.end() ? 0.0 : double(it->second));
+            }
+        }
+        if (http_stats) {
+            const HttpServerStats h = http_stats();
+            ex.add(fam[static_cast<std::size_t>(Metric::http_connections)], "", double(h.open));
+            for (auto [reason, n] : {std::pair<std::string_view, std::uint64_t>{"evicted", h.evicted},
+                                     {"peer_limit", h.peer_limit},
+                                     {"timeout", h.timeout},
+                                     {"oversize", h.oversize},
+                                     {"malformed", h.malformed},
+                                     {"tls", h.tls}}) {
+                LabelSet l;
+                l.add("reason", reason);
+                ex.add(fam[static_cast<std::size_t>(Metric::http_connections_closed_total)], l, double(n));
+            }
+        }
         ex.add(fam[static_cast<std::size_t>(Metric::collection_duration_seconds)], "",
                std::chrono::duration<double>(t1 - t0).count());
         ex.add(fam[static_cast<std::size_t>(Metric::collections_total)], "", double(passes));
@@ -597,6 +628,13 @@ void Collector::stop() {
 std::shared_ptr<const Snapshot> Collector::snapshot() const {
     std::lock_guard lk(impl_->snap_mu);
     return impl_->snap;
+}
+
+void Collector::set_http_stats(std::function<HttpServerStats()> stats) { impl_->http_stats = std::move(stats); }
+
+std::string Collector::attribution_problem() const {
+    std::lock_guard lk(impl_->snap_mu);
+    return impl_->attribution_problem;
 }
 
 Status Collector::health(std::chrono::steady_clock::time_point now) const {

@@ -499,6 +499,7 @@ def check_hostpaths(sub):
 # Dockerfile
 
 BASE_PACKAGES = {"libc6", "libgcc-s1", "libstdc++6", "zlib1g"}  # in debian:bookworm-slim
+DLOPENED = {"libssl.so.3": "the exporter's TLS", "libcrypt.so.1": "the exporter's basic auth"}
 
 
 def dpkg_owner(path):
@@ -559,6 +560,15 @@ def check_dockerfile():
             problem(f"ldd {KGPU}: {mm.group(1)} ({mm.group(2)}) belongs to no Debian package")
         elif pkg not in provided:
             problem(f"deploy/Dockerfile: the runtime stage lacks {pkg} (for {mm.group(1)}, from ldd)")
+    # Libraries kgpu loads with dlopen (ldd cannot see them): the exporter's TLS and bcrypt.
+    for lib in DLOPENED:
+        r = run(["/sbin/ldconfig", "-p"])
+        m = re.search(r"^\s*" + re.escape(lib) + r" \(libc6,x86-64\) => (\S+)$", r.stdout, re.M)
+        pkg = dpkg_owner(m.group(1)) if m else None
+        if pkg is None:
+            problem(f"{lib} (loaded by kgpu with dlopen: {DLOPENED[lib]}) is not installed here")
+        elif pkg not in provided:
+            problem(f"deploy/Dockerfile: the runtime stage lacks {pkg} (for {lib}, loaded with dlopen: {DLOPENED[lib]})")
     for pkg in sorted(listed):
         r = run(["dpkg-query", "-W", "-f=${Status}", pkg])
         if "install ok installed" not in r.stdout:
