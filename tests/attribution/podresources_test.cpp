@@ -2,8 +2,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <grpc/grpc.h>
-
 #include <algorithm>
 #include <thread>
 
@@ -22,13 +20,6 @@ using exporter::PodRef;
 using testing::HasSubstr;
 
 namespace {
-
-// gRPC shuts itself down when its last object goes, between two tests; Debian's 1.51 then waits
-// for the last call's deadline timer (up to 10 s here). Keep it initialised for the whole run.
-const bool grpc_kept_up = [] {
-    grpc_init();
-    return true;
-}();
 
 const inventory::Node& a100_mig() {
     static const inventory::Node node = test::sim_node("a100-mig.yaml");

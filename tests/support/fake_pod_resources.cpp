@@ -4,6 +4,7 @@
 
 #include <optional>
 
+#include <grpc/grpc.h>
 #include <grpcpp/grpcpp.h>
 
 namespace kgpu::test {
@@ -55,8 +56,20 @@ private:
     std::atomic<int>& calls_;
 };
 
+namespace {
+// gRPC shuts itself down when its last object goes (a test's fake server or client); Debian's
+// 1.51 then waits for its last pending timer, up to a call's whole deadline (seconds). Tests make
+// and drop servers and channels all the time: keep the library up for the whole process.
+void keep_grpc_up() {
+    static const bool up = (grpc_init(), true);
+    (void)up;
+}
+}  // namespace
+
 FakePodResources::FakePodResources(std::string socket_path)
-    : path_(std::move(socket_path)), service_(std::make_unique<Service>(calls_)) {}
+    : path_(std::move(socket_path)), service_(std::make_unique<Service>(calls_)) {
+    keep_grpc_up();
+}
 
 FakePodResources::~FakePodResources() {
     if (server_) {
