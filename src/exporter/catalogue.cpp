@@ -87,7 +87,7 @@ constexpr std::array<MetricDef, kMetricCount> kCatalogue{{
      "PodResources v1 List on --pod-resources-kubelet-socket", S::exporter},
     {pods_over_limit, "kgpu_exporter_pods_over_limit", MT::gauge, "containers",
      "Containers holding this GPU that got no series of their own in the last pass because more than "
-     "--max-pods-per-gpu hold it (only with --kubernetes).",
+     "--max-pods-per-gpu hold it (only with --kubernetes, and absent while PodResources fails).",
      "PodResources v1 List on --pod-resources-kubelet-socket", S::kgpu_gpu},
     {http_connections, "kgpu_exporter_http_connections", MT::gauge, "connections",
      "HTTP connections open at the last collection pass.", "the HTTP server", S::exporter},

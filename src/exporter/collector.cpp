@@ -488,6 +488,7 @@ struct Collector::Impl {
         if (podres_up) {
             ex.add(fam[static_cast<std::size_t>(Metric::pod_attribution_up)], "", *podres_up ? 1.0 : 0.0);
             for (const auto& g : gpus) {
+                if (!*podres_up) break;  // unknown while the kubelet does not answer
                 auto it = pods_over_limit.find(g.info.index);
                 ex.add(fam[static_cast<std::size_t>(Metric::pods_over_limit)], g.kgpu,
                        it == pods_over_limit.end() ? 0.0 : double(it->second));

@@ -477,6 +477,7 @@ TEST(Collector, HealthStaysUpButNamesWhatIsWrongWithPodResources) {
         k.breakit();
         auto m = collect(c);
         EXPECT_EQ(m.value("kgpu_exporter_pod_attribution_up"), 0.0) << k.word;
+        EXPECT_TRUE(m.find("kgpu_exporter_pods_over_limit").empty()) << "unknown while the kubelet fails";
         auto h = health();
         EXPECT_EQ(h.status, 200u) << "liveness: a broken kubelet must not get the exporter restarted";
         EXPECT_TRUE(h.body->starts_with("OK\npod attribution: " + k.word + ": PodResources List on ")) << *h.body;
