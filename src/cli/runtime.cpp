@@ -105,8 +105,8 @@ int run_runtime_configure(const RuntimeOptions& opts) {
         return 0;
     }
     if (drop_in_changed) {
-        std::error_code ec;
-        std::filesystem::create_directories(std::filesystem::path(opts.drop_in).parent_path(), ec);
+        if (auto st = files::create_directories(std::filesystem::path(opts.drop_in).parent_path(), 0755); !st)
+            return report(st.error());
         if (auto st = replace(opts.drop_in, drop_in->first, drop_in->second); !st) return report(st.error());
     }
     if (main_changed) {

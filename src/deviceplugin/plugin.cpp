@@ -203,9 +203,12 @@ void Plugin::write_cdi_spec(const inventory::Node& node, const Config& cfg) cons
                    spec.error().message);
         return;
     }
-    std::error_code ec;
-    fs::create_directories(cfg.cdi_spec_dir, ec);
-    if (auto st = files::write_atomic(path, cdi::to_yaml(*spec)); !st) {
+    // 0755 and a 0644 spec whatever the umask: runtimes read it, nobody else may change it.
+    if (auto st = files::create_directories(cfg.cdi_spec_dir, 0755); !st) {
+        log::error("{}; CDI device names will not resolve", st.error().message);
+        return;
+    }
+    if (auto st = files::write_atomic(path, cdi::to_yaml(*spec), 0644); !st) {
         log::error("{}; CDI device names will not resolve", st.error().message);
         return;
     }
@@ -502,8 +505,7 @@ int Plugin::run() {
     int sfd = ::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
     mig_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 
-    std::error_code ec;
-    fs::create_directories(cfg.device_plugin_path, ec);
+    (void)files::create_directories(cfg.device_plugin_path, 0755);  // not world-writable, whatever the umask
     int ifd = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
     std::set<std::string> watched;
     for (const auto& dir : {fs::path(cfg.device_plugin_path), fs::path(cfg.kubelet_socket_path()).parent_path()}) {
