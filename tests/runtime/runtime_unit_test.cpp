@@ -16,6 +16,7 @@
 
 #include "runtime/containerd.h"
 #include "runtime/diff.h"
+#include "support/unified_patch.h"
 #include "common/strings.h"
 
 using namespace kgpu;
@@ -171,66 +172,6 @@ TEST(RuntimeDiff, ShowsAddedLinesWithContext) {
     EXPECT_EQ(runtime::unified_diff("same\n", "same\n", "a", "b"), "");
 }
 
-// Applies a unified diff made by unified_diff to `before` (strictly: every context and removed
-// line must match, hunks in order), so tests can check that a diff takes before to after.
-std::optional<std::string> apply_patch(const std::string& before, const std::string& patch) {
-    auto split = [](std::string_view s) {
-        std::vector<std::string> out;
-        while (!s.empty()) {
-            auto nl = s.find('\n');
-            out.emplace_back(s.substr(0, nl == std::string_view::npos ? s.size() : nl + 1));
-            if (nl == std::string_view::npos) break;
-            s.remove_prefix(nl + 1);
-        }
-        return out;
-    };
-    const auto a = split(before), p = split(patch);
-    if (p.size() < 2 || !p[0].starts_with("--- ") || !p[1].starts_with("+++ ")) return std::nullopt;
-    std::string out;
-    size_t ai = 0;
-    for (size_t k = 2; k < p.size();) {
-        unsigned as = 0, ac = 0, bs = 0, bc = 0;
-        if (std::sscanf(p[k].c_str(), "@@ -%u,%u +%u,%u @@", &as, &ac, &bs, &bc) != 4) return std::nullopt;
-        const size_t first = ac ? as - 1 : as;  // an empty range names the line before it
-        if (first < ai || first > a.size()) return std::nullopt;
-        while (ai < first) out += a[ai++];
-        ++k;
-        size_t seen_a = 0, seen_b = 0;
-        char prev = 0;  // the kind of the previous line: a "\\ No newline" marker applies to it
-        while (k < p.size() && !p[k].starts_with("@@")) {
-            const std::string& l = p[k++];
-            if (l.starts_with("\\ No newline at end of file")) {
-                if (prev == 0) return std::nullopt;
-                if ((prev == ' ' || prev == '-') && a[ai - 1].back() == '\n') return std::nullopt;
-                if (prev == ' ' || prev == '+') {
-                    if (out.empty() || out.back() != '\n') return std::nullopt;
-                    out.pop_back();
-                }
-                prev = 0;
-                continue;
-            }
-            const char kind = l[0];
-            const std::string text = l.substr(1);
-            if (kind != ' ' && kind != '-' && kind != '+') return std::nullopt;
-            if (kind == ' ' || kind == '-') {
-                if (ai >= a.size()) return std::nullopt;
-                std::string have = a[ai];
-                if (have.back() != '\n') have += '\n';
-                if (have != text) return std::nullopt;
-                ++ai, ++seen_a;
-            }
-            if (kind == ' ' || kind == '+') {
-                out += text;
-                ++seen_b;
-            }
-            prev = kind;
-        }
-        if (seen_a != ac || seen_b != bc) return std::nullopt;
-    }
-    while (ai < a.size()) out += a[ai++];
-    return out;
-}
-
 TEST(RuntimeDiff, HunksAndNumberingAsDiffU) {
     // Changes 6 unchanged lines apart share a hunk; 7 apart, two hunks (as GNU diff -u).
     std::string a, b1, b2;
@@ -253,8 +194,8 @@ TEST(RuntimeDiff, MissingFinalNewlineIsShown) {
     // "a\nb" and "a\nb\n" differ only in the final newline: diff -u shows it with a marker line.
     EXPECT_EQ(runtime::unified_diff("a\nb", "a\nb\n", "x", "y"),
               "--- x\n+++ y\n@@ -1,2 +1,2 @@\n a\n-b\n\\ No newline at end of file\n+b\n");
-    EXPECT_EQ(apply_patch("a\nb", runtime::unified_diff("a\nb", "a\nb\n", "x", "y")), "a\nb\n");
-    EXPECT_EQ(apply_patch("a\nb\n", runtime::unified_diff("a\nb\n", "a\nc", "x", "y")), "a\nc");
+    EXPECT_EQ(test::apply_patch("a\nb", runtime::unified_diff("a\nb", "a\nb\n", "x", "y")), "a\nb\n");
+    EXPECT_EQ(test::apply_patch("a\nb\n", runtime::unified_diff("a\nb\n", "a\nc", "x", "y")), "a\nc");
 }
 
 TEST(RuntimeDiff, DiffsTakeBeforeToAfter) {
@@ -281,7 +222,7 @@ TEST(RuntimeDiff, DiffsTakeBeforeToAfter) {
         const int alphabet = 2 + round % 7;
         const std::string a = text(static_cast<int>(rng() % 40), alphabet), b = text(static_cast<int>(rng() % 40), alphabet);
         const std::string d = runtime::unified_diff(a, b, "a", "b");
-        auto applied = apply_patch(a, d);
+        auto applied = test::apply_patch(a, d);
         ASSERT_TRUE(applied) << "a:\n" << a << "b:\n" << b << "diff:\n" << d;
         EXPECT_EQ(*applied, b) << d;
         // Minimal: removed + added = |a| + |b| - 2 LCS.
@@ -308,7 +249,7 @@ TEST(RuntimeDiff, LargeTextsWithFewChanges) {
     }
     b.erase(b.find("key_4000 = "), 4);
     const std::string d = runtime::unified_diff(a, b, "a", "b");
-    auto applied = apply_patch(a, d);
+    auto applied = test::apply_patch(a, d);
     ASSERT_TRUE(applied);
     EXPECT_EQ(*applied, b);
     EXPECT_EQ(std::count(d.begin(), d.end(), '@'), 5 * 4);  // five hunks
@@ -325,7 +266,7 @@ TEST(RuntimeDiff, ManyDifferencesStayCorrect) {
     std::shuffle(lines.begin(), lines.end(), rng);
     for (const auto& l : lines) b += l;
     const std::string d = runtime::unified_diff(a, b, "a", "b");
-    auto applied = apply_patch(a, d);
+    auto applied = test::apply_patch(a, d);
     ASSERT_TRUE(applied);
     EXPECT_EQ(*applied, b);
 }
