@@ -202,6 +202,16 @@ Result<ContainerdConfig> read_containerd_config(const fs::path& root, const fs::
     auto main = parse_file(root, config);
     if (!main) return std::unexpected(main.error());
     c.files.push_back(config.string());
+    // containerd reads versions 1 (no key), 2 and 3 and refuses to start with anything else;
+    // the plugin names the settings live under depend on it (found by fuzz/doctor_containerd).
+    if (auto version = (*main)["version"]) {
+        const auto line = version.node()->source().begin.line;
+        if (!version.is_integer())
+            return fail(Code::parse, "{}:{}: version: expected an integer (1, 2 or 3)", config.string(), line);
+        if (const int64_t v = *version.value<int64_t>(); v < 1 || v > 3)
+            return fail(Code::parse, "{}:{}: version = {}: containerd reads config versions 1, 2 and 3", config.string(),
+                        line, v);
+    }
     apply(*main, c, true);
     if (const toml::array* imports = (*main)["imports"].as_array()) {
         for (const auto& node : *imports) {

@@ -337,6 +337,15 @@ TEST(DoctorChecks, ContainerdConfigs) {
     EXPECT_EQ(get(r, "runtime.containerd").status, Status::fail);
     EXPECT_THAT(get(r, "runtime.containerd").evidence, HasSubstr("/etc/containerd/config.toml:2:"));
 
+    // A version containerd does not know (fuzz/corpus/doctor_containerd/crash-6d14...): an
+    // error naming the line, not settings read from the version-3 plugin table.
+    for (const char* text : {"version = 4\n", "version = -1\n", "version = \"2\"\n", "version = 4294967298\n"}) {
+        host.write("/etc/containerd/config.toml", text);
+        r = Doc{host}();
+        EXPECT_EQ(get(r, "runtime.containerd").status, Status::fail) << text;
+        EXPECT_THAT(get(r, "runtime.containerd").evidence, HasSubstr("/etc/containerd/config.toml:1: version")) << text;
+    }
+
     r = check("cdi-v2.toml");
     EXPECT_EQ(get(r, "runtime.containerd").status, Status::ok);
     EXPECT_EQ(get(r, "runtime.cdi_spec").status, Status::fail);
