@@ -1,6 +1,9 @@
 # Runs one fuzz target for SECONDS on its seeds (fuzz/CMakeLists.txt's ctest entries): new
 # inputs go to WORK/corpus/NAME, a crash to WORK/artifacts/NAME-crash-<sha1>.
 file(MAKE_DIRECTORY ${WORK}/corpus/${NAME} ${WORK}/artifacts)
+if(SYMBOLIZER)
+  set(ENV{ASAN_SYMBOLIZER_PATH} ${SYMBOLIZER})
+endif()
 execute_process(
   COMMAND ${FUZZER} -max_total_time=${SECONDS} -timeout=10 -rss_limit_mb=2048 -max_len=65536
           -close_fd_mask=3 -print_final_stats=1 -artifact_prefix=${WORK}/artifacts/${NAME}-

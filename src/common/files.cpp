@@ -181,7 +181,8 @@ Status create_directories(const std::filesystem::path& dir, unsigned mode) {
     for (fs::path d = dir.lexically_normal(); !d.empty(); d = d.parent_path()) {
         struct stat st {};
         if (::stat(d.c_str(), &st) == 0) {
-            if (!S_ISDIR(st.st_mode)) return fail(Code::io, "cannot create {}: {} is not a directory", dir.string(), d.string());
+            if (!S_ISDIR(st.st_mode))
+                return fail(Code::io, "cannot create {}: {} is not a directory", dir.string(), d.string());
             break;
         }
         missing.push_back(d);

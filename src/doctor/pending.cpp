@@ -148,7 +148,8 @@ Pod decode_pod(const json::Reader& r) {
                            .object("requiredDuringSchedulingIgnoredDuringExecution")
                            .array("nodeSelectorTerms");
     for (const auto& t : terms.elements())
-        p.required_terms.push_back({decode_expressions(t.array("matchExpressions")), decode_expressions(t.array("matchFields"))});
+        p.required_terms.push_back(
+            {decode_expressions(t.array("matchExpressions")), decode_expressions(t.array("matchFields"))});
     return p;
 }
 
@@ -460,9 +461,13 @@ Result<Explanation> explain(const nlohmann::json& pod, const nlohmann::json& nod
         return decode_pod(r);
     });
     if (!p) return std::unexpected(p.error());
-    auto n = json::decode(nodes, names.nodes, [](const json::Reader& r) { return decode_list(r, "Node", "kubectl get nodes -o json", decode_node); });
+    auto n = json::decode(nodes, names.nodes, [](const json::Reader& r) {
+        return decode_list(r, "Node", "kubectl get nodes -o json", decode_node);
+    });
     if (!n) return std::unexpected(n.error());
-    auto ps = json::decode(pods, names.pods, [](const json::Reader& r) { return decode_list(r, "Pod", "kubectl get pods -A -o json", decode_pod); });
+    auto ps = json::decode(pods, names.pods, [](const json::Reader& r) {
+        return decode_list(r, "Pod", "kubectl get pods -A -o json", decode_pod);
+    });
     if (!ps) return std::unexpected(ps.error());
     auto qs = json::decode(quotas, names.quotas, [](const json::Reader& r) {
         return decode_list(r, "ResourceQuota", "kubectl get resourcequota -A -o json", decode_quota);
