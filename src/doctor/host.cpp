@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <regex>
 
@@ -45,7 +46,13 @@ std::vector<XidEvent> parse_xids(std::string_view log) {
     for (auto line : strings::split(log, '\n')) {
         std::string s(line);
         std::smatch m;
-        if (std::regex_search(s, m, re)) out.push_back({m[1].str(), std::stoi(m[2].str()), std::string(strings::trim(s))});
+        if (!std::regex_search(s, m, re)) continue;
+        // A number past int (a corrupt or forged line) is no XID: skipped, where std::stoi threw
+        // out of `kgpu doctor` (found by fuzz/doctor_kernel_log).
+        int xid = 0;
+        const auto digits = m[2].str();
+        if (auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), xid); ec != std::errc{}) continue;
+        out.push_back({m[1].str(), xid, std::string(strings::trim(s))});
     }
     return out;
 }

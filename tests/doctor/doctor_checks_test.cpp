@@ -459,6 +459,11 @@ TEST(DoctorHost, Parsers) {
     ASSERT_EQ(x.size(), 1u);
     EXPECT_EQ(x[0].xid, 48);
     EXPECT_EQ(x[0].pci, "0000:3b:00");
+    // An XID past int aborted doctor (std::stoi threw; fuzz/corpus/doctor_kernel_log/crash-717c...):
+    // such a line is no XID and is skipped.
+    x = parse_xids("NVRM: Xid (PCI:0000:1a:00): 10000000003, pid=1\nNVRM: Xid (PCI:0000:1b:00): 79, pid=2\n");
+    ASSERT_EQ(x.size(), 1u);
+    EXPECT_EQ(x[0].xid, 79);
     EXPECT_EQ(classify_xid(13), XidClass::application);
     EXPECT_EQ(classify_xid(94), XidClass::recoverable);
     EXPECT_EQ(classify_xid(79), XidClass::reset_required);
