@@ -62,9 +62,11 @@ void remove_stale_temporaries(const fs::path& dir, const std::string& name) {
     for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
         const std::string entry = it->path().filename().string();
         if (entry.size() != prefix.size() + 6 || !entry.starts_with(prefix)) continue;
+        struct stat by_name {};
+        if (::lstat(it->path().c_str(), &by_name) != 0 || !S_ISREG(by_name.st_mode)) continue;  // never open a device
         int fd = ::open(it->path().c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
         if (fd < 0) continue;
-        struct stat by_fd {}, by_name {};
+        struct stat by_fd {};
         if (::fstat(fd, &by_fd) == 0 && S_ISREG(by_fd.st_mode) && ::flock(fd, LOCK_EX | LOCK_NB) == 0 &&
             ::lstat(it->path().c_str(), &by_name) == 0 && by_name.st_ino == by_fd.st_ino && by_name.st_dev == by_fd.st_dev)
             ::unlink(it->path().c_str());
