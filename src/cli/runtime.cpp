@@ -294,8 +294,8 @@ int apply_changes(const RuntimeOptions& o, const std::vector<Change>& changes) {
     std::string written;
     for (const auto& c : changes) {
         if (!c.changed()) continue;
-        std::error_code ec;
-        fs::create_directories(fs::path(c.path).parent_path(), ec);
+        // 0755 whatever the umask (issue #14): a drop-in directory nobody else may write to.
+        if (auto st = files::create_directories(fs::path(c.path).parent_path(), 0755); !st) return report(st.error());
         if (c.before.exists) {
             const std::string bak = backup_path(c.path);
             if (auto st = write_file(bak, c.before.text, c.before); !st) return report(st.error());

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <regex>
 
@@ -40,7 +41,13 @@ std::vector<XidEvent> parse_xids(std::string_view log) {
     for (auto line : strings::split(log, '\n')) {
         std::string s(line);
         std::smatch m;
-        if (std::regex_search(s, m, re)) out.push_back({m[1].str(), std::stoi(m[2].str()), std::string(strings::trim(s))});
+        if (!std::regex_search(s, m, re)) continue;
+        // A number past int (a corrupt or forged line) is no XID: skipped, where std::stoi threw
+        // out of `kgpu doctor` (found by fuzz/doctor_kernel_log).
+        int xid = 0;
+        const auto digits = m[2].str();
+        if (auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), xid); ec != std::errc{}) continue;
+        out.push_back({m[1].str(), xid, std::string(strings::trim(s))});
     }
     return out;
 }
@@ -197,6 +204,16 @@ Result<ContainerdConfig> read_containerd_config(const fs::path& root, const fs::
     auto main = parse_file(root, config);
     if (!main) return std::unexpected(main.error());
     c.files.push_back(config.string());
+    // containerd reads versions 1 (no key), 2 and 3 and refuses to start with anything else;
+    // the plugin names the settings live under depend on it (found by fuzz/doctor_containerd).
+    if (auto version = (*main)["version"]) {
+        const auto line = version.node()->source().begin.line;
+        if (!version.is_integer())
+            return fail(Code::parse, "{}:{}: version: expected an integer (1, 2 or 3)", config.string(), line);
+        if (const int64_t v = *version.value<int64_t>(); v < 1 || v > 3)
+            return fail(Code::parse, "{}:{}: version = {}: containerd reads config versions 1, 2 and 3", config.string(),
+                        line, v);
+    }
     apply(*main, c, true);
     if (const toml::array* imports = (*main)["imports"].as_array()) {
         for (const auto& node : *imports) {

@@ -4,11 +4,14 @@
 // `containerd config dump` check with Debian's real containerd when it is installed.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -432,4 +435,38 @@ TEST(RuntimeConfigureCli, BadOptionsAreUsageErrors) {
     auto docker = configure({"--runtime", "docker", "--config", r.p("daemon.json"), "--drop-in-config", r.p("x.json")});
     EXPECT_EQ(docker.exit_code, 2);
     EXPECT_THAT(docker.err, HasSubstr("does not support drop-in"));
+}
+
+// Issue #14: --dry-run's diff needed memory quadratic in the config's lines (a 40k-line config
+// took 6.3 GB, 100k lines were OOM-killed). Required: 100k lines in < 10 s of CPU and < 300 MB;
+// measured from the child's own accounting (getrusage of the waited-for child: peak RSS and CPU
+// time, which a loaded machine does not inflate the way it does wall time). The child also runs
+// under `ulimit -v` so a regression fails fast instead of swapping the machine.
+TEST(RuntimeConfigureCli, DryRunOnAHundredThousandLinesIsLinear) {
+    TempDir dir;
+    std::string text = slurp(kFixtures + "v2-systemd.toml");
+    for (int i = 0; text.size() < 4 * 1024 * 1024 && i < 25000; ++i)
+        text += "[plugins.\"io.containerd.example.v1.p" + std::to_string(i) + "\"]\n  setting_a = \"value " +
+                std::to_string(i) + "\"\n  # about plugin " + std::to_string(i) + "\n  setting_b = " + std::to_string(i) + "\n";
+    ASSERT_GE(std::count(text.begin(), text.end(), '\n'), 100000);
+    const std::string config = dir.write("config.toml", text);
+    std::vector<std::string> argv = {"/bin/sh", "-c", "ulimit -v 2097152 && exec \"$0\" \"$@\"", KGPU_BINARY};
+#if defined(__SANITIZE_ADDRESS__)
+    argv = {KGPU_BINARY};  // AddressSanitizer reserves terabytes of address space: no ulimit -v
+#endif
+    for (const char* a : {"runtime", "configure", "--config", config.c_str(), "--drop-in-config=", "--dry-run", "--set-as-default", "--enable-cdi"})
+        argv.push_back(a);
+    auto r = run_process(argv);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr("+    enable_cdi = true"));
+    EXPECT_THAT(r.out, HasSubstr("-      default_runtime_name = \"runc\""));
+    EXPECT_EQ(slurp(config), text);  // dry run: nothing written
+    rusage ru{};
+    ASSERT_EQ(::getrusage(RUSAGE_CHILDREN, &ru), 0);
+    const double cpu_s = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+    const long peak_mb = ru.ru_maxrss / 1024;  // kilobytes on Linux
+    std::cout << "runtime configure --dry-run, 100k lines: " << cpu_s << " s CPU, peak RSS " << peak_mb << " MB\n";
+    EXPECT_LT(cpu_s, 10.0);
+    EXPECT_LT(peak_mb, 300);
 }

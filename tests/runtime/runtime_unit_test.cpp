@@ -3,14 +3,22 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
+#include <random>
 #include <sstream>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include <toml++/toml.h>
 
 #include "runtime/containerd.h"
 #include "runtime/diff.h"
+#include "support/unified_patch.h"
 #include "common/strings.h"
 
 using namespace kgpu;
@@ -224,4 +232,103 @@ TEST(RuntimeDiff, ShowsAddedLinesWithContext) {
     const std::string d = runtime::unified_diff("a\nb\nc\n", "a\nb\nx\nc\n", "old", "new");
     EXPECT_EQ(d, "--- old\n+++ new\n@@ -1,3 +1,4 @@\n a\n b\n+x\n c\n");
     EXPECT_EQ(runtime::unified_diff("same\n", "same\n", "a", "b"), "");
+}
+
+TEST(RuntimeDiff, HunksAndNumberingAsDiffU) {
+    // Changes 6 unchanged lines apart share a hunk; 7 apart, two hunks (as GNU diff -u).
+    std::string a, b1, b2;
+    for (int i = 1; i <= 20; ++i) a += std::to_string(i) + "\n";
+    b1 = a, b2 = a;
+    b1.replace(b1.find("2\n"), 2, "two\n");
+    b1.replace(b1.find("\n9\n") + 1, 2, "nine\n");
+    EXPECT_EQ(runtime::unified_diff(a, b1, "a", "b"),
+              "--- a\n+++ b\n@@ -1,12 +1,12 @@\n 1\n-2\n+two\n 3\n 4\n 5\n 6\n 7\n 8\n-9\n+nine\n 10\n 11\n 12\n");
+    b2.replace(b2.find("2\n"), 2, "two\n");
+    b2.replace(b2.find("\n10\n") + 1, 3, "ten\n");
+    EXPECT_EQ(runtime::unified_diff(a, b2, "a", "b"),
+              "--- a\n+++ b\n@@ -1,5 +1,5 @@\n 1\n-2\n+two\n 3\n 4\n 5\n@@ -7,7 +7,7 @@\n 7\n 8\n 9\n-10\n+ten\n 11\n 12\n 13\n");
+    // Insertions into and deletions of everything: an empty range is numbered by the line before.
+    EXPECT_EQ(runtime::unified_diff("", "x\n", "a", "b"), "--- a\n+++ b\n@@ -0,0 +1,1 @@\n+x\n");
+    EXPECT_EQ(runtime::unified_diff("x\ny\n", "", "a", "b"), "--- a\n+++ b\n@@ -1,2 +0,0 @@\n-x\n-y\n");
+}
+
+TEST(RuntimeDiff, MissingFinalNewlineIsShown) {
+    // "a\nb" and "a\nb\n" differ only in the final newline: diff -u shows it with a marker line.
+    EXPECT_EQ(runtime::unified_diff("a\nb", "a\nb\n", "x", "y"),
+              "--- x\n+++ y\n@@ -1,2 +1,2 @@\n a\n-b\n\\ No newline at end of file\n+b\n");
+    EXPECT_EQ(test::apply_patch("a\nb", runtime::unified_diff("a\nb", "a\nb\n", "x", "y")), "a\nb\n");
+    EXPECT_EQ(test::apply_patch("a\nb\n", runtime::unified_diff("a\nb\n", "a\nc", "x", "y")), "a\nc");
+}
+
+TEST(RuntimeDiff, DiffsTakeBeforeToAfter) {
+    // Pseudo-random edits of texts with many repeated lines (the hard case for a diff), checked
+    // by applying the patch; and the common subsequence is the longest for small cases, where a
+    // quadratic LCS is cheap to compute here.
+    std::mt19937 rng(14);
+    auto text = [&](int lines, int alphabet) {
+        std::string t;
+        for (int i = 0; i < lines; ++i) t += "l" + std::to_string(rng() % alphabet) + "\n";
+        return t;
+    };
+    auto lcs = [](const std::string& x, const std::string& y) {
+        std::vector<std::string> a, b;
+        std::stringstream sa(x), sb(y);
+        for (std::string l; std::getline(sa, l);) a.push_back(l);
+        for (std::string l; std::getline(sb, l);) b.push_back(l);
+        std::vector<std::vector<int>> t(a.size() + 1, std::vector<int>(b.size() + 1));
+        for (size_t i = a.size(); i-- > 0;)
+            for (size_t j = b.size(); j-- > 0;) t[i][j] = a[i] == b[j] ? t[i + 1][j + 1] + 1 : std::max(t[i + 1][j], t[i][j + 1]);
+        return t[0][0];
+    };
+    for (int round = 0; round < 300; ++round) {
+        const int alphabet = 2 + round % 7;
+        const std::string a = text(static_cast<int>(rng() % 40), alphabet), b = text(static_cast<int>(rng() % 40), alphabet);
+        const std::string d = runtime::unified_diff(a, b, "a", "b");
+        auto applied = test::apply_patch(a, d);
+        ASSERT_TRUE(applied) << "a:\n" << a << "b:\n" << b << "diff:\n" << d;
+        EXPECT_EQ(*applied, b) << d;
+        // Minimal: removed + added = |a| + |b| - 2 LCS.
+        size_t removed = 0, added = 0;
+        std::stringstream sd(d);
+        for (std::string l; std::getline(sd, l);) {
+            if (l.starts_with("---") || l.starts_with("+++")) continue;
+            removed += l.starts_with("-");
+            added += l.starts_with("+");
+        }
+        const auto count = [](const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); };
+        EXPECT_EQ(removed + added, count(a) + count(b) - 2 * static_cast<size_t>(lcs(a, b))) << d;
+    }
+}
+
+TEST(RuntimeDiff, LargeTextsWithFewChanges) {
+    // 100k lines, a few edits spread over it: the old LCS table needed N*M cells (issue #14).
+    std::string a;
+    for (int i = 0; i < 100000; ++i) a += fmt::format("    key_{} = \"value {}\"\n", i % 5000, i);
+    std::string b = a;
+    for (size_t pos : {size_t{0}, b.size() / 3, b.size() / 2, b.size() - 40}) {
+        pos = b.find('\n', pos) + 1;
+        b.insert(pos, "    added = true\n");
+    }
+    b.erase(b.find("key_4000 = "), 4);
+    const std::string d = runtime::unified_diff(a, b, "a", "b");
+    auto applied = test::apply_patch(a, d);
+    ASSERT_TRUE(applied);
+    EXPECT_EQ(*applied, b);
+    EXPECT_EQ(std::count(d.begin(), d.end(), '@'), 5 * 4);  // five hunks
+}
+
+TEST(RuntimeDiff, ManyDifferencesStayCorrect) {
+    // Texts that share every line but in a shuffled order: far past the cost cap, where the
+    // search splits heuristically; the patch must still take a to b.
+    std::vector<std::string> lines;
+    for (int i = 0; i < 20000; ++i) lines.push_back(fmt::format("line {}\n", i % 3000));
+    std::string a, b;
+    for (const auto& l : lines) a += l;
+    std::mt19937 rng(7);
+    std::shuffle(lines.begin(), lines.end(), rng);
+    for (const auto& l : lines) b += l;
+    const std::string d = runtime::unified_diff(a, b, "a", "b");
+    auto applied = test::apply_patch(a, d);
+    ASSERT_TRUE(applied);
+    EXPECT_EQ(*applied, b);
 }
