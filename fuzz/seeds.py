@@ -151,3 +151,19 @@ containers {{ id: "{cid}" pod_sandbox_id: "s1" metadata {{ name: "main" attempt:
 containers {{ id: "ffff" metadata {{ name: "ctr-made" }} }}
 """))
 print(f"seeds written under {CORPUS}")
+
+# dcgm-exporter counters CSV (-f) and the exporter's web config.
+for f in sorted((ROOT / "tests" / "exporter" / "data").glob("*.csv")):
+    put("counters_csv", f.read_bytes())
+put("counters_csv", b'DCGM_FI_DEV_GPU_UTIL, gauge, "GPU utilization, in %."\n# comment\n'
+                    b'DCGM_FI_DRIVER_VERSION, label, Driver version\n"DCGM_FI_DEV_FB_USED" , gauge , "a ""quoted"" help"\n')
+put("counters_csv", b"DCGM_FI_DEV_GPU_UTIL gauge\n")
+put("web_config", b"tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  min_version: TLS12\n"
+                  b"  cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\n  curve_preferences: [X25519]\n"
+                  b"  client_auth_type: RequireAndVerifyClientCert\n  client_allowed_sans: [a.example]\n")
+put("web_config", b"basic_auth_users:\n  alice: $2y$10$abcdefghijklmnopqrstuu5Q3hV0OZ8xkSQ0Yp6g3RK8iE6Q3Fq5i\n"
+                  b"http_server_config:\n  http2: false\n  headers:\n    X-Frame-Options: deny\n"
+                  b"rate_limit:\n  interval: 1s500ms\n  burst: 10\n")
+put("web_config", b"http_server_config: {}\n")
+for s in raw_strings("tests/exporter/web_config_test.cpp", ":"):
+    put("web_config", s)

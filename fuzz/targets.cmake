@@ -21,7 +21,7 @@ kgpu_fuzz_target(sim_fixture
   LIBS kgpu_fuzz_sim_model)
 
 kgpu_fuzz_target(containerd_config
-  SOURCES src/runtime/containerd.cpp
+  SOURCES src/runtime/containerd.cpp src/runtime/toml_edit.cpp
   PACKAGES tomlplusplus::tomlplusplus
   LIBS kgpu_runtime)
 
@@ -31,12 +31,12 @@ kgpu_fuzz_target(diff
   LIBS kgpu_runtime)
 
 kgpu_fuzz_target(doctor_containerd
-  SOURCES src/doctor/host.cpp
+  SOURCES src/doctor/host.cpp src/cdi/driver_files.cpp
   PACKAGES tomlplusplus::tomlplusplus
   LIBS kgpu_doctor)
 
 kgpu_fuzz_target(doctor_kernel_log
-  SOURCES src/doctor/host.cpp
+  SOURCES src/doctor/host.cpp src/cdi/driver_files.cpp
   PACKAGES tomlplusplus::tomlplusplus
   LIBS kgpu_doctor)
 
@@ -62,3 +62,12 @@ kgpu_fuzz_target(cri
   PROTOS cri_runtime_v1
   INCLUDES tests
   LIBS kgpu_attribution kgpu_fake_kubelet)
+
+kgpu_fuzz_target(counters_csv
+  SOURCES src/exporter/counters.cpp src/exporter/catalogue.cpp
+  LIBS kgpu_exporter)
+
+kgpu_fuzz_target(web_config
+  SOURCES src/exporter/web_config.cpp
+  PACKAGES yaml-cpp
+  LIBS kgpu_exporter)
