@@ -1,5 +1,6 @@
 #include "cli/cdi.h"
 
+#include <cstdlib>
 #include <iostream>
 
 #include "cdi/spec.h"
@@ -81,6 +82,23 @@ CLI::App* add_cdi_command(CLI::App& app, CdiOptions& opts) {
         ->envname("NVIDIA_CTK_CDI_GENERATE_LIBRARY_SEARCH_PATHS");
     gen->add_flag("--allow-missing-libraries", opts.allow_missing_libraries,
                   "Write the spec even when no driver library is found (it then has no driver mounts or hooks)");
+    gen->add_option("--config-search-path", opts.config_search_paths,
+                    "nvidia-ctk's; accepted and ignored with a warning (kgpu finds the driver's files under the "
+                    "driver root itself)")
+        ->delimiter(',')
+        ->envname("NVIDIA_CTK_CDI_GENERATE_CONFIG_SEARCH_PATHS");
+    gen->add_option("--feature-flag,--feature-flags", opts.feature_flags,
+                    "nvidia-ctk's; accepted and ignored with a warning (kgpu has no feature flags)")
+        ->delimiter(',')
+        ->envname("NVIDIA_CTK_CDI_GENERATE_FEATURE_FLAGS");
+    // nvidia-ctk's own names for the two roots, after kgpu's: flag > NVIDIA_DRIVER_ROOT >
+    // NVIDIA_CTK_DRIVER_ROOT (and the same for the dev root), so an nvidia-ctk environment works.
+    gen->parse_complete_callback([&opts, gen] {
+        if (gen->get_option("--nvidia-driver-root")->count() == 0)
+            if (const char* v = std::getenv("NVIDIA_CTK_DRIVER_ROOT"); v && *v) opts.nvml.driver_root = v;
+        if (gen->get_option("--nvidia-dev-root")->count() == 0)
+            if (const char* v = std::getenv("NVIDIA_CTK_DEV_ROOT"); v && *v) opts.dev_root = v;
+    });
     return cdi;
 }
 
@@ -89,6 +107,11 @@ int run_cdi_generate(const CdiOptions& opts) {
         std::cerr << "kgpu cdi generate: " << m << "\n";
         return 2;
     };
+    for (const auto& p : opts.config_search_paths)
+        std::cerr << "kgpu cdi generate: warning: --config-search-path " << p
+                  << " ignored: kgpu finds the driver's files under the driver root itself\n";
+    for (const auto& f : opts.feature_flags)
+        std::cerr << "kgpu cdi generate: warning: --feature-flag " << f << " ignored: kgpu has no feature flags\n";
     cdi::SpecOptions so;
     const std::string mode = strings::lower(opts.mode);
     if (mode == "auto" || mode == "nvml") so.mode = cdi::Mode::nvml;

@@ -224,6 +224,26 @@ TEST(NvidiaCtkShape, HookBinaryChoices) {
     EXPECT_EQ(json::parse(env.out)["containerEdits"]["hooks"][0]["args"][1], "hook");
 }
 
+// nvidia-ctk's own environment: NVIDIA_CTK_DRIVER_ROOT and NVIDIA_CTK_DEV_ROOT name the roots
+// (after kgpu's flags and NVIDIA_DRIVER_ROOT), and its --config-search-path is accepted.
+TEST(NvidiaCtkShape, NvidiaCtkEnvironmentAndFlags) {
+    NvidiaRoot root;
+    std::vector<std::string> argv = {KGPU_BINARY, "cdi", "generate", "--nvml-library", KGPU_SIM_LIBRARY,
+                                     "--format", "json", "--config-search-path", "/etc/nvidia-container-runtime"};
+    const std::string node = kSource + "/tests/cdi/fixtures/nodes/one-gpu.yaml";
+    auto r = run_process(argv, {{"KGPU_SIM_NODE", node}, {"NVIDIA_CTK_DRIVER_ROOT", root.path()},
+                                {"NVIDIA_CTK_DEV_ROOT", root.path()}});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("--config-search-path /etc/nvidia-container-runtime ignored"), std::string::npos) << r.err;
+    const auto spec = json::parse(r.out);
+    EXPECT_NE(spec.dump().find(root.path() + "/lib/x86_64-linux-gnu/libcuda.so.999.88.77"), std::string::npos);
+    // kgpu's own variable wins over nvidia-ctk's.
+    auto both = run_process(argv, {{"KGPU_SIM_NODE", node}, {"NVIDIA_CTK_DRIVER_ROOT", root.path()},
+                                   {"NVIDIA_DRIVER_ROOT", root.path() + "/nowhere"}});
+    EXPECT_EQ(both.exit_code, 1);
+    EXPECT_NE(both.err.find(root.path() + "/nowhere"), std::string::npos) << both.err;
+}
+
 TEST(NvidiaCtkShape, NoAllDeviceAndNoneDevice) {
     NvidiaRoot root;
     auto r = generate_nvidia(root, {"--no-all-device"});
