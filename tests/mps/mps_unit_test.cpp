@@ -1,0 +1,175 @@
+// MPS pieces without a daemon: the limits NVIDIA's daemon sets, the validation of a resource, the
+// directory layout, finding the control binary, the shm size, and the helper that runs programs.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+
+#include "common/process.h"
+#include "mps/mps.h"
+#include "mps/shm.h"
+#include "support/process.h"
+
+namespace kgpu::mps {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+SharedGpu h100(unsigned index, unsigned replicas) {
+    return {index, "GPU-" + std::to_string(index), 81559, replicas, 9, 0, false};
+}
+
+DaemonSpec dgx(unsigned replicas) {
+    DaemonSpec s{"nvidia.com/gpu", {}};
+    for (unsigned i = 0; i < 8; ++i) s.gpus.push_back(h100(i, replicas));
+    return s;
+}
+
+TEST(MpsLimits, QuarterOfEveryGpuWithFourReplicas) {
+    const DaemonSpec s = dgx(4);
+    EXPECT_EQ(active_thread_percentage(s), 25u);
+    auto limits = pinned_memory_limits(s);
+    ASSERT_EQ(limits.size(), 8u);
+    for (unsigned i = 0; i < 8; ++i) {
+        EXPECT_EQ(limits[i].index, i);
+        EXPECT_EQ(limits[i].value(), "20389M");  // 81559 MiB / 4, rounded down as NVIDIA's
+    }
+    auto cmds = setup_commands(s);
+    ASSERT_EQ(cmds.size(), 9u);
+    EXPECT_EQ(cmds[0], "set_default_device_pinned_mem_limit 0 20389M");
+    EXPECT_EQ(cmds[7], "set_default_device_pinned_mem_limit 7 20389M");
+    EXPECT_EQ(cmds[8], "set_default_active_thread_percentage 25");
+}
+
+TEST(MpsLimits, IntegerDivisionAsNvidiaAndIndexOrder) {
+    DaemonSpec s{"nvidia.com/gpu.shared", {h100(3, 3), h100(1, 3)}};
+    s.gpus[1].memory_mib = 15360;
+    EXPECT_EQ(active_thread_percentage(s), 33u);
+    auto limits = pinned_memory_limits(s);
+    ASSERT_EQ(limits.size(), 2u);
+    EXPECT_EQ(limits[0].index, 1u);
+    EXPECT_EQ(limits[0].value(), "5120M");
+    EXPECT_EQ(limits[1].value(), "27186M");
+    s.gpus[0].memory_mib = 0;  // unknown memory: no limit for that GPU
+    EXPECT_EQ(pinned_memory_limits(s).size(), 1u);
+    EXPECT_EQ(active_thread_percentage(DaemonSpec{}), 100u);
+}
+
+TEST(MpsValidate, RefusesMigTooManyReplicasAndNothingToShare) {
+    EXPECT_TRUE(validate(dgx(48)).has_value());
+    auto too_many = validate(dgx(49));
+    ASSERT_FALSE(too_many.has_value());
+    EXPECT_EQ(too_many.error().code, Code::invalid_argument);
+    EXPECT_THAT(too_many.error().message, HasSubstr("maximum allowed replicas exceeded: 49 > 48"));
+
+    DaemonSpec pascal{"nvidia.com/gpu", {h100(0, 17)}};
+    pascal.gpus[0].cc_major = 6;
+    EXPECT_THAT(validate(pascal).error().message, HasSubstr("17 > 16"));
+    pascal.gpus[0].cc_major = 7;  // Volta: 48 clients (NVIDIA's plugin says 16 below 7.5)
+    EXPECT_TRUE(validate(pascal).has_value());
+
+    DaemonSpec mig{"nvidia.com/gpu", {h100(0, 2)}};
+    mig.gpus[0].mig = true;
+    EXPECT_EQ(validate(mig).error().code, Code::not_supported);
+    EXPECT_THAT(validate(mig).error().message, HasSubstr("not supported for MIG devices"));
+    EXPECT_THAT(validate(dgx(1)).error().message, HasSubstr("replicas must be at least 2"));
+    EXPECT_THAT(validate(DaemonSpec{"nvidia.com/gpu", {}}).error().message, HasSubstr("no GPUs"));
+}
+
+TEST(MpsRoot, NvidiasLayout) {
+    Root r;
+    EXPECT_EQ(r.dir, "/run/nvidia/mps");
+    EXPECT_EQ(r.pipe_dir("nvidia.com/gpu"), "/run/nvidia/mps/nvidia.com/gpu/pipe");
+    EXPECT_EQ(r.log_dir("nvidia.com/gpu"), "/run/nvidia/mps/nvidia.com/gpu/log");
+    EXPECT_EQ(r.started_file("nvidia.com/gpu"), "/run/nvidia/mps/nvidia.com/gpu/.started");
+    EXPECT_EQ(r.shm_dir(), "/run/nvidia/mps/shm");
+    EXPECT_EQ(r.ready_file(), "/run/nvidia/mps/.ready");
+    EXPECT_EQ(container_pipe_dir("nvidia.com/gpu.shared"), "/mps/nvidia.com/gpu.shared/pipe");
+}
+
+TEST(MpsControlBinary, FoundUnderTheDriverRootOrNamed) {
+    test::TempDir root;
+    auto none = find_control_binary("", root.path());
+    ASSERT_FALSE(none.has_value());
+    EXPECT_EQ(none.error().code, Code::not_found);
+    EXPECT_THAT(none.error().message, HasSubstr(root.path() + "/usr/bin/nvidia-cuda-mps-control"));
+    EXPECT_THAT(none.error().message, HasSubstr("--mps-control-binary"));
+
+    const std::string bin = root.write("usr/sbin/nvidia-cuda-mps-control", "#!/bin/sh\n");
+    EXPECT_FALSE(find_control_binary("", root.path()).has_value());  // not executable
+    ::chmod(bin.c_str(), 0755);
+    EXPECT_EQ(find_control_binary("", root.path()).value(), bin);
+
+    const std::string other = root.write("elsewhere/mps", "x");
+    EXPECT_THAT(find_control_binary(other, root.path()).error().message, HasSubstr("KGPU_MPS_CONTROL"));
+    ::chmod(other.c_str(), 0755);
+    EXPECT_EQ(find_control_binary(other, "/nonexistent").value(), other);
+}
+
+TEST(MpsShm, HalfOfMemTotalAsNvidia) {
+    EXPECT_EQ(shm_size("MemFree: 1 kB\nMemTotal:       263842328 kB\n"), "131921164k");
+    EXPECT_EQ(shm_size("MemTotal: 7 kB"), "3k");
+    EXPECT_EQ(shm_size("MemTotal: 4096"), "2048");
+    EXPECT_EQ(shm_size("MemTotal: lots\n"), "65536k");
+    EXPECT_EQ(shm_size(""), "65536k");
+}
+
+process::RunOptions opts(std::vector<std::string> argv, std::map<std::string, std::string> env = {},
+                         std::string input = "") {
+    process::RunOptions o;
+    o.argv = std::move(argv);
+    o.set_env = std::move(env);
+    o.stdin_text = std::move(input);
+    return o;
+}
+
+TEST(Process, StdinEnvExitCodeAndExecFailure) {
+    auto cat = process::run(opts({"/bin/cat"}, {}, "get_default_active_thread_percentage\n"));
+    ASSERT_TRUE(cat.has_value()) << cat.error().message;
+    EXPECT_EQ(cat->exit_code, 0);
+    EXPECT_EQ(cat->out, "get_default_active_thread_percentage\n");
+
+    auto env = process::run(opts({"/bin/sh", "-c", "echo \"$CUDA_MPS_PIPE_DIRECTORY\"; echo oops >&2; exit 3"},
+                                 {{"CUDA_MPS_PIPE_DIRECTORY", "/mps/x/pipe"}}));
+    ASSERT_TRUE(env.has_value());
+    EXPECT_EQ(env->exit_code, 3);
+    EXPECT_EQ(env->out, "/mps/x/pipe\n");
+    EXPECT_EQ(env->err, "oops\n");
+
+    auto missing = process::run(opts({"/nonexistent/nvidia-cuda-mps-control"}));
+    ASSERT_TRUE(missing.has_value());
+    EXPECT_EQ(missing->exit_code, 127);
+    EXPECT_THAT(missing->err, HasSubstr("exec /nonexistent/nvidia-cuda-mps-control failed"));
+    EXPECT_FALSE(process::run({}).has_value());
+}
+
+TEST(Process, TimeoutKillsAndNamesTheProgram) {
+    process::RunOptions o = opts({"/bin/sleep", "30"});
+    o.timeout = std::chrono::milliseconds(100);
+    auto r = process::run(o);
+    ASSERT_FALSE(r.has_value());
+    EXPECT_EQ(r.error().code, Code::timeout);
+    EXPECT_THAT(r.error().message, HasSubstr("/bin/sleep did not finish within 100 ms"));
+}
+
+// A daemon that keeps the output pipe open (its parent exited) does not hold the caller.
+TEST(Process, DoesNotWaitForADescendantHoldingThePipes) {
+    process::RunOptions o = opts({"/bin/sh", "-c", "sleep 30 & echo $!"});
+    o.timeout = std::chrono::seconds(20);
+    auto r = process::run(o);
+    ASSERT_TRUE(r.has_value()) << r.error().message;
+    EXPECT_EQ(r->exit_code, 0);
+    const int pid = std::atoi(r->out.c_str());
+    ASSERT_GT(pid, 0) << r->out;
+    EXPECT_EQ(::kill(pid, 0), 0);  // still running, still holding stdout: run() did not wait for it
+    ::kill(pid, SIGKILL);
+}
+
+}  // namespace
+}  // namespace kgpu::mps
