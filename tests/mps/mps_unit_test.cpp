@@ -11,6 +11,7 @@
 #include <map>
 
 #include "common/process.h"
+#include "deviceplugin/mps.h"
 #include "mps/mps.h"
 #include "mps/shm.h"
 #include "support/process.h"
@@ -169,6 +170,68 @@ TEST(Process, DoesNotWaitForADescendantHoldingThePipes) {
     ASSERT_GT(pid, 0) << r->out;
     EXPECT_EQ(::kill(pid, 0), 0);  // still running, still holding stdout: run() did not wait for it
     ::kill(pid, SIGKILL);
+}
+
+// The daemons a node needs: one per shared resource, each physical GPU once with its replicas,
+// memory and compute capability from the inventory.
+TEST(MpsDaemonSpecs, OnePerSharedResourceWithEveryGpuOnce) {
+    inventory::Node node;
+    for (unsigned i = 0; i < 3; ++i) {
+        inventory::Gpu g;
+        g.index = i;
+        g.uuid = "GPU-" + std::to_string(i);
+        g.memory_total_mib = 81559;
+        g.cc_major = 9;
+        node.gpus.push_back(g);
+    }
+    node.gpus[2].mig_devices.push_back({});
+    node.gpus[2].mig_devices[0].uuid = "MIG-2-0";
+    node.gpus[2].mig_devices[0].memory_mib = 9856;
+    deviceplugin::Resource shared;
+    shared.name = "nvidia.com/gpu.shared";
+    shared.replicas = 4;
+    for (unsigned i = 0; i < 2; ++i)
+        for (unsigned n = 0; n < 4; ++n) {
+            deviceplugin::Device d;
+            d.id = "GPU-" + std::to_string(i) + "::" + std::to_string(n);
+            d.physical_id = "GPU-" + std::to_string(i);
+            d.gpu_index = i;
+            d.uuid = d.physical_id;
+            d.replica = n;
+            shared.devices.push_back(d);
+        }
+    deviceplugin::Resource whole;
+    whole.name = "nvidia.com/gpu";
+    whole.devices.push_back({});
+    whole.devices[0].gpu_index = 2;
+    deviceplugin::Resource mig;
+    mig.name = "nvidia.com/mig.shared";
+    mig.replicas = 2;
+    for (unsigned n = 0; n < 2; ++n) {
+        deviceplugin::Device d;
+        d.id = "MIG-2-0::" + std::to_string(n);
+        d.physical_id = "MIG-2-0";
+        d.gpu_index = 2;
+        d.uuid = "MIG-2-0";
+        d.mig = deviceplugin::MigInstance{};
+        mig.devices.push_back(d);
+    }
+
+    auto specs = deviceplugin::mps_daemon_specs({whole, shared, mig}, node);
+    ASSERT_EQ(specs.size(), 2u);
+    EXPECT_EQ(specs[0].resource, "nvidia.com/gpu.shared");
+    ASSERT_EQ(specs[0].gpus.size(), 2u);
+    EXPECT_EQ(specs[0].gpus[1].index, 1u);
+    EXPECT_EQ(specs[0].gpus[1].uuid, "GPU-1");
+    EXPECT_EQ(specs[0].gpus[1].replicas, 4u);
+    EXPECT_EQ(specs[0].gpus[1].memory_mib, 81559u);
+    EXPECT_EQ(specs[0].gpus[1].cc_major, 9);
+    EXPECT_FALSE(specs[0].gpus[1].mig);
+    EXPECT_EQ(setup_commands(specs[0]).back(), "set_default_active_thread_percentage 25");
+    ASSERT_EQ(specs[1].gpus.size(), 1u);
+    EXPECT_TRUE(specs[1].gpus[0].mig);
+    EXPECT_EQ(specs[1].gpus[0].memory_mib, 9856u);
+    EXPECT_EQ(validate(specs[1]).error().code, Code::not_supported);
 }
 
 }  // namespace
