@@ -1,6 +1,10 @@
 #include "deviceplugin/mps.h"
 
+#include <sys/stat.h>
+
 #include <map>
+
+#include "common/log.h"
 
 namespace kgpu::deviceplugin {
 
@@ -40,6 +44,91 @@ std::vector<mps::DaemonSpec> mps_daemon_specs(const std::vector<Resource>& resou
 bool shares_with_mps(const Config&) {
     // parse_config refuses sharing.mps for now: no configuration shares with MPS yet.
     return false;
+}
+
+MpsWatcher::MpsWatcher(std::vector<std::string> resources, Options options, Callback on_change)
+    : opts_(std::move(options)), on_change_(std::move(on_change)) {
+    for (auto& r : resources) {
+        mps::Control control(opts_.control_binary, opts_.root.pipe_dir(r), opts_.root.log_dir(r), opts_.command_timeout);
+        watched_.push_back(Watched{r, std::move(control), State{false, "not checked yet"}, "", {}});
+    }
+}
+
+MpsWatcher::~MpsWatcher() { stop(); }
+
+bool MpsWatcher::check(Watched& w, std::chrono::steady_clock::time_point now) {
+    State next = w.state;
+    const auto started = opts_.root.started_file(w.resource);
+    struct stat sb {};
+    if (opts_.control_binary.empty()) {
+        next = {false, "no nvidia-cuda-mps-control to ask the MPS control daemon with"};
+    } else if (::stat(started.c_str(), &sb) != 0) {
+        next = {false, fmt::format("no MPS control daemon runs for it ({} is missing)", started.string())};
+        w.started_key.clear();
+    } else {
+        const std::string key = fmt::format("{}:{}.{}", sb.st_ino, sb.st_mtim.tv_sec, sb.st_mtim.tv_nsec);
+        const bool fresh = key != w.started_key;
+        const auto since = now - w.last_probe;
+        if (fresh || (!w.state.up && since >= opts_.retry_interval) || since >= opts_.probe_interval) {
+            w.last_probe = now;
+            if (auto r = w.control.send(mps::kProbeCommand); r) {
+                next = {true, "answering"};
+                w.started_key = key;
+            } else {
+                next = {false, r.error().message};
+                w.started_key = key;  // asked again after retry_interval, not on every tick
+            }
+        }
+    }
+    const bool changed = next.up != w.state.up || (!next.up && next.reason != w.state.reason);
+    if (changed) {
+        if (next.up)
+            log::info("MPS {}: the control daemon answers: its devices are Healthy", w.resource);
+        else
+            log::warn("MPS {}: its devices are Unhealthy: {}", w.resource, next.reason);
+    }
+    std::lock_guard lk(mu_);
+    w.state = std::move(next);
+    return changed;
+}
+
+void MpsWatcher::start() {
+    const auto now = std::chrono::steady_clock::now();
+    for (auto& w : watched_) check(w, now);
+    {
+        std::lock_guard lk(stop_mu_);
+        stopping_ = false;
+    }
+    thread_ = std::thread([this] { run(); });
+}
+
+void MpsWatcher::stop() {
+    {
+        std::lock_guard lk(stop_mu_);
+        stopping_ = true;
+    }
+    stop_cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+}
+
+std::map<std::string, MpsWatcher::State> MpsWatcher::snapshot() const {
+    std::lock_guard lk(mu_);
+    std::map<std::string, State> out;
+    for (const auto& w : watched_) out[w.resource] = w.state;
+    return out;
+}
+
+void MpsWatcher::run() {
+    for (;;) {
+        {
+            std::unique_lock lk(stop_mu_);
+            if (stop_cv_.wait_for(lk, opts_.watch_interval, [this] { return stopping_; })) return;
+        }
+        bool changed = false;
+        const auto now = std::chrono::steady_clock::now();
+        for (auto& w : watched_) changed |= check(w, now);
+        if (changed && on_change_) on_change_(snapshot());
+    }
 }
 
 }  // namespace kgpu::deviceplugin

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -18,6 +19,7 @@
 
 #include "common/files.h"
 #include "common/process.h"
+#include "deviceplugin/mps.h"
 #include "mps/mps.h"
 #include "mps/supervisor.h"
 #include "support/process.h"
@@ -331,6 +333,61 @@ TEST_F(MpsSupervisor, ReplacesADaemonLeftFromAnEarlierRun) {
     EXPECT_EQ(sup.status()[0].state, DaemonState::running);
     EXPECT_EQ(old.send(kProbeCommand).value_or("?"), "25.0");
     sup.stop();
+}
+
+// The plugin's side: a daemon is up once it answers after its .started appeared; down as soon as
+// .started goes (the supervisor removes it when the daemon dies); up again after the restart.
+TEST_F(MpsSupervisor, TheWatcherFollowsTheDaemon) {
+    const std::string res = "nvidia.com/gpu";
+    std::mutex mu;
+    std::vector<bool> seen;  // every state the callback reported
+    deviceplugin::MpsWatcher::Options wo;
+    wo.root = opts.root;
+    wo.control_binary = kStandIn;
+    wo.watch_interval = 20ms;
+    deviceplugin::MpsWatcher watcher({res}, wo, [&](const std::map<std::string, deviceplugin::MpsWatcher::State>& s) {
+        std::lock_guard lk(mu);
+        seen.push_back(s.at(res).up);
+    });
+    watcher.start();
+    EXPECT_FALSE(watcher.snapshot().at(res).up);
+    EXPECT_THAT(watcher.snapshot().at(res).reason, HasSubstr(".started is missing"));
+
+    Supervisor sup({spec(res, 0, 8, 4)}, opts, modes);
+    ASSERT_TRUE(sup.start().has_value());
+    ASSERT_TRUE(eventually([&] { return watcher.snapshot().at(res).up; }));
+    const auto logged = lines(opts.root.log_dir(res) / "control.log");
+    EXPECT_EQ(logged.back(), std::string(kProbeCommand));  // it asked the daemon, once
+
+    ::kill(sup.status()[0].pid, SIGKILL);
+    ASSERT_TRUE(tick_until(sup, [&] { return !fs::exists(opts.root.started_file(res)); }));
+    ASSERT_TRUE(eventually([&] { return !watcher.snapshot().at(res).up; }));
+    ASSERT_TRUE(tick_until(sup, [&] { return sup.status()[0].state == DaemonState::running; }));
+    ASSERT_TRUE(eventually([&] { return watcher.snapshot().at(res).up; }));
+    {
+        std::lock_guard lk(mu);
+        EXPECT_EQ(seen, (std::vector<bool>{true, false, true}));
+    }
+
+    // A daemon that answers no more while .started stays (hung, or NVIDIA's daemon that never
+    // removes it) is found by the periodic probe.
+    watcher.stop();
+    wo.probe_interval = 50ms;
+    wo.command_timeout = 200ms;
+    deviceplugin::MpsWatcher prober({res}, wo, {});
+    prober.start();
+    EXPECT_TRUE(prober.snapshot().at(res).up);
+    ::kill(sup.status()[0].pid, SIGSTOP);
+    ASSERT_TRUE(eventually([&] { return !prober.snapshot().at(res).up; }));
+    EXPECT_THAT(prober.snapshot().at(res).reason, HasSubstr("did not answer"));
+    ::kill(sup.status()[0].pid, SIGCONT);
+    ASSERT_TRUE(eventually([&] { return prober.snapshot().at(res).up; }));
+    prober.stop();
+    sup.stop();
+
+    deviceplugin::MpsWatcher blind({res}, {opts.root, "", 20ms}, {});
+    blind.start();
+    EXPECT_THAT(blind.snapshot().at(res).reason, HasSubstr("no nvidia-cuda-mps-control"));
 }
 
 }  // namespace
