@@ -48,7 +48,7 @@ std::vector<PinnedLimit> pinned_memory_limits(const DaemonSpec& spec) {
     std::vector<PinnedLimit> out;
     for (const auto& g : spec.gpus) {
         if (g.memory_mib == 0 || g.replicas == 0) continue;
-        out.push_back({g.index, g.memory_mib / g.replicas});
+        out.push_back({g.index, g.memory_mib / g.replicas, g.uuid});
     }
     std::sort(out.begin(), out.end(), [](const PinnedLimit& a, const PinnedLimit& b) { return a.index < b.index; });
     return out;

@@ -80,6 +80,7 @@ unsigned active_thread_percentage(const DaemonSpec& spec);
 struct PinnedLimit {
     unsigned index = 0;
     std::uint64_t mib = 0;  // memory_mib / replicas
+    std::string uuid;       // of the GPU
     std::string value() const { return std::to_string(mib) + "M"; }
 };
 // set_default_device_pinned_mem_limit per GPU, by index (GPUs without known memory get none).

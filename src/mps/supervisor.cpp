@@ -206,12 +206,8 @@ void Supervisor::stop() {
 
 void Supervisor::write_status(const Slot& s) const {
     nlohmann::json limits = nlohmann::json::array();
-    for (const auto& l : s.status.pinned_limits) {
-        std::string uuid;
-        for (const auto& g : s.spec.gpus)
-            if (g.index == l.index) uuid = g.uuid;
-        limits.push_back({{"gpu", l.index}, {"uuid", uuid}, {"limit", l.value()}, {"bytes", l.mib << 20}});
-    }
+    for (const auto& l : s.status.pinned_limits)
+        limits.push_back({{"gpu", l.index}, {"uuid", l.uuid}, {"limit", l.value()}, {"bytes", l.mib << 20}});
     nlohmann::json gpus = nlohmann::json::array();
     for (const auto& g : s.spec.gpus) gpus.push_back({{"gpu", g.index}, {"uuid", g.uuid}, {"replicas", g.replicas}});
     nlohmann::json j = {
@@ -282,6 +278,50 @@ std::optional<pid_t> Supervisor::find_daemon(const Slot& s) const {
         }
     }
     return std::nullopt;
+}
+
+namespace {
+
+std::optional<DaemonState> parse_state(std::string_view s) {
+    for (auto st : {DaemonState::starting, DaemonState::running, DaemonState::restarting, DaemonState::stopped})
+        if (to_string(st) == s) return st;
+    return std::nullopt;
+}
+
+}  // namespace
+
+std::vector<DaemonStatus> read_statuses(const Root& root) {
+    std::vector<DaemonStatus> out;
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(root.dir, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec)) {
+        if (it.depth() >= 2) it.disable_recursion_pending();  // <domain>/<name>/status.json at most
+        if (it->path().filename() != "status.json") continue;
+        auto text = files::read(it->path());
+        if (!text) continue;
+        try {
+            auto j = nlohmann::json::parse(*text);
+            DaemonStatus st;
+            st.resource = j.at("resource").get<std::string>();
+            auto state = parse_state(j.at("state").get<std::string>());
+            if (!state) throw std::runtime_error("unknown state");
+            st.state = *state;
+            st.pid = j.value("pid", 0);
+            st.restarts = j.value("restarts", 0u);
+            st.last_error = j.value("lastError", "");
+            st.active_thread_percentage = j.value("activeThreadPercentage", 100u);
+            for (const auto& l : j.value("pinnedMemoryLimits", nlohmann::json::array()))
+                st.pinned_limits.push_back({l.at("gpu").get<unsigned>(), l.at("bytes").get<std::uint64_t>() >> 20,
+                                            l.value("uuid", "")});
+            if (st.state == DaemonState::running && !fs::exists(root.started_file(st.resource), ec))
+                st.state = DaemonState::restarting;
+            out.push_back(std::move(st));
+        } catch (const std::exception& e) {
+            log::warn("MPS: {}: not a status file kgpu wrote: {}", it->path().string(), e.what());
+        }
+    }
+    std::sort(out.begin(), out.end(), [](const DaemonStatus& a, const DaemonStatus& b) { return a.resource < b.resource; });
+    return out;
 }
 
 Result<bool> run(Supervisor& supervisor, std::chrono::milliseconds watch_interval) {

@@ -108,6 +108,12 @@ private:
     std::vector<Slot> slots_;
 };
 
+// What the supervisors of a node wrote: every <root>/<resource>/status.json (resource names of one
+// or two levels, "nvidia.com/gpu"), sorted by resource. A daemon whose status says running but
+// whose .started is gone counts as restarting (its supervisor died with it). Files that do not
+// parse are skipped with a warning. Errors: none (a missing root is an empty list).
+std::vector<DaemonStatus> read_statuses(const Root& root);
+
 // Runs the supervisor until SIGTERM, SIGINT or SIGQUIT (returns false) or SIGHUP (returns true:
 // the caller reloads its configuration and calls again). Blocks those signals and SIGCHLD in the
 // calling thread and waits on a signalfd between ticks. Stops the daemons before returning.

@@ -273,9 +273,22 @@ TEST_F(MpsSupervisor, StartsAsNvidiaRestartsWhatDiesAndQuitsOnStop) {
     ASSERT_TRUE(tick_until(sup, [&] { return sup.status()[0].state == DaemonState::running; }));
     EXPECT_EQ(sup.status()[0].restarts, 2u);
 
+    // What the exporter reads back.
+    auto read = read_statuses(opts.root);
+    ASSERT_EQ(read.size(), 1u);
+    EXPECT_EQ(read[0].resource, res);
+    EXPECT_EQ(read[0].state, DaemonState::running);
+    EXPECT_EQ(read[0].restarts, 2u);
+    EXPECT_EQ(read[0].active_thread_percentage, 25u);
+    ASSERT_EQ(read[0].pinned_limits.size(), 8u);
+    EXPECT_EQ(read[0].pinned_limits[7].mib, 20389u);
+    EXPECT_EQ(read[0].pinned_limits[7].uuid, "GPU-7");
+    EXPECT_THAT(read[0].last_error, HasSubstr("stopped"));
+
     const pid_t third = sup.status()[0].pid;
     modes.calls.clear();
     sup.stop();
+    EXPECT_EQ(read_statuses(opts.root).at(0).state, DaemonState::stopped);
     EXPECT_EQ(lines(opts.root.log_dir(res) / "control.log").back(), "quit");
     EXPECT_TRUE(eventually([&] { return gone(third); }));
     ASSERT_EQ(modes.calls.size(), 8u);
@@ -295,6 +308,17 @@ TEST_F(MpsSupervisor, OneDaemonPerResourceAndOnlyTheDeadOneRestarts) {
     ASSERT_TRUE(tick_until(sup, [&] { return sup.status()[0].state != DaemonState::running; }));
     EXPECT_FALSE(fs::exists(opts.root.started_file("nvidia.com/a")));
     EXPECT_TRUE(fs::exists(opts.root.started_file("nvidia.com/b")));
+    auto read = read_statuses(opts.root);
+    ASSERT_EQ(read.size(), 2u);
+    EXPECT_EQ(read[0].resource, "nvidia.com/a");
+    EXPECT_EQ(read[0].state, DaemonState::restarting);
+    EXPECT_EQ(read[1].state, DaemonState::running);
+    EXPECT_EQ(read[1].active_thread_percentage, 33u);
+    // A status that says running without .started: its supervisor died with the daemon.
+    fs::remove(opts.root.started_file("nvidia.com/b"));
+    EXPECT_EQ(read_statuses(opts.root).at(1).state, DaemonState::restarting);
+    files::write_atomic(opts.root.resource_dir("nvidia.com/c") / "status.json", "{not json");
+    EXPECT_EQ(read_statuses(opts.root).size(), 2u);
     ASSERT_TRUE(tick_until(sup, [&] { return fs::exists(opts.root.started_file("nvidia.com/a")); }));
     EXPECT_EQ(sup.status()[1].restarts, 0u);
     EXPECT_EQ(pid_of("nvidia.com/b"), b);
