@@ -1,5 +1,7 @@
 #include "cli/mps_control_daemon.h"
 
+#include <signal.h>
+
 #include <cstdlib>
 #include <iostream>
 
@@ -133,6 +135,12 @@ int run_mps_control_daemon(const MpsControlDaemonFlags& f) {
         std::cerr << "kgpu mps-control-daemon: --mps-root: must not be empty\n";
         return 2;
     }
+    // Blocked before any thread starts (NVML's library may start its own), so every thread
+    // inherits the mask and only mps::run's signalfd sees these signals.
+    sigset_t mask;
+    sigemptyset(&mask);
+    for (int sig : {SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGCHLD}) sigaddset(&mask, sig);
+    pthread_sigmask(SIG_BLOCK, &mask, nullptr);
     auto session = open_nvml(f.nvml);
     if (!session) {
         std::cerr << "kgpu mps-control-daemon: " << session.error().message << "\n";

@@ -11,7 +11,7 @@ namespace kgpu::deviceplugin {
 std::vector<mps::DaemonSpec> mps_daemon_specs(const std::vector<Resource>& resources, const inventory::Node& node) {
     std::vector<mps::DaemonSpec> out;
     for (const auto& r : resources) {
-        if (!r.shared()) continue;
+        if (!r.mps) continue;
         mps::DaemonSpec spec{r.name, {}};
         std::map<std::string, size_t> by_physical;  // physical device id -> position in spec.gpus
         for (const auto& d : r.devices) {
@@ -41,10 +41,7 @@ std::vector<mps::DaemonSpec> mps_daemon_specs(const std::vector<Resource>& resou
     return out;
 }
 
-bool shares_with_mps(const Config&) {
-    // parse_config refuses sharing.mps for now: no configuration shares with MPS yet.
-    return false;
-}
+bool shares_with_mps(const Config& config) { return config.sharing.mps.has_value(); }
 
 MpsWatcher::MpsWatcher(std::vector<std::string> resources, Options options, Callback on_change)
     : opts_(std::move(options)), on_change_(std::move(on_change)) {

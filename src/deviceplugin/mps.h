@@ -20,9 +20,9 @@
 
 namespace kgpu::deviceplugin {
 
-// One control daemon per shared resource (replicas > 1) of `resources`, with each physical GPU
-// once and the number of its replicas; resources that are not shared get none (as NVIDIA's
-// manager skips them). GPU memory and compute capability come from `node`. MIG devices are
+// One control daemon per MPS resource (Resource::mps) of `resources`, with each physical GPU
+// once and the number of its replicas; other resources get none (as NVIDIA's manager skips
+// resources that are not shared). GPU memory and compute capability come from `node`. MIG devices are
 // marked (validate() refuses them). Specs are not validated here.
 std::vector<mps::DaemonSpec> mps_daemon_specs(const std::vector<Resource>& resources, const inventory::Node& node);
 

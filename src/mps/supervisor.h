@@ -116,7 +116,9 @@ std::vector<DaemonStatus> read_statuses(const Root& root);
 
 // Runs the supervisor until SIGTERM, SIGINT or SIGQUIT (returns false) or SIGHUP (returns true:
 // the caller reloads its configuration and calls again). Blocks those signals and SIGCHLD in the
-// calling thread and waits on a signalfd between ticks. Stops the daemons before returning.
+// calling thread and waits on a signalfd between ticks; the caller must have blocked them before
+// starting any other thread (NVML's included), or a signal may go to a thread that dies of it.
+// Stops the daemons before returning.
 Result<bool> run(Supervisor& supervisor, std::chrono::milliseconds watch_interval);
 
 // Labels `path` system_u:object_r:container_file_t:s0 when SELinux is enabled (/sys/fs/selinux

@@ -190,6 +190,7 @@ TEST(MpsDaemonSpecs, OnePerSharedResourceWithEveryGpuOnce) {
     deviceplugin::Resource shared;
     shared.name = "nvidia.com/gpu.shared";
     shared.replicas = 4;
+    shared.mps = true;
     for (unsigned i = 0; i < 2; ++i)
         for (unsigned n = 0; n < 4; ++n) {
             deviceplugin::Device d;
@@ -202,11 +203,15 @@ TEST(MpsDaemonSpecs, OnePerSharedResourceWithEveryGpuOnce) {
         }
     deviceplugin::Resource whole;
     whole.name = "nvidia.com/gpu";
+    deviceplugin::Resource sliced = whole;  // time-sliced: no daemon
+    sliced.name = "nvidia.com/gpu.sliced";
+    sliced.replicas = 2;
     whole.devices.push_back({});
     whole.devices[0].gpu_index = 2;
     deviceplugin::Resource mig;
     mig.name = "nvidia.com/mig.shared";
     mig.replicas = 2;
+    mig.mps = true;
     for (unsigned n = 0; n < 2; ++n) {
         deviceplugin::Device d;
         d.id = "MIG-2-0::" + std::to_string(n);
@@ -217,7 +222,7 @@ TEST(MpsDaemonSpecs, OnePerSharedResourceWithEveryGpuOnce) {
         mig.devices.push_back(d);
     }
 
-    auto specs = deviceplugin::mps_daemon_specs({whole, shared, mig}, node);
+    auto specs = deviceplugin::mps_daemon_specs({whole, sliced, shared, mig}, node);
     ASSERT_EQ(specs.size(), 2u);
     EXPECT_EQ(specs[0].resource, "nvidia.com/gpu.shared");
     ASSERT_EQ(specs[0].gpus.size(), 2u);
