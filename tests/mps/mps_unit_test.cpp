@@ -11,7 +11,10 @@
 #include <map>
 
 #include "common/process.h"
+#include "deviceplugin/allocate.h"
+#include "deviceplugin/config.h"
 #include "deviceplugin/mps.h"
+#include "deviceplugin/resources.h"
 #include "mps/mps.h"
 #include "mps/shm.h"
 #include "support/process.h"
@@ -237,6 +240,91 @@ TEST(MpsDaemonSpecs, OnePerSharedResourceWithEveryGpuOnce) {
     EXPECT_TRUE(specs[1].gpus[0].mig);
     EXPECT_EQ(specs[1].gpus[0].memory_mib, 9856u);
     EXPECT_EQ(validate(specs[1]).error().code, Code::not_supported);
+}
+
+inventory::Node four_gpus(bool mig) {
+    inventory::Node node;
+    for (unsigned i = 0; i < 4; ++i) {
+        inventory::Gpu g;
+        g.index = i;
+        g.minor = i;
+        g.uuid = "GPU-0000000" + std::to_string(i) + "-0000-0000-0000-000000000000";
+        g.memory_total_mib = 81559;
+        g.cc_major = 9;
+        g.mig_mode = mig ? inventory::MigMode::enabled : inventory::MigMode::disabled;
+        if (mig) {
+            inventory::MigDevice m;
+            m.uuid = "MIG-0000000" + std::to_string(i) + "-0000-0000-0000-000000000000";
+            m.profile = "7g.80gb";
+            m.memory_mib = 81000;
+            g.mig_devices.push_back(m);
+        }
+        node.gpus.push_back(g);
+    }
+    node.topology = inventory::Topology(4);
+    return node;
+}
+
+deviceplugin::Config mps_config(const std::string& yaml) {
+    auto c = deviceplugin::parse_config(yaml, "mps.yaml");
+    EXPECT_TRUE(c.has_value()) << c.error().message;
+    auto r = deviceplugin::resolve(c.value_or(deviceplugin::Config{}), {}, {});
+    EXPECT_TRUE(r.has_value()) << r.error().message;
+    return r.value_or(deviceplugin::Config{});
+}
+
+// sharing.mps builds replicas as timeSlicing does, marked mps, and MIG devices are refused.
+TEST(MpsResources, ReplicasMarkedMpsAndMigRefused) {
+    const std::string yaml = "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n";
+    auto cfg = mps_config(yaml);
+    auto rs = deviceplugin::build_resources(four_gpus(false), cfg);
+    ASSERT_TRUE(rs.has_value()) << rs.error().message;
+    ASSERT_EQ(rs->size(), 1u);
+    const auto& r = rs->front();
+    EXPECT_EQ(r.name, "nvidia.com/gpu");
+    EXPECT_TRUE(r.mps);
+    EXPECT_EQ(r.replicas, 4u);
+    EXPECT_EQ(r.devices.size(), 16u);
+    EXPECT_TRUE(r.fail_requests_greater_than_one);  // NVIDIA's default for MPS
+    EXPECT_EQ(r.devices[5].id, "GPU-00000001-0000-0000-0000-000000000000::1");
+    auto ts = deviceplugin::build_resources(
+        four_gpus(false), mps_config("version: v1\nsharing:\n  timeSlicing:\n    resources: [{name: gpu, replicas: 4}]\n"));
+    ASSERT_TRUE(ts.has_value());
+    EXPECT_FALSE(ts->front().mps);
+
+    cfg.mig_strategy = deviceplugin::MigStrategy::single;
+    auto mig = deviceplugin::build_resources(four_gpus(true), cfg);
+    ASSERT_FALSE(mig.has_value());
+    EXPECT_EQ(mig.error().code, Code::parse);
+    EXPECT_THAT(mig.error().message, HasSubstr("mps.yaml:5: key 'sharing.mps.resources[0].name': MPS sharing is not "
+                                               "supported for MIG devices"));
+}
+
+// Allocate for an MPS replica: NVIDIA's env and mounts, under the configured root.
+TEST(MpsAllocate, PipeDirectoryAndSharedMemory) {
+    auto cfg = mps_config("version: v1\nflags: {mpsRoot: /var/lib/mps}\nsharing:\n  mps:\n    renameByDefault: true\n"
+                          "    resources: [{name: gpu, replicas: 2}]\n");
+    auto rs = deviceplugin::build_resources(four_gpus(false), cfg);
+    ASSERT_TRUE(rs.has_value()) << rs.error().message;
+    const auto& r = rs->front();
+    ASSERT_EQ(r.name, "nvidia.com/gpu.shared");
+    auto a = deviceplugin::allocate(r, {r.devices[3].id}, cfg, {}, deviceplugin::DevRootView("/nonexistent"));
+    ASSERT_TRUE(a.has_value()) << a.error().message;
+    EXPECT_EQ(a->envs.at("CUDA_MPS_PIPE_DIRECTORY"), "/mps/nvidia.com/gpu.shared/pipe");
+    EXPECT_EQ(a->envs.at("NVIDIA_VISIBLE_DEVICES"), "GPU-00000001-0000-0000-0000-000000000000");
+    ASSERT_EQ(a->mounts.size(), 2u);
+    EXPECT_EQ(a->mounts[0], (deviceplugin::Mount{"/mps/nvidia.com/gpu.shared/pipe", "/var/lib/mps/nvidia.com/gpu.shared/pipe", false}));
+    EXPECT_EQ(a->mounts[1], (deviceplugin::Mount{"/dev/shm", "/var/lib/mps/shm", false}));
+    auto two = deviceplugin::allocate(r, {r.devices[0].id, r.devices[1].id}, cfg, {}, deviceplugin::DevRootView("/x"));
+    ASSERT_FALSE(two.has_value());
+    EXPECT_THAT(two.error().message, HasSubstr("maximum request size for shared resources is 1"));
+    // A time-sliced replica gets none of it.
+    auto ts_cfg = mps_config("version: v1\nsharing:\n  timeSlicing:\n    resources: [{name: gpu, replicas: 2}]\n");
+    auto ts = deviceplugin::build_resources(four_gpus(false), ts_cfg);
+    auto b = deviceplugin::allocate(ts->front(), {ts->front().devices[0].id}, ts_cfg, {}, deviceplugin::DevRootView("/x"));
+    ASSERT_TRUE(b.has_value());
+    EXPECT_FALSE(b->envs.contains("CUDA_MPS_PIPE_DIRECTORY"));
+    EXPECT_TRUE(b->mounts.empty());
 }
 
 }  // namespace
