@@ -297,9 +297,11 @@ def check_manifests():
         problem("DaemonSet: node affinity on nvidia.com/gpu.present missing")
     for c in spec["containers"]:
         env = {e["name"]: e.get("value") for e in c.get("env", [])}
-        if env.get("NVIDIA_VISIBLE_DEVICES") != "all" or env.get("NVIDIA_DRIVER_CAPABILITIES") != "utility":
+        # The device plugin also gets compute: nvidia-cuda-mps-control, to ask the MPS daemons.
+        caps = "compute,utility" if c["args"][0] == "device-plugin" else "utility"
+        if env.get("NVIDIA_VISIBLE_DEVICES") != "all" or env.get("NVIDIA_DRIVER_CAPABILITIES") != caps:
             problem(f"DaemonSet: container {c['name']}: needs NVIDIA_VISIBLE_DEVICES=all and "
-                    "NVIDIA_DRIVER_CAPABILITIES=utility")
+                    f"NVIDIA_DRIVER_CAPABILITIES={caps}")
     exporter = [c for c in spec["containers"] if c["args"][0] == "exporter"]
     for c in exporter:
         for probe in ("livenessProbe", "readinessProbe"):
@@ -922,7 +924,8 @@ def check_helm():
     dtmpl = (chart_dir / "templates/daemonset.yaml").read_text()
     for vol in spec["volumes"]:
         p = vol.get("hostPath", {}).get("path")
-        templated = (v["driverRootMount"], strip_unix(v["exporter"]["containerRuntimeEndpoint"]))
+        templated = (v["driverRootMount"], strip_unix(v["exporter"]["containerRuntimeEndpoint"]), v["mps"]["root"],
+                     v["mps"]["root"] + "/shm")
         if p and p not in dtmpl and p not in templated:
             problem(f"helm daemonset.yaml: hostPath {p} of the plain manifest is missing")
 
@@ -1032,6 +1035,22 @@ def check_mps():
             problem(f"helm mps-control-daemon.yaml: lacks {needle!r}")
     if values()["mps"]["root"] != root:
         problem(f"values.yaml: mps.root {values()['mps']['root']} != --mps-root's default {root}")
+    # The kgpu pod: the plugin asks the daemons (root and shm), the exporter reads their status.
+    kspec = pod_spec(daemonset())
+    kvol = {v["name"]: v for v in kspec["volumes"]}
+    for sub, want in (("device-plugin", {root: root, "/dev/shm": root.rstrip("/") + "/shm"}), ("exporter", {root: root})):
+        for c in [x for x in kspec["containers"] if x["args"][0] == sub]:
+            have = {m["mountPath"]: kvol[m["name"]].get("hostPath", {}).get("path") for m in c.get("volumeMounts", [])}
+            for path, hp in want.items():
+                if have.get(path) != hp:
+                    problem(f"daemonset.yaml: {sub} must mount {hp} at {path} (MPS), has {have.get(path)}")
+            if sub == "exporter":
+                default = parse_help(help_text(sub)).get("--mps-root", {}).get("default")
+            else:
+                out = run([KGPU, sub, "--check-config"]).stdout
+                default = root if f"flags.mpsRoot: {root}\n" in out else None
+            if default != root:
+                problem(f"`kgpu {sub}`: the MPS root does not default to {root}")
 
 
 CHECKS = {
