@@ -161,6 +161,27 @@ TEST_F(MpsPlugin, ThePluginWaitsForTheDaemon) {
     EXPECT_THAT(plugin_->err(), HasSubstr("the control daemon answers"));
 }
 
+// SIGHUP re-reads the config: the daemons get quit and start again with the new limits; the
+// plugin follows the restart (Unhealthy while it is down, Healthy after).
+TEST_F(MpsPlugin, TheDaemonReloadsItsConfigOnSighup) {
+    start_daemon();
+    ASSERT_TRUE(eventually([&] { return fs::exists(fs::path(root_) / ".ready"); })) << daemon_->err();
+    const pid_t first = daemon_pid();
+    aux_.write("config.yaml", "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n");
+    daemon_->signal(SIGHUP);
+    ASSERT_TRUE(eventually([&] {
+        auto log = lines(control_log());
+        return !log.empty() && log.back() == "set_default_active_thread_percentage 50";
+    })) << daemon_->err();
+    auto log = lines(control_log());
+    auto quit = std::find(log.begin(), log.end(), "quit");
+    ASSERT_NE(quit, log.end());
+    EXPECT_THAT(std::vector<std::string>(quit, log.end()), Contains("set_default_device_pinned_mem_limit 0 40779M"));
+    EXPECT_NE(daemon_pid(), first);
+    EXPECT_TRUE(daemon_->running());
+    EXPECT_THAT(daemon_->err(), HasSubstr("re-reading the configuration"));
+}
+
 // MPS shares whole GPUs: on a node whose MIG devices the strategy serves, both refuse to start.
 TEST_F(MpsPlugin, MigDevicesAreRefused) {
     auto r = run_process({KGPU_BINARY, "device-plugin", "--device-plugin-path", dir_.path(), "--config-file", cfg_,
