@@ -161,6 +161,27 @@ TEST_F(MpsPlugin, ThePluginWaitsForTheDaemon) {
     EXPECT_THAT(plugin_->err(), HasSubstr("the control daemon answers"));
 }
 
+// A daemon that stops answering (SIGSTOP) is as good as dead: Unhealthy within 1 s, killed and
+// started again, Healthy after.
+TEST_F(MpsPlugin, ADaemonThatStopsAnsweringIsReplaced) {
+    start_daemon();
+    ASSERT_TRUE(eventually([&] { return fs::exists(fs::path(root_) / ".ready"); })) << daemon_->err();
+    start_plugin();
+    registered(kGpu, 32);
+    ASSERT_TRUE(all_healthy(32)) << plugin_->err();
+    const pid_t first = daemon_pid();
+    const auto stopped = std::chrono::steady_clock::now();
+    ::kill(first, SIGSTOP);
+    ASSERT_TRUE(kubelet_->wait_devices(kGpu, [](const Devices& d) { return healthy(d) == 0; }, 10s)) << plugin_->err();
+    const auto took = std::chrono::steady_clock::now() - stopped;
+    EXPECT_LT(took, 1s) << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
+    std::cerr << "MPS daemon stopped -> 32 devices Unhealthy in the kubelet after "
+              << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms\n";
+    ASSERT_TRUE(all_healthy(32)) << daemon_->err();
+    EXPECT_NE(daemon_pid(), first);
+    EXPECT_THAT(daemon_->err(), HasSubstr("is stopped and cannot answer"));
+}
+
 // SIGHUP re-reads the config: the daemons get quit and start again with the new limits; the
 // plugin follows the restart (Unhealthy while it is down, Healthy after).
 TEST_F(MpsPlugin, TheDaemonReloadsItsConfigOnSighup) {
