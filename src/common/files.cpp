@@ -1,6 +1,7 @@
 #include "common/files.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,6 +9,9 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include "common/strings.h"
 
@@ -45,16 +49,99 @@ Result<std::string> read_line(const std::filesystem::path& path) {
     return std::string(strings::trim(v));
 }
 
+namespace {
+
+namespace fs = std::filesystem;
+
+// Removes ".NAME.tmp-XXXXXX" files in `dir` that no live writer holds: each writer locks its own
+// temporary file (flock) for as long as it exists under that name, and a killed writer's lock
+// went with it. Best effort: what cannot be removed is left for the next run.
+void remove_stale_temporaries(const fs::path& dir, const std::string& name) {
+    const std::string prefix = "." + name + ".tmp-";
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string entry = it->path().filename().string();
+        if (entry.size() != prefix.size() + 6 || !entry.starts_with(prefix)) continue;
+        struct stat by_name {};
+        if (::lstat(it->path().c_str(), &by_name) != 0 || !S_ISREG(by_name.st_mode)) continue;  // never open a device
+        int fd = ::open(it->path().c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+        if (fd < 0) continue;
+        struct stat by_fd {};
+        if (::fstat(fd, &by_fd) == 0 && S_ISREG(by_fd.st_mode) && ::flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+            ::lstat(it->path().c_str(), &by_name) == 0 && by_name.st_ino == by_fd.st_ino && by_name.st_dev == by_fd.st_dev)
+            ::unlink(it->path().c_str());
+        ::close(fd);
+    }
+}
+
+void fsync_directory(const fs::path& dir) {
+    int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return;
+    (void)::fsync(fd);  // some filesystems refuse; the rename itself is what readers rely on
+    ::close(fd);
+}
+
+}  // namespace
+
+Result<std::filesystem::path> write_target(const std::filesystem::path& path) {
+    fs::path current = path;
+    for (int hops = 0; hops <= 40; ++hops) {
+        struct stat st {};
+        if (::lstat(current.c_str(), &st) != 0) {
+            const int e = errno;
+            if (e == ENOENT && hops > 0)
+                return fail(Code::not_found, "{} is a symlink to {}, which does not exist (a dangling link): create the "
+                                             "target or remove the link",
+                            path.string(), current.string());
+            if (e == ENOENT) return current;  // a new file
+            return fail(e == EACCES ? Code::no_permission : Code::io, "cannot inspect {}: {}", current.string(),
+                        std::strerror(e));
+        }
+        if (S_ISREG(st.st_mode)) return current;
+        if (!S_ISLNK(st.st_mode)) {
+            if (hops == 0) return fail(Code::invalid_argument, "{} is not a regular file", path.string());
+            return fail(Code::invalid_argument, "{} is a symlink to {}, which is not a regular file", path.string(),
+                        current.string());
+        }
+        std::string target(static_cast<size_t>(st.st_size > 0 ? st.st_size : 255) + 1, '\0');
+        for (;;) {
+            ssize_t n = ::readlink(current.c_str(), target.data(), target.size());
+            if (n < 0) return fail(Code::io, "cannot read the symlink {}: {}", current.string(), std::strerror(errno));
+            if (static_cast<size_t>(n) < target.size()) {
+                target.resize(static_cast<size_t>(n));
+                break;
+            }
+            target.resize(target.size() * 2);  // the link changed under us: read it again
+        }
+        const fs::path next(target);
+        current = (next.is_absolute() ? next : current.parent_path() / next).lexically_normal();
+    }
+    return fail(Code::invalid_argument, "{}: too many levels of symbolic links", path.string());
+}
+
 Status write_atomic(const std::filesystem::path& path, std::string_view content, unsigned mode) {
-    const auto dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-    std::string tmpl = (dir / ("." + path.filename().string() + ".tmp-XXXXXX")).string();
+    auto target = write_target(path);
+    if (!target) return std::unexpected(target.error());
+    const fs::path& file = *target;
+    // Whose and which mode: an existing file keeps both.
+    struct stat existing {};
+    const bool exists = ::stat(file.c_str(), &existing) == 0;
+    const auto dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
+    const std::string via = file == path ? std::string() : fmt::format(" (the target of {})", path.string());
+    remove_stale_temporaries(dir, file.filename().string());
+
+    std::string tmpl = (dir / ("." + file.filename().string() + ".tmp-XXXXXX")).string();
     int fd = ::mkstemp(tmpl.data());
-    if (fd < 0) return fail(Code::io, "cannot create a temporary file next to {}: {}", path.string(), std::strerror(errno));
-    auto cleanup = [&](std::string_view what) {
-        int e = errno;
+    if (fd < 0)
+        return fail(errno == EACCES ? Code::no_permission : Code::io, "cannot create a temporary file next to {}{}: {}",
+                    file.string(), via, std::strerror(errno));
+    ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    (void)::flock(fd, LOCK_EX);  // ours while it lives: remove_stale_temporaries leaves it alone
+    auto cleanup = [&](std::string_view what, int e) {
         ::close(fd);
         ::unlink(tmpl.c_str());
-        return fail(Code::io, "cannot write {} ({}): {}", path.string(), what, std::strerror(e));
+        return fail(e == EPERM || e == EACCES ? Code::no_permission : Code::io, "cannot write {}{} ({}): {}", file.string(),
+                    via, what, std::strerror(e));
     };
     const char* p = content.data();
     size_t left = content.size();
@@ -62,22 +149,57 @@ Status write_atomic(const std::filesystem::path& path, std::string_view content,
         ssize_t n = ::write(fd, p, left);
         if (n < 0) {
             if (errno == EINTR) continue;
-            return cleanup("write");
+            return cleanup("write", errno);
         }
         p += n;
         left -= static_cast<size_t>(n);
     }
-    if (::fchmod(fd, mode) != 0) return cleanup("chmod");
-    if (::fsync(fd) != 0) return cleanup("fsync");
+    if (exists && (existing.st_uid != ::geteuid() || existing.st_gid != ::getegid()) &&
+        ::fchown(fd, existing.st_uid, existing.st_gid) != 0) {
+        // The new file would belong to someone else than the old one: refuse rather than change it.
+        return cleanup(fmt::format("keeping its owner {}:{}", existing.st_uid, existing.st_gid), errno);
+    }
+    // After fchown, which clears set-id bits. fchmod is not filtered by the umask.
+    if (::fchmod(fd, exists ? (existing.st_mode & 07777) : mode) != 0) return cleanup("chmod", errno);
+    if (::fsync(fd) != 0) return cleanup("fsync", errno);
     if (::close(fd) != 0) {
         int e = errno;
         ::unlink(tmpl.c_str());
-        return fail(Code::io, "cannot write {} (close): {}", path.string(), std::strerror(e));
+        return fail(Code::io, "cannot write {}{} (close): {}", file.string(), via, std::strerror(e));
     }
-    if (::rename(tmpl.c_str(), path.c_str()) != 0) {
+    if (::rename(tmpl.c_str(), file.c_str()) != 0) {
         int e = errno;
         ::unlink(tmpl.c_str());
-        return fail(Code::io, "cannot rename {} to {}: {}", tmpl, path.string(), std::strerror(e));
+        return fail(Code::io, "cannot rename {} to {}{}: {}", tmpl, file.string(), via, std::strerror(e));
+    }
+    fsync_directory(dir);
+    return {};
+}
+
+Status create_directories(const std::filesystem::path& dir, unsigned mode) {
+    if (dir.empty()) return {};
+    // The missing ancestors, outermost first.
+    std::vector<fs::path> missing;
+    for (fs::path d = dir.lexically_normal(); !d.empty(); d = d.parent_path()) {
+        struct stat st {};
+        if (::stat(d.c_str(), &st) == 0) {
+            if (!S_ISDIR(st.st_mode))
+                return fail(Code::io, "cannot create {}: {} is not a directory", dir.string(), d.string());
+            break;
+        }
+        missing.push_back(d);
+        if (d == d.parent_path()) break;
+    }
+    for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+        if (::mkdir(it->c_str(), mode) != 0) {
+            int e = errno;
+            if (e == EEXIST) continue;  // made by someone else meanwhile: theirs, left as it is
+            return fail(e == EACCES ? Code::no_permission : Code::io, "cannot create the directory {}: {}", it->string(),
+                        std::strerror(e));
+        }
+        // mkdir's mode went through the umask; chmod does not.
+        if (::chmod(it->c_str(), mode) != 0)
+            return fail(Code::io, "cannot set the mode of {} to {:04o}: {}", it->string(), mode, std::strerror(errno));
     }
     return {};
 }

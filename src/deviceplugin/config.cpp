@@ -877,7 +877,7 @@ std::string describe(const Config& c) {
     line("flags.plugin.deviceIDStrategy", to_string(c.device_id_strategy));
     line("flags.plugin.cdiAnnotationPrefix", c.cdi_annotation_prefix);
     line("flags.plugin.sharedDevicesAllocationPolicy", to_string(c.shared_allocation_policy));
-    line("flags.plugin.nvidiaCTKPath", c.nvidia_ctk_path.empty() ? fmt::format("({})", cdi::SpecOptions{}.hook_path) : c.nvidia_ctk_path);
+    line("flags.plugin.nvidiaCTKPath", c.nvidia_ctk_path.empty() ? fmt::format("({})", cdi::SpecOptions{}.hooks.path) : c.nvidia_ctk_path);
     line("flags.mpsRoot", c.mps_root.empty() ? "(none)" : c.mps_root);
     line("flags.gdrcopyEnabled", c.gdrcopy_enabled);
     line("flags.gdsEnabled", c.gds_enabled);

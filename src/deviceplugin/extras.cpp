@@ -71,8 +71,7 @@ ojson spec_of(std::string_view kind, ojson devices) {
 }
 
 Status write_spec(const Config& c, std::string_view kind, const ojson& spec) {
-    std::error_code ec;
-    fs::create_directories(c.cdi_spec_dir, ec);
+    if (auto st = files::create_directories(c.cdi_spec_dir); !st) return st;
     return files::write_atomic(fs::path(c.cdi_spec_dir) / cdi_spec_file_name(kind), cdi::to_yaml(spec));
 }
 

@@ -17,11 +17,11 @@
 #include <optional>
 #include <set>
 
-#include "cdi/spec.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "deviceplugin/allocate.h"
 #include "deviceplugin/allocator.h"
+#include "deviceplugin/cdi_refresh.h"
 #include "deviceplugin/extras.h"
 #include "deviceplugin/health.h"
 #include "deviceplugin/mig_caps.h"
@@ -69,26 +69,6 @@ struct Served {
 // Why apply() runs: the error policy differs (see apply()).
 enum class Trigger { start, sighup, node_change };
 
-// Creates `dir` and its missing parents; each one it creates gets mode 0755 whatever the umask
-// (issue #14: nothing the plugin creates is world-writable). Errors name the directory.
-Status make_directories(const fs::path& dir) {
-    std::vector<fs::path> missing;
-    std::error_code ec;
-    for (fs::path p = dir; !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
-        missing.push_back(p);
-        if (p == p.parent_path()) break;
-    }
-    for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
-        if (::mkdir(it->c_str(), 0755) != 0) {
-            if (errno == EEXIST) continue;
-            return fail(Code::io, "cannot create the directory {}: {}", it->string(), std::strerror(errno));
-        }
-        if (::chmod(it->c_str(), 0755) != 0)
-            return fail(Code::io, "cannot set mode 0755 on {}: {}", it->string(), std::strerror(errno));
-    }
-    return {};
-}
-
 bool same_health(const HealthConfig& a, const HealthConfig& b) {
     return a.disabled == b.disabled && a.ignored_xids == b.ignored_xids && a.recoverable_xids == b.recoverable_xids &&
            a.reset_xids == b.reset_xids && a.recovery_period == b.recovery_period;
@@ -101,7 +81,6 @@ public:
 
 private:
     Status apply(const Config& cfg, Trigger trigger);
-    void write_cdi_spec(const inventory::Node& node, const Config& cfg) const;
     void stop_serving(bool empty_lists);
     void start_servers();
     void on_health(const std::vector<GpuHealth>& health);
@@ -130,6 +109,7 @@ private:
     mutable std::mutex mu_;
     std::vector<GpuHealth> health_;  // by GPU index
     std::map<std::string, bool> mps_up_;  // MPS resource -> its control daemon answers
+    CdiSpecRefresher cdi_refresh_;   // the CDI spec follows a driver change (control thread only)
 };
 
 bool Plugin::unhealthy_locked(const Resource& r, const Device& d) const {
@@ -262,34 +242,6 @@ Result<v1beta1::PreferredAllocationResponse> Plugin::prefer(const Entry& e,
     return resp;
 }
 
-// The CDI strategies name devices `nvidia.com/gpu=<index|UUID>`; the runtime resolves those names
-// from a spec file, which we (re)write whenever the node is (re)discovered so it matches what we
-// advertise.
-void Plugin::write_cdi_spec(const inventory::Node& node, const Config& cfg) const {
-    if (node.gpus.empty()) return;
-    cdi::SpecOptions so;
-    so.driver_root = cfg.nvidia_driver_root;
-    so.dev_root = cfg.dev_root();
-    so.proc_root = cfg.proc_root;
-    if (!cfg.nvidia_ctk_path.empty()) so.hook_path = cfg.nvidia_ctk_path;  // flags.plugin.nvidiaCTKPath
-    auto spec = cdi::generate(node, so);
-    const fs::path path = fs::path(cfg.cdi_spec_dir) / "kgpu-nvidia-gpu.yaml";
-    if (!spec) {
-        log::error("cannot generate the CDI spec for {}: {}; CDI device names will not resolve", path.string(),
-                   spec.error().message);
-        return;
-    }
-    if (auto st = make_directories(cfg.cdi_spec_dir); !st) {
-        log::error("{}; CDI device names will not resolve", st.error().message);
-        return;
-    }
-    if (auto st = files::write_atomic(path, cdi::to_yaml(*spec)); !st) {
-        log::error("{}; CDI device names will not resolve", st.error().message);
-        return;
-    }
-    log::info("wrote the CDI spec {}", path.string());
-}
-
 // Discovers the node, builds the resources for `cfg` and brings the servers in line with them:
 // a resource that disappeared sends an empty device list and stops, one whose devices changed
 // publishes the new list over its stream (never a new registration: issue #12), a new one is
@@ -346,8 +298,9 @@ Status Plugin::apply(const Config& cfg, Trigger trigger) {
         log::info("the driver, the socket paths or the health policy changed: restarting every server");
         stop_serving(false);
     }
-    if (cfg.uses(DeviceListStrategy::cdi_annotations) || cfg.uses(DeviceListStrategy::cdi_cri))
-        write_cdi_spec(*node, cfg);
+    // The CDI strategies name devices `nvidia.com/gpu=<index|UUID>`; the runtime resolves those
+    // names from this spec, (re)written whenever the node is (re)discovered (cdi_refresh.h).
+    if (CdiSpecRefresher::wanted(cfg)) write_cdi_spec(*node, cfg, loaded_driver_version(cfg.proc_root));
 
     if (!served_) served_.emplace();
     served_->session = *session;
@@ -583,6 +536,7 @@ std::chrono::milliseconds Plugin::next_timeout() const {
     auto now = Clock::now();
     auto soonest = now + seconds(60);
     if (!served_) soonest = std::min(soonest, next_init_);
+    if (served_ && CdiSpecRefresher::wanted(opts_.config)) soonest = std::min(soonest, now + DriverVersionWatch::kInterval);
     if (served_)
         for (const auto& e : served_->entries)
             if (!e->server->running()) soonest = std::min(soonest, now + opts_.init_retry);
@@ -605,7 +559,7 @@ int Plugin::run() {
     int sfd = ::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
     mig_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 
-    if (auto st = make_directories(cfg.device_plugin_path); !st) log::error("{}", st.error().message);
+    if (auto st = files::create_directories(cfg.device_plugin_path); !st) log::error("{}", st.error().message);
     int ifd = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
     std::set<std::string> watched;
     for (const auto& dir : {fs::path(cfg.device_plugin_path), fs::path(cfg.kubelet_socket_path()).parent_path()}) {
@@ -688,6 +642,7 @@ int Plugin::run() {
             if (int code = start(false); code >= 0) return finish(code);
         }
         if (served_) start_servers();
+        if (served_) cdi_refresh_.poll(served_->node, opts_.config);
     }
     return finish(1);
 }

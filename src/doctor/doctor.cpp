@@ -11,6 +11,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "cdi/driver_files.h"
+#include "cdi/spec.h"
 #include "common/files.h"
 #include "common/strings.h"
 #include "doctor/compat.h"
@@ -681,6 +683,35 @@ void check_containerd(State& s, CheckResult& r) {
     }
 }
 
+// A spec generated before a driver upgrade names the old driver's libraries, and every
+// container that uses it fails to start: compare its versioned libraries with the loaded driver.
+void check_spec_driver(State& s, CheckResult& r, const std::string& path) {
+    std::string loaded = s.node ? s.node->driver_version : std::string();
+    if (loaded.empty())
+        if (auto t = files::read(s.host("/proc/driver/nvidia/version"))) loaded = cdi::parse_proc_driver_version(*t);
+    auto text = files::read(path);
+    if (loaded.empty() || !text) return;
+    auto spec = cdi::parse_spec(*text, path);
+    if (!spec) {
+        note(r, "{}", spec.error().message);
+        set(r, Status::fail, "The CDI spec does not parse, so the runtime rejects it: regenerate it with `kgpu cdi generate`.");
+        return;
+    }
+    auto m = cdi::check_libraries(*spec, loaded, s.root);
+    if (m.other_version.empty() && m.missing.empty()) {
+        if (!m.versions.empty()) note(r, "{}: its libraries are the loaded driver's ({})", path, loaded);
+        return;
+    }
+    std::string versions;
+    for (const auto& v : m.versions) versions += (versions.empty() ? "" : ", ") + v;
+    note(r, "{}: names libraries of driver {} but driver {} is loaded ({} of another version, {} missing, e.g. {})", path,
+         versions, loaded, m.other_version.size(), m.missing.size(),
+         !m.other_version.empty() ? m.other_version.front() : m.missing.front());
+    set(r, Status::fail, fmt::format("The CDI spec is stale (written before a driver upgrade): every container using it "
+                                     "fails. Regenerate it: `kgpu cdi generate --output {}` (kgpu's device plugin rewrites "
+                                     "its own spec when the driver changes).", path));
+}
+
 void check_cdi_spec(State& s, CheckResult& r) {
     if (!s.containerd->cdi_enabled) {
         note(r, "CDI is not enabled in containerd; the nvidia runtime injects the GPUs");
@@ -698,7 +729,10 @@ void check_cdi_spec(State& s, CheckResult& r) {
         }
         note(r, "{}: searched", s.host(d).string());
     }
-    for (const auto& sp : specs) note(r, "{}: kind nvidia.com/gpu", sp);
+    for (const auto& sp : specs) {
+        note(r, "{}: kind nvidia.com/gpu", sp);
+        check_spec_driver(s, r, sp);
+    }
     if (specs.empty())
         set(r, Status::fail, "CDI is enabled but no spec names nvidia.com/gpu: `kgpu cdi generate` (or `nvidia-ctk cdi "
                              "generate --output=/var/run/cdi/nvidia.yaml`); regenerate after every driver upgrade.");

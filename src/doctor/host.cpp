@@ -8,11 +8,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <regex>
 
 #include <toml++/toml.h>
 
+#include "cdi/driver_files.h"
 #include "common/files.h"
 #include "common/strings.h"
 
@@ -31,13 +33,7 @@ std::vector<std::string> parse_modules(std::string_view text) {
     return out;
 }
 
-std::string parse_driver_version(std::string_view text) {
-    static const std::regex re(R"(NVRM version:.*Kernel Module(?: for [a-z0-9_]+)?\s+([0-9]+\.[0-9]+(?:\.[0-9]+)?))");
-    std::string s(text);
-    std::smatch m;
-    if (std::regex_search(s, m, re)) return m[1].str();
-    return "";
-}
+std::string parse_driver_version(std::string_view text) { return cdi::parse_proc_driver_version(text); }
 
 std::vector<XidEvent> parse_xids(std::string_view log) {
     static const std::regex re(R"(NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\): ([0-9]+))");
@@ -45,7 +41,13 @@ std::vector<XidEvent> parse_xids(std::string_view log) {
     for (auto line : strings::split(log, '\n')) {
         std::string s(line);
         std::smatch m;
-        if (std::regex_search(s, m, re)) out.push_back({m[1].str(), std::stoi(m[2].str()), std::string(strings::trim(s))});
+        if (!std::regex_search(s, m, re)) continue;
+        // A number past int (a corrupt or forged line) is no XID: skipped, where std::stoi threw
+        // out of `kgpu doctor` (found by fuzz/doctor_kernel_log).
+        int xid = 0;
+        const auto digits = m[2].str();
+        if (auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), xid); ec != std::errc{}) continue;
+        out.push_back({m[1].str(), xid, std::string(strings::trim(s))});
     }
     return out;
 }
@@ -202,6 +204,16 @@ Result<ContainerdConfig> read_containerd_config(const fs::path& root, const fs::
     auto main = parse_file(root, config);
     if (!main) return std::unexpected(main.error());
     c.files.push_back(config.string());
+    // containerd reads versions 1 (no key), 2 and 3 and refuses to start with anything else;
+    // the plugin names the settings live under depend on it (found by fuzz/doctor_containerd).
+    if (auto version = (*main)["version"]) {
+        const auto line = version.node()->source().begin.line;
+        if (!version.is_integer())
+            return fail(Code::parse, "{}:{}: version: expected an integer (1, 2 or 3)", config.string(), line);
+        if (const int64_t v = *version.value<int64_t>(); v < 1 || v > 3)
+            return fail(Code::parse, "{}:{}: version = {}: containerd reads config versions 1, 2 and 3", config.string(),
+                        line, v);
+    }
     apply(*main, c, true);
     if (const toml::array* imports = (*main)["imports"].as_array()) {
         for (const auto& node : *imports) {

@@ -41,9 +41,18 @@ struct Explanation {
 // Errors: parse.
 Result<double> parse_quantity(std::string_view q);
 
+// How error messages name the four documents: "<name>: <JSON path>: expected ...".
+struct Names {
+    std::string pod = "--pod", nodes = "--nodes", pods = "--pods", quotas = "--quotas";
+};
+
+// A null `pods` or `quotas` means none were given. Each document may be a List (`items`), a bare
+// array, or one object. Errors: parse, naming the document and the JSON path of the first value
+// of the wrong shape ("nodes.json: .items[0].metadata: expected an object, found an array") or
+// the quantity that does not parse; --pod not a Pod.
 Result<Explanation> explain(const nlohmann::json& pod, const nlohmann::json& nodes, const nlohmann::json& pods,
-                            const nlohmann::json& quotas);
-// Reads the files of `in` (errors name the file) and explains.
+                            const nlohmann::json& quotas, const Names& names = {});
+// Reads the files of `in` and explains; errors name the file as given.
 Result<Explanation> explain(const Inputs& in);
 
 void print_text(const Explanation& e, std::ostream& out);

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -60,11 +61,15 @@ protected:
         if (HasFailure() && plugin_) std::cerr << "---- plugin stderr ----\n" << plugin_->err();
         kubelet_.reset();
         std::filesystem::remove(events_);
+        std::filesystem::remove_all(events_ + "-cdi");
     }
     void start(const std::string& node, std::vector<std::string> extra = {}, const std::string& dp = "") {
         std::vector<std::string> argv = {KGPU_BINARY, "device-plugin", "--device-plugin-path",
                                          dp.empty() ? dir_.path() : dp, "--nvml-library", KGPU_SIM_LIBRARY};
         argv.insert(argv.end(), extra.begin(), extra.end());
+        // Hermetic: CDI specs go under the test's directory, never into the machine's /var/run/cdi.
+        if (std::ranges::find(extra, std::string("--cdi-spec-dir")) == extra.end())
+            argv.insert(argv.end(), {"--cdi-spec-dir", events_ + "-cdi"});
         plugin_ = std::make_unique<ChildProcess>(
             argv, std::map<std::string, std::string>{{"KGPU_SIM_NODE", fixture(node)}, {"KGPU_SIM_EVENTS", events_}});
         sim_.load(node, events_);

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -131,6 +132,10 @@ protected:
         std::vector<std::string> argv = {KGPU_BINARY, "device-plugin", "--device-plugin-path", dir_.path(),
                                          "--nvml-library", KGPU_SIM_LIBRARY};
         argv.insert(argv.end(), extra.begin(), extra.end());
+        // Hermetic: CDI specs (the CDI strategies, IMEX, GPUDirect) go under the test's own
+        // directory, never into the machine's /var/run/cdi.
+        if (std::ranges::find(extra, std::string("--cdi-spec-dir")) == extra.end())
+            argv.insert(argv.end(), {"--cdi-spec-dir", aux_.path() + "/cdi"});
         env.emplace("KGPU_SIM_NODE", sim_fixture(node));
         env.emplace("KGPU_SIM_EVENTS", events_);
         plugin_ = std::make_unique<ChildProcess>(argv, env);

@@ -42,12 +42,16 @@ protected:
         if (HasFailure() && plugin_) std::cerr << "---- plugin stderr ----\n" << plugin_->err();
         kubelet_.reset();
         std::filesystem::remove(events_);
+        std::filesystem::remove_all(dir_.path() + "-cdi");
     }
     void start(const std::string& node, std::vector<std::string> extra = {},
                std::map<std::string, std::string> env = {}) {
         std::vector<std::string> argv = {KGPU_BINARY, "device-plugin", "--device-plugin-path", dir_.path(),
                                          "--nvml-library", KGPU_SIM_LIBRARY};
         argv.insert(argv.end(), extra.begin(), extra.end());
+        // Hermetic: CDI specs go under the test's directory, never into the machine's /var/run/cdi.
+        if (std::ranges::find(extra, std::string("--cdi-spec-dir")) == extra.end())
+            argv.insert(argv.end(), {"--cdi-spec-dir", dir_.path() + "-cdi"});
         env.emplace("KGPU_SIM_NODE", fixture(node));
         env.emplace("KGPU_SIM_EVENTS", events_);
         plugin_ = std::make_unique<ChildProcess>(argv, env);

@@ -339,6 +339,15 @@ TEST(DoctorChecks, ContainerdConfigs) {
     EXPECT_EQ(get(r, "runtime.containerd").status, Status::fail);
     EXPECT_THAT(get(r, "runtime.containerd").evidence, HasSubstr("/etc/containerd/config.toml:2:"));
 
+    // A version containerd does not know (fuzz/corpus/doctor_containerd/crash-6d14...): an
+    // error naming the line, not settings read from the version-3 plugin table.
+    for (const char* text : {"version = 4\n", "version = -1\n", "version = \"2\"\n", "version = 4294967298\n"}) {
+        host.write("/etc/containerd/config.toml", text);
+        r = Doc{host}();
+        EXPECT_EQ(get(r, "runtime.containerd").status, Status::fail) << text;
+        EXPECT_THAT(get(r, "runtime.containerd").evidence, HasSubstr("/etc/containerd/config.toml:1: version")) << text;
+    }
+
     r = check("cdi-v2.toml");
     EXPECT_EQ(get(r, "runtime.containerd").status, Status::ok);
     EXPECT_EQ(get(r, "runtime.cdi_spec").status, Status::fail);
@@ -509,6 +518,11 @@ TEST(DoctorHost, Parsers) {
     ASSERT_EQ(x.size(), 1u);
     EXPECT_EQ(x[0].xid, 48);
     EXPECT_EQ(x[0].pci, "0000:3b:00");
+    // An XID past int aborted doctor (std::stoi threw; fuzz/corpus/doctor_kernel_log/crash-717c...):
+    // such a line is no XID and is skipped.
+    x = parse_xids("NVRM: Xid (PCI:0000:1a:00): 10000000003, pid=1\nNVRM: Xid (PCI:0000:1b:00): 79, pid=2\n");
+    ASSERT_EQ(x.size(), 1u);
+    EXPECT_EQ(x[0].xid, 79);
     EXPECT_EQ(classify_xid(13), XidClass::application);
     EXPECT_EQ(classify_xid(94), XidClass::recoverable);
     EXPECT_EQ(classify_xid(79), XidClass::reset_required);

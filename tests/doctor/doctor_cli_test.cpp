@@ -122,4 +122,29 @@ TEST(DoctorCli, PendingExplains) {
     EXPECT_EQ(run_process({KGPU_BINARY, "doctor", "pending", "--pod", f("nodes.json"), "--nodes", f("nodes.json")}).exit_code, 2);
 }
 
+// Issue #14: valid JSON of the wrong shape as --nodes, --pods or --quotas aborted (SIGABRT, exit
+// 134). Each is an exit-2 error naming the file and the JSON path.
+TEST(DoctorCli, PendingWrongShapesExitTwoNamingFileAndPath) {
+    auto f = [](const char* n) { return kgpu::test::doctor_fixture(std::string("kubectl/") + n); };
+    kgpu::test::TempDir dir;
+    const std::pair<const char*, const char*> shapes[] = {
+        {"1", ": .: expected a List of"},
+        {"[1]", ": .[0]: expected a"},
+        {"\"x\"", ": .: expected a List of"},
+        {R"({"items":[1]})", ": .items[0]: expected a"},
+        {R"({"items":[{"metadata":[]}]})", ": .items[0].metadata: expected an object, found an array"},
+    };
+    for (const auto& [text, where] : shapes) {
+        const std::string file = dir.write("shape.json", text);
+        for (const char* flag : {"--nodes", "--pods", "--quotas"}) {
+            std::vector<std::string> argv{KGPU_BINARY, "doctor", "pending", "--pod", f("pod.json"), "--nodes", f("nodes.json")};
+            if (std::string(flag) == "--nodes") argv.back() = file;
+            else argv.insert(argv.end(), {flag, file});
+            auto r = run_process(argv);
+            EXPECT_EQ(r.exit_code, 2) << flag << " " << text << ": " << r.err;
+            EXPECT_THAT(r.err, HasSubstr("kgpu doctor pending: " + file + where)) << flag << " " << text;
+        }
+    }
+}
+
 }  // namespace

@@ -114,7 +114,89 @@ TEST(DoctorPending, RequiredNodeAffinity) {
 }
 
 TEST(DoctorPending, RejectsWhatIsNotAPod) {
-    EXPECT_FALSE(explain(load("nodes.json"), load("nodes.json"), json(), json()));
+    auto e = explain(load("nodes.json"), load("nodes.json"), json(), json());
+    ASSERT_FALSE(e);
+    EXPECT_EQ(e.error().message, "--pod: .kind: expected kind \"Pod\" (kubectl get pod <name> -o json), found \"List\"");
+    for (const char* text : {"1", "[]", "\"x\"", "null"}) {
+        auto r = explain(json::parse(text), load("nodes.json"), json(), json());
+        ASSERT_FALSE(r) << text;
+        EXPECT_THAT(r.error().message, HasSubstr("--pod: .: expected a Pod object")) << text;
+    }
+}
+
+// Issue #14: valid JSON of the wrong shape aborted (an uncaught nlohmann type_error). Every such
+// document is now an error naming it and the path of the value.
+TEST(DoctorPending, WrongShapesAreErrorsNamingThePath) {
+    struct Case {
+        const char* text;
+        const char* where;  // the message after "<document>: "
+    };
+    const Case cases[] = {
+        {"1", ".: expected a List of"},
+        {"[1]", ".[0]: expected a"},
+        {"\"x\"", ".: expected a List of"},
+        {"true", ".: expected a List of"},
+        {R"({"items":[1]})", ".items[0]: expected a"},
+        {R"({"items":{}})", ".items: expected an array, found an object"},
+        {R"({"items":[{"metadata":[]}]})", ".items[0].metadata: expected an object, found an array"},
+        {R"({"items":[{"metadata":{"name":7}}]})", ".items[0].metadata.name: expected a string, found 7"},
+        {R"({"items":[{"metadata":{"labels":{"a":1}}}]})", ".items[0].metadata.labels.a: expected a string, found 1"},
+        {R"({"items":[{"spec":[]}]})", ".items[0].spec: expected an object, found an array"},
+        {R"({"items":[{"spec":{"unschedulable":"no"}}]})", ".items[0].spec.unschedulable: expected true or false"},
+        {R"({"items":[{"spec":{"taints":{}}}]})", ".items[0].spec.taints: expected an array"},
+        {R"({"items":[{"spec":{"taints":[{"key":1}]}}]})", ".items[0].spec.taints[0].key: expected a string"},
+        {R"({"items":[{"status":{"allocatable":[]}}]})", ".items[0].status.allocatable: expected an object"},
+        {R"({"items":[{"status":{"allocatable":{"nvidia.com/gpu":{}}}}]})",
+         ".items[0].status.allocatable[\"nvidia.com/gpu\"]: expected a string or a number, found an object"},
+        {R"({"items":[{"status":{"allocatable":{"cpu":"lots"}}}]})",
+         ".items[0].status.allocatable.cpu: expected a quantity such as 2, 500m or 16Gi, found \"lots\""},
+    };
+    for (const auto& c : cases) {
+        auto r = explain(load("pod.json"), json::parse(c.text), json(), json(), Names{"pod.json", "nodes.json", "", ""});
+        ASSERT_FALSE(r) << c.text;
+        EXPECT_EQ(r.error().code, kgpu::Code::parse);
+        EXPECT_THAT(r.error().message, ::testing::StartsWith(std::string("nodes.json: ") + c.where)) << c.text;
+    }
+    // The same shapes as --pods and --quotas.
+    for (const char* text : {"1", "[1]", "\"x\"", R"({"items":[1]})", R"({"items":[{"metadata":[]}]})"}) {
+        auto p = explain(load("pod.json"), load("nodes.json"), json::parse(text), json(), Names{"pod.json", "nodes.json", "pods.json", ""});
+        ASSERT_FALSE(p) << text;
+        EXPECT_THAT(p.error().message, ::testing::StartsWith("pods.json: .")) << text;
+        auto q = explain(load("pod.json"), load("nodes.json"), json(), json::parse(text), Names{"pod.json", "nodes.json", "", "quotas.json"});
+        ASSERT_FALSE(q) << text;
+        EXPECT_THAT(q.error().message, ::testing::StartsWith("quotas.json: .")) << text;
+    }
+    // Inside the pod.
+    auto pod = load("pod.json");
+    pod["spec"]["containers"][0]["resources"]["limits"] = json::array();
+    auto r = explain(pod, load("nodes.json"), json(), json(), Names{"pod.json"});
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().message, "pod.json: .spec.containers[0].resources.limits: expected an object, found an array");
+    pod = load("pod.json");
+    pod["spec"]["affinity"] = json::parse(R"({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+        {"nodeSelectorTerms": [{"matchExpressions": [{"key": "k", "operator": "In", "values": [1]}]}]}}})");
+    r = explain(pod, load("nodes.json"), json(), json(), Names{"pod.json"});
+    ASSERT_FALSE(r);
+    EXPECT_THAT(r.error().message, HasSubstr("pod.json: .spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution."
+                                             "nodeSelectorTerms[0].matchExpressions[0].values[0]: expected a string, found 1"));
+}
+
+TEST(DoctorPending, QuantitiesMustBeFinite) {
+    for (const char* q : {"inf", "nan", "1e999", "-inf", "infMi", "Mi", "", "1.5.5"}) EXPECT_FALSE(parse_quantity(q)) << q;
+}
+
+TEST(DoctorPending, FilesAreNamedAsGiven) {
+    kgpu::test::TempDir dir;
+    Inputs in;
+    in.pod = kgpu::test::doctor_fixture("kubectl/pod.json");
+    in.nodes = dir.write("nodes.json", R"({"items":[{"metadata":[]}]})");
+    auto r = explain(in);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().message, in.nodes + ": .items[0].metadata: expected an object, found an array");
+    dir.write("nodes.json", R"({"items":[)");
+    r = explain(in);
+    ASSERT_FALSE(r);
+    EXPECT_THAT(r.error().message, ::testing::StartsWith(in.nodes + ": not JSON: parse error at line 1, column 11"));
 }
 
 }  // namespace

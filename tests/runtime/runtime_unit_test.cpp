@@ -3,12 +3,22 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
+#include <random>
 #include <sstream>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <toml++/toml.h>
 
 #include "runtime/containerd.h"
 #include "runtime/diff.h"
+#include "support/unified_patch.h"
 #include "common/strings.h"
 
 using namespace kgpu;
@@ -133,17 +143,20 @@ TEST(RuntimeConfigure, InlineTablesAreNotEditedInPlace) {
         "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  runtimes = { nvidia = { runtime_type = \"x\" } }\n",
         "inline.toml", {});
     ASSERT_FALSE(edited);
-    EXPECT_THAT(edited.error().message, HasSubstr("--drop-in"));
+    EXPECT_THAT(edited.error().message, HasSubstr("--drop-in-config"));
 }
 
-TEST(RuntimeDropIn, MainGetsImportsAndDropInCarriesTheWholeCriTable) {
+TEST(RuntimeDropIn, MainImportsTheDirectoryAndDropInCarriesTheWholeCriTable) {
     const std::string before = slurp(kDir + "fixtures/v2-systemd.toml");
     runtime::ContainerdOptions o;
     o.enable_cdi = true;
     auto r = runtime::configure_drop_in(before, "/etc/containerd/config.toml", "/etc/containerd/conf.d/99-nvidia.toml", o);
     ASSERT_TRUE(r) << r.error().message;
+    EXPECT_EQ(r->import, "/etc/containerd/conf.d/*.toml");
     expect_file("v2-systemd.main-with-imports.toml", r->main.text);
     expect_file("v2-systemd.99-nvidia.toml", r->drop_in);
+    expect_comments_kept(before, r->main.text);
+    EXPECT_THAT(r->main.text, HasSubstr("imports = [\"/etc/containerd/conf.d/*.toml\"]"));
     EXPECT_THAT(r->drop_in, HasSubstr("sandbox_image = \"registry.k8s.io/pause:3.9\""));
     EXPECT_THAT(r->drop_in, HasSubstr("enable_cdi = true"));
     auto again = runtime::configure_drop_in(r->main.text, "/etc/containerd/config.toml",
@@ -151,15 +164,171 @@ TEST(RuntimeDropIn, MainGetsImportsAndDropInCarriesTheWholeCriTable) {
     ASSERT_TRUE(again);
     EXPECT_FALSE(again->main.changed);
     EXPECT_EQ(again->drop_in, r->drop_in);
-    // A glob already in imports covers the drop-in.
+    // The pattern already imported: the main config is left alone.
     auto glob = runtime::configure_drop_in("version = 2\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n", "c",
                                            "/etc/containerd/conf.d/99-nvidia.toml", o);
     ASSERT_TRUE(glob);
     EXPECT_FALSE(glob->main.changed);
+    // imports that is not a list of paths is refused.
+    auto bad = runtime::configure_drop_in("version = 2\nimports = \"x\"\n", "c.toml", "/etc/containerd/conf.d/99-nvidia.toml", o);
+    ASSERT_FALSE(bad);
+    EXPECT_THAT(bad.error().message, HasSubstr("imports"));
+}
+
+TEST(RuntimeConfigure, PrivilegedWithoutHostDevicesAndEveryOptionSurvive) {
+    // The security setting an operator chose on runc carries over to the nvidia runtime.
+    const std::string before =
+        "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n"
+        "  runtime_type = \"io.containerd.runc.v2\"\n  privileged_without_host_devices = true\n  pod_annotations = [\"a.b/*\"]\n"
+        "  [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n    SystemdCgroup = true\n"
+        "    Root = \"/run/runc\"\n";
+    auto edited = runtime::configure(before, "c.toml", {});
+    ASSERT_TRUE(edited) << edited.error().message;
+    const auto doc = toml::parse(edited->text);
+    const auto nv = doc["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["nvidia"];
+    EXPECT_EQ(nv["privileged_without_host_devices"].value<bool>(), true);
+    EXPECT_EQ(nv["pod_annotations"][0].value<std::string>(), "a.b/*");
+    EXPECT_EQ(nv["options"]["Root"].value<std::string>(), "/run/runc");
+    EXPECT_EQ(nv["options"]["SystemdCgroup"].value<bool>(), true);
+    EXPECT_EQ(nv["options"]["BinaryName"].value<std::string>(), "/usr/bin/nvidia-container-runtime");
+}
+
+TEST(RuntimeConfigure, ContainerdDumpIsChecked) {
+    runtime::ContainerdOptions o;
+    o.set_as_default = true;
+    const std::string good =
+        "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\ndefault_runtime_name = \"nvidia\"\n"
+        "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\n"
+        "BinaryName = \"/usr/bin/nvidia-container-runtime\"\n";
+    EXPECT_TRUE(runtime::check_dump(good, o));
+    auto v3 = runtime::check_dump("version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd]\n"
+                                  "default_runtime_name = \"runc\"\n"
+                                  "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia.options]\n"
+                                  "BinaryName = \"/usr/bin/nvidia-container-runtime\"\n",
+                                  o);
+    ASSERT_FALSE(v3);
+    EXPECT_THAT(v3.error().message, HasSubstr("default_runtime_name runc"));
+    auto none = runtime::check_dump("version = 2\n", o);
+    ASSERT_FALSE(none);
+    EXPECT_THAT(none.error().message, HasSubstr("no runtime named nvidia"));
+    EXPECT_EQ(runtime::parse_containerd_version("containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1\n"),
+              (std::pair{1, 6}));
+    EXPECT_EQ(runtime::parse_containerd_version("containerd containerd.io v2.0.2 c507a0257\n"), (std::pair{2, 0}));
+    EXPECT_FALSE(runtime::parse_containerd_version(""));
+}
+
+TEST(RuntimeConfigure, StagedMainConfigPointsTheImportAtTheScratchCopy) {
+    auto staged = runtime::staged_main_config(
+        "version = 2 # c\nimports = [\"/etc/containerd/conf.d/*.toml\", \"extra/*.toml\", \"/opt/x.toml\"]\n",
+        "config.toml", "/etc/containerd", "/etc/containerd/conf.d/99-nvidia.toml", "/tmp/s/conf.d/99-nvidia.toml");
+    ASSERT_TRUE(staged) << staged.error().message;
+    const auto doc = toml::parse(*staged);
+    EXPECT_EQ(doc["imports"][0].value<std::string>(), "/tmp/s/conf.d/*.toml");
+    EXPECT_EQ(doc["imports"][1].value<std::string>(), "/etc/containerd/extra/*.toml");
+    EXPECT_EQ(doc["imports"][2].value<std::string>(), "/opt/x.toml");
 }
 
 TEST(RuntimeDiff, ShowsAddedLinesWithContext) {
     const std::string d = runtime::unified_diff("a\nb\nc\n", "a\nb\nx\nc\n", "old", "new");
     EXPECT_EQ(d, "--- old\n+++ new\n@@ -1,3 +1,4 @@\n a\n b\n+x\n c\n");
     EXPECT_EQ(runtime::unified_diff("same\n", "same\n", "a", "b"), "");
+}
+
+TEST(RuntimeDiff, HunksAndNumberingAsDiffU) {
+    // Changes 6 unchanged lines apart share a hunk; 7 apart, two hunks (as GNU diff -u).
+    std::string a, b1, b2;
+    for (int i = 1; i <= 20; ++i) a += std::to_string(i) + "\n";
+    b1 = a, b2 = a;
+    b1.replace(b1.find("2\n"), 2, "two\n");
+    b1.replace(b1.find("\n9\n") + 1, 2, "nine\n");
+    EXPECT_EQ(runtime::unified_diff(a, b1, "a", "b"),
+              "--- a\n+++ b\n@@ -1,12 +1,12 @@\n 1\n-2\n+two\n 3\n 4\n 5\n 6\n 7\n 8\n-9\n+nine\n 10\n 11\n 12\n");
+    b2.replace(b2.find("2\n"), 2, "two\n");
+    b2.replace(b2.find("\n10\n") + 1, 3, "ten\n");
+    EXPECT_EQ(runtime::unified_diff(a, b2, "a", "b"),
+              "--- a\n+++ b\n@@ -1,5 +1,5 @@\n 1\n-2\n+two\n 3\n 4\n 5\n@@ -7,7 +7,7 @@\n 7\n 8\n 9\n-10\n+ten\n 11\n 12\n 13\n");
+    // Insertions into and deletions of everything: an empty range is numbered by the line before.
+    EXPECT_EQ(runtime::unified_diff("", "x\n", "a", "b"), "--- a\n+++ b\n@@ -0,0 +1,1 @@\n+x\n");
+    EXPECT_EQ(runtime::unified_diff("x\ny\n", "", "a", "b"), "--- a\n+++ b\n@@ -1,2 +0,0 @@\n-x\n-y\n");
+}
+
+TEST(RuntimeDiff, MissingFinalNewlineIsShown) {
+    // "a\nb" and "a\nb\n" differ only in the final newline: diff -u shows it with a marker line.
+    EXPECT_EQ(runtime::unified_diff("a\nb", "a\nb\n", "x", "y"),
+              "--- x\n+++ y\n@@ -1,2 +1,2 @@\n a\n-b\n\\ No newline at end of file\n+b\n");
+    EXPECT_EQ(test::apply_patch("a\nb", runtime::unified_diff("a\nb", "a\nb\n", "x", "y")), "a\nb\n");
+    EXPECT_EQ(test::apply_patch("a\nb\n", runtime::unified_diff("a\nb\n", "a\nc", "x", "y")), "a\nc");
+}
+
+TEST(RuntimeDiff, DiffsTakeBeforeToAfter) {
+    // Pseudo-random edits of texts with many repeated lines (the hard case for a diff), checked
+    // by applying the patch; and the common subsequence is the longest for small cases, where a
+    // quadratic LCS is cheap to compute here.
+    std::mt19937 rng(14);
+    auto text = [&](int lines, int alphabet) {
+        std::string t;
+        for (int i = 0; i < lines; ++i) t += "l" + std::to_string(rng() % alphabet) + "\n";
+        return t;
+    };
+    auto lcs = [](const std::string& x, const std::string& y) {
+        std::vector<std::string> a, b;
+        std::stringstream sa(x), sb(y);
+        for (std::string l; std::getline(sa, l);) a.push_back(l);
+        for (std::string l; std::getline(sb, l);) b.push_back(l);
+        std::vector<std::vector<int>> t(a.size() + 1, std::vector<int>(b.size() + 1));
+        for (size_t i = a.size(); i-- > 0;)
+            for (size_t j = b.size(); j-- > 0;) t[i][j] = a[i] == b[j] ? t[i + 1][j + 1] + 1 : std::max(t[i + 1][j], t[i][j + 1]);
+        return t[0][0];
+    };
+    for (int round = 0; round < 300; ++round) {
+        const int alphabet = 2 + round % 7;
+        const std::string a = text(static_cast<int>(rng() % 40), alphabet), b = text(static_cast<int>(rng() % 40), alphabet);
+        const std::string d = runtime::unified_diff(a, b, "a", "b");
+        auto applied = test::apply_patch(a, d);
+        ASSERT_TRUE(applied) << "a:\n" << a << "b:\n" << b << "diff:\n" << d;
+        EXPECT_EQ(*applied, b) << d;
+        // Minimal: removed + added = |a| + |b| - 2 LCS.
+        size_t removed = 0, added = 0;
+        std::stringstream sd(d);
+        for (std::string l; std::getline(sd, l);) {
+            if (l.starts_with("---") || l.starts_with("+++")) continue;
+            removed += l.starts_with("-");
+            added += l.starts_with("+");
+        }
+        const auto count = [](const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); };
+        EXPECT_EQ(removed + added, count(a) + count(b) - 2 * static_cast<size_t>(lcs(a, b))) << d;
+    }
+}
+
+TEST(RuntimeDiff, LargeTextsWithFewChanges) {
+    // 100k lines, a few edits spread over it: the old LCS table needed N*M cells (issue #14).
+    std::string a;
+    for (int i = 0; i < 100000; ++i) a += fmt::format("    key_{} = \"value {}\"\n", i % 5000, i);
+    std::string b = a;
+    for (size_t pos : {size_t{0}, b.size() / 3, b.size() / 2, b.size() - 40}) {
+        pos = b.find('\n', pos) + 1;
+        b.insert(pos, "    added = true\n");
+    }
+    b.erase(b.find("key_4000 = "), 4);
+    const std::string d = runtime::unified_diff(a, b, "a", "b");
+    auto applied = test::apply_patch(a, d);
+    ASSERT_TRUE(applied);
+    EXPECT_EQ(*applied, b);
+    EXPECT_EQ(std::count(d.begin(), d.end(), '@'), 5 * 4);  // five hunks
+}
+
+TEST(RuntimeDiff, ManyDifferencesStayCorrect) {
+    // Texts that share every line but in a shuffled order: far past the cost cap, where the
+    // search splits heuristically; the patch must still take a to b.
+    std::vector<std::string> lines;
+    for (int i = 0; i < 20000; ++i) lines.push_back(fmt::format("line {}\n", i % 3000));
+    std::string a, b;
+    for (const auto& l : lines) a += l;
+    std::mt19937 rng(7);
+    std::shuffle(lines.begin(), lines.end(), rng);
+    for (const auto& l : lines) b += l;
+    const std::string d = runtime::unified_diff(a, b, "a", "b");
+    auto applied = test::apply_patch(a, d);
+    ASSERT_TRUE(applied);
+    EXPECT_EQ(*applied, b);
 }

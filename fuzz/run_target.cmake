@@ -1,0 +1,19 @@
+# Runs one fuzz target for SECONDS on its seeds (fuzz/CMakeLists.txt's ctest entries): new
+# inputs go to WORK/corpus/NAME, a crash to WORK/artifacts/NAME-crash-<sha1>.
+file(MAKE_DIRECTORY ${WORK}/corpus/${NAME} ${WORK}/artifacts)
+if(SYMBOLIZER)
+  set(ENV{ASAN_SYMBOLIZER_PATH} ${SYMBOLIZER})
+endif()
+set(seed_arg)
+if(SEED AND NOT SEED EQUAL 0)
+  set(seed_arg -seed=${SEED})
+endif()
+execute_process(
+  COMMAND ${FUZZER} -max_total_time=${SECONDS} ${seed_arg} -timeout=10 -rss_limit_mb=2048 -max_len=65536
+          -close_fd_mask=3 -print_final_stats=1 -artifact_prefix=${WORK}/artifacts/${NAME}-
+          ${WORK}/corpus/${NAME} ${SEEDS}
+  RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "fuzz target ${NAME} found a problem (exit ${rc}): the input is in ${WORK}/artifacts/; "
+                      "reproduce with ${FUZZER} <file>, then add it to fuzz/corpus/${NAME}/ and a test (fuzz/README.md)")
+endif()

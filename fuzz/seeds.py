@@ -1,0 +1,153 @@
+#!/usr/bin/python3
+"""Writes the seed corpora fuzz/corpus/<target>/ from the test fixtures (run from anywhere:
+/usr/bin/python3 fuzz/seeds.py). Each seed is named by the SHA-1 of its content, as libFuzzer
+names its corpus files, so re-running adds what is new and duplicates nothing. Inputs that once
+crashed a target are added by hand (fuzz/README.md) and are left alone here."""
+import hashlib
+import pathlib
+import re
+import subprocess
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "fuzz" / "corpus"
+SEP = b"\n---8<---\n"
+
+
+def put(target, data):
+    if isinstance(data, str):
+        data = data.encode()
+    d = CORPUS / target
+    d.mkdir(parents=True, exist_ok=True)
+    (d / hashlib.sha1(data).hexdigest()).write_bytes(data)
+
+
+def read(rel):
+    return (ROOT / rel).read_bytes()
+
+
+def raw_strings(rel, must_contain):
+    """The C++ raw strings R"(...)" of a test file that contain `must_contain`."""
+    text = (ROOT / rel).read_text()
+    return [m for m in re.findall(r'R"\((.*?)\)"', text, re.S) if must_contain in m]
+
+
+def configmap_yaml(rel):
+    """The indented `config.yaml: |` block of a ConfigMap."""
+    lines = (ROOT / rel).read_text().splitlines()
+    out, inside = [], False
+    for line in lines:
+        if line.strip() == "config.yaml: |":
+            inside = True
+            continue
+        if inside:
+            if line and not line.startswith("    "):
+                break
+            out.append(line[4:])
+    return "\n".join(out) + "\n"
+
+
+def protoc_encode(proto, message, text):
+    with tempfile.NamedTemporaryFile("w", suffix=".txtpb") as f:
+        f.write(text)
+        f.flush()
+        with open(f.name, "rb") as src:
+            return subprocess.run(["protoc", f"--proto_path={ROOT / 'proto'}", f"--encode={message}", proto],
+                                  stdin=src, check=True, capture_output=True).stdout
+
+
+# Device plugin and labels config (YAML).
+configs = [read("tests/labels/fixtures/time-slicing.yaml"), read("tests/labels/fixtures/bad-sharing.yaml"),
+           configmap_yaml("deploy/kubernetes/configmap.yaml").encode()]
+configs += [s.encode() for s in raw_strings("tests/deviceplugin/config_test.cpp", "version: v1")]
+configs += [b"version: v1\nflags: {plugin: {deviceListStrategy: \"envvar, cdi-cri\"}}\n",
+            b"version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/mig-1g.10gb\n      replicas: 3\n"
+            b"      devices: [\"0:1\", \"MIG-4b69808b-66a3-1662-f86c-3b76eedd0860\"]\n",
+            b"version: v1\nsharing:\n  mps:\n    resources: []\n",
+            b"version: v1\nhealth: {disabled: true, recoveryPeriod: 1h30m}\n"]
+for c in configs:
+    put("deviceplugin_config", c)
+
+# Simulator fixtures.
+for f in sorted((ROOT / "sim" / "nodes").glob("*.yaml")):
+    put("sim_fixture", f.read_bytes())
+
+# containerd configs: for runtime configure the first byte is the options (bit 0 set-as-default,
+# 1 enable-cdi, 2 another runtime name, 3 drop-in).
+tomls = sorted((ROOT / "tests" / "runtime" / "fixtures").glob("*.toml"))
+tomls += sorted((ROOT / "tests" / "doctor" / "fixtures" / "containerd").rglob("*.toml"))
+tomls.append(ROOT / "tests" / "doctor" / "hosts" / "healthy" / "etc" / "containerd" / "config.toml")
+for i, f in enumerate(tomls):
+    text = f.read_bytes()
+    put("containerd_config", bytes([0]) + text)
+    put("containerd_config", bytes([(i % 15) + 1]) + text)
+    put("doctor_containerd", text)
+put("containerd_config", bytes([3]))  # a new (empty) config
+
+# runtime configure --dry-run: before and after.
+for f in sorted((ROOT / "tests" / "runtime" / "expected").glob("*.toml")):
+    base = f.name.split(".")[0]
+    before = ROOT / "tests" / "runtime" / "fixtures" / (base + ".toml")
+    if before.exists():
+        put("diff", before.read_bytes() + SEP + f.read_bytes())
+put("diff", b"a\nb\nc" + SEP + b"a\nx\nc\n")
+put("diff", b"" + SEP + b"one line\n")
+
+# Kernel text for doctor.
+for f in sorted((ROOT / "tests" / "doctor" / "fixtures").glob("kern-*.log")):
+    put("doctor_kernel_log", f.read_bytes())
+for rel in ["proc/modules", "proc/driver/nvidia/version"]:
+    p = ROOT / "tests" / "doctor" / "hosts" / "healthy" / rel
+    if p.exists():
+        put("doctor_kernel_log", p.read_bytes())
+
+# doctor pending: pod, nodes, pods, quotas.
+k = ROOT / "tests" / "doctor" / "fixtures" / "kubectl"
+pod, nodes, pods, quotas = (read(k / n) for n in ["pod.json", "nodes.json", "pods.json", "quotas.json"])
+put("doctor_pending", pod + SEP + nodes + SEP + pods + SEP + quotas)
+put("doctor_pending", pod + SEP + nodes)
+for shape in [b"1", b"[1]", b'"x"', b'{"items":[1]}', b'{"items":[{"metadata":[]}]}']:  # issue #14
+    put("doctor_pending", pod + SEP + shape)
+    put("doctor_pending", pod + SEP + nodes + SEP + shape + SEP + shape)
+
+# /proc/<pid>/cgroup (shapes of tests/attribution/cgroup_test.cpp).
+cid = "0b1c4e2b7f3d1a9e8c6b5a4f3e2d1c0b9a8f7e6d5c4b3a291807f6e5d4c3b2a1"
+uid = "1f2e3d4c-5b6a-4978-8695-a4b3c2d1e0f9"
+suid = uid.replace("-", "_")
+for text in [f"0::/kubepods/burstable/pod{uid}/{cid}\n",
+             f"0::/kubepods/pod{uid}/{cid}\n",
+             f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{suid}.slice/cri-containerd-{cid}.scope\n",
+             f"0::/kubepods.slice/kubepods-pod{suid}.slice/crio-{cid}.scope",
+             f"12:memory:/kubepods/besteffort/pod{uid}/crio-{cid}\n11:cpu,cpuacct:/kubepods/besteffort/pod{uid}/{cid}\n0::/\n",
+             f"0::/../../pod{uid}/{cid}/sub\r\n",
+             "0::/kubepods/pod0123456789abcdef0123456789abcdef/" + cid + "\n",
+             "0::/system.slice/containerd.service\n"]:
+    put("cgroup", text)
+
+# Device IDs (every form resolve_device_id knows; fuzz/node.h has these GPUs).
+for i in ["GPU-5ad70d24-867c-2e2a-7049-b5408d9d30fb", "GPU-51f34de5-fb30-d2be-2d0f-a742c74f58f8::3", "1", "3::0",
+          "MIG-4b69808b-66a3-1662-f86c-3b76eedd0860", "MIG-6fdb8a69-cebe-b4c1-ea4b-353499403a8a::1", "0:1", "3:2",
+          "MIG-GPU-5ad70d24-867c-2e2a-7049-b5408d9d30fb/7/0", "nvidia.com/mig-1g.10gb.shared"]:
+    put("device_id", i)
+
+# PodResources and CRI answers (protobuf wire format, from text format).
+put("podresources", protoc_encode("podresources_v1.proto", "v1.ListPodResourcesResponse", """
+pod_resources { name: "trainer-0" namespace: "ml" containers { name: "main"
+  devices { resource_name: "nvidia.com/gpu" device_ids: "GPU-5ad70d24-867c-2e2a-7049-b5408d9d30fb" device_ids: "1" } } }
+pod_resources { name: "shared" namespace: "ml" containers { name: "w"
+  devices { resource_name: "nvidia.com/gpu.shared" device_ids: "GPU-51f34de5-fb30-d2be-2d0f-a742c74f58f8::2" device_ids: "1::3" } } }
+pod_resources { name: "mig" namespace: "infer" containers { name: "srv"
+  devices { resource_name: "nvidia.com/mig-1g.10gb" device_ids: "MIG-4b69808b-66a3-1662-f86c-3b76eedd0860" device_ids: "3:2" } }
+  containers { name: "cpu" devices { resource_name: "example.com/fpga" device_ids: "fpga0" } } }
+"""))
+put("podresources", protoc_encode("podresources_v1.proto", "v1.ListPodResourcesResponse", """
+pod_resources { name: "renamed" namespace: "default" containers { name: "c"
+  devices { resource_name: "example.com/shared-gpu" device_ids: "0:1" device_ids: "unknown-id" } } }
+"""))
+put("cri", protoc_encode("cri_runtime_v1.proto", "runtime.v1.ListContainersResponse", f"""
+containers {{ id: "{cid}" pod_sandbox_id: "s1" metadata {{ name: "main" attempt: 1 }} state: CONTAINER_RUNNING
+  labels {{ key: "io.kubernetes.pod.name" value: "trainer-0" }} labels {{ key: "io.kubernetes.pod.namespace" value: "ml" }}
+  labels {{ key: "io.kubernetes.container.name" value: "main" }} }}
+containers {{ id: "ffff" metadata {{ name: "ctr-made" }} }}
+"""))
+print(f"seeds written under {CORPUS}")

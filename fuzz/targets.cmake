@@ -1,0 +1,64 @@
+# The fuzz targets: one per parser of outside input. Each has a harness fuzz/targets/<name>.cpp and
+# a seed corpus fuzz/corpus/<name>/ (plus any input that once crashed it). Included by two builds,
+# which each define kgpu_fuzz_target() their way:
+#   fuzz/CMakeLists.txt   clang + libFuzzer: compiles SOURCES (paths from the repository root;
+#                         src/common is always there) and PROTOS (proto/<name>.proto) itself,
+#                         so the fuzz build is small and independent of the main build;
+#   tests/fuzz/CMakeLists.txt  the main build: links LIBS (the project's libraries) into
+#                         kgpu_fuzz_replay, which runs the corpus in the normal test suites.
+# PACKAGES are the third-party targets the SOURCES need in the clang build. To add a target: a harness, a corpus folder with
+# seeds, and one entry here.
+
+kgpu_fuzz_target(deviceplugin_config
+  SOURCES src/deviceplugin/config.cpp
+  PACKAGES yaml-cpp
+  LIBS kgpu_deviceplugin_core)
+
+kgpu_fuzz_target(sim_fixture
+  SOURCES sim/model.cpp
+  INCLUDES sim
+  PACKAGES yaml-cpp
+  LIBS kgpu_fuzz_sim_model)
+
+kgpu_fuzz_target(containerd_config
+  SOURCES src/runtime/containerd.cpp
+  PACKAGES tomlplusplus::tomlplusplus
+  LIBS kgpu_runtime)
+
+kgpu_fuzz_target(diff
+  SOURCES src/runtime/diff.cpp
+  INCLUDES tests
+  LIBS kgpu_runtime)
+
+kgpu_fuzz_target(doctor_containerd
+  SOURCES src/doctor/host.cpp
+  PACKAGES tomlplusplus::tomlplusplus
+  LIBS kgpu_doctor)
+
+kgpu_fuzz_target(doctor_kernel_log
+  SOURCES src/doctor/host.cpp
+  PACKAGES tomlplusplus::tomlplusplus
+  LIBS kgpu_doctor)
+
+kgpu_fuzz_target(doctor_pending
+  SOURCES src/doctor/pending.cpp
+  LIBS kgpu_doctor)
+
+kgpu_fuzz_target(cgroup
+  SOURCES src/exporter/cgroup.cpp
+  LIBS kgpu_attribution)
+
+kgpu_fuzz_target(device_id
+  SOURCES src/exporter/device_ids.cpp
+  LIBS kgpu_attribution)
+
+kgpu_fuzz_target(podresources
+  SOURCES src/exporter/podresources.cpp src/exporter/device_ids.cpp
+  PROTOS podresources_v1
+  LIBS kgpu_attribution)
+
+kgpu_fuzz_target(cri
+  SOURCES src/exporter/cri.cpp tests/support/fake_cri.cpp
+  PROTOS cri_runtime_v1
+  INCLUDES tests
+  LIBS kgpu_attribution kgpu_fake_kubelet)
