@@ -537,11 +537,35 @@ nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t* curren
 }
 
 nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t* mode) {
-    return withDevice(device, On::Gpu, [&](State&, DevRef) -> nvmlReturn_t {
+    return withDevice(device, On::Gpu, [&](State&, DevRef d) -> nvmlReturn_t {
         if (!mode) return NVML_ERROR_INVALID_ARGUMENT;
-        *mode = 0;  // NVML_COMPUTEMODE_DEFAULT
+        *mode = d.gpu->computeMode;
         return NVML_SUCCESS;
     });
+}
+
+// Compute mode is the GPU's, not the process's: with an events file the change is written there
+// as `computemode <gpu> <mode>` (shareCommand), so every process of the node sees it.
+nvmlReturn_t nvmlDeviceSetComputeMode(nvmlDevice_t device, nvmlComputeMode_t mode) {
+    unsigned index = 0;
+    nvmlReturn_t r = withDevice(device, On::Gpu, [&](State&, DevRef d) -> nvmlReturn_t {
+        if (mode == 1) return NVML_ERROR_NOT_SUPPORTED;  // EXCLUSIVE_THREAD: removed from the driver
+        if (mode != NVML_COMPUTEMODE_DEFAULT && mode != NVML_COMPUTEMODE_PROHIBITED &&
+            mode != NVML_COMPUTEMODE_EXCLUSIVE_PROCESS)
+            return NVML_ERROR_INVALID_ARGUMENT;
+        index = d.gpu->index;
+        return NVML_SUCCESS;
+    });
+    if (r != NVML_SUCCESS) return r;
+    auto shared = shareCommand("computemode " + std::to_string(index) + " " + std::to_string(mode));
+    if (shared && !*shared) return NVML_ERROR_UNKNOWN;
+    if (!shared) {
+        return withDevice(device, On::Gpu, [&](State&, DevRef d) -> nvmlReturn_t {
+            d.gpu->computeMode = mode;
+            return NVML_SUCCESS;
+        });
+    }
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t device, nvmlPstates_t* pState) {

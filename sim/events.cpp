@@ -10,10 +10,12 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -130,6 +132,16 @@ void applyMig(State& st, Gpu& g, const std::string& arg) {
     deliver(st, g, &g, nvmlEventMigConfigChange, 0);
 }
 
+// nvidia-smi -c spellings: DEFAULT, PROHIBITED, EXCLUSIVE_PROCESS (any case) or 0, 2, 3.
+int computeMode(const std::string& tok) {
+    std::string up;
+    for (char c : tok) up += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (up == "0" || up == "DEFAULT") return NVML_COMPUTEMODE_DEFAULT;
+    if (up == "2" || up == "PROHIBITED") return NVML_COMPUTEMODE_PROHIBITED;
+    if (up == "3" || up == "EXCLUSIVE_PROCESS") return NVML_COMPUTEMODE_EXCLUSIVE_PROCESS;
+    throw CommandError{"'" + tok + "' is not a compute mode (expected DEFAULT, PROHIBITED or EXCLUSIVE_PROCESS)"};
+}
+
 void runCommand(State& st, const std::vector<std::string>& t) {
     const std::string& cmd = t[0];
     if (cmd == "xid") {
@@ -191,8 +203,13 @@ void runCommand(State& st, const std::vector<std::string>& t) {
     } else if (cmd == "mig") {
         argc(t, 3, 3, "mig <gpu> <profile>[,<profile>...]|off");
         applyMig(st, gpuAt(st, t[1]), t[2]);
+    } else if (cmd == "computemode") {
+        argc(t, 3, 3, "computemode <gpu> DEFAULT|PROHIBITED|EXCLUSIVE_PROCESS");
+        Gpu& g = gpuAt(st, t[1]);
+        g.computeMode = computeMode(t[2]);
     } else {
-        throw CommandError{"unknown command '" + cmd + "' (expected xid, lost, restore, util, proc, noproc, gpm or mig)"};
+        throw CommandError{"unknown command '" + cmd +
+                           "' (expected xid, lost, restore, util, proc, noproc, gpm, mig or computemode)"};
     }
 }
 
@@ -216,6 +233,7 @@ namespace {
 
 struct Watcher {
     std::mutex m;  // guards stop; cv wakes the thread early at shutdown
+    std::mutex pollMutex;  // one poll at a time: the thread's, or shareCommand's
     std::condition_variable cv;
     bool stop = false;
     std::thread thread;
@@ -236,6 +254,7 @@ struct Watcher {
 
     // Reads what was appended and applies every complete line.
     void poll() {
+        std::lock_guard pl(pollMutex);
         struct stat sb {};
         if (::stat(path.c_str(), &sb) != 0) {
             haveFile = false;  // removed (or not there yet): start again when it appears
@@ -304,7 +323,10 @@ struct Reaper {
 void startWatcher() {
     Watcher& w = watcher();
     const char* env = std::getenv("KGPU_SIM_EVENTS");
-    if (!env || !*env) return;
+    if (!env || !*env) {
+        w.path.clear();
+        return;
+    }
     w.path = env;
     w.haveFile = false;
     w.restart();
@@ -314,6 +336,24 @@ void startWatcher() {
         w.stop = false;
     }
     w.thread = std::thread([&w] { w.run(); });
+}
+
+std::optional<bool> shareCommand(const std::string& line) {
+    Watcher& w = watcher();
+    if (w.path.empty()) return std::nullopt;
+    const std::string text = line + "\n";
+    bool ok = false;
+    if (FILE* f = std::fopen(w.path.c_str(), "a")) {
+        // One fwrite of one line to an O_APPEND stream: concurrent writers never interleave.
+        ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+        ok = std::fclose(f) == 0 && ok;
+    }
+    if (!ok) {
+        std::cerr << "kgpu-sim: " << w.path << ": cannot append '" << line << "': " << std::strerror(errno) << std::endl;
+        return false;
+    }
+    w.poll();  // applies it (and anything before it) now, not within the next 25 ms
+    return true;
 }
 
 void stopWatcher() {

@@ -170,6 +170,7 @@ struct Gpu : Object {
     bool remapPending = false, retiredPagesPending = false;
     unsigned long long sbeVolatile = 0, dbeVolatile = 0, sbeAggregate = 0, dbeAggregate = 0;
     unsigned recoveryAction = NVML_GPU_RECOVERY_ACTION_NONE;
+    int computeMode = NVML_COMPUTEMODE_DEFAULT;  // nvmlDeviceSetComputeMode / `computemode`
 };
 
 struct Event {
@@ -251,6 +252,12 @@ void applyCommand(State& st, const std::string& line, const std::string& file, u
 // Starts watching KGPU_SIM_EVENTS (lines already there are applied before this returns).
 // Called at the first init with State::mutex NOT held.
 void startWatcher();
+// Node-wide state changes made through the API (nvmlDeviceSetComputeMode) are written to the
+// events file as a command line, so every process sharing the file sees them as every process
+// sees a real GPU's state; the line is applied in this process before this returns. Returns
+// nullopt when there is no events file (the caller applies the change itself), false when the
+// line could not be written (reported on stderr). Called with State::mutex NOT held.
+std::optional<bool> shareCommand(const std::string& line);
 // Stops and joins the watcher thread. Called at the last shutdown with State::mutex NOT held.
 void stopWatcher();
 

@@ -12,6 +12,7 @@
 #include "cli/exporter.h"
 #include "cli/demo.h"
 #include "cli/info.h"
+#include "cli/mps_control_daemon.h"
 #include "common/log.h"
 
 #ifndef KGPU_VERSION
@@ -44,6 +45,8 @@ int run(int argc, char** argv) {
     add_exporter_command(app, exporter_flags);
     DemoCliOptions demo_opts;
     add_demo_command(app, demo_opts);
+    MpsControlDaemonFlags mps_flags;
+    CLI::App* mount_shm_cmd = add_mps_control_daemon_command(app, mps_flags);
 
     try {
         app.parse(argc, argv);
@@ -66,6 +69,8 @@ int run(int argc, char** argv) {
     if (cdi_cmd->got_subcommand("generate")) return run_cdi_generate(cdi);
     if (runtime_cmd->got_subcommand("configure")) return run_runtime_configure(runtime_opts);
     if (app.got_subcommand("labels")) return run_labels(labels_opts);
+    if (mount_shm_cmd->parsed()) return run_mps_mount_shm(mps_flags);
+    if (app.got_subcommand("mps-control-daemon")) return run_mps_control_daemon(mps_flags);
     return 2;
 }
 

@@ -14,6 +14,9 @@ CLI::App* add_demo_command(CLI::App& app, DemoCliOptions& o) {
     cmd->add_option("--nvml-library", o.demo.nvml_library,
                     "The simulated libnvidia-ml.so.1 (default: <dir of kgpu>/sim/ or <prefix>/lib/kgpu/)");
     cmd->add_flag("--keep", o.demo.keep, "Keep the work dir (logs, fake host, scraped metrics) for inspection");
+    cmd->add_flag("--mps", o.demo.mps,
+                  "Walk MPS sharing instead: the MPS control daemon, two pods sharing one GPU with their limits, "
+                  "the daemon killed and restarted, kgpu_mps_* metrics");
     cmd->add_option("--recovery-period", o.recovery_period_s,
                     "Seconds a GPU stays Unhealthy after the recoverable XID (device plugin --health-recovery-period)")
         ->capture_default_str()

@@ -50,7 +50,11 @@ CLI::App* add_device_plugin_command(CLI::App& app, DevicePluginFlags& f) {
     cmd->add_option("--health-recovery-period", f.health_recovery_period,
                     "Quiet period before a device recovers from a recoverable XID: 1s, 30s, 5m (default 5m)");
     cmd->add_option("--mps-root", f.mps_root,
-                    "Host directory for MPS pipes and shared memory (sharing.mps) [env MPS_ROOT]");
+                    "Host directory for MPS pipes and shared memory (sharing.mps; default /run/nvidia/mps) [env MPS_ROOT]");
+    cmd->add_option("--mps-control-binary", f.mps_control_binary,
+                    "The nvidia-cuda-mps-control that asks the MPS daemons whether they answer (default: searched in "
+                    "usr/bin, usr/sbin, bin, sbin under the driver root)")
+        ->envname("KGPU_MPS_CONTROL");
     for (auto [name, field, what, env] :
          {std::tuple{"--gdrcopy-enabled", &f.gdrcopy_enabled, "GDRCopy", "GDRCOPY_ENABLED"},
           std::tuple{"--gds-enabled", &f.gds_enabled, "GPUDirect Storage", "GDS_ENABLED"},
@@ -169,19 +173,14 @@ int run_device_plugin(const DevicePluginFlags& f) {
     if (f.check_config) {
         std::cout << dp::describe(*config);
         for (const auto& w : config->warnings) std::cout << "warning: " << w << "\n";
-        if (auto st = dp::check_servable(*config); !st) std::cout << "note: " << st.error().message << "\n";
         return 0;
-    }
-    // A valid configuration the plugin cannot serve yet (sharing.mps): say so and stop.
-    if (auto st = dp::check_servable(*config); !st) {
-        std::cerr << "kgpu device-plugin: " << st.error().message << "\n";
-        return 2;
     }
     dp::PluginOptions opts;
     opts.config = std::move(*config);
     opts.env = std::move(*env);
     opts.flags = std::move(flags);
     opts.config_file = config_file;
+    opts.mps_control_binary = f.mps_control_binary;
     if (const char* retry = std::getenv("KGPU_INIT_RETRY_MS")) opts.init_retry = std::chrono::milliseconds(std::atoi(retry));
     return dp::run_device_plugin(std::move(opts));
 }

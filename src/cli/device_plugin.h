@@ -21,6 +21,7 @@ struct DevicePluginFlags {
         device_discovery_strategy, imex_channel_ids, imex_required, nvidia_cdi_hook_path, container_driver_root,
         apply_resource_patterns;
     std::vector<std::string> device_list_strategy;
+    std::string mps_control_binary;  // --mps-control-binary, KGPU_MPS_CONTROL
     bool check_config = false;  // print the effective config and exit
 };
 

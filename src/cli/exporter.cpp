@@ -40,6 +40,10 @@ CLI::App* add_exporter_command(CLI::App& app, ExporterFlags& f) {
     cmd->add_option("--proc-root", f.proc_root, "Where the host's /proc is (for GPU processes' cgroups)")
         ->envname("KGPU_PROC_ROOT")
         ->capture_default_str();
+    cmd->add_option("--mps-root", f.mps_root,
+                    "Where kgpu mps-control-daemon keeps the MPS daemons' status (kgpu_mps_* metrics; \"\": none)")
+        ->envname("MPS_ROOT")
+        ->capture_default_str();
     cmd->add_option("--container-runtime-endpoint", f.container_runtime_endpoint,
                     "CRI socket that names the pod of a container ID")
         ->envname("CONTAINER_RUNTIME_ENDPOINT")
@@ -216,6 +220,7 @@ int run_exporter(const ExporterFlags& f) {
     opts.collector.pod_resources.socket = f.pod_resources_socket;
     opts.collector.pod_resources.extra_resources = f.resource_names;
     opts.collector.proc_root = f.proc_root;
+    opts.collector.mps_root = f.mps_root;
     opts.collector.cri_endpoint = f.container_runtime_endpoint;
     return exporter::run_exporter(opts, [&] { return open_nvml(f.nvml); });
 }

@@ -25,6 +25,7 @@ struct ExporterFlags {
     bool no_hostname = false;
     std::string hostname_label = "Hostname";
     std::string proc_root = "/proc";
+    std::string mps_root = "/run/nvidia/mps";  // --mps-root, MPS_ROOT: kgpu_mps_* from its status files
     std::string container_runtime_endpoint = "unix:///run/containerd/containerd.sock";
     std::vector<std::string> resource_names;
     std::string kubernetes_gpu_id_type;  // accepted for dcgm-exporter compatibility

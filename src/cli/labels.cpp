@@ -150,11 +150,14 @@ Status set_bool(bool& out, const Setting& s) {
 // name (rename, renameByDefault) gets no "-SHARED" product suffix.
 labels::Sharing sharing_of(const dp::Config& c) {
     labels::Sharing s;
-    if (!c.sharing.time_slicing) return s;
-    const dp::TimeSlicing& ts = *c.sharing.time_slicing;
-    for (const auto& r : ts.resources) {
-        s.resources.emplace(r.name, labels::SharedResource{r.replicas, ts.rename_by_default || !r.rename.empty()});
-        if (r.replicas > 1) s.strategy = "time-slicing";
+    // GFD's ReplicatedResources(): the mps section when there is one, else timeSlicing.
+    const dp::ReplicatedResources* rep = c.sharing.mps           ? &*c.sharing.mps
+                                         : c.sharing.time_slicing ? &*c.sharing.time_slicing
+                                                                  : nullptr;
+    if (!rep) return s;
+    for (const auto& r : rep->resources) {
+        s.resources.emplace(r.name, labels::SharedResource{r.replicas, rep->rename_by_default || !r.rename.empty()});
+        if (r.replicas > 1) s.strategy = c.sharing.mps ? "mps" : "time-slicing";
     }
     return s;
 }

@@ -27,6 +27,11 @@ struct Options {
     bool keep = false;                        // keep the work dir (logs, fake host) for inspection
     std::chrono::seconds recovery_period{3};  // passed to the device plugin's --health-recovery-period
     std::chrono::seconds step_timeout{20};    // how long one step may wait for its condition
+    // The MPS walk instead (docs/demo.md): `kgpu mps-control-daemon` with the simulator's stand-in
+    // nvidia-cuda-mps-control, NVIDIA's MPS config with 4 replicas; 1. the daemon's limits and the
+    // replicas registered, 2. two pods on one GPU with the pipe directory and their limits, 3. the
+    // daemon killed: Unhealthy, restarted, Healthy, 4. kgpu_mps_* and both pods' series.
+    bool mps = false;
 };
 
 // Runs the demo, narrating to `out` (errors to stderr). Exit code: 0 every step passed; 1 a step

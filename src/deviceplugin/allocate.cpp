@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "common/files.h"
+#include "mps/mps.h"
 
 namespace kgpu::deviceplugin {
 
@@ -168,6 +169,14 @@ Result<ContainerAnswer> allocate(const Resource& resource, const std::vector<std
             const std::string node = imex_channel_node(ch);
             a.devices.push_back(DeviceSpec{node, dev_root.host_path(node), "rw"});
         }
+    }
+    if (resource.mps) {
+        // NVIDIA's updateReponse: the clients' view of the resource's control daemon.
+        const mps::Root root{config.mps_root};
+        const std::string pipe = mps::container_pipe_dir(resource.name);
+        a.envs["CUDA_MPS_PIPE_DIRECTORY"] = pipe;
+        a.mounts.push_back(Mount{pipe, root.pipe_dir(resource.name).string(), false});
+        a.mounts.push_back(Mount{"/dev/shm", root.shm_dir().string(), false});
     }
     return a;
 }

@@ -105,6 +105,10 @@ std::string cdi_annotation_key(std::string_view resource_name, const Config& con
 //   NVIDIA_IMEX_CHANNELS=<ids>, volume-mounts a /dev/null mount at <dir>/imex/<id>, CDI
 //   "nvidia.com/imex-channel=<id>" (while its spec file exists), passDeviceSpecs its node.
 //
+// An MPS resource (sharing.mps) adds what NVIDIA's plugin adds for its replicas: env
+// CUDA_MPS_PIPE_DIRECTORY=/mps/<resource>/pipe, a mount of <mpsRoot>/<resource>/pipe there and
+// one of <mpsRoot>/shm at /dev/shm (both read-write: clients create their sockets and segments).
+//
 // Errors, Code::invalid_argument naming the ID or path, and then no answer at all: an empty ID
 // list, an ID the resource does not have, a duplicate ID, an ID in unhealthy_ids, more than one
 // ID of a resource with fail_requests_greater_than_one ("maximum request size for shared

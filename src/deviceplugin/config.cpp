@@ -802,7 +802,7 @@ Status check_sharing(const Config& c) {
         if (c.mps_root.empty())
             return fail(Code::parse,
                         "{}:{}: key 'sharing.mps': MPS sharing needs flags.mpsRoot (or --mps-root / MPS_ROOT), the "
-                        "host directory for the MPS pipes and shared memory, e.g. /run/nvidia/mps",
+                        "host directory for the MPS pipes and shared memory (default /run/nvidia/mps), not empty",
                         file, c.sharing.mps->line);
         if (auto st = check_replicated(c, *c.sharing.mps, "mps"); !st) return st;
     }
@@ -855,16 +855,6 @@ Result<Config> resolve(Config base, const Overrides& env, const Overrides& flags
         return fail(Code::invalid_argument, "nvidia CDI hook path '{}': expected an absolute path", c.nvidia_ctk_path);
     add_warnings(c);
     return base;
-}
-
-Status check_servable(const Config& c) {
-    if (c.sharing.mps)
-        return fail(Code::not_supported,
-                    "{}:{}: key 'sharing.mps': MPS sharing is not implemented yet; the configuration is valid "
-                    "(--check-config accepts it) but the plugin cannot serve it: share with sharing.timeSlicing "
-                    "meanwhile",
-                    c.config_file.empty() ? "config" : c.config_file, c.sharing.mps->line);
-    return {};
 }
 
 std::string describe(const Config& c) {

@@ -15,7 +15,7 @@
 //     failOnInitError: true
 //     nvidiaDriverRoot: /
 //     nvidiaDevRoot: /                       # default: the driver root
-//     mpsRoot: /run/nvidia/mps               # host directory for MPS (sharing.mps; served from #18)
+//     mpsRoot: /run/nvidia/mps               # host directory for MPS (sharing.mps; default as NVIDIA's chart)
 //     gdrcopyEnabled: false                  # NVIDIA_GDRCOPY=enabled (+ CDI nvidia.com/gdrcopy=all)
 //     gdsEnabled: false                      # NVIDIA_GDS=enabled (+ CDI nvidia.com/gds=all)
 //     mofedEnabled: false                    # NVIDIA_MOFED=enabled (+ CDI nvidia.com/mofed=all)
@@ -70,7 +70,7 @@
 // or a MIG device ("i:j", "MIG-...") in sharing needs the strategy that serves it; a subset of
 // devices (`devices` other than all) needs a new name (rename or renameByDefault), so shared and
 // whole devices never hide under one name; MPS refuses MIG (migStrategy mixed, MIG resources or
-// devices) and needs mpsRoot, as NVIDIA's plugin does; timeSlicing and mps are not combined.
+// devices) and needs a non-empty mpsRoot; timeSlicing and mps are not combined.
 // Checks that need the node (build_resources): unknown devices, a device listed twice, a count
 // larger than what the resource has.
 //
@@ -199,8 +199,7 @@ struct ReplicatedResources {
 using TimeSlicing = ReplicatedResources;
 struct Sharing {
     std::optional<ReplicatedResources> time_slicing;
-    // Parsed and validated with NVIDIA's rules; serving it is issue #18 (check_servable() refuses
-    // it at start until then).
+    // Parsed and validated with NVIDIA's rules; served as MPS replicas (resources.h, mps.h).
     std::optional<ReplicatedResources> mps;
 };
 
@@ -237,7 +236,9 @@ struct Config {
     std::string proc_root = "/proc";  // the host's /proc: MIG capability files for device specs
     SharedAllocationPolicy shared_allocation_policy = SharedAllocationPolicy::distributed;
     // NVIDIA's, v0.15+.
-    std::string mps_root;                          // flags.mpsRoot / --mps-root / MPS_ROOT
+    // flags.mpsRoot / --mps-root / MPS_ROOT: the host directory of the MPS daemons' pipes and shm.
+    // NVIDIA's plugin has no default (its chart passes this one); kgpu's daemon uses the same.
+    std::string mps_root = "/run/nvidia/mps";
     bool gdrcopy_enabled = false;                  // flags.gdrcopyEnabled
     bool gds_enabled = false;                      // flags.gdsEnabled
     bool mofed_enabled = false;                    // flags.mofedEnabled
@@ -323,10 +324,6 @@ Result<Overrides> from_env(const std::function<const char*(const char*)>& getenv
 // a recovery period under 1s), and parse errors "<file>:<line>: ..." for sharing settings the
 // resolved MIG strategy cannot serve or a device subset without a new name (see the top).
 Result<Config> resolve(Config base, const Overrides& env, const Overrides& flags);
-
-// What the plugin cannot serve yet although the configuration is valid (--check-config accepts
-// it): sharing.mps. Errors: not_supported "sharing.mps: MPS sharing is not implemented yet ...".
-Status check_servable(const Config& config);
 
 // "key: value" per line with the config file's key names (flags.migStrategy: none, ...,
 // health.recoveryPeriod: 5m), for the "effective config" log at start.

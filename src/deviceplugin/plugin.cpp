@@ -25,6 +25,7 @@
 #include "deviceplugin/extras.h"
 #include "deviceplugin/health.h"
 #include "deviceplugin/mig_caps.h"
+#include "deviceplugin/mps.h"
 #include "deviceplugin/registrar.h"
 #include "deviceplugin/resources.h"
 #include "deviceplugin/server.h"
@@ -60,6 +61,9 @@ struct Served {
     std::vector<std::unique_ptr<Entry>> entries;
     std::unique_ptr<HealthMonitor> health;
     std::shared_ptr<Registrar> registrar;
+    // The MPS resources' control daemons (mps.h), and what it watches ("<root>|<binary>|<names>").
+    std::unique_ptr<MpsWatcher> mps;
+    std::string mps_key;
 };
 
 // Why apply() runs: the error policy differs (see apply()).
@@ -80,8 +84,10 @@ private:
     void stop_serving(bool empty_lists);
     void start_servers();
     void on_health(const std::vector<GpuHealth>& health);
+    void on_mps(const std::map<std::string, MpsWatcher::State>& states);
+    void watch_mps(const Config& cfg, const std::vector<std::string>& names);
     void publish_locked(Entry& e);
-    bool unhealthy_locked(const Device& d) const;
+    bool unhealthy_locked(const Resource& r, const Device& d) const;
     v1beta1::ListAndWatchResponse device_list_locked(const Resource& r) const;
     std::shared_ptr<const EntryState> state_of(const Entry& e) const;
     Result<v1beta1::AllocateResponse> allocate(const Entry& e, const v1beta1::AllocateRequest& req) const;
@@ -102,10 +108,16 @@ private:
     // the gRPC handlers.
     mutable std::mutex mu_;
     std::vector<GpuHealth> health_;  // by GPU index
+    std::map<std::string, bool> mps_up_;  // MPS resource -> its control daemon answers
     CdiSpecRefresher cdi_refresh_;   // the CDI spec follows a driver change (control thread only)
 };
 
-bool Plugin::unhealthy_locked(const Device& d) const {
+bool Plugin::unhealthy_locked(const Resource& r, const Device& d) const {
+    // An MPS replica is only usable while its resource's control daemon answers.
+    if (r.mps) {
+        auto it = mps_up_.find(r.name);
+        if (it == mps_up_.end() || !it->second) return true;
+    }
     if (d.gpu_index >= health_.size()) return d.lost;
     const GpuHealth& h = health_[d.gpu_index];
     return !h.healthy || (d.mig && h.unhealthy_migs.contains(d.uuid));
@@ -116,7 +128,7 @@ v1beta1::ListAndWatchResponse Plugin::device_list_locked(const Resource& r) cons
     for (const auto& d : r.devices) {
         auto* dev = out.add_devices();
         dev->set_id(d.id);
-        dev->set_health(unhealthy_locked(d) ? "Unhealthy" : "Healthy");
+        dev->set_health(unhealthy_locked(r, d) ? "Unhealthy" : "Healthy");
         if (d.numa) dev->mutable_topology()->add_nodes()->set_id(*d.numa);
     }
     return out;
@@ -131,6 +143,47 @@ void Plugin::on_health(const std::vector<GpuHealth>& health) {
     health_ = health;
     if (!served_) return;
     for (auto& e : served_->entries) publish_locked(*e);
+}
+
+void Plugin::on_mps(const std::map<std::string, MpsWatcher::State>& states) {
+    std::lock_guard lk(mu_);
+    for (const auto& [name, st] : states) mps_up_[name] = st.up;
+    if (!served_) return;
+    for (auto& e : served_->entries)
+        if (e->state && e->state->resource.mps) publish_locked(*e);
+}
+
+// (Re)starts the MPS watcher when the MPS resources, the root or the control binary changed. Its
+// first check runs here, so the first device list already says whether each daemon answers.
+void Plugin::watch_mps(const Config& cfg, const std::vector<std::string>& names) {
+    std::string binary;
+    if (!names.empty()) {
+        auto found = mps::find_control_binary(opts_.mps_control_binary, cfg.nvidia_driver_root);
+        if (found) {
+            binary = *found;
+        } else if (reported_.insert("mps-binary:" + found.error().message).second) {
+            log::error("MPS: {}; the MPS resources stay Unhealthy", found.error().message);
+        }
+    }
+    const std::string key = fmt::format("{}|{}|{}", cfg.mps_root, binary, fmt::join(names, ","));
+    if (served_->mps_key == key && (served_->mps || names.empty())) return;
+    if (served_->mps) served_->mps->stop();  // not under mu_: its callback takes mu_
+    served_->mps.reset();
+    served_->mps_key = key;
+    {
+        std::lock_guard lk(mu_);
+        mps_up_.clear();
+    }
+    if (names.empty()) return;
+    MpsWatcher::Options o;
+    o.root.dir = cfg.mps_root;
+    o.control_binary = binary;
+    log::info("MPS: watching the control daemons of {} under {}", fmt::join(names, ", "), cfg.mps_root);
+    served_->mps = std::make_unique<MpsWatcher>(names, o, [this](const auto& states) { on_mps(states); });
+    served_->mps->start();
+    auto snapshot = served_->mps->snapshot();
+    std::lock_guard lk(mu_);
+    for (const auto& [name, st] : snapshot) mps_up_[name] = st.up;
 }
 
 std::shared_ptr<const EntryState> Plugin::state_of(const Entry& e) const {
@@ -149,7 +202,8 @@ Result<v1beta1::AllocateResponse> Plugin::allocate(const Entry& e, const v1beta1
         {
             std::lock_guard lk(mu_);
             for (const auto& id : ids)
-                if (const Device* d = state->resource.find(id); d && unhealthy_locked(*d)) unhealthy.insert(id);
+                if (const Device* d = state->resource.find(id); d && unhealthy_locked(state->resource, *d))
+                    unhealthy.insert(id);
         }
         auto answer = deviceplugin::allocate(state->resource, ids, cfg, unhealthy, dev_root);
         if (!answer) return std::unexpected(answer.error());
@@ -253,7 +307,11 @@ Status Plugin::apply(const Config& cfg, Trigger trigger) {
     served_->node = *node;
     const auto config = std::make_shared<const Config>(cfg);
     std::map<std::string, Resource*> wanted;
-    for (auto& r : *resources) wanted[r.name] = &r;
+    std::vector<std::string> mps_names;
+    for (auto& r : *resources) {
+        wanted[r.name] = &r;
+        if (r.mps) mps_names.push_back(r.name);
+    }
 
     // 1. Resources that disappeared: empty list first (so the kubelet drops the devices), then stop.
     std::vector<std::unique_ptr<Entry>> gone;
@@ -319,9 +377,11 @@ Status Plugin::apply(const Config& cfg, Trigger trigger) {
         served_->entries.push_back(std::move(e));
     }
 
-    // 3. Health: a new monitor (started first: it probes every GPU before the snapshot, so the
+    // 3. Health: MPS daemons first (their first check is synchronous, like the GPUs' probes);
+    //    then a new monitor (started first: it probes every GPU before the snapshot, so the
     //    first list already says what the probes see, issue #12), or the running one told about
     //    the rediscovered node.
+    watch_mps(cfg, mps_names);
     if (!served_->health) {
         served_->health = std::make_unique<HealthMonitor>(
             *session, served_->node, cfg.health, [this](const std::vector<GpuHealth>& h) { on_health(h); },
@@ -368,6 +428,7 @@ void Plugin::stop_serving(bool empty_lists) {
     for (auto& e : entries)
         if (e->server) e->server->stop(empty_lists);
     if (served_->health) served_->health->stop();
+    if (served_->mps) served_->mps->stop();
     served_.reset();
 }
 
@@ -402,10 +463,6 @@ void Plugin::reload() {
     auto cfg = resolve(std::move(base), opts_.env, opts_.flags);
     if (!cfg) {
         log::error("SIGHUP: keeping the running configuration: {}", cfg.error().message);
-        return;
-    }
-    if (auto st = check_servable(*cfg); !st) {
-        log::error("SIGHUP: keeping the running configuration: {}", st.error().message);
         return;
     }
     for (const auto& w : cfg->warnings) log::warn("{}", w);

@@ -22,6 +22,9 @@ struct PluginOptions {
     // How often to retry NVML when fail_on_init_error is false, and kubelet registration.
     std::chrono::milliseconds init_retry{std::chrono::seconds(5)};
     std::chrono::milliseconds probe_interval{std::chrono::seconds(1)};
+    // The nvidia-cuda-mps-control the MPS watcher asks the daemons with (--mps-control-binary,
+    // KGPU_MPS_CONTROL); empty: searched under the driver root (mps::find_control_binary).
+    std::string mps_control_binary;
 };
 
 // Runs until SIGTERM or SIGINT. Returns the exit code: 0 after a clean stop, 1 when NVML cannot be

@@ -229,10 +229,16 @@ Result<std::vector<Resource>> build_resources(const inventory::Node& node, const
     };
 
     std::vector<std::pair<Resource, int>> out;  // resource, the sharing entry that made it (-1: none)
-    const TimeSlicing* ts = config.sharing.time_slicing ? &*config.sharing.time_slicing : nullptr;
+    // Time-slicing and MPS replicate devices the same way (resolve() refuses both at once); an MPS
+    // resource is marked so Allocate hands its pods the daemon's pipe directory.
+    const bool mps = !config.sharing.time_slicing && config.sharing.mps;
+    const ReplicatedResources* ts = config.sharing.time_slicing ? &*config.sharing.time_slicing
+                                    : mps                       ? &*config.sharing.mps
+                                                                : nullptr;
+    const std::string section = mps ? "sharing.mps" : "sharing.timeSlicing";
     const std::string file = config.config_file.empty() ? std::string("config") : config.config_file;
     auto where = [&](size_t i, int line, std::string_view key) {
-        return fmt::format("{}:{}: key 'sharing.timeSlicing.resources[{}]{}'", file, line, i, key);
+        return fmt::format("{}:{}: key '{}.resources[{}]{}'", file, line, section, i, key);
     };
     std::vector<bool> matched(ts ? ts->resources.size() : 0, false);
 
@@ -250,7 +256,7 @@ Result<std::vector<Resource>> build_resources(const inventory::Node& node, const
                                 ref, base.devices[pos].physical_id,
                                 owner[pos] == static_cast<int>(i)
                                     ? std::string(" in this list")
-                                    : fmt::format(" (also in sharing.timeSlicing.resources[{}])", owner[pos]));
+                                    : fmt::format(" (also in {}.resources[{}])", section, owner[pos]));
                 owner[pos] = static_cast<int>(i);
                 picked.push_back(pos);
                 return {};
@@ -290,8 +296,16 @@ Result<std::vector<Resource>> build_resources(const inventory::Node& node, const
             const std::string target = !e.rename.empty() ? e.rename : ts->rename_by_default ? name + ".shared" : name;
             std::vector<const Device*> devices;
             for (size_t p : picked) devices.push_back(&base.devices[p]);
+            if (mps)
+                for (const Device* d : devices)
+                    if (d->mig)
+                        return fail(Code::parse,
+                                    "{}: MPS sharing is not supported for MIG devices ({} serves MIG device {} "
+                                    "under migStrategy {}; MPS shares whole GPUs)",
+                                    where(i, e.line, ".name"), name, d->physical_id, to_string(config.mig_strategy));
             out.emplace_back(replicate(target, devices, e.replicas, ts->fail_requests_greater_than_one),
                              static_cast<int>(i));
+            out.back().first.mps = mps;
         }
         Resource rest;
         rest.name = name;
@@ -316,9 +330,9 @@ Result<std::vector<Resource>> build_resources(const inventory::Node& node, const
                                       : fmt::format(" (it is served as {})", other));
         }
         if (warnings)
-            warnings->push_back(fmt::format("{}:{}: sharing.timeSlicing.resources[{}]: this node serves no {}; "
+            warnings->push_back(fmt::format("{}:{}: {}.resources[{}]: this node serves no {}; "
                                             "nothing to share",
-                                            file, e.line, i, e.name));
+                                            file, e.line, section, i, e.name));
     }
 
     std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first.name < b.first.name; });

@@ -19,7 +19,8 @@
 // Device IDs are UUIDs (GPU-… / MIG-…) under every deviceIDStrategy, as NVIDIA's plugin
 // advertises them; the strategy changes only what Allocate hands the container.
 //
-// Time-slicing (config sharing.timeSlicing) then replaces the selected devices of a resource by
+// Time-slicing (config sharing.timeSlicing) or MPS (sharing.mps, the same keys; the resource is
+// marked `mps`) then replaces the selected devices of a resource by
 // `replicas` replicas each, with IDs "<id>::<n>", under the resource's name, its rename, or
 // "<name>.shared" with renameByDefault. Unlike NVIDIA's plugin, `devices` is honoured: devices
 // not selected stay whole under the original name.
@@ -69,6 +70,9 @@ struct Resource {
     std::vector<Device> devices;  // ascending gpu_index, then MIG index, then replica
     unsigned replicas = 1;        // > 1: time-sliced, each physical device listed that many times
     bool fail_requests_greater_than_one = false;  // time-sliced with failRequestsGreaterThanOne
+    // Shared through MPS (sharing.mps): its replicas are clients of one MPS control daemon, whose
+    // pipe directory Allocate hands out, and its health follows that daemon's (deviceplugin/mps.h).
+    bool mps = false;
 
     // The device with this ID, or nullptr. Uses the index built by reindex() when it is current.
     const Device* find(std::string_view id) const;
@@ -78,7 +82,7 @@ struct Resource {
     bool has_mig() const;
     bool operator==(const Resource& o) const {
         return name == o.name && devices == o.devices && replicas == o.replicas &&
-               fail_requests_greater_than_one == o.fail_requests_greater_than_one;
+               fail_requests_greater_than_one == o.fail_requests_greater_than_one && mps == o.mps;
     }
 
     // ID -> position, built by reindex(); find() falls back to a scan when it is stale.
@@ -101,7 +105,7 @@ bool pattern_matches(std::string_view pattern, std::string_view text);
 // Errors:
 //  - Code::not_supported: migStrategy single on a node that mixes MIG and non-MIG GPUs or MIG
 //    profiles (the message lists them and suggests mixed);
-//  - Code::parse, "<file>:<line>: key 'sharing.timeSlicing.resources[i]...': ...": a device the
+//  - Code::parse, "<file>:<line>: key 'sharing.timeSlicing.resources[i]...': ..." (or sharing.mps): a device the
 //    resource does not have (unknown, or served under another name), a device selected twice
 //    (by two entries, or by index and UUID), a count larger than the resource's devices, two
 //    resources ending up with one name.

@@ -131,6 +131,21 @@ constexpr std::array<MetricDef, kMetricCount> kCatalogue{{
      "not on MIG-enabled GPUs).",
      "nvmlDeviceGetProcessUtilization (memUtil, %), as kgpu_pod_sm_util_ratio", S::pod, R::none, 0, kPercent, false,
      "pod, namespace, container"},
+    {mps_daemon_up, "kgpu_mps_daemon_up", MT::gauge, "0/1",
+     "Whether the MPS control daemon of this resource runs with its limits set (1) or is down, restarting or "
+     "stopped (0); its replicas are Unhealthy in the device plugin while it is 0.",
+     "<mps-root>/<resource>/status.json and .started, written by kgpu mps-control-daemon", S::mps},
+    {mps_daemon_restarts_total, "kgpu_mps_daemon_restarts_total", MT::counter, "restarts",
+     "Times kgpu mps-control-daemon started this resource's MPS control daemon again after it died or stopped "
+     "answering.",
+     "<mps-root>/<resource>/status.json", S::mps},
+    {mps_active_thread_percentage, "kgpu_mps_active_thread_percentage", MT::gauge, "%",
+     "The default active thread percentage the MPS control daemon gives each client (100 / replicas).",
+     "<mps-root>/<resource>/status.json (set_default_active_thread_percentage)", S::mps},
+    {mps_pinned_memory_limit_bytes, "kgpu_mps_pinned_memory_limit_bytes", MT::gauge, "bytes",
+     "The default pinned device memory limit of each MPS client on this GPU (the GPU's memory / replicas).",
+     "<mps-root>/<resource>/status.json (set_default_device_pinned_mem_limit)", S::mps, R::none, 0, 1.0, false,
+     "gpu, UUID"},
     {nvml_errors_total, "kgpu_nvml_errors_total", MT::counter, "errors",
      "NVML calls that failed with something other than NOT_SUPPORTED, by NVML function.",
      "every NVML read of the collector", S::exporter, R::none, 0, 1.0, false, "function"},
@@ -172,6 +187,7 @@ std::string_view scope_labels(Scope s) {
         case Scope::process: return "gpu, UUID";
         case Scope::pod: return "gpu, UUID";
         case Scope::exporter: return "—";
+        case Scope::mps: return "resource";
     }
     return "";
 }
@@ -255,7 +271,12 @@ std::string metrics_markdown() {
       "reported per MIG instance only (NVML answers them per instance); the device-wide ones (clocks,\n"
       "temperatures, power, energy, ECC, XID, remapped rows, NVLink) stay on the GPU's series.\n\n");
     w("`kgpu_*` metrics use lint-clean labels only: `gpu`, `UUID`, `GPU_I_ID`, `state`, `pid`, `process`, `pod`,\n"
-      "`namespace`, `container`, `function`, `reason`.\n\n");
+      "`namespace`, `container`, `function`, `reason`, `resource`.\n\n");
+    w("## MPS\n\n");
+    w("`kgpu_mps_*` show each MPS-shared resource (`sharing.mps`) as `kgpu mps-control-daemon` runs it: one\n"
+      "series per resource (`resource`, e.g. `nvidia.com/gpu`), read each pass from the status files under\n"
+      "`--mps-root` (default `/run/nvidia/mps`, the host directory the MPS DaemonSet and the device plugin\n"
+      "share; the exporter's container mounts it read-only). A node without MPS has none of these series.\n\n");
     w("## Profiling metrics without DCGM\n\n");
     w("The `DCGM_FI_PROF_*` metrics come from NVML's GPU performance monitoring (GPM) on GPUs that support it\n"
       "(Hopper and newer; `nvmlGpmQueryDeviceSupport`), not from DCGM's host engine: each collection pass takes\n"

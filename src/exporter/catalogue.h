@@ -58,6 +58,11 @@ enum class Metric : unsigned {
     process_fb_used_bytes,
     pod_sm_util_ratio,
     pod_mem_util_ratio,
+    // MPS sharing (kgpu mps-control-daemon's status files under --mps-root).
+    mps_daemon_up,
+    mps_daemon_restarts_total,
+    mps_active_thread_percentage,
+    mps_pinned_memory_limit_bytes,
     nvml_errors_total,
     pod_attribution_up,
     pods_over_limit,
@@ -106,6 +111,7 @@ enum class Scope {
     process,   // one per GPU process
     pod,       // one per GPU and pod using it (kgpu labels + pod labels)
     exporter,  // about the exporter itself
+    mps,       // one per MPS-shared resource (`resource`)
 };
 
 struct MetricDef {

@@ -16,6 +16,7 @@
 #include "exporter/catalogue.h"
 #include "exporter/exposition.h"
 #include "inventory/discovery.h"
+#include "mps/supervisor.h"
 #include "nvml/events.h"
 #include "nvml/gpm.h"
 
@@ -786,6 +787,20 @@ struct Collector::Impl {
                 l.add("pod", k.second.pod).add("namespace", k.second.namespace_name).add("container", k.second.container);
                 add(Metric::pod_sm_util_ratio, l, v.first * def(Metric::pod_sm_util_ratio).scale);
                 add(Metric::pod_mem_util_ratio, l, v.second * def(Metric::pod_mem_util_ratio).scale);
+            }
+        }
+        if (!options.mps_root.empty()) {
+            for (const auto& st : mps::read_statuses(mps::Root{options.mps_root})) {
+                LabelSet l;
+                l.add("resource", st.resource);
+                add(Metric::mps_daemon_up, l, st.state == mps::DaemonState::running ? 1.0 : 0.0);
+                add(Metric::mps_daemon_restarts_total, l, double(st.restarts));
+                add(Metric::mps_active_thread_percentage, l, double(st.active_thread_percentage));
+                for (const auto& lim : st.pinned_limits) {
+                    LabelSet g = l;
+                    g.add("gpu", fmt::format("{}", lim.index)).add("UUID", lim.uuid);
+                    add(Metric::mps_pinned_memory_limit_bytes, g, double(lim.mib << 20));
+                }
             }
         }
         for (const auto& [function, n] : nvml_errors) {

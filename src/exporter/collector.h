@@ -56,6 +56,8 @@ struct CollectorOptions {
     bool kubernetes_virtual_gpus = false;
     bool kubernetes_pod_uid = false;     // `pod_uid` label (from the CRI runtime's pod sandboxes)
     bool kubernetes_pod_labels = false;  // the pod's labels (idem)
+    // kgpu_mps_*: the MPS daemons' status files under this directory (--mps-root); empty: none.
+    std::string mps_root = "/run/nvidia/mps";
 };
 
 // One pass's result. Immutable once published; shared by every request that serves it.

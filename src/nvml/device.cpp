@@ -212,6 +212,28 @@ Result<bool> Device::persistence_mode() const {
     return s == NVML_FEATURE_ENABLED;
 }
 
+std::string_view to_string(ComputeMode mode) {
+    switch (mode) {
+        case ComputeMode::default_: return "Default";
+        case ComputeMode::prohibited: return "Prohibited";
+        case ComputeMode::exclusive_process: return "Exclusive_Process";
+    }
+    return "Unknown";
+}
+
+Result<ComputeMode> Device::compute_mode() const {
+    nvmlComputeMode_t m = NVML_COMPUTEMODE_DEFAULT;
+    KGPU_CALL(DeviceGetComputeMode, handle_, &m);
+    if (m != NVML_COMPUTEMODE_DEFAULT && m != NVML_COMPUTEMODE_PROHIBITED && m != NVML_COMPUTEMODE_EXCLUSIVE_PROCESS)
+        return fail(Code::parse, "{}: unknown compute mode {}", ctx_->lib->symbol_name("DeviceGetComputeMode"), m);
+    return static_cast<ComputeMode>(m);
+}
+
+Status Device::set_compute_mode(ComputeMode mode) const {
+    KGPU_CALL(DeviceSetComputeMode, handle_, static_cast<nvmlComputeMode_t>(mode));
+    return {};
+}
+
 Result<std::pair<bool, bool>> Device::ecc_mode() const {
     nvmlEnableState_t cur = NVML_FEATURE_DISABLED, pend = NVML_FEATURE_DISABLED;
     KGPU_CALL(DeviceGetEccMode, handle_, &cur, &pend);

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -49,6 +50,12 @@ struct DeviceAttributes {
 };
 
 enum class NvLinkPeerType { gpu, switch_, other };
+
+// nvmlComputeMode_t: who may create CUDA contexts on the GPU. MPS needs exclusive_process (only
+// the MPS server then holds a context; its clients share it).
+enum class ComputeMode { default_ = 0, prohibited = 2, exclusive_process = 3 };
+// "Default", "Prohibited", "Exclusive_Process" (nvidia-smi -q's spelling).
+std::string_view to_string(ComputeMode mode);
 
 // nvmlDeviceGetRemappedRows (Ampere and newer).
 struct RemappedRows {
@@ -97,6 +104,9 @@ public:
     Result<unsigned> power_limit_mw() const;  // enforced limit
     Result<bool> persistence_mode() const;
     Result<std::pair<bool, bool>> ecc_mode() const;  // current, pending
+    Result<ComputeMode> compute_mode() const;  // Code::parse for a value NVML does not define
+    // nvmlDeviceSetComputeMode (root only on a real driver: Code::no_permission otherwise).
+    Status set_compute_mode(ComputeMode mode) const;
     Result<RemappedRows> remapped_rows() const;
     Result<bool> retired_pages_pending() const;
     // Field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: NVML_GPU_RECOVERY_ACTION_* (0 none, 1 GPU reset,

@@ -44,6 +44,7 @@
     X(DeviceGetPersistenceMode, optional, nvmlDeviceGetPersistenceMode, nullptr)                   \
     X(DeviceGetEccMode, optional, nvmlDeviceGetEccMode, nullptr)                                   \
     X(DeviceGetComputeMode, optional, nvmlDeviceGetComputeMode, nullptr)                           \
+    X(DeviceSetComputeMode, optional, nvmlDeviceSetComputeMode, nullptr)                           \
     X(DeviceGetPerformanceState, optional, nvmlDeviceGetPerformanceState, nullptr)                 \
     X(DeviceGetCurrentClocksEventReasons, optional, nvmlDeviceGetCurrentClocksEventReasons,        \
       "nvmlDeviceGetCurrentClocksThrottleReasons")                                                 \

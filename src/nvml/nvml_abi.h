@@ -165,6 +165,10 @@ typedef enum { NVML_VOLATILE_ECC = 0, NVML_AGGREGATE_ECC = 1 } nvmlEccCounterTyp
 typedef enum { NVML_PCIE_UTIL_TX_BYTES = 0, NVML_PCIE_UTIL_RX_BYTES = 1 } nvmlPcieUtilCounter_t;
 typedef int nvmlBrandType_t;
 typedef int nvmlComputeMode_t;
+// nvmlComputeMode_t values (1, EXCLUSIVE_THREAD, was removed from the driver).
+#define NVML_COMPUTEMODE_DEFAULT 0
+#define NVML_COMPUTEMODE_PROHIBITED 2
+#define NVML_COMPUTEMODE_EXCLUSIVE_PROCESS 3
 typedef int nvmlPstates_t;
 
 // GPU-instance profiles 0x0..0x11, compute-instance profiles 0..8.
@@ -453,6 +457,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* me
 nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t* mode);
 nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t* current, nvmlEnableState_t* pending);
 nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t* mode);
+nvmlReturn_t nvmlDeviceSetComputeMode(nvmlDevice_t device, nvmlComputeMode_t mode);
 nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t device, nvmlPstates_t* pState);
 nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long* reasons);
 nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int* limit);

@@ -69,6 +69,15 @@ void expect_nothing_left(const std::string& out) {
     EXPECT_THAT(processes_mentioning(work), ::testing::IsEmpty());
 }
 
+// The stand-in MPS daemon exits after `quit` on its own time (and is nobody's child here).
+bool eventually_gone(int pid) {
+    for (int i = 0; i < 250 && alive(pid); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (!alive(pid)) return true;
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    return stat.find(") Z ") != std::string::npos;  // a zombie: gone, its parent not reaped yet
+}
+
 size_t pos(const std::string& out, const std::string& what, size_t from = 0) {
     auto p = out.find(what, from);
     EXPECT_NE(p, std::string::npos) << "missing: " << what << "\n" << out;
@@ -117,6 +126,49 @@ TEST(Demo, RunsTheWholeChainFromAnotherDirectory) {
     EXPECT_TRUE(std::regex_search(o, summary)) << o;
     pos(o, "all 5 steps passed", p5);
     expect_nothing_left(o);
+    EXPECT_TRUE(fs::is_empty(tmp.path()));
+}
+
+// --mps: the MPS walk (issue #18): the daemon's limits, 32 replicas, two pods on one GPU with the
+// pipe directory and their limits, the daemon killed and back, kgpu_mps_* and both pods' series.
+TEST(Demo, MpsTwoPodsShareOneGpu) {
+    TempDir cwd, tmp;
+    auto r = run_in(cwd.path(), tmp.path(), "demo --mps");
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    const std::string& o = r.out;
+    size_t p1 = pos(o, "[1/4]");
+    pos(o, "| set_default_device_pinned_mem_limit 7 20389M", p1);
+    pos(o, "| set_default_active_thread_percentage 25", p1);
+    pos(o, "(8 `computemode <gpu> 3` lines", p1);
+    size_t cap = pos(o, "capacity nvidia.com/gpu: 32, allocatable nvidia.com/gpu: 32", p1);
+    size_t p2 = pos(o, "[2/4]", cap);
+    pos(o, "pod default/mps-a", p2);
+    pos(o, "pod default/mps-b", p2);
+    size_t env = pos(o, "env CUDA_MPS_PIPE_DIRECTORY=/mps/nvidia.com/gpu/pipe", p2);
+    pos(o, "env CUDA_MPS_PIPE_DIRECTORY=/mps/nvidia.com/gpu/pipe", env + 1);
+    pos(o, "-> /dev/shm", p2);
+    pos(o, "answers 25.0", p2);
+    pos(o, "is 20389M", p2);
+    size_t p3 = pos(o, "[3/4]", p2);
+    pos(o, "all 32 replicas Unhealthy", p3);
+    size_t back = pos(o, "Healthy again", p3);
+    size_t p4 = pos(o, "[4/4]", back);
+    pos(o, "kgpu_mps_daemon_restarts_total{resource=\"nvidia.com/gpu\"} 1", p4);
+    pos(o, "kgpu_mps_active_thread_percentage{resource=\"nvidia.com/gpu\"} 25", p4);
+    pos(o, "pod=\"mps-a\",namespace=\"default\",container=\"main\",vgpu=\"0\"", p4);
+    pos(o, "pod=\"mps-b\",namespace=\"default\",container=\"main\",vgpu=\"1\"", p4);
+    pos(o, "all 4 steps passed", p4);
+    // Nothing left: kgpu's three children, and every stand-in daemon (the killed one and the one
+    // that got `quit` at the end).
+    auto pids = printed_pids(o);
+    EXPECT_EQ(pids.size(), 3u) << o;
+    static const std::regex daemon(R"(control daemon running \(pid ([0-9]+))");
+    for (auto it = std::sregex_iterator(o.begin(), o.end(), daemon); it != std::sregex_iterator(); ++it)
+        pids.push_back(std::stoi((*it)[1]));
+    EXPECT_EQ(pids.size(), 5u) << o;
+    for (int pid : pids) EXPECT_TRUE(eventually_gone(pid)) << "pid " << pid << " still exists";
+    const std::string work = printed_work_dir(o);
+    EXPECT_FALSE(fs::exists(work)) << work;
     EXPECT_TRUE(fs::is_empty(tmp.path()));
 }
 

@@ -23,6 +23,7 @@ CHECK is one of:
   helm                 Chart.yaml and values.yaml parse, templates have balanced {{ }} and
                        blocks, values.yaml defaults equal the plain manifests' settings
   configdoc            every flag of every subcommand's --help is in docs/configuration.md
+  mps                  the mps-control-daemon DaemonSet (plain and Helm) is NVIDIA's, with kgpu's paths
 Exit 0 when the check passes; 1 with one line per problem on stderr otherwise.
 Run with Debian's /usr/bin/python3 (python3-yaml)."""
 import os
@@ -163,6 +164,12 @@ def pod_spec(doc):
     return (doc.get("spec") or {}).get("template", {}).get("spec")
 
 
+# The only kgpu steps that run privileged, as NVIDIA's: the MPS DaemonSet's shm mount (mount(2)
+# with Bidirectional propagation, which Kubernetes allows privileged containers only) and its
+# daemon (compute mode, MPS servers on every GPU).
+MPS_PRIVILEGED = {"mps-control-daemon"}
+
+
 def check_pod_spec(where, spec, plain_kgpu):
     if not isinstance(spec, dict) or not spec.get("containers"):
         problem(f"{where}: no containers")
@@ -179,7 +186,7 @@ def check_pod_spec(where, spec, plain_kgpu):
                                           "CharDevice", "BlockDevice"):
                 problem(f"{where}: volume {v['name']}: unknown hostPath type {hp.get('type')!r}")
     names = set()
-    for c in spec["containers"]:
+    for c in spec.get("initContainers", []) + spec["containers"]:
         cw = f"{where}: container {c.get('name')!r}"
         if not DNS_LABEL.match(c.get("name", "")) or c["name"] in names:
             problem(f"{cw}: missing, invalid or duplicate name")
@@ -210,6 +217,8 @@ def check_pod_spec(where, spec, plain_kgpu):
                     if r not in (res.get(kind) or {}):
                         problem(f"{cw}: resources.{kind}.{r} missing")
             sc = c.get("securityContext", {})
+            if sc.get("privileged") and (c.get("args") or [None])[0] in MPS_PRIVILEGED:
+                continue  # mount(2) with Bidirectional propagation, compute mode: see check_mps
             if sc.get("privileged"):
                 problem(f"{cw}: privileged")
             if sc.get("allowPrivilegeEscalation") is not False:
@@ -288,9 +297,11 @@ def check_manifests():
         problem("DaemonSet: node affinity on nvidia.com/gpu.present missing")
     for c in spec["containers"]:
         env = {e["name"]: e.get("value") for e in c.get("env", [])}
-        if env.get("NVIDIA_VISIBLE_DEVICES") != "all" or env.get("NVIDIA_DRIVER_CAPABILITIES") != "utility":
+        # The device plugin also gets compute: nvidia-cuda-mps-control, to ask the MPS daemons.
+        caps = "compute,utility" if c["args"][0] == "device-plugin" else "utility"
+        if env.get("NVIDIA_VISIBLE_DEVICES") != "all" or env.get("NVIDIA_DRIVER_CAPABILITIES") != caps:
             problem(f"DaemonSet: container {c['name']}: needs NVIDIA_VISIBLE_DEVICES=all and "
-                    "NVIDIA_DRIVER_CAPABILITIES=utility")
+                    f"NVIDIA_DRIVER_CAPABILITIES={caps}")
     exporter = [c for c in spec["containers"] if c["args"][0] == "exporter"]
     for c in exporter:
         for probe in ("livenessProbe", "readinessProbe"):
@@ -316,6 +327,13 @@ def daemonset():
         if d.get("kind") == "DaemonSet":
             return d
     raise SystemExit("deploy/kubernetes/daemonset.yaml: no DaemonSet")
+
+
+def mps_daemonset():
+    for d in load_docs(SRC / "deploy/kubernetes/mps-control-daemon.yaml"):
+        if d.get("kind") == "DaemonSet":
+            return d
+    raise SystemExit("deploy/kubernetes/mps-control-daemon.yaml: no DaemonSet")
 
 
 def configmap_config():
@@ -741,7 +759,8 @@ def check_image():
         if gid not in groups:
             problem(f"image: USER group {gid} has no /etc/group entry")
         image_files = ["/" + str(f.relative_to(root)) for f in root.rglob("*") if not f.is_dir() or f.is_symlink()]
-        for where, spec in (("daemonset.yaml", pod_spec(daemonset())),):
+        for where, spec in (("daemonset.yaml", pod_spec(daemonset())),
+                            ("mps-control-daemon.yaml", pod_spec(mps_daemonset()))):
             for c in spec.get("initContainers", []) + spec["containers"]:
                 cw = f"{where}: container {c['name']}"
                 command = c.get("command") or cfg.get("ENTRYPOINT")
@@ -757,7 +776,9 @@ def check_image():
                     problem(f"{cw}: runAsUser {sc.get('runAsUser')} but the image's USER is {uid}")
                 if uid == "0" and sc.get("runAsNonRoot"):
                     problem(f"{cw}: runAsNonRoot with an image that runs as root")
-                if sc.get("capabilities", {}).get("drop") != ["ALL"] or sc.get("capabilities", {}).get("add"):
+                if sc.get("privileged") and args[:1] and args[0] in MPS_PRIVILEGED:
+                    pass  # privileged has every capability (check_mps says why it must be)
+                elif sc.get("capabilities", {}).get("drop") != ["ALL"] or sc.get("capabilities", {}).get("add"):
                     problem(f"{cw}: capabilities must drop ALL and add none")
                 if not sc.get("readOnlyRootFilesystem"):
                     problem(f"{cw}: readOnlyRootFilesystem must be true (the image needs no writes)")
@@ -781,7 +802,8 @@ def check_image():
                     f"{len(pod_spec(daemonset())['containers'])}")
     # The image's name and tag: the manifests and the chart run kgpu:<the binary's version>.
     version = run([KGPU, "--version"]).stdout.strip()
-    for c in pod_spec(daemonset()).get("initContainers", []) + pod_spec(daemonset())["containers"]:
+    for c in [c for ds in (daemonset(), mps_daemonset())
+              for c in pod_spec(ds).get("initContainers", []) + pod_spec(ds)["containers"]]:
         if c["image"] != f"kgpu:{version}":
             problem(f"daemonset.yaml: container {c['name']}: image {c['image']}, but scripts/build-image names "
                     f"it kgpu:{version}")
@@ -918,7 +940,8 @@ def check_helm():
     dtmpl = (chart_dir / "templates/daemonset.yaml").read_text()
     for vol in spec["volumes"]:
         p = vol.get("hostPath", {}).get("path")
-        templated = (v["driverRootMount"], strip_unix(v["exporter"]["containerRuntimeEndpoint"]))
+        templated = (v["driverRootMount"], strip_unix(v["exporter"]["containerRuntimeEndpoint"]), v["mps"]["root"],
+                     v["mps"]["root"] + "/shm")
         if p and p not in dtmpl and p not in templated:
             problem(f"helm daemonset.yaml: hostPath {p} of the plain manifest is missing")
 
@@ -958,9 +981,98 @@ def check_configdoc():
             problem(f"docs/configuration.md: global flag {name} is not documented")
 
 
+# --------------------------------------------------------------------------------------------
+# MPS
+
+def check_mps():
+    """The MPS DaemonSet (plain and Helm) is NVIDIA's: selected by nvidia.com/mps.capable=true, an
+    init container mounting the shm tmpfs into the MPS root with Bidirectional propagation, the
+    daemon with compute capability, the root and shm at the paths kgpu's --mps-root default names,
+    the same config file as the device plugin; flags and env vars the binary reads."""
+    daemon_help = help_text("mps-control-daemon")
+    shm_help = help_text("mps-control-daemon mount-shm")
+    if daemon_help is None or shm_help is None:
+        problem("`kgpu mps-control-daemon [mount-shm] --help` failed: the binary has no such subcommand")
+        return
+    opts, shm_opts = parse_help(daemon_help), parse_help(shm_help)
+    root = opts["--mps-root"]["default"]
+    if not root or shm_opts["--mps-root"]["default"] != root:
+        problem(f"--mps-root defaults differ or are missing: {root} / {shm_opts['--mps-root']['default']}")
+    ds = mps_daemonset()
+    spec = pod_spec(ds)
+    where = "mps-control-daemon.yaml"
+    if spec.get("nodeSelector") != {"nvidia.com/mps.capable": "true"}:
+        problem(f"{where}: nodeSelector must be nvidia.com/mps.capable=true (NVIDIA's), is {spec.get('nodeSelector')}")
+    if spec.get("runtimeClassName") != "nvidia" or spec.get("priorityClassName") != "system-node-critical":
+        problem(f"{where}: runtimeClassName nvidia and priorityClassName system-node-critical expected")
+    if spec.get("tolerations") != pod_spec(daemonset()).get("tolerations"):
+        problem(f"{where}: tolerations differ from daemonset.yaml's")
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    host = lambda m: volumes.get(m["name"], {}).get("hostPath", {}).get("path")
+    inits = [c for c in spec.get("initContainers", []) if c.get("args") == ["mps-control-daemon", "mount-shm"]]
+    if len(inits) != 1:
+        problem(f"{where}: needs one init container running `mps-control-daemon mount-shm`")
+    for c in inits:
+        mounts = [m for m in c.get("volumeMounts", []) if host(m) == root]
+        if not mounts or mounts[0]["mountPath"] != root or mounts[0].get("mountPropagation") != "Bidirectional":
+            problem(f"{where}: {c['name']}: the MPS root {root} must be mounted at the same path, Bidirectional")
+        if not (c.get("securityContext") or {}).get("privileged"):
+            problem(f"{where}: {c['name']}: Bidirectional propagation needs privileged")
+    daemons = [c for c in spec["containers"] if (c.get("args") or [None])[0] == "mps-control-daemon"]
+    if len(daemons) != 1:
+        problem(f"{where}: needs one container running `mps-control-daemon`")
+        return
+    c = daemons[0]
+    env_known = {e for o in opts.values() for e in o["env"]}
+    for flag, _ in split_args(c["args"][1:]):
+        if flag not in opts:
+            problem(f"{where}: `kgpu mps-control-daemon` has no flag {flag}")
+    env = {e["name"]: e.get("value") for e in c.get("env", [])}
+    for name in env:
+        if name not in env_known and name not in RUNTIME_ENV:
+            problem(f"{where}: env {name} is read neither by `kgpu mps-control-daemon` nor by the NVIDIA runtime")
+    if env.get("NVIDIA_VISIBLE_DEVICES") != "all" or "compute" not in (env.get("NVIDIA_DRIVER_CAPABILITIES") or ""):
+        problem(f"{where}: the daemon needs NVIDIA_VISIBLE_DEVICES=all and the compute capability "
+                "(the runtime then injects nvidia-cuda-mps-control)")
+    mounts = {m["mountPath"]: host(m) for m in c.get("volumeMounts", [])}
+    if mounts.get(root) != root:
+        problem(f"{where}: the daemon must mount the MPS root {root} at the same path")
+    if mounts.get("/dev/shm") != root.rstrip("/") + "/shm":
+        problem(f"{where}: the daemon must mount {root}/shm at /dev/shm")
+    dp = [x for x in pod_spec(daemonset())["containers"] if x["args"][0] == "device-plugin"][0]
+    cfg = dict(split_args(c["args"][1:])).get("--config-file")
+    if cfg != dict(split_args(dp["args"][1:])).get("--config-file"):
+        problem(f"{where}: --config-file {cfg} is not the device plugin's")
+    # The chart renders the same steps.
+    tmpl = (SRC / "deploy/helm/kgpu/templates/mps-control-daemon.yaml").read_text()
+    for needle in ("nvidia.com/mps.capable: \"true\"", "- mount-shm", "mountPropagation: Bidirectional",
+                   "- --config-file=/etc/kgpu/config.yaml", "mountPath: /dev/shm", "value: compute,utility"):
+        if needle not in tmpl:
+            problem(f"helm mps-control-daemon.yaml: lacks {needle!r}")
+    if values()["mps"]["root"] != root:
+        problem(f"values.yaml: mps.root {values()['mps']['root']} != --mps-root's default {root}")
+    # The kgpu pod: the plugin asks the daemons (root and shm), the exporter reads their status.
+    kspec = pod_spec(daemonset())
+    kvol = {v["name"]: v for v in kspec["volumes"]}
+    for sub, want in (("device-plugin", {root: root, "/dev/shm": root.rstrip("/") + "/shm"}), ("exporter", {root: root})):
+        for c in [x for x in kspec["containers"] if x["args"][0] == sub]:
+            have = {m["mountPath"]: kvol[m["name"]].get("hostPath", {}).get("path") for m in c.get("volumeMounts", [])}
+            for path, hp in want.items():
+                if have.get(path) != hp:
+                    problem(f"daemonset.yaml: {sub} must mount {hp} at {path} (MPS), has {have.get(path)}")
+            if sub == "exporter":
+                default = parse_help(help_text(sub)).get("--mps-root", {}).get("default")
+            else:
+                out = run([KGPU, sub, "--check-config"]).stdout
+                default = root if f"flags.mpsRoot: {root}\n" in out else None
+            if default != root:
+                problem(f"`kgpu {sub}`: the MPS root does not default to {root}")
+
+
 CHECKS = {
     "manifests": check_manifests, "args": check_args, "hostpaths": check_hostpaths,
     "dockerfile": check_dockerfile, "image": check_image, "helm": check_helm, "configdoc": check_configdoc,
+    "mps": check_mps,
 }
 
 if __name__ == "__main__":

@@ -32,5 +32,6 @@ TEST(Deploy, ImageHoldsTheBinaryItsLibrariesAndNothingElse) { check({"dockerfile
 TEST(Deploy, ManifestsRunWhatTheImageHas) { check({"image"}); }
 TEST(Deploy, HelmChartMatchesTheManifests) { check({"helm"}); }
 TEST(Docs, ConfigurationReferenceCoversEveryFlag) { check({"configdoc"}); }
+TEST(Deploy, MpsControlDaemonIsNvidias) { check({"mps"}); }
 
 }  // namespace

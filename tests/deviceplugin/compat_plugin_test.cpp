@@ -175,18 +175,13 @@ TEST(CompatConfigs, CheckConfigSaysOnceWhatIsIgnoredAndWhy) {
                               "--config-file", patterns});
     ASSERT_EQ(opted.exit_code, 0) << opted.err;
     EXPECT_THAT(opted.out, Not(HasSubstr("warning: resources")));
-    // MPS parses; serving it is refused until it is implemented, at start only.
+    // NVIDIA's README MPS config, without MPS_ROOT (kgpu's default is the chart's /run/nvidia/mps);
+    // serving it is tests/mps/mps_plugin_test.cpp.
     const std::string mps = std::string(KGPU_SOURCE_DIR) + "/tests/deviceplugin/nvidia-configs/readme-mps.yaml";
-    auto m = run_process({KGPU_BINARY, "device-plugin", "--check-config", "--config-file", mps},
-                         {{"MPS_ROOT", "/run/nvidia/mps"}});
+    auto m = run_process({KGPU_BINARY, "device-plugin", "--check-config", "--config-file", mps});
     ASSERT_EQ(m.exit_code, 0) << m.err;
     EXPECT_THAT(m.out, HasSubstr("sharing.mps.failRequestsGreaterThanOne: true"));
-    EXPECT_THAT(m.out, HasSubstr("MPS sharing is not implemented yet"));
-    TempDir dp;
-    auto serve = run_process({KGPU_BINARY, "device-plugin", "--config-file", mps, "--device-plugin-path", dp.path()},
-                             {{"MPS_ROOT", "/run/nvidia/mps"}});
-    EXPECT_EQ(serve.exit_code, 2);
-    EXPECT_THAT(serve.err, HasSubstr(mps + ":4: key 'sharing.mps': MPS sharing is not implemented yet"));
+    EXPECT_THAT(m.out, HasSubstr("flags.mpsRoot: /run/nvidia/mps"));
 }
 
 // gdsEnabled / mofedEnabled / gdrcopyEnabled and IMEX channels, handed to the container as

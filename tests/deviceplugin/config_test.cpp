@@ -199,7 +199,7 @@ TEST(DevicePluginConfig, TimeSlicingValidated) {
     EXPECT_NE(e.find("cfg.yaml:4: key 'sharing.timeSlicing.resources': expected at least one"), std::string::npos) << e;
 }
 
-// sharing.mps parses and validates with NVIDIA's rules; serving it is refused (issue #18).
+// sharing.mps parses and validates with NVIDIA's rules.
 TEST(DevicePluginConfig, MpsParsesWithNvidiasRulesAndIsNotServedYet) {
     const std::string ok = "version: v1\nflags: {mpsRoot: /run/nvidia/mps}\nsharing:\n  mps:\n    renameByDefault: true\n"
                            "    resources:\n    - name: gpu\n      replicas: 10\n";
@@ -216,13 +216,11 @@ TEST(DevicePluginConfig, MpsParsesWithNvidiasRulesAndIsNotServedYet) {
     EXPECT_EQ(c->mps_root, "/run/nvidia/mps");
     auto r = resolve(*c, Overrides{}, Overrides{});
     ASSERT_TRUE(r.has_value()) << r.error().message;
-    auto st = check_servable(*r);
-    ASSERT_FALSE(st.has_value());
-    EXPECT_EQ(st.error().code, Code::not_supported);
-    EXPECT_NE(st.error().message.find("cfg.yaml:4: key 'sharing.mps': MPS sharing is not implemented yet"),
-              std::string::npos)
-        << st.error().message;
-    EXPECT_TRUE(check_servable(Config{}).has_value());
+    // Without flags.mpsRoot: /run/nvidia/mps, the host directory NVIDIA's chart passes (#18).
+    auto dflt = parse_config("version: v1\nsharing:\n  mps:\n    resources: [{name: gpu, replicas: 2}]\n", "d");
+    ASSERT_TRUE(dflt.has_value());
+    EXPECT_EQ(dflt->mps_root, "/run/nvidia/mps");
+    EXPECT_TRUE(resolve(*dflt, Overrides{}, Overrides{}).has_value());
     auto relaxed = parse_config("version: v1\nsharing:\n  mps:\n    failRequestsGreaterThanOne: false\n"
                                 "    resources: [{name: gpu, replicas: 2}]\n",
                                 "f");
@@ -259,8 +257,8 @@ TEST(DevicePluginConfig, MpsParsesWithNvidiasRulesAndIsNotServedYet) {
     e = resolved_error(root + "sharing:\n  mps:\n    resources: [{name: gpu, rename: s, replicas: 2, devices: [\"0:1\"]}]\n",
                        single);
     EXPECT_NE(e.find("'0:1' is a MIG device; MPS sharing is not supported for MIG devices"), std::string::npos) << e;
-    e = resolved_error("version: v1\nsharing:\n  mps:\n    resources: [{name: gpu, replicas: 2}]\n");
-    EXPECT_NE(e.find("m.yaml:3: key 'sharing.mps': MPS sharing needs flags.mpsRoot"), std::string::npos) << e;
+    e = resolved_error("version: v1\nflags: {mpsRoot: \"\"}\nsharing:\n  mps:\n    resources: [{name: gpu, replicas: 2}]\n");
+    EXPECT_NE(e.find("m.yaml:4: key 'sharing.mps': MPS sharing needs flags.mpsRoot"), std::string::npos) << e;
     e = resolved_error(root + "sharing:\n  timeSlicing:\n    resources: [{name: gpu, replicas: 2}]\n"
                               "  mps:\n    resources: [{name: gpu, replicas: 2}]\n");
     EXPECT_NE(e.find("timeSlicing and mps are both set"), std::string::npos) << e;

@@ -228,10 +228,10 @@ TEST_F(SharedDevicesTest, ConfigErrorsFoundWithoutTheNodeExitTwo) {
         {head + "    - name: mig-1g.10gb\n      replicas: 2\n", "single", "migStrategy mixed"},
         {head + "    - name: gpu\n      rename: " + std::string(70, 'x') + "\n      replicas: 2\n", "none", "1..63"},
         {head + "    - name: gpu\n      rename: under_score.com/x\n      replicas: 2\n", "none", "DNS subdomain"},
-        // Valid (--check-config accepts it), but not served yet (issue #18).
-        {"version: v1\nflags: {mpsRoot: /run/nvidia/mps}\nsharing:\n  mps:\n    resources: [{name: gpu, replicas: 2}]\n",
-         "none", ":4: key 'sharing.mps': MPS sharing is not implemented yet"},
-        {"version: v1\nsharing:\n  mps:\n    resources: [{name: gpu, replicas: 2}]\n", "none", "needs flags.mpsRoot"},
+        {"version: v1\nflags: {mpsRoot: \"\"}\nsharing:\n  mps:\n    resources: [{name: gpu, replicas: 2}]\n", "none",
+         "needs flags.mpsRoot"},
+        {"version: v1\nsharing:\n  mps:\n    resources: [{name: gpu, replicas: 2}]\n", "mixed",
+         "MPS sharing is not supported with migStrategy mixed"},
     };
     for (const auto& c : cases) {
         const std::string cfg = config(c.yaml);

@@ -358,7 +358,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"a100-mig", "mixed", ""}, Case{"a100-mig", "single", ""},
                       Case{"a100-mig", "mixed", "time-slicing"}, Case{"a100-mig-uniform", "none", ""},
                       Case{"a100-mig-uniform", "single", ""}, Case{"a100-mig-uniform", "mixed", ""},
-                      Case{"a100-mig-uniform", "single", "time-slicing-single"}, Case{"empty", "none", ""}),
+                      Case{"a100-mig-uniform", "single", "time-slicing-single"}, Case{"empty", "none", ""},
+                      Case{"dgx-h100", "none", "mps"}),
     [](const auto& info) { return test_name(info.param.name()); });
 
 TEST(LabelsValues, GpuCountIsEveryGpuOfTheModelUnderEveryStrategy) {
@@ -501,6 +502,20 @@ TEST(LabelsCli, ConfigFileSharingAndFlagPrecedence) {
     EXPECT_EQ(l["nvidia.com/gpu.replicas"], "4");
     EXPECT_EQ(l["nvidia.com/gpu.sharing-strategy"], "time-slicing");
     EXPECT_EQ(l["nvidia.com/gpu.product"], "NVIDIA-A100-SXM4-80GB-SHARED");
+}
+
+// sharing.mps: GFD's sharing-strategy mps and mps.capable=true, which the MPS DaemonSet selects
+// on; a GPU with MIG enabled cannot be shared with MPS (GFD fails the same way).
+TEST(LabelsCli, MpsSharingAsGfd) {
+    const std::string mps = kSource + "/tests/labels/fixtures/mps.yaml";
+    auto l = parse(label_once("t4x4", {"--config-file", mps}));
+    EXPECT_EQ(l["nvidia.com/mps.capable"], "true");
+    EXPECT_EQ(l["nvidia.com/gpu.sharing-strategy"], "mps");
+    EXPECT_EQ(l["nvidia.com/gpu.replicas"], "4");
+    EXPECT_EQ(l["nvidia.com/gpu.product"], "Tesla-T4-SHARED");
+    auto mig = labels("a100-mig", {"--oneshot", "-o", "-", "--config-file", mps});
+    EXPECT_NE(mig.exit_code, 0);
+    EXPECT_THAT(mig.err, HasSubstr("MPS sharing is not supported for MIG devices"));
 }
 
 // ---- the loop -------------------------------------------------------------------------------

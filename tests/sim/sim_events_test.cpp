@@ -359,3 +359,58 @@ TEST_F(SimEvents, WaitDoesNotBlockOtherCalls) {
 }
 
 }  // namespace
+
+namespace {
+
+int computeModeOf(nvmlDevice_t d) {
+    nvmlComputeMode_t m = -1;
+    EXPECT_EQ(NV(nvmlDeviceGetComputeMode)(d, &m), NVML_SUCCESS);
+    return m;
+}
+
+TEST_F(SimEvents, ComputeModeIsSetAndCheckedWithoutAnEventsFile) {
+    ASSERT_EQ(start(fixture("a100-mig.yaml")), NVML_SUCCESS);
+    EXPECT_EQ(computeModeOf(dev(0)), NVML_COMPUTEMODE_DEFAULT);
+    EXPECT_EQ(NV(nvmlDeviceSetComputeMode)(dev(0), NVML_COMPUTEMODE_EXCLUSIVE_PROCESS), NVML_SUCCESS);
+    EXPECT_EQ(computeModeOf(dev(0)), NVML_COMPUTEMODE_EXCLUSIVE_PROCESS);
+    EXPECT_EQ(computeModeOf(dev(1)), NVML_COMPUTEMODE_DEFAULT);
+    EXPECT_EQ(NV(nvmlDeviceSetComputeMode)(dev(0), 1), NVML_ERROR_NOT_SUPPORTED);  // EXCLUSIVE_THREAD
+    EXPECT_EQ(NV(nvmlDeviceSetComputeMode)(dev(0), 7), NVML_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(NV(nvmlDeviceSetComputeMode)(mig(1, 0), NVML_COMPUTEMODE_DEFAULT), NVML_ERROR_NOT_SUPPORTED);
+    EXPECT_EQ(computeModeOf(dev(0)), NVML_COMPUTEMODE_EXCLUSIVE_PROCESS);
+    EXPECT_EQ(NV(nvmlDeviceSetComputeMode)(dev(0), NVML_COMPUTEMODE_DEFAULT), NVML_SUCCESS);
+    EXPECT_EQ(computeModeOf(dev(0)), NVML_COMPUTEMODE_DEFAULT);
+}
+
+// Compute mode is the GPU's: with an events file a change is written there, so another process
+// (here: the next load of the node) sees it, and a `computemode` line written by anyone applies.
+TEST_F(SimEvents, ComputeModeIsSharedThroughTheEventsFile) {
+    ASSERT_EQ(start(fixture("dgx-h100.yaml"), events), NVML_SUCCESS);
+    EXPECT_EQ(NV(nvmlDeviceSetComputeMode)(dev(2), NVML_COMPUTEMODE_EXCLUSIVE_PROCESS), NVML_SUCCESS);
+    EXPECT_EQ(computeModeOf(dev(2)), NVML_COMPUTEMODE_EXCLUSIVE_PROCESS);  // at once, not after a poll
+    std::ifstream in(events);
+    std::stringstream text;
+    text << in.rdbuf();
+    EXPECT_EQ(text.str(), "computemode 2 3\n");
+
+    append(events, "computemode 5 EXCLUSIVE_PROCESS\ncomputemode 6 prohibited\n");
+    EXPECT_TRUE(eventually([&] { return computeModeOf(dev(6)) == NVML_COMPUTEMODE_PROHIBITED; }));
+    EXPECT_EQ(computeModeOf(dev(5)), NVML_COMPUTEMODE_EXCLUSIVE_PROCESS);
+
+    ASSERT_EQ(NV(nvmlShutdown)(), NVML_SUCCESS);  // the node is read again from the files
+    ASSERT_EQ(start(fixture("dgx-h100.yaml"), events), NVML_SUCCESS);
+    EXPECT_EQ(computeModeOf(dev(2)), NVML_COMPUTEMODE_EXCLUSIVE_PROCESS);
+    EXPECT_EQ(computeModeOf(dev(5)), NVML_COMPUTEMODE_EXCLUSIVE_PROCESS);
+    EXPECT_EQ(computeModeOf(dev(0)), NVML_COMPUTEMODE_DEFAULT);
+
+    ASSERT_EQ(NV(nvmlShutdown)(), NVML_SUCCESS);
+    append(events, "computemode 0 EXCLUSIVE_THREAD\ncomputemode 0\n");
+    StderrCapture err;
+    ASSERT_EQ(start(fixture("dgx-h100.yaml"), events), NVML_SUCCESS);  // lines already there apply at init
+    std::string msg = err.text();
+    EXPECT_NE(msg.find(events + ":4: 'EXCLUSIVE_THREAD' is not a compute mode"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(events + ":5: usage: computemode <gpu>"), std::string::npos) << msg;
+    EXPECT_EQ(computeModeOf(dev(0)), NVML_COMPUTEMODE_DEFAULT);
+}
+
+}  // namespace

@@ -21,12 +21,14 @@ capabilities:
   drop: ["ALL"]
 {{- end -}}
 
-{{/* What the nvidia runtime needs to inject libnvidia-ml.so.1 and /dev/nvidia*. */}}
+{{/* What the nvidia runtime needs to inject libnvidia-ml.so.1 and /dev/nvidia*; called with the
+     chart's context, or with (dict "Values" .Values "capabilities" "compute,utility") for the
+     device plugin (nvidia-cuda-mps-control comes with compute). */}}
 {{- define "kgpu.nvidiaEnv" -}}
 - name: NVIDIA_VISIBLE_DEVICES
   value: all
 - name: NVIDIA_DRIVER_CAPABILITIES
-  value: utility
+  value: {{ .capabilities | default "utility" }}
 {{- if ne .Values.driverRoot "/" }}
 - name: NVIDIA_DRIVER_ROOT
   value: {{ .Values.driverRoot | quote }}

@@ -1,0 +1,152 @@
+#include "common/process.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <string_view>
+
+extern char** environ;
+
+namespace kgpu::process {
+
+namespace {
+
+int decode_status(int status) {
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    return -1;
+}
+
+struct Fd {
+    int fd = -1;
+    Fd() = default;
+    explicit Fd(int f) : fd(f) {}
+    Fd(const Fd&) = delete;
+    Fd& operator=(const Fd&) = delete;
+    ~Fd() { reset(); }
+    void reset() {
+        if (fd >= 0) ::close(fd);
+        fd = -1;
+    }
+};
+
+bool make_pipe(Fd& read_end, Fd& write_end) {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) return false;
+    read_end.fd = p[0];
+    write_end.fd = p[1];
+    return true;
+}
+
+}  // namespace
+
+Result<Completed> run(const RunOptions& opts) {
+    using clock = std::chrono::steady_clock;
+    if (opts.argv.empty()) return fail(Code::invalid_argument, "run: empty argv");
+    const std::string& program = opts.argv[0];
+
+    // Everything the child needs is built before fork: in a threaded process only
+    // async-signal-safe calls are allowed between fork and exec.
+    std::vector<std::string> env_strings;
+    for (char** e = environ; e && *e; ++e) {
+        std::string_view kv(*e);
+        if (!opts.set_env.contains(std::string(kv.substr(0, kv.find('='))))) env_strings.emplace_back(kv);
+    }
+    for (const auto& [k, v] : opts.set_env) env_strings.push_back(k + "=" + v);
+    std::vector<char*> envp, argv;
+    for (auto& s : env_strings) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    std::vector<std::string> argv_copy = opts.argv;
+    for (auto& s : argv_copy) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    const std::string exec_failed = "exec " + program + " failed: ";
+
+    Fd in_r, in_w, out_r, out_w, err_r, err_w;
+    if (!make_pipe(in_r, in_w) || !make_pipe(out_r, out_w) || !make_pipe(err_r, err_w))
+        return fail(Code::io, "running {}: pipe: {}", program, std::strerror(errno));
+
+    pid_t pid = ::fork();
+    if (pid < 0) return fail(Code::io, "running {}: fork: {}", program, std::strerror(errno));
+    if (pid == 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        ::sigprocmask(SIG_SETMASK, &none, nullptr);
+        ::signal(SIGPIPE, SIG_DFL);
+        ::dup2(in_r.fd, STDIN_FILENO);
+        ::dup2(out_w.fd, STDOUT_FILENO);
+        ::dup2(err_w.fd, STDERR_FILENO);
+        ::execve(argv[0], argv.data(), envp.data());
+        const char* why = std::strerror(errno);
+        [[maybe_unused]] auto a = ::write(STDERR_FILENO, exec_failed.data(), exec_failed.size());
+        [[maybe_unused]] auto b = ::write(STDERR_FILENO, why, std::strlen(why));
+        ::_exit(127);
+    }
+    in_r.reset();
+    out_w.reset();
+    err_w.reset();
+    ::fcntl(in_w.fd, F_SETFL, O_NONBLOCK);
+
+    Completed done;
+    size_t written = 0;
+    if (opts.stdin_text.empty()) in_w.reset();
+    const auto deadline = clock::now() + opts.timeout;
+    std::optional<clock::time_point> exited_at;
+    bool reaped = false;
+    int status = 0;
+    char buf[4096];
+    for (;;) {
+        if (!reaped) {
+            pid_t r = ::waitpid(pid, &status, WNOHANG);
+            if (r == pid || (r < 0 && errno == ECHILD)) {
+                reaped = true;
+                exited_at = clock::now();
+                done.exit_code = r == pid ? decode_status(status) : -1;
+            }
+        }
+        if (reaped && out_r.fd < 0 && err_r.fd < 0) break;
+        if (reaped && clock::now() - *exited_at > std::chrono::milliseconds(200)) break;
+        if (!reaped && clock::now() >= deadline) {
+            ::kill(pid, SIGKILL);
+            while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+            }
+            return fail(Code::timeout, "{} did not finish within {} ms", program, opts.timeout.count());
+        }
+        pollfd fds[3];
+        nfds_t n = 0;
+        int which[3];
+        if (out_r.fd >= 0) fds[n] = {out_r.fd, POLLIN, 0}, which[n++] = 1;
+        if (err_r.fd >= 0) fds[n] = {err_r.fd, POLLIN, 0}, which[n++] = 2;
+        if (in_w.fd >= 0) fds[n] = {in_w.fd, POLLOUT, 0}, which[n++] = 0;
+        // Short waits: the child's exit is noticed by waitpid above, not by an event here.
+        int r = n == 0 ? (::usleep(5000), 0) : ::poll(fds, n, 10);
+        if (r < 0 && errno != EINTR) break;
+        for (nfds_t i = 0; r > 0 && i < n; ++i) {
+            if (!fds[i].revents) continue;
+            if (which[i] == 0) {
+                ssize_t w = ::write(in_w.fd, opts.stdin_text.data() + written, opts.stdin_text.size() - written);
+                if (w > 0) written += static_cast<size_t>(w);
+                if ((w < 0 && errno != EAGAIN && errno != EINTR) || written == opts.stdin_text.size()) in_w.reset();
+                continue;
+            }
+            Fd& src = which[i] == 1 ? out_r : err_r;
+            std::string& dst = which[i] == 1 ? done.out : done.err;
+            ssize_t got = ::read(src.fd, buf, sizeof buf);
+            if (got > 0) {
+                size_t keep = std::min(static_cast<size_t>(got), opts.max_output - std::min(opts.max_output, dst.size()));
+                dst.append(buf, keep);
+            } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+                src.reset();
+            }
+        }
+    }
+    return done;
+}
+
+}  // namespace kgpu::process

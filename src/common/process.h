@@ -1,0 +1,37 @@
+// Running a helper program to completion with its stdin given and its output captured (the MPS
+// control client, `nvidia-cuda-mps-control`, is driven this way). src/demo's Child keeps
+// long-running children with their output in log files; this is the short-lived case.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+
+namespace kgpu::process {
+
+struct RunOptions {
+    std::vector<std::string> argv;               // argv[0] is the program's path (no PATH search)
+    std::map<std::string, std::string> set_env;  // added to (or replacing in) this process's environment
+    std::string stdin_text;                      // written to its stdin, which is then closed
+    std::chrono::milliseconds timeout{5000};
+    size_t max_output = 1 << 20;                 // per stream; the rest is read and dropped
+};
+
+struct Completed {
+    int exit_code = -1;  // the exit status, or 128 + signal
+    std::string out, err;
+};
+
+// Runs argv to completion. The child starts with an empty signal mask and default SIGPIPE
+// (a caller blocking signals for a signalfd must not pass that on). Its output is read until the
+// program has exited and its pipes are closed; a descendant that keeps them open (a daemon that
+// forgot to let go of them) is not waited for beyond 200 ms after the program exits.
+// Errors: invalid_argument for an empty argv; io when the pipes or fork fail; timeout when it
+// runs longer than opts.timeout (it is then killed with SIGKILL and reaped; the message names
+// the program). An exec failure is exit code 127 with the reason on `err`.
+Result<Completed> run(const RunOptions& opts);
+
+}  // namespace kgpu::process
