@@ -5,6 +5,8 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/cdi.h"
+#include "cli/container_runtime.h"
+#include "cli/hook.h"
 #include "cli/labels.h"
 #include "cli/runtime.h"
 #include "cli/device_plugin.h"
@@ -20,7 +22,27 @@
 
 namespace kgpu::cli {
 
+namespace {
+
+std::string_view base_name(const char* argv0) {
+    std::string_view s = argv0 ? argv0 : "";
+    if (auto slash = s.rfind('/'); slash != std::string_view::npos) s.remove_prefix(slash + 1);
+    return s;
+}
+
+}  // namespace
+
 int run(int argc, char** argv) {
+    // Commands that take another program's command line are dispatched before the flag parser
+    // (and before it is built: a container start waits for them).
+    const std::string_view invoked_as = base_name(argc > 0 ? argv[0] : nullptr);
+    if (invoked_as == "kgpu-container-runtime") return run_container_runtime({argv + 1, argv + argc});
+    if (argc > 1 && std::string_view(argv[1]) == "container-runtime" &&
+        !(argc == 3 && (std::string_view(argv[2]) == "--help" || std::string_view(argv[2]) == "-h")))
+        return run_container_runtime({argv + 2, argv + argc});
+    if (invoked_as == "nvidia-cdi-hook") return run_hook_argv("nvidia-cdi-hook", {argv + 1, argv + argc});
+    if (argc > 1 && std::string_view(argv[1]) == "hook") return run_hook_argv("kgpu hook", {argv + 2, argv + argc});
+
     CLI::App app{"kgpu: the node side of NVIDIA GPUs in Kubernetes"};
     app.require_subcommand(1);
     app.fallthrough();  // global options (--log-level) may also follow the subcommand
@@ -44,6 +66,9 @@ int run(int argc, char** argv) {
     add_exporter_command(app, exporter_flags);
     DemoCliOptions demo_opts;
     add_demo_command(app, demo_opts);
+    add_container_runtime_command(app);
+    HookOptions hook_opts;  // `kgpu hook` runs before this parser (run_hook_argv); here for --help
+    add_hook_command(app, hook_opts);
 
     try {
         app.parse(argc, argv);

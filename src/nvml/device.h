@@ -117,6 +117,11 @@ public:
     // nvmlDeviceGetTotalEccErrors(VOLATILE): corrected (single-bit) or uncorrected (double-bit).
     Result<std::uint64_t> ecc_volatile_total(bool corrected) const;
 
+    // For `kgpu smi` and the container runtime's brand requirement (defined in smi.cpp).
+    Result<unsigned> brand() const;             // nvmlBrandType_t (2 Tesla, 14 NVIDIA, ...)
+    Result<unsigned> compute_mode() const;      // nvmlComputeMode_t (0 Default, 2 Exclusive_Process, ...)
+    Result<unsigned> performance_state() const; // P-state number, 0..15 (32 unknown)
+
 private:
     friend class Session;
     friend class EventSet;
