@@ -7,6 +7,7 @@
 #include "cli/cdi.h"
 #include "cli/container_runtime.h"
 #include "cli/hook.h"
+#include "cli/smi.h"
 #include "cli/labels.h"
 #include "cli/runtime.h"
 #include "cli/device_plugin.h"
@@ -40,6 +41,7 @@ int run(int argc, char** argv) {
     if (argc > 1 && std::string_view(argv[1]) == "container-runtime" &&
         !(argc == 3 && (std::string_view(argv[2]) == "--help" || std::string_view(argv[2]) == "-h")))
         return run_container_runtime({argv + 2, argv + argc});
+    if (invoked_as == "nvidia-smi") return run_smi_argv({argv + 1, argv + argc});
     if (invoked_as == "nvidia-cdi-hook") return run_hook_argv("nvidia-cdi-hook", {argv + 1, argv + argc});
     if (argc > 1 && std::string_view(argv[1]) == "hook") return run_hook_argv("kgpu hook", {argv + 2, argv + argc});
 
@@ -69,6 +71,8 @@ int run(int argc, char** argv) {
     add_container_runtime_command(app);
     HookOptions hook_opts;  // `kgpu hook` runs before this parser (run_hook_argv); here for --help
     add_hook_command(app, hook_opts);
+    SmiOptions smi_opts;
+    add_smi_command(app, smi_opts);
 
     try {
         app.parse(argc, argv);
@@ -91,6 +95,7 @@ int run(int argc, char** argv) {
     if (cdi_cmd->got_subcommand("generate")) return run_cdi_generate(cdi);
     if (runtime_cmd->got_subcommand("configure")) return run_runtime_configure(runtime_opts);
     if (app.got_subcommand("labels")) return run_labels(labels_opts);
+    if (app.got_subcommand("smi")) return run_smi(smi_opts);
     return 2;
 }
 
