@@ -57,7 +57,6 @@ void merge(ojson& into, const ojson& from) {
 }  // namespace
 
 std::string capability_of(std::string_view file) {
-    if (file.starts_with("gsp") && file.ends_with(".bin")) return "utility";  // firmware: every GPU context needs it
     const bool library = file.find(".so") != std::string_view::npos;
     std::string_view stem = library ? file.substr(0, file.find(".so")) : file;
     for (const auto& c : library ? std::span<const Class>(kLibraries) : std::span<const Class>(kBinaries))
@@ -101,8 +100,10 @@ Result<ojson> container_edits(const inventory::Node& node, const Selection& sel,
         for (const auto& m : *mounts) {
             std::string path = m.value("containerPath", std::string());
             std::string file = path.substr(path.rfind('/') + 1);
-            bool driver_file = path.starts_with("/usr/") || path.starts_with("/lib") || path.starts_with("/bin") ||
-                               path.starts_with("/sbin");
+            // Libraries and binaries; the GSP firmware and the persistenced socket always go in.
+            bool driver_file = (path.starts_with("/usr/") || path.starts_with("/lib") || path.starts_with("/bin") ||
+                                path.starts_with("/sbin")) &&
+                               !path.starts_with("/lib/firmware/");
             if (!driver_file || wanted(o.capabilities, capability_of(file))) kept.push_back(m);
         }
         *mounts = std::move(kept);

@@ -68,6 +68,9 @@ Status apply_device_nodes(ojson& spec, const ojson& nodes) {
     if (nodes.empty()) return {};
     ojson* linux_ = object_at(spec, "linux");
     if (!linux_) return bad("config.json: linux is not an object");
+    // Both keys first: inserting into an ordered object moves its members.
+    (*linux_)["devices"];
+    (*linux_)["resources"];
     ojson* devices = array_at(*linux_, "devices");
     if (!devices) return bad("config.json: linux.devices is not an array");
     ojson* resources = object_at(*linux_, "resources");

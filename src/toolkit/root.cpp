@@ -8,6 +8,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -96,20 +97,51 @@ Result<Fd> RootDir::open_at(std::string_view rel, int flags, mode_t mode) const 
 bool RootDir::exists(std::string_view rel) const { return open_at(rel, O_PATH).has_value(); }
 
 Result<Fd> RootDir::mkdir_all(std::string_view rel, mode_t mode) const {
-    const std::string r = relative(rel);
-    std::string prefix;
+    // Component by component; a component that is a dangling symlink is followed (inside the
+    // root, as openat2 would) and its target created, so an image's /usr/lib64 -> /usr/lib
+    // style links work even before the target exists.
+    std::vector<std::string> todo;
+    const std::string path = relative(rel);
+    for (auto part : strings::split(path, '/'))
+        if (!part.empty()) todo.emplace_back(part);
+    std::reverse(todo.begin(), todo.end());
+    std::string done;  // the resolved prefix, relative to the root
     auto current = open_at("", O_PATH | O_DIRECTORY);
     if (!current) return current;
-    for (auto part : strings::split(r, '/')) {
-        if (part.empty()) continue;
-        prefix += (prefix.empty() ? "" : "/") + std::string(part);
-        auto next = open_at(prefix, O_PATH | O_DIRECTORY);
+    for (int links = 0; !todo.empty();) {
+        const std::string part = todo.back();
+        todo.pop_back();
+        if (part == "..") {
+            done = done.find('/') == std::string::npos ? "" : done.substr(0, done.rfind('/'));
+            current = open_at(done, O_PATH | O_DIRECTORY);
+            if (!current) return current;
+            continue;
+        }
+        const std::string next_path = done.empty() ? part : done + "/" + part;
+        auto next = open_at(next_path, O_PATH | O_DIRECTORY);
         if (!next && next.error().code == Code::not_found) {
-            if (::mkdirat(current->get(), std::string(part).c_str(), mode) != 0 && errno != EEXIST)
-                return fail(code_of(errno), "creating /{} in container root {}: {}", prefix, path_, std::strerror(errno));
-            next = open_at(prefix, O_PATH | O_DIRECTORY);
+            char target[4096];
+            ssize_t n = ::readlinkat(current->get(), part.c_str(), target, sizeof target);
+            if (n > 0) {
+                if (++links > 40) return fail(Code::invalid_argument, "/{} in container root {}: too many symlinks", next_path, path_);
+                std::string t(target, static_cast<size_t>(n));
+                std::vector<std::string> parts;
+                for (auto p : strings::split(t, '/'))
+                    if (!p.empty() && p != ".") parts.emplace_back(p);
+                for (auto it = parts.rbegin(); it != parts.rend(); ++it) todo.push_back(*it);
+                if (t.starts_with('/')) {
+                    done.clear();
+                    current = open_at("", O_PATH | O_DIRECTORY);
+                    if (!current) return current;
+                }
+                continue;
+            }
+            if (::mkdirat(current->get(), part.c_str(), mode) != 0 && errno != EEXIST)
+                return fail(code_of(errno), "creating /{} in container root {}: {}", next_path, path_, std::strerror(errno));
+            next = open_at(next_path, O_PATH | O_DIRECTORY);
         }
         if (!next) return next;
+        done = next_path;
         current = std::move(next);
     }
     return current;
