@@ -7,6 +7,7 @@
 #include "cli/cdi.h"
 #include "cli/container_runtime.h"
 #include "cli/hook.h"
+#include "cli/install.h"
 #include "cli/smi.h"
 #include "cli/labels.h"
 #include "cli/runtime.h"
@@ -58,6 +59,9 @@ int run(int argc, char** argv) {
     CLI::App* cdi_cmd = add_cdi_command(app, cdi);
     RuntimeOptions runtime_opts;
     CLI::App* runtime_cmd = add_runtime_command(app, runtime_opts);
+    InstallCliOptions install_opts;
+    add_install_command(*runtime_cmd, install_opts);
+    add_kgpu_runtime_flag(*runtime_cmd, runtime_opts.runtime_path);
     LabelsOptions labels_opts;
     add_labels_command(app, labels_opts);
     DevicePluginFlags device_plugin;
@@ -94,6 +98,7 @@ int run(int argc, char** argv) {
     if (app.got_subcommand("demo")) return run_demo(demo_opts);
     if (cdi_cmd->got_subcommand("generate")) return run_cdi_generate(cdi);
     if (runtime_cmd->got_subcommand("configure")) return run_runtime_configure(runtime_opts);
+    if (runtime_cmd->got_subcommand("install")) return run_install(install_opts);
     if (app.got_subcommand("labels")) return run_labels(labels_opts);
     if (app.got_subcommand("smi")) return run_smi(smi_opts);
     return 2;
