@@ -125,8 +125,10 @@ Result<std::optional<Modified>> modify_spec(std::string_view text, const Runtime
     for (auto& n : request->notes) log.push_back(std::move(n));
     if (request->devices.empty()) return std::optional<Modified>{};
 
+    const auto t_nvml = std::chrono::steady_clock::now();
     auto node = nodes.node();
     if (!node) return std::unexpected(node.error());
+    const auto t_edit = std::chrono::steady_clock::now();
     auto sel = resolve_devices(*node, request->devices, config.default_kind);
     if (!sel) return std::unexpected(sel.error());
     for (auto& n : sel->notes) log.push_back(std::move(n));
@@ -184,8 +186,12 @@ Result<std::optional<Modified>> modify_spec(std::string_view text, const Runtime
     for (unsigned g : sel->gpus) names.push_back(node->gpus[g].uuid);
     for (const auto& m : sel->migs) names.push_back(node->gpus[m.gpu].mig_devices[m.mig].uuid);
     std::vector<std::string> caps(request->capabilities.begin(), request->capabilities.end());
+    const auto t_done = std::chrono::steady_clock::now();
+    auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
     Modified m;
     m.text = std::move(*out);
+    m.nvml_ms = ms(t_edit - t_nvml);
+    m.edit_ms = ms(t_done - t_edit);
     m.summary = fmt::format("injected {} (requested by {}: {}; capabilities {}): {} device nodes, {} mounts, {} hooks",
                             fmt::join(names, ","), to_string(request->source), fmt::join(request->devices, ","),
                             fmt::join(caps, ","), edits->value("deviceNodes", nlohmann::ordered_json::array()).size(),
@@ -359,7 +365,8 @@ int edit_bundle(const RuncArgs& a, const RuntimeConfig& config, const std::strin
         log.write(log::Level::error, fmt::format("kgpu: {}", w.error().message));
         return 1;
     }
-    log.write(log::Level::info, fmt::format("{}: {}", path.string(), (*modified)->summary));
+    log.write(log::Level::info, fmt::format("{}: {} (inventory {:.1f} ms, edit {:.1f} ms)", path.string(), (*modified)->summary,
+                                            (*modified)->nvml_ms, (*modified)->edit_ms));
     return 0;
 }
 

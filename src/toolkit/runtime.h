@@ -50,6 +50,7 @@ struct ModifyOptions {
 struct Modified {
     std::string text;                 // the new config.json
     std::string summary;              // one line for the log: what was injected and why
+    double nvml_ms = 0, edit_ms = 0;  // time spent on the inventory (NVML) and on the edit
 };
 
 // The decision and the edit, on config.json's text. nullopt: the container asks for no GPU (the
