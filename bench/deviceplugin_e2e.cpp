@@ -6,11 +6,15 @@
 //
 // Scenarios: whole GPUs on the fixture (default dgx-h100.yaml: registration, Allocate,
 // GetPreferredAllocation, XID -> Unhealthy, kubelet restart, RSS); 8 GPUs x 48 replicas
-// (time-slicing, 384 devices); 56 MIG devices (8 GPUs x 7 1g.10gb, mixed strategy).
+// (time-slicing, 384 devices); 56 MIG devices (8 GPUs x 7 1g.10gb, mixed strategy); the
+// lifecycle of issue #12 against a fake kubelet that behaves like v1.26: process start ->
+// registered with health known, SIGTERM -> exit, health change -> ListAndWatch while the kubelet
+// never answers Register, and NVIDIA's plugin going away -> kgpu serving again, both orders.
 #include <signal.h>
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -19,7 +23,9 @@
 #include <thread>
 #include <vector>
 
+#include "support/fake_device_plugin.h"
 #include "support/fake_kubelet.h"
+#include "support/plugin_watcher.h"
 #include "support/process.h"
 
 using Clock = std::chrono::steady_clock;
@@ -34,6 +40,12 @@ void report(const std::string& what, std::vector<double> v) {
     auto pct = [&](double p) { return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))]; };
     std::printf("%-52s n=%-5zu p50=%9.1f us  p99=%9.1f us  max=%9.1f us\n", what.c_str(), v.size(), pct(0.5), pct(0.99),
                 v.back());
+}
+
+// Milliseconds, for the lifecycle figures (few samples: median and max).
+void report_ms(const std::string& what, std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    std::printf("%-52s n=%-5zu median=%7.1f ms  max=%7.1f ms\n", what.c_str(), v.size(), v[v.size() / 2], v.back());
 }
 
 long rss_kib(int pid) {
@@ -53,12 +65,15 @@ struct Plugin {
 
     // Starts the plugin on `node` with `extra` flags and `preload` fault commands (applied at
     // NVML init), and waits for `resource` to be registered with `count` devices.
+    // `new_kubelet` false: a kubelet the caller started already serves the directory.
     bool start(const std::string& node, const std::vector<std::string>& extra, const std::string& preload,
-               const std::string& resource, size_t count) {
+               const std::string& resource, size_t count, bool new_kubelet = true) {
         events = dir.path() + "-events";
         std::ofstream(events) << preload;
-        kubelet = std::make_unique<kgpu::test::FakeKubelet>(dir.path());
-        if (!kubelet->start()) return false;
+        if (new_kubelet) {
+            kubelet = std::make_unique<kgpu::test::FakeKubelet>(dir.path());
+            if (!kubelet->start()) return false;
+        }
         std::vector<std::string> argv = {KGPU_BINARY, "device-plugin", "--device-plugin-path", dir.path(),
                                          "--nvml-library", KGPU_SIM_LIBRARY, "--log-level", "warn"};
         argv.insert(argv.end(), extra.begin(), extra.end());
@@ -129,6 +144,119 @@ std::string mig_capable(const std::string& fixture, const std::string& dir) {
     return path;
 }
 
+bool running_for(kgpu::test::ChildProcess& p, std::chrono::milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    while (p.running()) {
+        if (Clock::now() > deadline) return true;
+        std::this_thread::sleep_for(200us);
+    }
+    return false;
+}
+
+size_t unhealthy(const kgpu::test::PluginWatcher::Devices& d) {
+    return static_cast<size_t>(std::count_if(d.begin(), d.end(), [](const auto& kv) { return kv.second == "Unhealthy"; }));
+}
+
+// Issue #12: the plugin's lifecycle around a kubelet that behaves like v1.26.
+bool lifecycle(const std::string& node) {
+    const std::string gpu = "nvidia.com/gpu";
+    // Process start -> registered, the first list carrying health as probed (GPU 1 has a reset
+    // pending from before: XID 48 in the events file's history); then SIGTERM -> process gone.
+    std::vector<double> start, term;
+    for (int i = 0; i < 7; ++i) {
+        Plugin p;
+        if (!p.start(node, {"--device-id-strategy", "index"}, "xid 1 48\n", gpu, 8)) return false;
+        const auto first = p.kubelet->messages(gpu).front();
+        // IDs are UUIDs under every strategy: exactly one device (GPU 1) is Unhealthy.
+        const auto bad = std::count_if(first.begin(), first.end(), [](const auto& kv) { return kv.second.health == "Unhealthy"; });
+        if (first.size() != 8 || bad != 1) {
+            std::cerr << "the first list does not carry GPU 1's pending reset\n";
+            return false;
+        }
+        start.push_back(p.registered_ms);
+        const auto s = Clock::now();
+        p.process->signal(SIGTERM);
+        if (running_for(*p.process, 10s)) return false;
+        term.push_back(us(Clock::now() - s) / 1000.0);
+        if (!p.kubelet->stream_ended(gpu) || std::filesystem::exists(p.dir.path() + "/kgpu-nvidia-com-gpu.sock")) {
+            std::cerr << "SIGTERM left a stream or the socket\n";
+            return false;
+        }
+    }
+    report_ms("process start -> registered, first list with health", start);
+    report_ms("SIGTERM -> exited (streams ended, socket removed)", term);
+
+    // A kubelet that accepts the connection and never answers Register: health changes still
+    // reach ListAndWatch (our own client on the plugin socket).
+    {
+        kgpu::test::TempDir dir;
+        const std::string events = dir.path() + "-events";
+        std::ofstream(events).flush();
+        kgpu::test::FakeKubelet kubelet(dir.path());
+        kubelet.hang_register(true);
+        if (!kubelet.start()) return false;
+        kgpu::test::ChildProcess proc({KGPU_BINARY, "device-plugin", "--device-plugin-path", dir.path(),
+                                       "--nvml-library", KGPU_SIM_LIBRARY, "--log-level", "warn"},
+                                      {{"KGPU_SIM_NODE", node}, {"KGPU_SIM_EVENTS", events}});
+        if (!kubelet.wait_until([&] { return kubelet.hung_registers() == 1; }, 20s)) return false;
+        kgpu::test::PluginWatcher watcher(dir.path() + "/kgpu-nvidia-com-gpu.sock");
+        if (!watcher.wait([](const auto& d) { return d.size() == 8; })) return false;
+        std::vector<double> health;
+        for (size_t g = 0; g < 8; ++g) {
+            const auto s = Clock::now();
+            std::ofstream(events, std::ios::app) << "xid " << g << " 94\n";
+            if (!watcher.wait([&](const auto& d) { return unhealthy(d) > g; })) return false;
+            health.push_back(us(Clock::now() - s) / 1000.0);
+        }
+        report_ms("hung kubelet: XID appended -> Unhealthy in ListAndWatch", health);
+        if (kubelet.abandoned_registers() != 0) std::printf("%-52s (a Register timed out meanwhile)\n", "");
+        proc.signal(SIGTERM);
+        proc.wait(10000);
+        kubelet.hang_register(false);
+        std::remove(events.c_str());
+    }
+
+    // NVIDIA's plugin goes away -> kgpu serves the resource again (the kubelet's client is kgpu's,
+    // allocatable back to 8), in both orders.
+    for (bool kgpu_last : {true, false}) {
+        std::vector<double> back;
+        for (int i = 0; i < 5; ++i) {
+            Plugin p;
+            kgpu::test::FakeDevicePlugin nvidia(p.dir.path(), gpu, {"GPU-a", "GPU-b"});
+            if (kgpu_last) {
+                p.kubelet = std::make_unique<kgpu::test::FakeKubelet>(p.dir.path());
+                if (!p.kubelet->start() || !nvidia.start() || !nvidia.register_with(p.kubelet->socket_path()).ok())
+                    return false;
+                if (!p.start(node, {}, "", gpu, 8, /*new_kubelet=*/false)) return false;
+            } else {
+                if (!p.start(node, {}, "", gpu, 8)) return false;
+                if (!nvidia.start() || !nvidia.register_with(p.kubelet->socket_path()).ok()) return false;
+            }
+            auto& k = *p.kubelet;
+            if (!k.wait_until([&] { return k.endpoint(gpu) == (kgpu_last ? "kgpu-nvidia-com-gpu.sock" : "nvidia-gpu.sock"); },
+                              20s))
+                return false;
+            std::this_thread::sleep_for(100ms);  // both registrations done: the operator deletes NVIDIA's plugin later
+            const auto s = Clock::now();
+            nvidia.stop();
+            if (!k.wait_until(
+                    [&] {
+                        return k.connected(gpu) && k.endpoint(gpu) == "kgpu-nvidia-com-gpu.sock" &&
+                               k.allocatable(gpu) == 8;
+                    },
+                    20s)) {
+                std::cerr << "kgpu does not serve " << gpu << " again\n" << p.process->err();
+                return false;
+            }
+            back.push_back(us(Clock::now() - s) / 1000.0);
+        }
+        report_ms(kgpu_last ? "NVIDIA's plugin stops, kgpu registered last -> served"
+                            : "NVIDIA's plugin stops, it registered last -> served",
+                  back);
+    }
+    return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -163,12 +291,19 @@ int main(int argc, char** argv) {
 
         std::vector<double> rereg;
         for (int i = 0; i < 5; ++i) {
-            auto s = Clock::now();
             kubelet.restart();
             if (!kubelet.wait_registered("nvidia.com/gpu", i + 2, 20s)) return 1;
-            rereg.push_back(us(Clock::now() - s));
+            // From the moment the new kubelet serves kubelet.sock (its device manager is up).
+            rereg.push_back(us(Clock::now() - kubelet.started_at()));
+            // Exactly one Register and one stream for this kubelet instance (issue #12).
+            std::this_thread::sleep_for(200ms);
+            if (kubelet.register_calls("nvidia.com/gpu") != 1 || kubelet.open_streams("nvidia.com/gpu") != 1) {
+                std::cerr << "after a kubelet restart: " << kubelet.register_calls("nvidia.com/gpu") << " Register, "
+                          << kubelet.open_streams("nvidia.com/gpu") << " streams\n";
+                return 1;
+            }
         }
-        report("kubelet restart -> registered again", rereg);
+        report("kubelet restart -> registered again (1 Register)", rereg);
         std::printf("%-52s %ld KiB\n", "plugin RSS after the above", rss_kib(p.process->pid()));
     }
     {
@@ -192,5 +327,6 @@ int main(int argc, char** argv) {
         std::printf("%-52s %.1f ms\n", "56 MIG devices: registered after start", p.registered_ms);
         if (!measure(p, "56 MIG devices", "nvidia.com/mig-1g.10gb", 4)) return 1;
     }
+    if (!lifecycle(node)) return 1;
     return 0;
 }

@@ -152,13 +152,25 @@ void runCommand(State& st, const std::vector<std::string>& t) {
         Gpu& g = gpuAt(st, t[1]);
         unsigned gu = static_cast<unsigned>(number(t[2], "percentage", 100));
         unsigned mu = static_cast<unsigned>(number(t[3], "percentage", 100));
+        advanceActivity(st, g);  // GPM and NVLink counters integrate the old rates up to now
         g.utilOverride = std::make_pair(gu, mu);
     } else if (cmd == "proc") {
-        argc(t, 4, 5, "proc <gpu>[:<mig>] <pid> <bytes> [name]");
+        constexpr const char* usage = "proc <gpu>[:<mig>] <pid> <bytes> [name] [sm=<pct>] [mem=<pct>]";
+        argc(t, 4, 7, usage);
         auto [g, mig] = target(st, t[1]);
         unsigned pid = static_cast<unsigned>(number(t[2], "pid", 0x7FFFFFFF));
         unsigned long long bytes = number(t[3], "byte count", 1ULL << 50);
-        Process p{bytes, mig ? mig->giId : kNoId, mig ? mig->ciId : kNoId, t.size() == 5 ? t[4] : "python3"};
+        Process p{bytes, mig ? mig->giId : kNoId, mig ? mig->ciId : kNoId, "python3"};
+        bool named = false;
+        for (size_t i = 4; i < t.size(); ++i) {
+            if (t[i].starts_with("sm=")) p.smUtil = static_cast<unsigned>(number(t[i].substr(3), "SM percentage", 100));
+            else if (t[i].starts_with("mem=")) p.memUtil = static_cast<unsigned>(number(t[i].substr(4), "memory percentage", 100));
+            else if (!named) {
+                p.name = t[i];
+                named = true;
+            } else
+                throw CommandError{std::string("usage: ") + usage};
+        }
         // The process replaces an earlier entry with the same pid; it must fit in free memory.
         unsigned long long prev = 0;
         if (auto it = g->procs.find(pid); it != g->procs.end() && (!mig || it->second.giId == p.giId)) prev = it->second.bytes;
@@ -171,11 +183,16 @@ void runCommand(State& st, const std::vector<std::string>& t) {
         auto [g, mig] = target(st, t[1]);
         unsigned pid = static_cast<unsigned>(number(t[2], "pid", 0x7FFFFFFF));
         if (!g->procs.erase(pid)) throw CommandError{"no process " + t[2] + " on GPU " + std::to_string(g->index)};
+    } else if (cmd == "gpm") {
+        if (t.size() < 3) throw CommandError{"usage: gpm <gpu>[:<mig>] <metric>=<value>|auto ..."};
+        auto [g, mig] = target(st, t[1]);
+        if (std::string why = applyGpmCommand(st, *g, mig, {t.begin() + 2, t.end()}); !why.empty())
+            throw CommandError{why};
     } else if (cmd == "mig") {
         argc(t, 3, 3, "mig <gpu> <profile>[,<profile>...]|off");
         applyMig(st, gpuAt(st, t[1]), t[2]);
     } else {
-        throw CommandError{"unknown command '" + cmd + "' (expected xid, lost, restore, util, proc, noproc or mig)"};
+        throw CommandError{"unknown command '" + cmd + "' (expected xid, lost, restore, util, proc, noproc, gpm or mig)"};
     }
 }
 

@@ -154,6 +154,7 @@ struct Process {
     unsigned long long bytes = 0;
     unsigned giId = kNoId, ciId = kNoId;
     std::string name;
+    unsigned smUtil = 0, memUtil = 0;  // percent, for nvmlDeviceGetProcessUtilization
 };
 
 struct Gpu : Object {
@@ -266,5 +267,16 @@ void applyCommand(State& st, const std::string& line, const std::string& file, u
 void startWatcher();
 // Stops and joins the watcher thread. Called at the last shutdown with State::mutex NOT held.
 void stopWatcher();
+
+// Activity counters (gpm.cpp): GPM metrics and NVLink throughput integrate rates derived from the
+// GPU's utilisation (or set by `gpm` commands) over time. All expect State::mutex held.
+// Brings the integrals of `gpu` and its MIG devices up to now at the current rates; call it
+// before anything that changes those rates (a `util` command).
+void advanceActivity(State& st, Gpu& gpu);
+// `gpm <gpu>[:<mig>] <metric>=<value>|auto ...`; throws nothing, returns "" or the problem.
+std::string applyGpmCommand(State& st, Gpu& gpu, MigDevice* mig, const std::vector<std::string>& settings);
+// nvmlDeviceGetFieldValues for NVML_FI_DEV_NVLINK_THROUGHPUT_* (138..141): fills `v` and
+// returns true, or returns false for any other field id.
+bool nvlinkThroughputField(State& st, const Gpu& gpu, nvmlFieldValue_t& v);
 
 }  // namespace kgpu_sim

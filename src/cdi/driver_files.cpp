@@ -1,13 +1,19 @@
 #include "cdi/driver_files.h"
 
+#include <fnmatch.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <regex>
 #include <set>
 
 #include "common/files.h"
+#include "common/log.h"
 #include "common/strings.h"
 
 namespace kgpu::cdi {
@@ -15,9 +21,19 @@ namespace kgpu::cdi {
 namespace fs = std::filesystem;
 
 const std::vector<std::string>& library_dirs() {
+    // nvidia-ctk's fixed search paths ("/" first), before it falls back to the ldcache.
     static const std::vector<std::string> dirs = {
-        "/usr/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
-        "/lib64",     "/lib/x86_64-linux-gnu",     "/lib/aarch64-linux-gnu",
+        "/",
+        "/usr/lib64",
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib/x86_64-linux-gnu/nvidia/current",
+        "/usr/lib/aarch64-linux-gnu/nvidia/current",
+        "/lib64",
+        "/lib/x86_64-linux-gnu",
+        "/lib/aarch64-linux-gnu",
+        "/lib/x86_64-linux-gnu/nvidia/current",
+        "/lib/aarch64-linux-gnu/nvidia/current",
     };
     return dirs;
 }
@@ -29,67 +45,153 @@ bool is_regular(const fs::path& p) {
     return fs::is_regular_file(p, ec);  // follows symlinks
 }
 
-// A key that is the same for two spellings of one directory (symlinked /lib -> usr/lib).
-std::string dir_key(const fs::path& p) {
+bool is_root(const fs::path& root) { return root.empty() || root == "/"; }
+
+// `host` as the container sees it: without the root prefix.
+std::string relative_to_root(const fs::path& root, const std::string& host) {
+    if (is_root(root)) return host;
+    const std::string r = root.lexically_normal().string();
+    std::string prefix = r.ends_with('/') ? r.substr(0, r.size() - 1) : r;
+    if (host.starts_with(prefix + "/")) return host.substr(prefix.size());
+    return host;
+}
+
+// Sorted names in `dir` matching the shell pattern `pattern` (Go's filepath.Glob on one level).
+std::vector<std::string> glob_dir(const fs::path& dir, const std::string& pattern) {
+    std::vector<std::string> names;
     std::error_code ec;
-    auto c = fs::canonical(p, ec);
-    return ec ? p.string() : c.string();
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+        const std::string n = e.path().filename().string();
+        if (::fnmatch(pattern.c_str(), n.c_str(), 0) == 0) names.push_back(n);
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
+// Files (not directories) matching `pattern` in each of `dirs` under `root`, symlinks resolved
+// (kept inside the root), each once, in search order.
+void locate_resolved(const fs::path& root, const std::vector<std::string>& dirs, const std::string& pattern,
+                     std::vector<HostFile>& out, std::set<std::string>& seen) {
+    const fs::path canonical_root = is_root(root) ? fs::path("/") : fs::weakly_canonical(root);
+    for (const auto& dir : dirs) {
+        const fs::path host_dir = files::under_root(root, dir);
+        for (const auto& name : glob_dir(host_dir, pattern)) {
+            const fs::path candidate = host_dir / name;
+            if (!is_regular(candidate)) continue;
+            std::error_code ec;
+            fs::path resolved = fs::canonical(candidate, ec);
+            std::string host = ec ? candidate.lexically_normal().string() : resolved.string();
+            // A link that leaves the driver root (an absolute target) is taken as found.
+            if (!is_root(root) && !ec) {
+                const std::string cr = canonical_root.string();
+                if (!host.starts_with(cr + "/")) host = candidate.lexically_normal().string();
+                else host = (root.lexically_normal() / fs::path(host.substr(cr.size() + 1))).string();
+            }
+            if (!seen.insert(host).second) continue;
+            out.push_back({relative_to_root(root, host), host});
+        }
+    }
 }
 
 }  // namespace
 
-std::vector<HostFile> find_libraries(const fs::path& root, const std::string& driver_version) {
-    std::vector<HostFile> out;
+DriverLibraries find_driver_libraries(const fs::path& root, const std::string& driver_version,
+                                      const std::vector<std::string>& search_paths) {
+    DriverLibraries out;
     if (driver_version.empty()) return out;
-    const std::string suffix = ".so." + driver_version;
-    std::set<std::string> seen_dirs;
-    for (const auto& dir : library_dirs()) {
-        const fs::path host_dir = files::under_root(root, dir);
-        std::error_code ec;
-        if (!fs::is_directory(host_dir, ec)) continue;
-        if (!seen_dirs.insert(dir_key(host_dir)).second) continue;
-        std::vector<std::string> names;
-        for (const auto& entry : fs::directory_iterator(host_dir, ec)) {
-            const std::string name = entry.path().filename().string();
-            if (name.size() > suffix.size() && name.ends_with(suffix) && is_regular(entry.path())) names.push_back(name);
-        }
-        std::sort(names.begin(), names.end());
-        for (const auto& n : names) out.push_back({dir + "/" + n, (host_dir / n).string()});
+    // Explicit search paths are host paths (nvidia-ctk: "used as absolute paths").
+    const bool explicit_paths = !search_paths.empty();
+    const fs::path search_root = explicit_paths ? fs::path("/") : root;
+    const std::vector<std::string>& dirs = explicit_paths ? search_paths : library_dirs();
+    for (const auto& d : dirs) out.searched.push_back(files::under_root(search_root, d).string());
+
+    // The directories of lib*.so.<version>: NVIDIA_CTK_LIBCUDA_DIR and where the rest is looked for.
+    std::vector<HostFile> versioned;
+    std::set<std::string> seen;
+    locate_resolved(search_root, dirs, "lib*.so." + driver_version, versioned, seen);
+    std::vector<std::string> host_dirs;
+    for (const auto& f : versioned) {
+        const std::string host_dir = fs::path(f.host_path).parent_path().string();
+        if (std::find(host_dirs.begin(), host_dirs.end(), host_dir) != host_dirs.end()) continue;
+        host_dirs.push_back(host_dir);
+        out.dirs.push_back(relative_to_root(root, host_dir));
     }
+    if (host_dirs.empty()) return out;
+
+    // *.so.<version> in those directories, then in their vdpau/ subdirectories.
+    std::vector<std::string> lib_dirs = host_dirs;
+    for (const auto& d : host_dirs) lib_dirs.push_back(d + "/vdpau");
+    seen.clear();
+    locate_resolved("/", lib_dirs, "*.so." + driver_version, out.libraries, seen);
+    locate_resolved("/", host_dirs, "libnvidia-nvvm70.so.*", out.libraries, seen);
+    for (auto& f : out.libraries) f.path = relative_to_root(root, f.host_path);
     return out;
+}
+
+std::vector<HostFile> find_libraries(const fs::path& root, const std::string& driver_version) {
+    return find_driver_libraries(root, driver_version).libraries;
 }
 
 std::vector<HostFile> find_binaries(const fs::path& root) {
-    static const char* const names[] = {"nvidia-smi", "nvidia-debugdump", "nvidia-persistenced",
-                                        "nvidia-cuda-mps-control", "nvidia-cuda-mps-server"};
-    static const char* const dirs[] = {"/usr/bin", "/usr/sbin", "/bin", "/sbin"};
+    static const char* const names[] = {"nvidia-smi",          "nvidia-debugdump",       "nvidia-persistenced",
+                                        "nvidia-cuda-mps-control", "nvidia-cuda-mps-server", "nvidia-imex",
+                                        "nvidia-imex-ctl"};
+    std::vector<std::string> dirs;
+    if (const char* path = std::getenv("PATH"))
+        for (auto d : strings::split(path, ':'))
+            if (!d.empty()) dirs.emplace_back(d);
+    for (const char* d : {"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"})
+        if (std::find(dirs.begin(), dirs.end(), d) == dirs.end()) dirs.emplace_back(d);
     std::vector<HostFile> out;
     for (const char* name : names) {
-        for (const char* dir : dirs) {
-            const std::string path = std::string(dir) + "/" + name;
-            const fs::path host = files::under_root(root, path);
-            if (is_regular(host)) {
-                out.push_back({path, host.string()});
-                break;
-            }
+        for (const auto& dir : dirs) {
+            const fs::path host = files::under_root(root, fs::path(dir) / name);
+            struct stat st {};
+            if (::stat(host.c_str(), &st) != 0 || S_ISDIR(st.st_mode) || (st.st_mode & 0111) == 0) continue;
+            out.push_back({relative_to_root(root, host.string()), host.string()});
+            break;
         }
     }
     return out;
 }
 
-std::vector<HostFile> find_firmware(const fs::path& root, const std::string& driver_version) {
+std::vector<HostFile> find_firmware(const fs::path& root, const std::string& driver_version,
+                                    const std::string& kernel_release, const std::string& custom_path) {
     std::vector<HostFile> out;
     if (driver_version.empty()) return out;
-    const std::string dir = "/lib/firmware/nvidia/" + driver_version;
-    const fs::path host_dir = files::under_root(root, dir);
-    std::error_code ec;
-    std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(host_dir, ec)) {
-        const std::string name = entry.path().filename().string();
-        if (name.starts_with("gsp") && name.ends_with(".bin") && is_regular(entry.path())) names.push_back(name);
+    std::vector<std::string> dirs;
+    if (!custom_path.empty()) dirs.push_back(custom_path);
+    if (!kernel_release.empty()) dirs.push_back("/lib/firmware/updates/" + kernel_release);
+    dirs.push_back("/lib/firmware/updates");
+    if (!kernel_release.empty()) dirs.push_back("/lib/firmware/" + kernel_release);
+    dirs.push_back("/lib/firmware");
+    std::set<std::string> seen_dirs;
+    for (const auto& d : dirs) {
+        if (!seen_dirs.insert(d).second) continue;
+        const std::string dir = (fs::path(d) / "nvidia" / driver_version).string();
+        const fs::path host_dir = files::under_root(root, dir);
+        for (const auto& name : glob_dir(host_dir, "gsp*.bin")) {
+            if (!is_regular(host_dir / name)) continue;
+            out.push_back({dir + "/" + name, (host_dir / name).string()});
+        }
     }
-    std::sort(names.begin(), names.end());
-    for (const auto& n : names) out.push_back({dir + "/" + n, (host_dir / n).string()});
+    return out;
+}
+
+std::vector<HostFile> find_ipc_sockets(const fs::path& root) {
+    std::vector<HostFile> out;
+    auto first_of = [&](const std::vector<std::string>& candidates) {
+        for (const auto& c : candidates) {
+            const fs::path host = files::under_root(root, c);
+            struct stat st {};
+            if (::stat(host.c_str(), &st) != 0 || S_ISDIR(st.st_mode)) continue;
+            out.push_back({c, host.string()});
+            return;
+        }
+    };
+    first_of({"/run/nvidia-persistenced/socket", "/var/run/nvidia-persistenced/socket"});
+    first_of({"/run/nvidia-fabricmanager/socket", "/var/run/nvidia-fabricmanager/socket"});
+    first_of({"/tmp/nvidia-mps"});
     return out;
 }
 
@@ -105,12 +207,171 @@ std::optional<DeviceNode> find_device_node(const fs::path& dev_root, const std::
     const fs::path host = files::under_root(dev_root, path);
     struct stat st {};
     if (::stat(host.c_str(), &st) != 0) return std::nullopt;
-    DeviceNode node{path, host.string(), std::nullopt, std::nullopt};
+    DeviceNode node{path, host.string(), std::nullopt, std::nullopt, std::nullopt, std::nullopt};
     if (S_ISCHR(st.st_mode)) {
         node.major = major(st.st_rdev);
         node.minor = minor(st.st_rdev);
+        node.file_mode = st.st_mode & 07777;
+        if (st.st_gid != 0) node.gid = st.st_gid;
     }
     return node;
+}
+
+std::vector<DeviceNode> find_imex_channels(const fs::path& dev_root) {
+    const std::string dir = "/dev/nvidia-caps-imex-channels";
+    std::vector<std::pair<unsigned long, DeviceNode>> found;
+    for (const auto& name : glob_dir(files::under_root(dev_root, dir), "channel*")) {
+        std::string_view digits = std::string_view(name).substr(7);
+        unsigned long n = 0;
+        auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+        if (ec != std::errc{} || p != digits.data() + digits.size()) continue;
+        if (auto node = find_device_node(dev_root, dir + "/" + name)) found.emplace_back(n, *node);
+    }
+    std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<DeviceNode> out;
+    for (auto& [n, node] : found) out.push_back(std::move(node));
+    return out;
+}
+
+std::vector<std::string> drm_nodes(const fs::path& sysfs_root, const std::string& bus_id) {
+    std::vector<std::string> out;
+    if (bus_id.empty()) return out;
+    for (const auto& name : glob_dir(sysfs_root / "bus/pci/devices" / bus_id / "drm", "*"))
+        out.push_back("/dev/dri/" + name);
+    return out;
+}
+
+namespace {
+
+template <class T>
+bool read_at(std::ifstream& in, uint64_t offset, T& value) {
+    in.seekg(static_cast<std::streamoff>(offset));
+    in.read(reinterpret_cast<char*>(&value), sizeof value);
+    return static_cast<bool>(in);
+}
+
+}  // namespace
+
+Result<std::string> read_soname(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return fail(Code::not_found, "cannot open {}", path.string());
+    unsigned char ident[16] = {};
+    in.read(reinterpret_cast<char*>(ident), sizeof ident);
+    if (!in || std::memcmp(ident, "\x7f" "ELF", 4) != 0) return fail(Code::parse, "{}: not an ELF file", path.string());
+    const bool is64 = ident[4] == 2;
+    if ((ident[4] != 1 && ident[4] != 2) || ident[5] != 1)
+        return fail(Code::parse, "{}: not a little-endian 32- or 64-bit ELF file", path.string());
+    uint64_t shoff = 0;
+    uint16_t shentsize = 0, shnum = 0;
+    if (is64) {
+        if (!read_at(in, 0x28, shoff) || !read_at(in, 0x3A, shentsize) || !read_at(in, 0x3C, shnum))
+            return fail(Code::parse, "{}: truncated ELF header", path.string());
+    } else {
+        uint32_t off32 = 0;
+        if (!read_at(in, 0x20, off32) || !read_at(in, 0x2E, shentsize) || !read_at(in, 0x30, shnum))
+            return fail(Code::parse, "{}: truncated ELF header", path.string());
+        shoff = off32;
+    }
+    struct Section {
+        uint32_t type = 0;
+        uint64_t offset = 0, size = 0;
+        uint32_t link = 0;
+    };
+    auto section = [&](uint16_t i, Section& s) {
+        const uint64_t at = shoff + static_cast<uint64_t>(i) * shentsize;
+        if (is64) {
+            return read_at(in, at + 4, s.type) && read_at(in, at + 0x18, s.offset) && read_at(in, at + 0x20, s.size) &&
+                   read_at(in, at + 0x28, s.link);
+        }
+        uint32_t off = 0, size = 0;
+        bool ok = read_at(in, at + 4, s.type) && read_at(in, at + 0x10, off) && read_at(in, at + 0x14, size) &&
+                  read_at(in, at + 0x18, s.link);
+        s.offset = off;
+        s.size = size;
+        return ok;
+    };
+    std::vector<std::string> sonames;
+    for (uint16_t i = 0; i < shnum; ++i) {
+        Section dyn;
+        if (!section(i, dyn)) return fail(Code::parse, "{}: truncated section headers", path.string());
+        if (dyn.type != 6 /* SHT_DYNAMIC */) continue;
+        Section strtab;
+        if (dyn.link >= shnum || !section(static_cast<uint16_t>(dyn.link), strtab))
+            return fail(Code::parse, "{}: bad string table of the dynamic section", path.string());
+        const uint64_t entry = is64 ? 16 : 8;
+        for (uint64_t at = dyn.offset; at + entry <= dyn.offset + dyn.size; at += entry) {
+            int64_t tag = 0;
+            uint64_t val = 0;
+            if (is64) {
+                if (!read_at(in, at, tag) || !read_at(in, at + 8, val)) break;
+            } else {
+                int32_t t32 = 0;
+                uint32_t v32 = 0;
+                if (!read_at(in, at, t32) || !read_at(in, at + 4, v32)) break;
+                tag = t32;
+                val = v32;
+            }
+            if (tag == 0) break;  // DT_NULL
+            if (tag != 14) continue;  // DT_SONAME
+            if (val >= strtab.size) return fail(Code::parse, "{}: SONAME outside the string table", path.string());
+            in.seekg(static_cast<std::streamoff>(strtab.offset + val));
+            std::string name;
+            std::getline(in, name, '\0');
+            sonames.push_back(name);
+        }
+        break;
+    }
+    if (sonames.size() > 1) return fail(Code::parse, "{}: several SONAMEs", path.string());
+    return sonames.empty() ? std::string{} : sonames.front();
+}
+
+namespace {
+
+// "libfoo.so.1.2" -> "libfoo.so"; "" when the name has no ".so" part (nvidia-ctk's getSoLink).
+std::string so_link(std::string name) {
+    for (;;) {
+        const auto dot = name.rfind('.');
+        if (dot == std::string::npos || dot == 0) return "";
+        if (name.substr(dot) == ".so") return name;
+        name.resize(dot);
+    }
+}
+
+bool is_link(const fs::path& p) {
+    std::error_code ec;
+    return fs::is_symlink(fs::symlink_status(p, ec));
+}
+
+bool matches(const std::string& pattern, const std::string& name) {
+    return ::fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
+}
+
+}  // namespace
+
+std::vector<std::string> library_links(const HostFile& lib) {
+    std::vector<std::string> links;
+    const fs::path container(lib.path);
+    const std::string dir = container.parent_path().string();
+    const std::string name = container.filename().string();
+    // Driver libraries carry a version suffix "x.y" or more (nvidia-ctk matches "<lib>.*.*").
+    if (matches("libcuda.so.*.*", name)) links.push_back("libcuda.so.1::" + dir + "/libcuda.so");
+    else if (matches("libGLX_nvidia.so.*.*", name)) links.push_back(name + "::" + dir + "/libGLX_indirect.so.0");
+    else if (matches("libnvidia-opticalflow.so.*.*", name))
+        links.push_back("libnvidia-opticalflow.so.1::" + dir + "/libnvidia-opticalflow.so");
+    if (!matches("*.*.*", name)) return links;
+
+    const fs::path host_dir = fs::path(lib.host_path).parent_path();
+    auto soname = read_soname(lib.host_path);
+    if (!soname) {
+        log::debug("cdi: no SONAME links for {}: {}", lib.host_path, soname.error().message);
+        return links;
+    }
+    std::string so = soname->empty() ? name : *soname;
+    if (so != name && is_link(host_dir / so)) links.push_back(name + "::" + dir + "/" + so);
+    const std::string dev_link = so_link(so);
+    if (!dev_link.empty() && dev_link != so && is_link(host_dir / dev_link))
+        links.push_back(so + "::" + dir + "/" + dev_link);
+    return links;
 }
 
 Result<std::map<std::string, unsigned>> read_mig_minors(const fs::path& proc_root) {
@@ -132,6 +393,14 @@ Result<std::map<std::string, unsigned>> read_mig_minors(const fs::path& proc_roo
         out.emplace(std::string(line.substr(0, sp)), minor_number);
     }
     return out;
+}
+
+std::string parse_proc_driver_version(std::string_view text) {
+    static const std::regex re(R"(NVRM version:.*Kernel Module(?: for [a-z0-9_]+)?\s+([0-9]+\.[0-9]+(?:\.[0-9]+)?))");
+    std::string s(text);
+    std::smatch m;
+    if (std::regex_search(s, m, re)) return m[1].str();
+    return "";
 }
 
 }  // namespace kgpu::cdi

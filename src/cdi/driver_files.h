@@ -1,7 +1,8 @@
 // The driver's files on the host that a container needs, found under a driver root and a device
 // root (the GPU Operator installs the driver under /run/nvidia/driver; device nodes may live
-// under another root). Paths are kept twice: as the container sees them (the absolute path
-// without the root) and where they are on the host.
+// under another root), where nvidia-ctk v1.20 looks for them (pkg/nvcdi, internal/discover,
+// pkg/lookup). Paths are kept twice: as the container sees them (the path relative to the
+// root) and where they are on the host.
 #pragma once
 
 #include <filesystem>
@@ -22,24 +23,57 @@ struct HostFile {
 struct DeviceNode {
     std::string path;       // /dev/nvidia0
     std::string host_path;
-    // Set when host_path is a character device (from stat): CDI then carries type "c" and the
-    // numbers; otherwise the runtime reads them from host_path when the container starts.
+    // Set when host_path is a character device (from stat): CDI then carries type "c", the
+    // numbers, the file mode, permissions "rwm" and a non-root group; otherwise the runtime
+    // reads them from host_path when the container starts.
     std::optional<unsigned> major, minor;
+    std::optional<unsigned> file_mode;  // permission bits
+    std::optional<unsigned> gid;        // when not 0
 };
 
-// The library directories of facts/nvml.md, relative to a root, in search order.
+// The directories under the driver root searched for the driver's libraries, in order
+// (nvidia-ctk's library locator; merged-/usr spellings are read once).
 const std::vector<std::string>& library_dirs();
 
-// Every `*.so.<driver_version>` regular file (or link to one) directly in the library dirs under
-// `root`, sorted by path; a directory reached twice through a symlink (merged /usr) is read once.
+// What find_driver_libraries found, and where it looked.
+struct DriverLibraries {
+    // The container directories holding lib*.so.<version>, in search order: the spec's
+    // NVIDIA_CTK_LIBCUDA_DIR and the folders searched for the rest.
+    std::vector<std::string> dirs;
+    // Every *.so.<version> in those directories, then in their vdpau/ subdirectories, then the
+    // legacy libnvidia-nvvm70.so.*; symlinks resolved, each file once, in discovery order.
+    std::vector<HostFile> libraries;
+    // The host directories searched (for the error when nothing is found).
+    std::vector<std::string> searched;
+};
+
+// The driver's libraries under `root` for `driver_version`. With `search_paths` (absolute host
+// directories, nvidia-ctk's --library-search-path) only those are searched.
+DriverLibraries find_driver_libraries(const std::filesystem::path& root, const std::string& driver_version,
+                                      const std::vector<std::string>& search_paths = {});
+
+// Every `*.so.<driver_version>` in the library dirs under `root` (find_driver_libraries'
+// libraries, for callers that want only the files).
 std::vector<HostFile> find_libraries(const std::filesystem::path& root, const std::string& driver_version);
 
-// The driver binaries (nvidia-smi, nvidia-debugdump, nvidia-persistenced, nvidia-cuda-mps-control,
-// nvidia-cuda-mps-server) found in usr/bin, usr/sbin, bin, sbin under `root`.
+// The driver binaries (nvidia-smi, nvidia-debugdump, nvidia-persistenced,
+// nvidia-cuda-mps-control, nvidia-cuda-mps-server, nvidia-imex, nvidia-imex-ctl): for each,
+// the first executable file in the PATH directories (and /usr/local/sbin, /usr/local/bin,
+// /usr/sbin, /usr/bin, /sbin, /bin) under `root`.
 std::vector<HostFile> find_binaries(const std::filesystem::path& root);
 
-// /lib/firmware/nvidia/<version>/gsp*.bin under `root`.
-std::vector<HostFile> find_firmware(const std::filesystem::path& root, const std::string& driver_version);
+// GSP firmware nvidia/<version>/gsp*.bin under `root` in the kernel's firmware search path:
+// the custom path (`custom_path`, from /sys/module/firmware_class/parameters/path),
+// /lib/firmware/updates/<kernel release>, /lib/firmware/updates, /lib/firmware/<kernel
+// release>, /lib/firmware.
+std::vector<HostFile> find_firmware(const std::filesystem::path& root, const std::string& driver_version,
+                                    const std::string& kernel_release = {}, const std::string& custom_path = {});
+
+// The IPC endpoints a container may talk to: the first of /run and /var/run holding
+// nvidia-persistenced/socket, likewise nvidia-fabricmanager/socket, and /tmp/nvidia-mps when it
+// is not a directory (nvidia-ctk v1.20's file locator skips directories, so the MPS pipe
+// directory a running MPS daemon creates is never listed).
+std::vector<HostFile> find_ipc_sockets(const std::filesystem::path& root);
 
 // /run/nvidia-persistenced/socket under `root`, when present.
 std::optional<HostFile> find_persistenced_socket(const std::filesystem::path& root);
@@ -47,8 +81,29 @@ std::optional<HostFile> find_persistenced_socket(const std::filesystem::path& ro
 // The device node `path` (absolute, e.g. /dev/nvidiactl) under `dev_root`; nullopt when absent.
 std::optional<DeviceNode> find_device_node(const std::filesystem::path& dev_root, const std::string& path);
 
+// /dev/nvidia-caps-imex-channels/channel<N> under `dev_root`, by channel number.
+std::vector<DeviceNode> find_imex_channels(const std::filesystem::path& dev_root);
+
+// The DRM nodes of the GPU at `bus_id` (/dev/dri/card1, /dev/dri/renderD128), from
+// <sysfs_root>/bus/pci/devices/<bus_id>/drm/.
+std::vector<std::string> drm_nodes(const std::filesystem::path& sysfs_root, const std::string& bus_id);
+
+// The DT_SONAME of an ELF shared object; "" when it has none. Errors: not_found / io when it
+// cannot be read; parse when it is not an ELF file (little-endian, 32 or 64 bit).
+Result<std::string> read_soname(const std::filesystem::path& path);
+
+// The symlinks a container needs for one driver library `lib` (nvidia-ctk's
+// WithDriverDotSoSymlinks), as "target::link": libcuda.so.1::<dir>/libcuda.so for libcuda
+// (and the GLX/opticalflow equivalents), <file>::<dir>/<SONAME> when the host has that SONAME
+// link, <SONAME>::<dir>/<name>.so when the host has the .so link.
+std::vector<std::string> library_links(const HostFile& lib);
+
 // /proc/driver/nvidia-caps/mig-minors under `proc_root` (the parent of driver/): "gpu0/gi7/access"
 // -> 66. Errors: the file is missing or a line is not "<name> <minor>" (message names file:line).
 Result<std::map<std::string, unsigned>> read_mig_minors(const std::filesystem::path& proc_root);
+
+// The loaded kernel module's version from /proc/driver/nvidia/version's text ("NVRM version:
+// NVIDIA UNIX x86_64 Kernel Module  550.54.15  ..."); "" when the text has none.
+std::string parse_proc_driver_version(std::string_view text);
 
 }  // namespace kgpu::cdi

@@ -1,7 +1,11 @@
 #include "cdi/spec.h"
 
+#include <sys/utsname.h>
+
 #include <algorithm>
 #include <cctype>
+#include <map>
+#include <regex>
 #include <set>
 
 #include <yaml-cpp/yaml.h>
@@ -18,58 +22,323 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-// Control nodes every CUDA container needs, when present on the host.
-const char* const kControlNodes[] = {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"};
+// Control nodes every CUDA container needs, when present on the host (nvidia-ctk's order).
+const char* const kControlNodes[] = {"/dev/nvidia-modeset", "/dev/nvidia-uvm-tools", "/dev/nvidia-uvm", "/dev/nvidiactl"};
+
+// Mount options of files, and of IPC sockets (written to, so not read-only; never executed).
+const std::vector<std::string> kFileOptions = {"ro", "nosuid", "nodev", "rbind", "rprivate"};
+const std::vector<std::string> kIpcOptions = {"nosuid", "nodev", "rbind", "rprivate", "noexec"};
 
 ojson node_json(const DeviceNode& n) {
     ojson j;
     j["path"] = n.path;
     if (n.host_path != n.path) j["hostPath"] = n.host_path;
     if (n.major && n.minor) {
-        j["type"] = "c";
+        j["type"] = "c";  // kgpu's addition; nvidia-ctk leaves the type to the runtime
         j["major"] = *n.major;
         j["minor"] = *n.minor;
+        if (n.file_mode && *n.file_mode != 0) j["fileMode"] = *n.file_mode;
+        j["permissions"] = "rwm";
+        if (n.gid) j["gid"] = *n.gid;
     }
     return j;
 }
+
+ojson mount_json(const HostFile& f, const std::vector<std::string>& options) {
+    ojson j;
+    j["hostPath"] = f.host_path;
+    j["containerPath"] = f.path;
+    j["options"] = options;
+    return j;
+}
+
+// One set of container edits, in CDI's field order.
+struct Edits {
+    std::vector<std::string> env;
+    std::vector<ojson> nodes;
+    std::vector<ojson> hooks;
+    std::vector<ojson> mounts;
+    std::vector<unsigned> gids;
+
+    void add_node(const DeviceNode& n) {
+        nodes.push_back(node_json(n));
+        // The group of a node the container's user could not open otherwise.
+        if (n.gid && n.file_mode && !((*n.file_mode & 04) && (*n.file_mode & 02))) gids.push_back(*n.gid);
+    }
+    void add_hook(const std::optional<ojson>& h) {
+        if (h) hooks.push_back(*h);
+    }
+    void append(const Edits& o) {
+        env.insert(env.end(), o.env.begin(), o.env.end());
+        nodes.insert(nodes.end(), o.nodes.begin(), o.nodes.end());
+        hooks.insert(hooks.end(), o.hooks.begin(), o.hooks.end());
+        mounts.insert(mounts.end(), o.mounts.begin(), o.mounts.end());
+        gids.insert(gids.end(), o.gids.begin(), o.gids.end());
+    }
+    bool empty() const { return env.empty() && nodes.empty() && hooks.empty() && mounts.empty(); }
+
+    template <class T, class Key>
+    static void dedupe_by(std::vector<T>& v, Key key) {
+        std::set<std::string> seen;
+        std::vector<T> out;
+        for (auto& e : v)
+            if (seen.insert(key(e)).second) out.push_back(std::move(e));
+        v = std::move(out);
+    }
+    void dedupe() {
+        dedupe_by(env, [](const std::string& s) { return s; });
+        auto dump = [](const ojson& j) { return j.dump(); };
+        dedupe_by(nodes, dump);
+        dedupe_by(hooks, dump);
+        dedupe_by(mounts, dump);
+        std::sort(gids.begin(), gids.end());
+        gids.erase(std::unique(gids.begin(), gids.end()), gids.end());
+    }
+    // Drops what `common` already has; kept as it is when nothing would be left (a device
+    // needs edits).
+    void remove(const Edits& common) {
+        Edits out = *this;
+        auto drop = [](auto& v, const auto& c, auto key) {
+            std::set<std::string> ids;
+            for (const auto& e : c) ids.insert(key(e));
+            std::erase_if(v, [&](const auto& e) { return ids.contains(key(e)); });
+        };
+        auto dump = [](const ojson& j) { return j.dump(); };
+        drop(out.env, common.env, [](const std::string& s) { return s; });
+        drop(out.nodes, common.nodes, dump);
+        drop(out.hooks, common.hooks, dump);
+        drop(out.mounts, common.mounts, dump);
+        if (!out.empty()) *this = std::move(out);
+    }
+    // Device nodes and mounts by depth, then path (nvidia-ctk's sorter).
+    void sort() {
+        auto depth = [](const std::string& p) { return std::count(p.begin(), p.end(), '/'); };
+        auto by = [&](const char* field) {
+            return [field, &depth](const ojson& a, const ojson& b) {
+                const std::string pa = fs::path(a[field].get<std::string>()).lexically_normal().string();
+                const std::string pb = fs::path(b[field].get<std::string>()).lexically_normal().string();
+                if (depth(pa) != depth(pb)) return depth(pa) < depth(pb);
+                return pa < pb;
+            };
+        };
+        std::stable_sort(nodes.begin(), nodes.end(), by("path"));
+        std::stable_sort(mounts.begin(), mounts.end(), by("containerPath"));
+    }
+    ojson to_json() const {
+        ojson j = ojson::object();
+        if (!env.empty()) j["env"] = env;
+        if (!nodes.empty()) j["deviceNodes"] = nodes;
+        if (!hooks.empty()) j["hooks"] = hooks;
+        if (!mounts.empty()) j["mounts"] = mounts;
+        if (!gids.empty()) j["additionalGids"] = gids;
+        return j;
+    }
+};
+
+struct Device {
+    std::string name;
+    Edits edits;
+};
 
 // A node the device needs; when it is missing on the host it is still listed (the runtime then
 // fails the container with the path) and a warning says so.
 DeviceNode required_node(const fs::path& dev_root, const std::string& path, std::set<std::string>& warned) {
     if (auto n = find_device_node(dev_root, path)) return *n;
     if (warned.insert(path).second) log::warn("cdi: device node {} not found under {}", path, dev_root.string());
-    return DeviceNode{path, files::under_root(dev_root, path).string(), std::nullopt, std::nullopt};
+    return DeviceNode{path, files::under_root(dev_root, path).string(), std::nullopt, std::nullopt, std::nullopt, std::nullopt};
 }
 
-ojson mount_json(const HostFile& f, bool noexec) {
-    ojson j;
-    j["hostPath"] = f.host_path;
-    j["containerPath"] = f.path;
-    ojson options = ojson::array({"ro", "nosuid", "nodev", "rbind", "rprivate"});
-    if (noexec) options.push_back("noexec");
-    j["options"] = std::move(options);
-    return j;
+// NVML's "00000000:3B:00.0" as sysfs spells it: "0000:3b:00.0".
+std::string sysfs_bus_id(const std::string& nvml) {
+    std::string s = nvml.size() > 12 ? nvml.substr(nvml.size() - 12) : nvml;
+    return strings::lower(s);
 }
 
-ojson hook_json(const SpecOptions& o, std::vector<std::string> args) {
-    const std::string argv0 = fs::path(o.hook_path).filename().string();
-    std::vector<std::string> argv = {argv0};
-    if (argv0 == "nvidia-ctk") argv.push_back("hook");  // nvidia-ctk carries the hooks as a subcommand
-    argv.insert(argv.end(), args.begin(), args.end());
-    ojson j;
-    j["hookName"] = "createContainer";
-    j["path"] = o.hook_path;
-    j["args"] = argv;
-    return j;
+// /dev/dri/by-path links of a GPU whose targets are among `nodes` (nvidia-ctk's byPathHookDiscoverer).
+std::vector<std::string> by_path_links(const fs::path& dev_root, const std::string& bus_id, const Edits& e) {
+    std::set<std::string> selected;
+    for (const auto& n : e.nodes) selected.insert(n.value("hostPath", n["path"].get<std::string>()));
+    std::vector<std::string> links;
+    for (const char* kind : {"card", "render"}) {
+        const std::string in_container = "/dev/dri/by-path/pci-" + bus_id + "-" + kind;
+        const fs::path link = files::under_root(dev_root, in_container);
+        std::error_code ec;
+        const fs::path target = fs::read_symlink(link, ec);
+        if (ec) continue;
+        const fs::path node = target.is_absolute() ? target : (link.parent_path() / target).lexically_normal();
+        if (!selected.contains(node.string())) continue;
+        // The link is made in the container, at its path there (nvidia-ctk v1.20 writes the host
+        // path, dev root included, which only agrees with this when the dev root is /).
+        links.push_back(target.string() + "::" + in_container);
+    }
+    return links;
 }
 
-void add_device(ojson& devices, const std::string& name, const std::vector<DeviceNode>& nodes) {
-    ojson nodes_json = ojson::array();
-    for (const auto& n : nodes) nodes_json.push_back(node_json(n));
-    ojson d;
-    d["name"] = name;
-    d["containerEdits"]["deviceNodes"] = std::move(nodes_json);
-    devices.push_back(std::move(d));
+// chmod 755 of the device folders a rootless crun needs (off unless the chmod hook is enabled).
+void add_folder_permission_hook(const HookCreator& hooks, Edits& e) {
+    std::vector<std::string> folders;
+    for (const auto& n : e.nodes) {
+        const std::string dir = fs::path(n["path"].get<std::string>()).parent_path().string();
+        if ((dir == "/dev/dri" || dir == "/dev/nvidia-caps") &&
+            std::find(folders.begin(), folders.end(), dir) == folders.end())
+            folders.push_back(dir);
+    }
+    e.add_hook(hooks.create(kChmod, folders));
+}
+
+Edits gpu_edits(const inventory::Gpu& g, const fs::path& dev_root, const fs::path& sysfs_root, const HookCreator& hooks,
+                std::set<std::string>& warned) {
+    Edits e;
+    e.add_node(required_node(dev_root, fmt::format("/dev/nvidia{}", g.minor), warned));
+    const std::string bus = sysfs_bus_id(g.pci_bus_id);
+    for (const auto& drm : drm_nodes(sysfs_root, bus))
+        if (auto n = find_device_node(dev_root, drm)) e.add_node(*n);
+    e.add_hook(hooks.create(kCreateSymlinks, by_path_links(dev_root, bus, e)));
+    add_folder_permission_hook(hooks, e);
+    return e;
+}
+
+// Whether a mount is of a library ("lib?*.so" or "lib?*.so.<more>"; nvidia-ctk's isLibName).
+bool is_library(const std::string& path) {
+    const std::string base = fs::path(path).filename().string();
+    if (!base.starts_with("lib") || base.size() < 7) return false;
+    const auto so = base.find(".so", 4);
+    if (so == std::string::npos) return false;
+    const std::string rest = base.substr(base.rfind(".so") + 3);
+    return rest.empty() || rest.front() == '.';
+}
+
+std::string kernel_release(const SpecOptions& o) {
+    if (!o.kernel_release.empty()) return o.kernel_release;
+    struct utsname u {};
+    return ::uname(&u) == 0 ? std::string(u.release) : std::string();
+}
+
+// The spec-wide edits: control nodes, driver libraries with their hooks and env, IPC sockets,
+// firmware, binaries, the application-profile hook (nvidia-ctk's common NVML discoverer).
+Result<Edits> common_edits(const inventory::Node& node, const SpecOptions& o, const fs::path& dev_root,
+                           const HookCreator& hooks) {
+    Edits e;
+    for (const char* path : kControlNodes)
+        if (auto n = find_device_node(dev_root, path)) e.add_node(*n);
+
+    const auto libs = find_driver_libraries(o.driver_root, node.driver_version, o.library_search_paths);
+    if (libs.libraries.empty()) {
+        std::string searched;
+        for (const auto& d : libs.searched) searched += (searched.empty() ? "" : ", ") + d;
+        if (!o.allow_missing_libraries)
+            return fail(Code::not_found,
+                        "no driver libraries lib*.so.{} found under driver root {} (searched {}); a spec without them "
+                        "gives containers GPUs but no CUDA. Point --driver-root at the driver's files, or pass "
+                        "--allow-missing-libraries to write it anyway",
+                        node.driver_version, o.driver_root.string(), searched);
+        log::warn("cdi: no driver libraries lib*.so.{} found under {} (searched {}): the spec has no driver mounts or hooks",
+                  node.driver_version, o.driver_root.string(), searched);
+    } else {
+        std::vector<std::string> links;
+        for (const auto& lib : libs.libraries)
+            for (auto& l : library_links(lib))
+                if (std::find(links.begin(), links.end(), l) == links.end()) links.push_back(std::move(l));
+        e.add_hook(hooks.create(kCreateSymlinks, links));
+        if (node.driver_version.find('*') == std::string::npos)
+            e.add_hook(hooks.create(kEnableCudaCompat, {"--host-driver-version=" + node.driver_version}));
+        std::vector<std::string> folders;
+        for (const auto& lib : libs.libraries) {
+            if (!is_library(lib.path)) continue;
+            const std::string dir = fs::path(lib.path).parent_path().string();
+            if (std::find(folders.begin(), folders.end(), dir) == folders.end()) folders.push_back(dir);
+        }
+        if (!folders.empty()) e.add_hook(hooks.create(kUpdateLdcache, folders));
+        e.add_hook(hooks.create(kDisableDeviceNodeModification));
+        std::string dirs;
+        for (const auto& d : libs.dirs) dirs += (dirs.empty() ? "" : ":") + d;
+        e.env.push_back("NVIDIA_CTK_LIBCUDA_DIR=" + dirs);
+        for (const auto& lib : libs.libraries) e.mounts.push_back(mount_json(lib, kFileOptions));
+    }
+    for (const auto& s : find_ipc_sockets(o.driver_root)) e.mounts.push_back(mount_json(s, kIpcOptions));
+    std::string custom_firmware;
+    if (auto p = files::read_line(o.sysfs_root / "module/firmware_class/parameters/path")) custom_firmware = *p;
+    for (const auto& f : find_firmware(o.driver_root, node.driver_version, kernel_release(o), custom_firmware))
+        e.mounts.push_back(mount_json(f, kFileOptions));
+    for (const auto& b : find_binaries(o.driver_root)) e.mounts.push_back(mount_json(b, kFileOptions));
+    e.add_hook(hooks.create(kUpdateApplicationProfile));
+    e.env.push_back("NVIDIA_VISIBLE_DEVICES=void");
+    return e;
+}
+
+bool is_index(std::string_view s) {
+    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+}
+
+// The devices of the nvml mode, in the order nvidia-ctk visits them.
+Result<std::vector<Device>> gpu_devices(const inventory::Node& node, const SpecOptions& o, const fs::path& dev_root,
+                                        const HookCreator& hooks) {
+    struct Pick {
+        const inventory::Gpu* gpu;
+        const inventory::MigDevice* mig;
+    };
+    std::vector<Pick> picks;
+    const bool all = std::find(o.device_ids.begin(), o.device_ids.end(), "all") != o.device_ids.end();
+    if (all) {
+        for (const auto& g : node.gpus) {
+            if (g.lost || g.uuid.empty()) {
+                log::warn("cdi: GPU {} left out of the spec: {}", g.index, g.error.empty() ? "unreadable" : g.error);
+                continue;
+            }
+            if (g.mig_mode != inventory::MigMode::enabled) picks.push_back({&g, nullptr});
+        }
+        for (const auto& g : node.gpus) {
+            if (g.lost || g.uuid.empty()) continue;
+            for (const auto& m : g.mig_devices) picks.push_back({&g, &m});
+        }
+    } else {
+        for (const auto& id : o.device_ids) {
+            std::optional<Pick> found;
+            for (const auto& g : node.gpus) {
+                if ((is_index(id) && id == std::to_string(g.index)) || id == g.uuid) found = Pick{&g, nullptr};
+                for (const auto& m : g.mig_devices)
+                    if (id == m.uuid || id == fmt::format("{}:{}", g.index, m.index)) found = Pick{&g, &m};
+            }
+            if (!found) return fail(Code::not_found, "--device-id '{}' names no GPU or MIG device on this node", id);
+            if (found->gpu->lost) return fail(Code::not_found, "--device-id '{}': GPU {} is lost", id, found->gpu->index);
+            picks.push_back(*found);
+        }
+    }
+    std::map<std::string, unsigned> caps;
+    bool any_mig = false;
+    for (const auto& p : picks) any_mig = any_mig || p.mig;
+    if (any_mig) {
+        auto minors = read_mig_minors(o.proc_root);
+        if (!minors) return std::unexpected(minors.error());
+        caps = std::move(*minors);
+    }
+    std::set<std::string> warned;
+    std::vector<Device> out;
+    for (const auto& p : picks) {
+        const auto& g = *p.gpu;
+        Edits e;
+        std::vector<std::string> names;
+        if (!p.mig) {
+            e = gpu_edits(g, dev_root, o.sysfs_root, hooks, warned);
+            for (auto s : o.strategies) names.push_back(device_name(s, g));
+        } else {
+            const auto& m = *p.mig;
+            const std::string gi = fmt::format("gpu{}/gi{}/access", g.minor, m.gpu_instance_id);
+            const std::string ci = fmt::format("gpu{}/gi{}/ci{}/access", g.minor, m.gpu_instance_id, m.compute_instance_id);
+            auto gi_it = caps.find(gi);
+            auto ci_it = caps.find(ci);
+            if (gi_it == caps.end() || ci_it == caps.end())
+                return fail(Code::not_found, "{}: no minor for {} (MIG device {}:{} {})",
+                            (o.proc_root / "driver/nvidia-caps/mig-minors").string(), gi_it == caps.end() ? gi : ci,
+                            g.index, m.index, m.uuid);
+            e.add_node(required_node(dev_root, fmt::format("/dev/nvidia{}", g.minor), warned));
+            e.add_node(required_node(dev_root, fmt::format("/dev/nvidia-caps/nvidia-cap{}", gi_it->second), warned));
+            e.add_node(required_node(dev_root, fmt::format("/dev/nvidia-caps/nvidia-cap{}", ci_it->second), warned));
+            for (auto s : o.strategies) names.push_back(device_name(s, g, m));
+        }
+        for (const auto& n : names) out.push_back({n, e});
+    }
+    return out;
 }
 
 }  // namespace
@@ -77,119 +346,158 @@ void add_device(ojson& devices, const std::string& name, const std::vector<Devic
 Result<ojson> generate(const inventory::Node& node, const SpecOptions& o) {
     auto kind = make_kind(o.vendor, o.device_class);
     if (!kind) return std::unexpected(kind.error());
-    if (o.hooks && (o.hook_path.empty() || o.hook_path.front() != '/'))
-        return fail(Code::invalid_argument, "--hook-path '{}': expected an absolute path", o.hook_path);
+    if (o.hooks.path.empty() || o.hooks.path.front() != '/')
+        return fail(Code::invalid_argument, "--nvidia-cdi-hook-path '{}': expected an absolute path", o.hooks.path);
     const fs::path dev_root = o.dev_root.empty() ? o.driver_root : o.dev_root;
+    const HookCreator hooks(o.hooks);
+    const bool none = std::find(o.device_ids.begin(), o.device_ids.end(), "none") != o.device_ids.end();
 
-    bool any_mig = false;
-    for (const auto& g : node.gpus) any_mig = any_mig || !g.mig_devices.empty();
-    std::map<std::string, unsigned> caps;
-    if (any_mig) {
-        auto minors = read_mig_minors(o.proc_root);
-        if (!minors) return std::unexpected(minors.error());
-        caps = std::move(*minors);
+    std::vector<Device> devices;
+    Edits common;
+    if (none) {
+        // A placeholder device: CDI allows no device without edits.
+        Edits e;
+        e.env.push_back("NVCT_EMPTY_DEVICE=");
+        devices.push_back({"none", e});
     }
-
-    ojson devices = ojson::array();
-    std::set<std::string> warned;
-    std::vector<DeviceNode> all_nodes;
-    std::set<std::string> all_paths;
-    auto remember = [&](const std::vector<DeviceNode>& nodes) {
-        for (const auto& n : nodes)
-            if (all_paths.insert(n.path).second) all_nodes.push_back(n);
-    };
-    // GPUs first, then their MIG devices, each under every requested name.
-    std::vector<std::pair<std::vector<std::string>, std::vector<DeviceNode>>> entries;
-    for (const auto& g : node.gpus) {
-        if (g.lost || g.uuid.empty()) {
-            log::warn("cdi: GPU {} left out of the spec: {}", g.index, g.error.empty() ? "unreadable" : g.error);
-            continue;
+    if (o.mode == Mode::imex) {
+        if (!none) {
+            const auto channels = find_imex_channels(dev_root);
+            if (channels.empty())
+                return fail(Code::not_found, "no IMEX channels under {}",
+                            files::under_root(dev_root, "/dev/nvidia-caps-imex-channels").string());
+            for (const auto& c : channels) {
+                const std::string id = fs::path(c.path).filename().string().substr(7);
+                const bool wanted = std::find(o.device_ids.begin(), o.device_ids.end(), "all") != o.device_ids.end() ||
+                                    std::find(o.device_ids.begin(), o.device_ids.end(), id) != o.device_ids.end() ||
+                                    std::find(o.device_ids.begin(), o.device_ids.end(), "channel" + id) != o.device_ids.end();
+                if (!wanted) continue;
+                Edits e;
+                e.add_node(c);
+                devices.push_back({id, e});
+            }
         }
-        std::vector<DeviceNode> nodes = {required_node(dev_root, fmt::format("/dev/nvidia{}", g.minor), warned)};
-        std::vector<std::string> names;
-        for (auto s : o.strategies) names.push_back(device_name(s, g));
-        entries.emplace_back(std::move(names), nodes);
-        remember(nodes);
-    }
-    for (const auto& g : node.gpus) {
-        if (g.lost || g.uuid.empty()) continue;
-        for (const auto& m : g.mig_devices) {
-            const std::string gi = fmt::format("gpu{}/gi{}/access", g.minor, m.gpu_instance_id);
-            const std::string ci = fmt::format("gpu{}/gi{}/ci{}/access", g.minor, m.gpu_instance_id, m.compute_instance_id);
-            auto gi_it = caps.find(gi);
-            auto ci_it = caps.find(ci);
-            if (gi_it == caps.end() || ci_it == caps.end())
-                return fail(Code::not_found, "{}: no minor for {} (MIG device {}:{} {})",
-                            (o.proc_root / "driver/nvidia-caps/mig-minors").string(),
-                            gi_it == caps.end() ? gi : ci, g.index, m.index, m.uuid);
-            std::vector<DeviceNode> nodes = {
-                required_node(dev_root, fmt::format("/dev/nvidia{}", g.minor), warned),
-                required_node(dev_root, fmt::format("/dev/nvidia-caps/nvidia-cap{}", gi_it->second), warned),
-                required_node(dev_root, fmt::format("/dev/nvidia-caps/nvidia-cap{}", ci_it->second), warned),
-            };
-            std::vector<std::string> names;
-            for (auto s : o.strategies) names.push_back(device_name(s, g, m));
-            entries.emplace_back(std::move(names), nodes);
-            remember(nodes);
+        common.env.push_back("NVIDIA_VISIBLE_DEVICES=void");
+    } else {
+        if (!none) {
+            auto gpus = gpu_devices(node, o, dev_root, hooks);
+            if (!gpus) return std::unexpected(gpus.error());
+            devices = std::move(*gpus);
         }
+        if (devices.empty())
+            return fail(Code::not_found,
+                        "no devices to describe: the node reports {} GPU(s) and none is readable (a CDI spec needs at "
+                        "least one device)",
+                        node.gpus.size());
+        auto c = common_edits(node, o, dev_root, hooks);
+        if (!c) return std::unexpected(c.error());
+        common = std::move(*c);
     }
-    for (const auto& [names, nodes] : entries)
-        for (const auto& name : names) add_device(devices, name, nodes);
-    if (!all_nodes.empty()) add_device(devices, "all", all_nodes);
     if (devices.empty())
-        return fail(Code::not_found, "no GPUs to describe: the node reports {} GPU(s) and none is readable (a CDI spec needs at least one device)",
+        return fail(Code::not_found,
+                    "no devices to describe: the node reports {} GPU(s) and none is readable (a CDI spec needs at least "
+                    "one device)",
                     node.gpus.size());
 
-    ojson edits;
-    edits["env"] = ojson::array({"NVIDIA_VISIBLE_DEVICES=void"});
-    ojson control = ojson::array();
-    for (const char* path : kControlNodes)
-        if (auto n = find_device_node(dev_root, path)) control.push_back(node_json(*n));
-    if (!control.empty()) edits["deviceNodes"] = std::move(control);
-
-    const auto libs = find_libraries(o.driver_root, node.driver_version);
-    if (libs.empty())
-        log::warn("cdi: no driver libraries *.so.{} found under {} (looked in /usr/lib64, /usr/lib/<arch>-linux-gnu, "
-                  "/lib64, /lib/<arch>-linux-gnu)",
-                  node.driver_version, o.driver_root.string());
-    ojson mounts = ojson::array();
-    for (const auto& f : libs) mounts.push_back(mount_json(f, false));
-    for (const auto& f : find_binaries(o.driver_root)) mounts.push_back(mount_json(f, false));
-    if (auto sock = find_persistenced_socket(o.driver_root)) mounts.push_back(mount_json(*sock, true));
-    for (const auto& f : find_firmware(o.driver_root, node.driver_version)) mounts.push_back(mount_json(f, false));
-    if (!mounts.empty()) edits["mounts"] = std::move(mounts);
-
-    if (o.hooks && !libs.empty()) {
-        ojson hooks = ojson::array();
-        const std::string libcuda_prefix = "libcuda.so.";
-        for (const auto& f : libs) {
-            const fs::path p(f.path);
-            if (p.filename().string().starts_with(libcuda_prefix)) {
-                hooks.push_back(hook_json(o, {"create-symlinks", "--link",
-                                              fmt::format("libcuda.so.1::{}/libcuda.so", p.parent_path().string())}));
-                break;
-            }
+    // nvidia-ctk's simplifier: deduplicate, drop from devices what the spec-wide edits have,
+    // sort; then the merged `all` device and the same again.
+    auto simplify = [&] {
+        common.dedupe();
+        common.sort();
+        for (auto& d : devices) {
+            d.edits.dedupe();
+            d.edits.remove(common);
+            d.edits.sort();
         }
-        std::vector<std::string> args = {"update-ldcache"};
-        std::set<std::string> folders;
-        for (const auto& f : libs) {
-            const std::string dir = fs::path(f.path).parent_path().string();
-            if (folders.insert(dir).second) {
-                args.push_back("--folder");
-                args.push_back(dir);
-            }
-        }
-        hooks.push_back(hook_json(o, args));
-        edits["hooks"] = std::move(hooks);
+        std::stable_sort(devices.begin(), devices.end(), [](const Device& a, const Device& b) { return a.name < b.name; });
+    };
+    simplify();
+    const bool has_all = std::any_of(devices.begin(), devices.end(), [](const Device& d) { return d.name == "all"; });
+    if (o.all_device && !none && !has_all) {
+        Device all{"all", {}};
+        for (const auto& d : devices) all.edits.append(d.edits);
+        devices.push_back(std::move(all));
+        simplify();
     }
 
+    ojson devices_json = ojson::array();
+    for (const auto& d : devices) {
+        ojson j;
+        j["name"] = d.name;
+        j["containerEdits"] = d.edits.to_json();
+        devices_json.push_back(std::move(j));
+    }
     ojson spec;
     spec["cdiVersion"] = "0.3.0";
     spec["kind"] = *kind;
-    spec["devices"] = std::move(devices);
-    spec["containerEdits"] = std::move(edits);
+    spec["devices"] = std::move(devices_json);
+    spec["containerEdits"] = common.to_json();
     spec["cdiVersion"] = minimum_version(spec);
     return spec;
+}
+
+LibraryMismatch check_libraries(const nlohmann::json& spec, const std::string& driver_version, const fs::path& host_root) {
+    LibraryMismatch out;
+    std::set<std::string> versions;
+    static const std::regex re(R"(^lib.*\.so\.([0-9]+\.[0-9]+(?:\.[0-9]+)?)$)");
+    auto visit = [&](const nlohmann::json& edits) {
+        if (!edits.is_object() || !edits.contains("mounts") || !edits["mounts"].is_array()) return;
+        for (const auto& m : edits["mounts"]) {
+            if (!m.is_object()) continue;
+            const std::string container = m.value("containerPath", "");
+            const std::string host = m.value("hostPath", container);
+            std::smatch match;
+            const std::string base = fs::path(container).filename().string();
+            if (!std::regex_match(base, match, re)) continue;
+            versions.insert(match[1].str());
+            if (match[1].str() != driver_version) out.other_version.push_back(container);
+            std::error_code ec;
+            if (!host.empty() && !fs::exists(files::under_root(host_root, host), ec)) out.missing.push_back(host);
+        }
+    };
+    if (spec.contains("containerEdits")) visit(spec["containerEdits"]);
+    if (spec.contains("devices") && spec["devices"].is_array())
+        for (const auto& d : spec["devices"])
+            if (d.is_object() && d.contains("containerEdits")) visit(d["containerEdits"]);
+    out.versions.assign(versions.begin(), versions.end());
+    return out;
+}
+
+namespace {
+
+nlohmann::json from_yaml(const YAML::Node& n) {
+    switch (n.Type()) {
+        case YAML::NodeType::Map: {
+            nlohmann::json j = nlohmann::json::object();
+            for (const auto& kv : n) j[kv.first.as<std::string>()] = from_yaml(kv.second);
+            return j;
+        }
+        case YAML::NodeType::Sequence: {
+            nlohmann::json j = nlohmann::json::array();
+            for (const auto& e : n) j.push_back(from_yaml(e));
+            return j;
+        }
+        case YAML::NodeType::Scalar: return n.as<std::string>();
+        default: return nullptr;
+    }
+}
+
+}  // namespace
+
+Result<nlohmann::json> parse_spec(std::string_view text, std::string_view source) {
+    const auto first = text.find_first_not_of(" \t\r\n");
+    if (first != std::string_view::npos && text[first] == '{') {
+        try {
+            return nlohmann::json::parse(text);
+        } catch (const nlohmann::json::exception& e) {
+            return fail(Code::parse, "{}: not valid JSON: {}", source, e.what());
+        }
+    }
+    try {
+        return from_yaml(YAML::Load(std::string(text)));
+    } catch (const YAML::Exception& e) {
+        return fail(Code::parse, "{}: not valid YAML: {}", source, e.what());
+    }
 }
 
 std::string minimum_version(const ojson& spec) {

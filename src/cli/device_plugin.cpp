@@ -2,6 +2,9 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <tuple>
+
+#include <fmt/format.h>
 
 #include "common/strings.h"
 #include "deviceplugin/plugin.h"
@@ -46,6 +49,38 @@ CLI::App* add_device_plugin_command(CLI::App& app, DevicePluginFlags& f) {
                     "packed (fill one GPU first) [env SHARED_DEVICES_ALLOCATION_POLICY]");
     cmd->add_option("--health-recovery-period", f.health_recovery_period,
                     "Quiet period before a device recovers from a recoverable XID: 1s, 30s, 5m (default 5m)");
+    cmd->add_option("--mps-root", f.mps_root,
+                    "Host directory for MPS pipes and shared memory (sharing.mps) [env MPS_ROOT]");
+    for (auto [name, field, what, env] :
+         {std::tuple{"--gdrcopy-enabled", &f.gdrcopy_enabled, "GDRCopy", "GDRCOPY_ENABLED"},
+          std::tuple{"--gds-enabled", &f.gds_enabled, "GPUDirect Storage", "GDS_ENABLED"},
+          std::tuple{"--mofed-enabled", &f.mofed_enabled, "MOFED (InfiniBand)", "MOFED_ENABLED"}})
+        cmd->add_option(name, *field,
+                        fmt::format("Start containers that get a device with {} support (default false; the bare "
+                                    "flag means true) [env {}]",
+                                    what, env))
+            ->expected(0, 1)
+            ->default_str("true");
+    cmd->add_option("--device-discovery-strategy", f.device_discovery_strategy,
+                    "auto, nvml or tegra; kgpu always discovers through NVML [env DEVICE_DISCOVERY_STRATEGY]");
+    cmd->add_option("--imex-channel-ids", f.imex_channel_ids,
+                    "IMEX channels to hand every container: empty or 0 [env IMEX_CHANNEL_IDS]");
+    cmd->add_option("--imex-required", f.imex_required,
+                    "Fail the start when a requested IMEX channel is missing (default false; the bare flag means "
+                    "true) [env IMEX_REQUIRED]")
+        ->expected(0, 1)
+        ->default_str("true");
+    cmd->add_option("--nvidia-cdi-hook-path,--nvidia-ctk-path", f.nvidia_cdi_hook_path,
+                    "Hook binary named in the CDI specs the plugin writes (default /usr/bin/nvidia-cdi-hook) [env "
+                    "NVIDIA_CDI_HOOK_PATH, NVIDIA_CTK_PATH]");
+    cmd->add_option("--driver-root-ctr-path,--container-driver-root", f.container_driver_root,
+                    "Accepted for NVIDIA compatibility; kgpu reads the driver at --nvidia-driver-root (a warning says "
+                    "so when this differs) [env DRIVER_ROOT_CTR_PATH, CONTAINER_DRIVER_ROOT]");
+    cmd->add_option("--apply-resource-patterns", f.apply_resource_patterns,
+                    "Serve devices under the config file's resources.gpus / resources.mig names (NVIDIA v0.14-v0.20 "
+                    "ignore them; default false; the bare flag means true) [env KGPU_APPLY_RESOURCE_PATTERNS]")
+        ->expected(0, 1)
+        ->default_str("true");
     cmd->add_flag("--check-config", f.check_config, "Print the effective configuration and exit");
     return cmd;
 }
@@ -77,7 +112,16 @@ int run_device_plugin(const DevicePluginFlags& f) {
               set_flag(flags.health_recovery_period, f.health_recovery_period, "--health-recovery-period",
                        &dp::parse_duration) &&
               set_flag(flags.shared_allocation_policy, f.shared_devices_allocation_policy,
-                       "--shared-devices-allocation-policy", &dp::parse_shared_allocation_policy);
+                       "--shared-devices-allocation-policy", &dp::parse_shared_allocation_policy) &&
+              set_flag(flags.gdrcopy_enabled, f.gdrcopy_enabled, "--gdrcopy-enabled", &dp::parse_bool) &&
+              set_flag(flags.gds_enabled, f.gds_enabled, "--gds-enabled", &dp::parse_bool) &&
+              set_flag(flags.mofed_enabled, f.mofed_enabled, "--mofed-enabled", &dp::parse_bool) &&
+              set_flag(flags.device_discovery_strategy, f.device_discovery_strategy, "--device-discovery-strategy",
+                       &dp::parse_device_discovery_strategy) &&
+              set_flag(flags.imex_channel_ids, f.imex_channel_ids, "--imex-channel-ids", &dp::parse_imex_channel_ids) &&
+              set_flag(flags.imex_required, f.imex_required, "--imex-required", &dp::parse_bool) &&
+              set_flag(flags.apply_resource_patterns, f.apply_resource_patterns, "--apply-resource-patterns",
+                       &dp::parse_bool);
     if (!ok) return 2;
     if (!f.device_list_strategy.empty()) {
         std::string csv;
@@ -98,6 +142,9 @@ int run_device_plugin(const DevicePluginFlags& f) {
     flags.nvml_library = f.nvml_library;
     flags.cdi_spec_dir = f.cdi_spec_dir;
     flags.proc_root = f.proc_root;
+    flags.mps_root = f.mps_root;
+    flags.nvidia_ctk_path = f.nvidia_cdi_hook_path;
+    flags.container_driver_root = f.container_driver_root;
 
     auto env = dp::from_env([](const char* name) { return std::getenv(name); });
     if (!env) {
@@ -122,7 +169,13 @@ int run_device_plugin(const DevicePluginFlags& f) {
     if (f.check_config) {
         std::cout << dp::describe(*config);
         for (const auto& w : config->warnings) std::cout << "warning: " << w << "\n";
+        if (auto st = dp::check_servable(*config); !st) std::cout << "note: " << st.error().message << "\n";
         return 0;
+    }
+    // A valid configuration the plugin cannot serve yet (sharing.mps): say so and stop.
+    if (auto st = dp::check_servable(*config); !st) {
+        std::cerr << "kgpu device-plugin: " << st.error().message << "\n";
+        return 2;
     }
     dp::PluginOptions opts;
     opts.config = std::move(*config);

@@ -1,6 +1,7 @@
 // `kgpu device-plugin`: NVIDIA's flags, env vars and config file (precedence flag > env > file),
 // plus --device-plugin-path, --kubelet-socket, --nvml-library, --cdi-spec-dir,
-// --health-recovery-period, --proc-root and --shared-devices-allocation-policy.
+// --health-recovery-period, --proc-root, --shared-devices-allocation-policy and
+// --apply-resource-patterns.
 #pragma once
 
 #include <optional>
@@ -16,7 +17,9 @@ struct DevicePluginFlags {
     std::optional<std::string> mig_strategy, fail_on_init_error, nvidia_driver_root, nvidia_dev_root,
         pass_device_specs, device_id_strategy, cdi_annotation_prefix, kubelet_socket, config_file,
         device_plugin_path, nvml_library, cdi_spec_dir, health_recovery_period, proc_root,
-        shared_devices_allocation_policy;
+        shared_devices_allocation_policy, mps_root, gdrcopy_enabled, gds_enabled, mofed_enabled,
+        device_discovery_strategy, imex_channel_ids, imex_required, nvidia_cdi_hook_path, container_driver_root,
+        apply_resource_patterns;
     std::vector<std::string> device_list_strategy;
     bool check_config = false;  // print the effective config and exit
 };

@@ -2,9 +2,17 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
+
+#include <fmt/ranges.h>
+
+#include "common/files.h"
+#include "common/log.h"
+#include "exporter/counters.h"
 
 #include "exporter/catalogue.h"
 #include "exporter/exporter.h"
@@ -43,6 +51,22 @@ CLI::App* add_exporter_command(CLI::App& app, ExporterFlags& f) {
     cmd->add_option("--kubernetes-gpu-id-type", f.kubernetes_gpu_id_type,
                     "Accepted for dcgm-exporter compatibility (uid or device-name); kgpu resolves both")
         ->envname("DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE");
+    cmd->add_option("-f,--collectors", f.collectors,
+                    "dcgm-exporter's counters CSV (field, type, help per line): serve only the DCGM fields it lists")
+        ->envname("DCGM_EXPORTER_COLLECTORS");
+    cmd->add_flag("--replace-blanks-in-model-name,--rbmn", f.replace_blanks_in_model_name,
+                  "Replace the blanks in the modelName label with '-' (NVIDIA-H100-80GB-HBM3)")
+        ->envname("DCGM_EXPORTER_REPLACE_BLANKS_IN_MODEL_NAME");
+    cmd->add_flag("--kubernetes-virtual-gpus", f.kubernetes_virtual_gpus,
+                  "With --kubernetes: a shared GPU gets one series per pod (with vgpu), and per-pod GPU_UTIL and "
+                  "FB_USED from its processes")
+        ->envname("KUBERNETES_VIRTUAL_GPUS");
+    cmd->add_flag("--kubernetes-enable-pod-uid", f.kubernetes_enable_pod_uid,
+                  "With --kubernetes: add the pod_uid label (from the CRI runtime)")
+        ->envname("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID");
+    cmd->add_flag("--kubernetes-enable-pod-labels", f.kubernetes_enable_pod_labels,
+                  "With --kubernetes: add the pod's labels (from the CRI runtime's pod sandbox)")
+        ->envname("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS");
     cmd->add_option("--http-idle-timeout", f.http_idle_timeout, "Seconds before an idle HTTP connection is closed")
         ->capture_default_str();
     cmd->add_flag("--print-metrics-markdown", f.print_metrics_markdown, "Print docs/metrics.md and exit")
@@ -68,6 +92,34 @@ std::string host_name() {
     char buf[256] = {};
     if (::gethostname(buf, sizeof buf - 1) != 0) return "";
     return buf;
+}
+
+// The --collectors file as a selection; warns once about fields kgpu does not serve.
+Result<exporter::CounterSelection> read_collectors(const std::string& path) {
+    std::error_code ec;
+    const auto st = std::filesystem::status(path, ec);
+    if (ec || !std::filesystem::exists(st))
+        return fail(Code::not_found, "cannot read {}: {}", path, ec ? ec.message() : "no such file");
+    if (!std::filesystem::is_regular_file(st)) return fail(Code::invalid_argument, "{} is not a regular file", path);
+    if (std::filesystem::file_size(path, ec) > 1024 * 1024)
+        return fail(Code::invalid_argument, "{} is larger than 1 MiB: not a counters CSV", path);
+    auto text = files::read(path);
+    if (!text) return std::unexpected(text.error());
+    auto lines = exporter::parse_counters_csv(*text, path);
+    if (!lines) return std::unexpected(lines.error());
+    auto sel = exporter::select_counters(*lines);
+    if (!sel.unknown.empty())
+        log::warn("exporter: {} lists {} field(s) kgpu does not serve, left out: {}", path, sel.unknown.size(),
+                  fmt::join(sel.unknown, ", "));
+    if (!sel.retyped.empty())
+        log::warn("exporter: {}: {} listed as histogram or summary; a single value is served with its own type "
+                  "(gauge or counter)",
+                  path, fmt::join(sel.retyped, ", "));
+    const auto served = std::ranges::count_if(exporter::catalogue(), [&](const exporter::MetricDef& m) {
+        return m.name.starts_with("DCGM_") && sel.enabled(m.id);
+    });
+    log::info("exporter: serving {} DCGM field(s) from {}", served, path);
+    return sel;
 }
 
 }  // namespace
@@ -109,6 +161,18 @@ int run_exporter(const ExporterFlags& f) {
         if (r.find('/') == std::string::npos)
             return usage("--resource-name", fmt::format("expected a resource name like nvidia.com/a100, got '{}'", r));
 
+    if (!f.collectors.empty()) {
+        auto sel = read_collectors(f.collectors);
+        if (!sel) return usage("--collectors", sel.error().message);
+        opts.collector.counters = std::move(*sel);
+    }
+    if (!f.kubernetes && (f.kubernetes_virtual_gpus || f.kubernetes_enable_pod_uid || f.kubernetes_enable_pod_labels))
+        log::warn("exporter: --kubernetes-virtual-gpus, --kubernetes-enable-pod-uid and --kubernetes-enable-pod-labels "
+                  "have no effect without --kubernetes");
+    opts.collector.replace_blanks_in_model_name = f.replace_blanks_in_model_name;
+    opts.collector.kubernetes_virtual_gpus = f.kubernetes_virtual_gpus;
+    opts.collector.kubernetes_pod_uid = f.kubernetes_enable_pod_uid;
+    opts.collector.kubernetes_pod_labels = f.kubernetes_enable_pod_labels;
     opts.collector.kubernetes = f.kubernetes;
     opts.collector.pod_resources.socket = f.pod_resources_socket;
     opts.collector.pod_resources.extra_resources = f.resource_names;

@@ -1,6 +1,7 @@
 // `kgpu exporter`: dcgm-exporter's flags and env vars where they overlap (--address,
-// --collect-interval, --kubernetes, --pod-resources-kubelet-socket, --no-hostname,
-// --nvidia-resource-names), plus --hostname-label, --proc-root, --container-runtime-endpoint,
+// --collect-interval, --collectors, --kubernetes, --kubernetes-virtual-gpus,
+// --kubernetes-enable-pod-uid, --kubernetes-enable-pod-labels, --pod-resources-kubelet-socket,
+// --no-hostname, --replace-blanks-in-model-name, --nvidia-resource-names), plus --hostname-label, --proc-root, --container-runtime-endpoint,
 // --http-idle-timeout and the shared NVML options. Precedence: flag > env var > default.
 #pragma once
 
@@ -26,6 +27,11 @@ struct ExporterFlags {
     std::string container_runtime_endpoint = "unix:///run/containerd/containerd.sock";
     std::vector<std::string> resource_names;
     std::string kubernetes_gpu_id_type;  // accepted for dcgm-exporter compatibility
+    std::string collectors;              // dcgm-exporter's counters CSV; empty: every metric
+    bool replace_blanks_in_model_name = false;
+    bool kubernetes_virtual_gpus = false;
+    bool kubernetes_enable_pod_uid = false;
+    bool kubernetes_enable_pod_labels = false;
     std::string http_idle_timeout = "10";
     bool print_metrics_markdown = false;  // hidden: docs/metrics.md
     NvmlOptions nvml;

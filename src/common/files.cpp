@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "common/strings.h"
 
@@ -43,6 +44,24 @@ Result<std::string> read_line(const std::filesystem::path& path) {
     std::string_view v = *text;
     if (auto nl = v.find('\n'); nl != std::string_view::npos) v = v.substr(0, nl);
     return std::string(strings::trim(v));
+}
+
+Status create_directories(const std::filesystem::path& dir, unsigned mode) {
+    std::vector<std::filesystem::path> missing;
+    std::error_code ec;
+    for (std::filesystem::path p = dir; !p.empty() && !std::filesystem::exists(p, ec); p = p.parent_path()) {
+        missing.push_back(p);
+        if (p == p.parent_path()) break;
+    }
+    for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+        if (::mkdir(it->c_str(), static_cast<mode_t>(mode)) != 0) {
+            if (errno == EEXIST) continue;
+            return fail(Code::io, "cannot create the directory {}: {}", it->string(), std::strerror(errno));
+        }
+        if (::chmod(it->c_str(), static_cast<mode_t>(mode)) != 0)
+            return fail(Code::io, "cannot set mode {:o} on {}: {}", mode, it->string(), std::strerror(errno));
+    }
+    return {};
 }
 
 Status write_atomic(const std::filesystem::path& path, std::string_view content, unsigned mode) {

@@ -18,6 +18,11 @@ Result<std::string> read_line(const std::filesystem::path& path);
 // content or the new, never half of it. The temporary file is removed on failure.
 Status write_atomic(const std::filesystem::path& path, std::string_view content, unsigned mode = 0644);
 
+// Creates `dir` and its missing parents, each with exactly `mode` (not filtered by the umask:
+// issue #14, nothing kgpu creates is world-writable); directories that exist are left as they
+// are. Errors: io naming the directory that failed.
+Status create_directories(const std::filesystem::path& dir, unsigned mode = 0755);
+
 // `root` joined with an absolute `path` ("/run/nvidia/driver" + "/usr/lib64" ->
 // "/run/nvidia/driver/usr/lib64"); with root "/" or empty the path is returned unchanged.
 std::filesystem::path under_root(const std::filesystem::path& root, const std::filesystem::path& path);

@@ -31,6 +31,19 @@ std::string visible_id(const Device& d, const Config& config) {
 
 }  // namespace
 
+std::string imex_channel_node(unsigned channel) {
+    return fmt::format("/dev/nvidia-caps-imex-channels/channel{}", channel);
+}
+
+std::string cdi_spec_file_name(std::string_view kind) {
+    std::string out = "kgpu-";
+    for (char c : kind) out += c == '/' || c == '.' ? '-' : c;
+    // "nvidia.com/gds" -> "kgpu-nvidia-com-gds" would differ from the GPU spec's established name
+    // "kgpu-nvidia-gpu.yaml": drop the "-com" the vendor's dot produced.
+    if (out.starts_with("kgpu-nvidia-com-")) out = "kgpu-nvidia-" + out.substr(16);
+    return out + ".yaml";
+}
+
 std::string cdi_device_name(const Device& device, const Config& config) {
     // The index and UUID names are those `kgpu cdi generate` writes with its default
     // index,uuid device-name strategy; the kind is the generator's default.
@@ -75,7 +88,32 @@ Result<ContainerAnswer> allocate(const Resource& resource, const std::vector<std
             if (d->mig && (!d->mig->gi_cap_minor || !d->mig->ci_cap_minor))
                 return fail(Code::invalid_argument, "MIG device '{}': cannot pass its capability device nodes: {}",
                             d->physical_id, d->mig->caps_error.empty() ? "capability minors unknown" : d->mig->caps_error);
+        // A DeviceSpec for a node that does not exist makes the container fail later at creation
+        // ("lstat /dev/nvidia2"); refuse now, naming the path.
+        for (const Device* d : devices) {
+            const std::string node = fmt::format("/dev/nvidia{}", d->minor);
+            if (!dev_root.exists(node))
+                return fail(Code::invalid_argument,
+                            "device '{}' (GPU {}): cannot pass its device node {}: {} does not exist (check "
+                            "--nvidia-dev-root, and that the driver created the node)",
+                            d->physical_id, d->gpu_index, node, dev_root.host_path(node));
+        }
+        if (!dev_root.exists(kRequiredControlNode))
+            return fail(Code::invalid_argument,
+                        "cannot pass the control device node {}: {} does not exist (check --nvidia-dev-root, and "
+                        "that the driver created the node)",
+                        kRequiredControlNode, dev_root.host_path(kRequiredControlNode));
     }
+
+    // IMEX channels whose node exists; extra CDI kinds whose spec exists.
+    std::vector<unsigned> channels;
+    for (unsigned ch : config.imex.channel_ids)
+        if (dev_root.exists(imex_channel_node(ch))) channels.push_back(ch);
+    const bool any_cdi = config.uses(DeviceListStrategy::cdi_annotations) || config.uses(DeviceListStrategy::cdi_cri);
+    auto spec_exists = [&](std::string_view kind) {
+        std::error_code ec;
+        return std::filesystem::exists(std::filesystem::path(config.cdi_spec_dir) / cdi_spec_file_name(kind), ec);
+    };
 
     ContainerAnswer a;
     std::vector<std::string> visible, names;
@@ -83,12 +121,27 @@ Result<ContainerAnswer> allocate(const Resource& resource, const std::vector<std
         visible.push_back(visible_id(*d, config));
         names.push_back(cdi_device_name(*d, config));
     }
-    if (config.uses(DeviceListStrategy::envvar))
+    if (any_cdi) {
+        if (!channels.empty() && spec_exists(kImexChannelKind))
+            for (unsigned ch : channels) names.push_back(cdi::qualified_name(kImexChannelKind, std::to_string(ch)));
+        for (auto [on, kind] : {std::pair{config.gdrcopy_enabled, "nvidia.com/gdrcopy"},
+                                std::pair{config.gds_enabled, "nvidia.com/gds"},
+                                std::pair{config.mofed_enabled, "nvidia.com/mofed"}})
+            if (on && spec_exists(kind)) names.push_back(cdi::qualified_name(kind, "all"));
+    }
+    if (config.gdrcopy_enabled) a.envs["NVIDIA_GDRCOPY"] = "enabled";
+    if (config.gds_enabled) a.envs["NVIDIA_GDS"] = "enabled";
+    if (config.mofed_enabled) a.envs["NVIDIA_MOFED"] = "enabled";
+    if (config.uses(DeviceListStrategy::envvar)) {
         a.envs["NVIDIA_VISIBLE_DEVICES"] = fmt::format("{}", fmt::join(visible, ","));
+        if (!channels.empty()) a.envs["NVIDIA_IMEX_CHANNELS"] = fmt::format("{}", fmt::join(channels, ","));
+    }
     if (config.uses(DeviceListStrategy::volume_mounts)) {
         a.envs["NVIDIA_VISIBLE_DEVICES"] = std::string(kVolumeMountsDir);
         for (const std::string& v : visible)
             a.mounts.push_back(Mount{fmt::format("{}/{}", kVolumeMountsDir, v), "/dev/null", true});
+        for (unsigned ch : channels)
+            a.mounts.push_back(Mount{fmt::format("{}/imex/{}", kVolumeMountsDir, ch), "/dev/null", true});
     }
     if (config.uses(DeviceListStrategy::cdi_annotations))
         a.annotations[cdi_annotation_key(resource.name, config)] = fmt::format("{}", fmt::join(names, ","));
@@ -111,8 +164,43 @@ Result<ContainerAnswer> allocate(const Resource& resource, const std::vector<std
                 a.devices.push_back(DeviceSpec{node, dev_root.host_path(node), "rw"});
             }
         }
+        for (unsigned ch : channels) {
+            const std::string node = imex_channel_node(ch);
+            a.devices.push_back(DeviceSpec{node, dev_root.host_path(node), "rw"});
+        }
     }
     return a;
+}
+
+std::string missing_device_nodes(const std::vector<Resource>& resources, const Config& config,
+                                 const DevRootView& dev_root) {
+    if (!config.pass_device_specs) return {};
+    std::vector<std::string> required, missing_uvm;
+    std::map<unsigned, const Device*> gpus;  // by GPU index: the nodes in index order
+    for (const Resource& r : resources)
+        for (const Device& d : r.devices) gpus.emplace(d.gpu_index, &d);
+    std::set<unsigned> seen;
+    for (const auto& [index, d] : gpus) {
+        if (!seen.insert(d->minor).second) continue;
+        const std::string node = fmt::format("/dev/nvidia{}", d->minor);
+        if (!dev_root.exists(node))
+            required.push_back(d->mig ? fmt::format("{} (GPU {}, parent of MIG devices)", dev_root.host_path(node), index)
+                                      : fmt::format("{} (GPU {}, {})", dev_root.host_path(node), index, d->uuid));
+    }
+    if (!seen.empty() && !dev_root.exists(kRequiredControlNode))
+        required.push_back(dev_root.host_path(kRequiredControlNode));
+    if (!seen.empty() && !dev_root.exists("/dev/nvidia-uvm")) missing_uvm.push_back(dev_root.host_path("/dev/nvidia-uvm"));
+    if (required.empty() && missing_uvm.empty()) return {};
+    std::string out = "--pass-device-specs: device nodes missing under the dev root:";
+    if (!required.empty())
+        out += fmt::format(" {}; Allocate refuses the devices that need them (check --nvidia-dev-root, and that "
+                           "the driver created the nodes)",
+                           fmt::join(required, ", "));
+    if (!missing_uvm.empty())
+        out += fmt::format("{} {}: CUDA needs it (load nvidia-uvm, e.g. nvidia-modprobe -u -c=0); it is passed once "
+                           "it exists",
+                           required.empty() ? "" : ";", missing_uvm.front());
+    return out;
 }
 
 }  // namespace kgpu::deviceplugin

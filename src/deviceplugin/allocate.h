@@ -56,6 +56,19 @@ inline constexpr std::string_view kVolumeMountsDir = "/var/run/nvidia-container-
 // Control device nodes passed with passDeviceSpecs when they exist under the dev root.
 inline constexpr std::string_view kControlDeviceNodes[] = {"/dev/nvidiactl", "/dev/nvidia-uvm",
                                                            "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"};
+// The control node without which no GPU can be used: Allocate with passDeviceSpecs refuses
+// when it is missing (the others are passed when present, as NVIDIA's plugin does).
+inline constexpr std::string_view kRequiredControlNode = "/dev/nvidiactl";
+// IMEX channel N's device node (NVIDIA's path).
+std::string imex_channel_node(unsigned channel);
+
+// The CDI kinds of the extra devices NVIDIA's plugin names under the CDI strategies, in its
+// order: IMEX channels ("nvidia.com/imex-channel=<id>"), then "nvidia.com/gdrcopy=all",
+// "nvidia.com/gds=all", "nvidia.com/mofed=all" when enabled.
+inline constexpr std::string_view kImexChannelKind = "nvidia.com/imex-channel";
+// The spec file the plugin writes for a CDI kind ("nvidia.com/gds" -> "kgpu-nvidia-gds.yaml");
+// Allocate names an extra device only while its spec file exists, so the name resolves.
+std::string cdi_spec_file_name(std::string_view kind);
 
 // The CDI device a container asks for: "nvidia.com/gpu=<index>" ("<i>:<j>" for a MIG device)
 // with deviceIDStrategy index, "nvidia.com/gpu=<UUID>" (GPU- or MIG-) with uuid; a replica is
@@ -79,13 +92,34 @@ std::string cdi_annotation_key(std::string_view resource_name, const Config& con
 // - cdi-annotations: annotations[cdi_annotation_key()] = "nvidia.com/gpu=<id>,...";
 // - cdi-cri: cdi_devices = ["nvidia.com/gpu=<id>", ...].
 // With passDeviceSpecs, DeviceSpecs ("rw") for the control nodes that exist under the dev root,
-// then /dev/nvidia<minor> per physical GPU (always, in request order, once each), then for each
-// MIG device /dev/nvidia-caps/nvidia-cap<gi> and nvidia-cap<ci> (MigInstance's cap minors).
-// Errors, Code::invalid_argument naming the ID, and then no answer at all: an empty ID list, an ID
-// the resource does not have, a duplicate ID, an ID in unhealthy_ids, more than one ID of a
-// resource with fail_requests_greater_than_one ("maximum request size for shared resources is
-// 1", NVIDIA's words), a MIG device whose capability minors are unknown under passDeviceSpecs.
+// then /dev/nvidia<minor> per physical GPU (in request order, once each), then for each MIG
+// device /dev/nvidia-caps/nvidia-cap<gi> and nvidia-cap<ci> (MigInstance's cap minors).
+// IDs are the advertised ones (UUIDs, "<UUID>::<n>" for replicas); indices, with
+// deviceIDStrategy index, appear only in what the container is handed, as in NVIDIA's plugin.
+//
+// Extras every container gets, as NVIDIA's plugin hands them:
+// - gdrcopyEnabled / gdsEnabled / mofedEnabled: NVIDIA_GDRCOPY / NVIDIA_GDS / NVIDIA_MOFED =
+//   "enabled" (every strategy), and under the CDI strategies "nvidia.com/<kind>=all" while its
+//   spec file exists in cdiSpecDir;
+// - imex.channelIDs, for each channel whose node exists under the dev root: envvar
+//   NVIDIA_IMEX_CHANNELS=<ids>, volume-mounts a /dev/null mount at <dir>/imex/<id>, CDI
+//   "nvidia.com/imex-channel=<id>" (while its spec file exists), passDeviceSpecs its node.
+//
+// Errors, Code::invalid_argument naming the ID or path, and then no answer at all: an empty ID
+// list, an ID the resource does not have, a duplicate ID, an ID in unhealthy_ids, more than one
+// ID of a resource with fail_requests_greater_than_one ("maximum request size for shared
+// resources is 1", NVIDIA's words); under passDeviceSpecs a MIG device whose capability minors
+// are unknown, a GPU whose /dev/nvidia<minor> or a missing /dev/nvidiactl under the dev root
+// (the container would fail later at creation with "lstat /dev/nvidia2").
 Result<ContainerAnswer> allocate(const Resource& resource, const std::vector<std::string>& ids, const Config& config,
                                  const std::set<std::string>& unhealthy_ids, const DevRootView& dev_root);
+
+// The device nodes passDeviceSpecs needs that are missing under the dev root, as one sentence
+// for a warning at start (empty when nothing is missing or passDeviceSpecs is off): each GPU's
+// /dev/nvidia<minor> (named with its index and UUID) and /dev/nvidiactl, which Allocate refuses
+// without; /dev/nvidia-uvm (CUDA needs it; passed when it appears); the optional
+// /dev/nvidia-uvm-tools and /dev/nvidia-modeset are not named.
+std::string missing_device_nodes(const std::vector<Resource>& resources, const Config& config,
+                                 const DevRootView& dev_root);
 
 }  // namespace kgpu::deviceplugin

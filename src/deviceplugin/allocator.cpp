@@ -50,16 +50,35 @@ Allocator::Allocator(const Resource& resource, const inventory::Topology& topolo
         numa_group_.push_back(it->second);
     }
     numa_groups_ = static_cast<int>(groups.size());
+    // Pair scores by GPU index (small: GPUs x GPUs), and, for the topology search only, by
+    // position: a replica or MIG resource has hundreds of devices, and n x n matrices of them
+    // would cost memory for nothing (384 replicas: 1.2 MB).
+    gpus_ = topology.size();
+    gpu_w_.assign(gpus_ * gpus_, 0);
+    std::vector<int> gpu_nv(gpus_ * gpus_, 0);
+    for (size_t a = 0; a < gpus_; ++a)
+        for (size_t b = a + 1; b < gpus_; ++b) {
+            const inventory::Link& l = topology.at(static_cast<unsigned>(a), static_cast<unsigned>(b));
+            gpu_w_[a * gpus_ + b] = gpu_w_[b * gpus_ + a] = pair_score(l);
+            gpu_nv[a * gpus_ + b] = gpu_nv[b * gpus_ + a] = 100 * static_cast<int>(l.nvlinks);
+        }
+    if (mode_ != Mode::topology) return;
     w_.assign(n * n, 0);
+    nv_.assign(n * n, 0);
     for (size_t i = 0; i < n; ++i) {
         for (size_t j = i + 1; j < n; ++j) {
-            const unsigned a = std::min(gpu_index_[i], gpu_index_[j]);
-            const unsigned b = std::max(gpu_index_[i], gpu_index_[j]);
-            int s = 0;
-            if (a != b && b < topology.size()) s = pair_score(topology.at(a, b));
-            w_[i * n + j] = w_[j * n + i] = s;
+            const size_t a = gpu_index_[i], b = gpu_index_[j];
+            if (a == b || a >= gpus_ || b >= gpus_) continue;
+            w_[i * n + j] = w_[j * n + i] = gpu_w_[a * gpus_ + b];
+            nv_[i * n + j] = nv_[j * n + i] = gpu_nv[a * gpus_ + b];
         }
     }
+}
+
+int Allocator::pair(size_t i, size_t j) const {
+    const size_t a = gpu_index_[i], b = gpu_index_[j];
+    if (a == b || a >= gpus_ || b >= gpus_) return 0;
+    return gpu_w_[a * gpus_ + b];
 }
 
 Result<std::vector<size_t>> Allocator::positions(const std::vector<std::string>& ids, const char* list) const {
@@ -80,9 +99,8 @@ Result<std::int64_t> Allocator::score(const std::vector<std::string>& ids) const
     auto pos = positions(ids, "the set");
     if (!pos) return std::unexpected(pos.error());
     std::int64_t s = 0;
-    const size_t n = ids_.size();
     for (size_t i = 0; i < pos->size(); ++i)
-        for (size_t j = i + 1; j < pos->size(); ++j) s += w_[(*pos)[i] * n + (*pos)[j]];
+        for (size_t j = i + 1; j < pos->size(); ++j) s += pair((*pos)[i], (*pos)[j]);
     return s;
 }
 
@@ -103,9 +121,9 @@ namespace {
 struct Search {
     int m = 0;                 // candidates
     int r = 0;                 // how many to choose
-    std::vector<int> w;        // m x m
+    std::vector<std::int64_t> w;  // m x m
     // Per candidate: the other candidates by descending score (ties: ascending position).
-    std::vector<std::vector<std::pair<int, int>>> neighbours;
+    std::vector<std::vector<std::pair<std::int64_t, int>>> neighbours;
     std::vector<std::int64_t> gain;  // per candidate: sum of scores towards the chosen set
     std::vector<int> group;          // per candidate: NUMA group
     std::vector<int> group_count;    // per group: members in the chosen set (must_include included)
@@ -120,7 +138,7 @@ struct Search {
     std::uint64_t nodes = 0;
     std::uint64_t budget = 4'000'000;
 
-    int at(int a, int b) const { return w[static_cast<size_t>(a) * static_cast<size_t>(m) + static_cast<size_t>(b)]; }
+    std::int64_t at(int a, int b) const { return w[static_cast<size_t>(a) * static_cast<size_t>(m) + static_cast<size_t>(b)]; }
 
     void add(int c) {
         for (int d = 0; d < m; ++d) gain[static_cast<size_t>(d)] += at(c, d);
@@ -254,22 +272,36 @@ Result<std::vector<std::string>> Allocator::prefer(const std::vector<std::string
         if (!in_must[p]) cand.push_back(p);
     std::sort(cand.begin(), cand.end(), by_index);
 
+    // The objective, lexicographic (see allocator.h): pair scores inside the set, then the NVLink
+    // score from the set to available GPUs left out (links the choice breaks), then the sizes of
+    // the NVLink islands the chosen GPUs come from. With `deg(p)` = p's NVLink score towards every
+    // other available GPU, the links broken by a set S are sum(deg) - 2 * (NVLink inside S), so
+    //   value(S) = W1 * score(S) - W2 * broken(S) - islands(S)
+    //            = sum over pairs of (W1 * w + 2 * W2 * nv) - sum over members of (W2 * deg + island)
+    // is one quadratic objective with non-negative pair weights and a per-GPU term: the branch
+    // and bound below maximises it unchanged. W2 exceeds any island sum, W1 any W2 * broken +
+    // islands; if that could overflow, the NVLink terms are dropped (W2 = 0, W1 = 1).
+    const Weights wt = weights(*avail, size);
+    auto wp = [&](size_t a, size_t b) { return wt.w1 * w_[a * n + b] + 2 * wt.w2 * nv_[a * n + b]; };
+
     Search s;
     s.m = static_cast<int>(cand.size());
     s.r = size - static_cast<int>(must->size());
     const size_t m = cand.size();
     s.w.resize(m * m);
     for (size_t a = 0; a < m; ++a)
-        for (size_t b = 0; b < m; ++b) s.w[a * m + b] = w_[cand[a] * n + cand[b]];
+        for (size_t b = 0; b < m; ++b) s.w[a * m + b] = a == b ? 0 : wp(cand[a], cand[b]);
     s.group.resize(m);
     for (size_t a = 0; a < m; ++a) s.group[a] = numa_group_[cand[a]];
     s.group_count.assign(static_cast<size_t>(numa_groups_), 0);
     s.gain.assign(m, 0);
+    for (size_t a = 0; a < m; ++a) s.gain[a] = wt.linear[cand[a]];
     std::int64_t base = 0;
     for (size_t i = 0; i < must->size(); ++i) {
         const size_t p = (*must)[i];
-        for (size_t j = i + 1; j < must->size(); ++j) base += w_[p * n + (*must)[j]];
-        for (size_t a = 0; a < m; ++a) s.gain[a] += w_[p * n + cand[a]];
+        base += wt.linear[p];
+        for (size_t j = i + 1; j < must->size(); ++j) base += wp(p, (*must)[j]);
+        for (size_t a = 0; a < m; ++a) s.gain[a] += wp(p, cand[a]);
         if (s.group_count[static_cast<size_t>(numa_group_[p])]++ == 0) ++s.distinct;
     }
     if (s.r > 0) {
@@ -294,6 +326,55 @@ Result<std::vector<std::string>> Allocator::prefer(const std::vector<std::string
     out.reserve(result.size());
     for (size_t p : result) out.push_back(ids_[p]);
     return out;
+}
+
+Allocator::Weights Allocator::weights(const std::vector<size_t>& avail, int size) const {
+    const size_t n = ids_.size();
+    Weights wt;
+    wt.linear.assign(n, 0);
+    if (!island_aware_) return wt;
+    // NVLink degree towards the other available GPUs, and island sizes (components of the NVLink
+    // graph over the available GPUs).
+    std::vector<std::int64_t> deg(n, 0);
+    std::vector<int> island(n, 0);
+    std::vector<bool> in(n, false);
+    for (size_t p : avail) in[p] = true;
+    std::int64_t total_deg = 0, max_w = 0;
+    for (size_t p : avail)
+        for (size_t q : avail) {
+            deg[p] += nv_[p * n + q];
+            max_w = std::max<std::int64_t>(max_w, w_[p * n + q]);
+        }
+    for (size_t p : avail) total_deg += deg[p];
+    std::vector<int> comp(n, -1);
+    std::vector<int> comp_size;
+    for (size_t p : avail) {
+        if (comp[p] >= 0) continue;
+        const int c = static_cast<int>(comp_size.size());
+        comp_size.push_back(0);
+        std::vector<size_t> stack{p};
+        comp[p] = c;
+        while (!stack.empty()) {
+            const size_t x = stack.back();
+            stack.pop_back();
+            ++comp_size.back();
+            for (size_t y : avail)
+                if (comp[y] < 0 && nv_[x * n + y] > 0) comp[y] = c, stack.push_back(y);
+        }
+    }
+    for (size_t p : avail) island[p] = comp_size[static_cast<size_t>(comp[p])];
+    const std::int64_t count = static_cast<std::int64_t>(avail.size());
+    const std::int64_t w2 = count * count + 1;              // > any sum of island sizes
+    const std::int64_t w1 = w2 * (total_deg + 1) + w2;      // > W2 * broken + islands
+    const std::int64_t pairs = static_cast<std::int64_t>(size) * size;
+    // Keep |value| well inside int64 (bound2 doubles it and sums `size` terms).
+    const long double worst = static_cast<long double>(w1) * static_cast<long double>(max_w + 1) * pairs * 4 +
+                              static_cast<long double>(w2) * static_cast<long double>(total_deg + 1) * 4;
+    if (total_deg == 0 || worst > 1e17L) return wt;  // no NVLink among them, or too large: plain scores
+    wt.w1 = w1;
+    wt.w2 = w2;
+    for (size_t p : avail) wt.linear[p] = -(w2 * deg[p] + island[p]);
+    return wt;
 }
 
 std::vector<size_t> Allocator::spread(const std::vector<size_t>& avail, const std::vector<size_t>& must,

@@ -5,9 +5,18 @@
 // by their PCIe common ancestor: same board (internal) 60, single switch 50, multiple switches 40,
 // host bridge 30, same NUMA node 20, across CPUs (system) 10, unknown 0.
 //
-// Ties are broken by NUMA locality (fewer distinct NUMA nodes; an unknown NUMA node counts as one
-// more node of its own), then by the lowest GPU indices (the lexicographically smallest ascending
-// index list), so the answer is a pure function of the inputs.
+// Among sets with the same score, NVLink islands are kept whole (issue #13; NVIDIA's plugin takes
+// the lowest free GPUs, so single-GPU pods break the NVLink pairs a later 2-GPU pod needs):
+//  1. the least NVLink score from the set to available GPUs left out (prefer GPUs whose NVLink
+//     partners are already taken: they break no link a later request could use);
+//  2. then the smallest NVLink islands (components of the NVLink graph over the available GPUs)
+//     the GPUs come from, so big islands stay intact;
+//  3. then NUMA locality (fewer distinct NUMA nodes; an unknown NUMA node counts as one more node
+//     of its own);
+//  4. then the lowest GPU indices (the lexicographically smallest ascending index list),
+// so the answer is a pure function of the inputs. On pcie-nvlink-pairs with GPU 2 taken, a 1-GPU
+// request gets GPU 3 (its partner is gone) and pair 0-1 stays whole; on NVSwitch systems every
+// GPU links to every other, so 1 and 2 never differ and NUMA decides as before.
 //
 // The search is an exact branch and bound (include-first depth-first search in GPU index order,
 // an upper bound from each remaining candidate's gain towards the chosen set plus half its best
@@ -65,9 +74,20 @@ public:
 
     size_t size() const { return ids_.size(); }
 
+    // Turns the NVLink-island rules off (score, NUMA, index only: kgpu before issue #13), so
+    // bench/ can measure what they gain.
+    void set_island_aware(bool on) { island_aware_ = on; }
+
 private:
     Result<std::vector<size_t>> positions(const std::vector<std::string>& ids, const char* list) const;
     std::vector<size_t> spread(const std::vector<size_t>& avail, const std::vector<size_t>& must, int size) const;
+
+    // The weights that fold the island terms into the search's objective (allocator.cpp).
+    struct Weights {
+        std::int64_t w1 = 1, w2 = 0;
+        std::vector<std::int64_t> linear;  // by position: -(W2 * NVLink degree + island size)
+    };
+    Weights weights(const std::vector<size_t>& avail, int size) const;
 
     enum class Mode { topology, distributed, packed };
     Mode mode_ = Mode::topology;
@@ -78,7 +98,13 @@ private:
     std::vector<unsigned> gpu_index_;     // by position
     std::vector<int> numa_group_;         // small dense ids, one per distinct NUMA value
     int numa_groups_ = 0;
-    std::vector<int> w_;                  // n x n pair scores, 0 on the diagonal
+    int pair(size_t i, size_t j) const;   // pair score of two positions (any mode)
+    size_t gpus_ = 0;                     // GPUs in the topology
+    std::vector<int> gpu_w_;              // gpus_ x gpus_ pair scores by GPU index
+    // Topology mode only (whole GPUs): n x n by position, 0 on the diagonal.
+    std::vector<int> w_;                  // pair scores
+    std::vector<int> nv_;                 // the NVLink part of them (100 per link)
+    bool island_aware_ = true;            // false: the plain score order (benchmarks compare)
     std::unordered_map<std::string, size_t> by_id_;
 };
 

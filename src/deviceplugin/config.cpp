@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
+#include "cdi/spec.h"
 #include "common/files.h"
 #include "common/strings.h"
 
@@ -198,6 +199,33 @@ Result<std::set<unsigned>> parse_xid_list(std::string_view csv) {
     return out;
 }
 
+Status validate_imex_channel_ids(const std::vector<unsigned>& ids) {
+    if (ids.empty() || (ids.size() == 1 && ids[0] == 0)) return {};
+    return fail(Code::invalid_argument, "invalid IMEX channel IDs [{}] (expected [] or [0], as NVIDIA's plugin)",
+                fmt::join(ids, ", "));
+}
+
+Result<std::vector<unsigned>> parse_imex_channel_ids(std::string_view csv) {
+    std::vector<unsigned> out;
+    for (std::string_view item : strings::split(csv, ',')) {
+        item = strings::trim(item);
+        if (item.empty()) continue;
+        unsigned v = 0;
+        auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+        if (ec != std::errc{} || ptr != item.data() + item.size())
+            return fail(Code::invalid_argument, "invalid IMEX channel ID '{}' (expected a number)", item);
+        out.push_back(v);
+    }
+    if (auto st = validate_imex_channel_ids(out); !st) return std::unexpected(st.error());
+    return out;
+}
+
+Result<std::string> parse_device_discovery_strategy(std::string_view text) {
+    for (std::string_view s : {"auto", "nvml", "tegra"})
+        if (text == s) return std::string(text);
+    return fail(Code::invalid_argument, "invalid device discovery strategy '{}' (expected auto, nvml or tegra)", text);
+}
+
 XidClass HealthConfig::classify(unsigned xid) const {
     if (disabled || ignored_xids.contains(xid)) return XidClass::ignored;
     if (recoverable_xids.contains(xid)) return XidClass::recoverable;
@@ -251,6 +279,9 @@ public:
     static std::string join(const std::string& path, std::string_view key) {
         return path.empty() ? std::string(key) : path + "." + std::string(key);
     }
+
+    // A key given as `key:` or `key: null`: NVIDIA's plugin reads it as not set.
+    static bool unset(const YAML::Node& node) { return !node || node.IsNull(); }
 
     static int line_of(const YAML::Node& node) {
         const int line = node.Mark().line;
@@ -307,6 +338,7 @@ void parse_plugin(const Walker& w, const YAML::Node& node, Config& c) {
         const std::string key = kv.first.as<std::string>();
         const std::string p = Walker::join(path, key);
         const YAML::Node& v = kv.second;
+        if (Walker::unset(v)) continue;
         if (key == "passDeviceSpecs") {
             c.pass_device_specs = w.boolean(v, p);
         } else if (key == "deviceListStrategy") {
@@ -327,44 +359,80 @@ void parse_plugin(const Walker& w, const YAML::Node& node, Config& c) {
             c.cdi_annotation_prefix = w.scalar(v, p);
         } else if (key == "sharedDevicesAllocationPolicy") {
             c.shared_allocation_policy = w.value<SharedAllocationPolicy>(v, p, parse_shared_allocation_policy);
-        } else {
-            w.scalar(v, p);
-            c.warnings.push_back(fmt::format("config key '{}' is accepted for compatibility and ignored", p));
+        } else if (key == "nvidiaCTKPath") {
+            c.nvidia_ctk_path = w.scalar(v, p);
+            if (!c.nvidia_ctk_path.empty() && c.nvidia_ctk_path.front() != '/')
+                w.error(v, p, fmt::format("expected an absolute path, got '{}'", c.nvidia_ctk_path));
+        } else if (key == "containerDriverRoot") {
+            c.container_driver_root = w.scalar(v, p);
         }
     }
+}
+
+GfdFlags parse_gfd(const Walker& w, const YAML::Node& node) {
+    const std::string path = "flags.gfd";
+    w.expect_map(node, path, {"oneshot", "noTimestamp", "sleepInterval", "outputFile", "machineTypeFile"});
+    GfdFlags g;
+    for (const auto& kv : node) {
+        const std::string key = kv.first.as<std::string>();
+        const std::string p = Walker::join(path, key);
+        const YAML::Node& v = kv.second;
+        if (Walker::unset(v)) continue;
+        if (key == "oneshot") g.oneshot = w.boolean(v, p);
+        else if (key == "noTimestamp") g.no_timestamp = w.boolean(v, p);
+        else if (key == "sleepInterval") g.sleep_interval = w.value<std::chrono::seconds>(v, p, parse_duration);
+        else if (key == "outputFile") g.output_file = w.scalar(v, p);
+        else if (key == "machineTypeFile") g.machine_type_file = w.scalar(v, p);
+    }
+    return g;
 }
 
 void parse_flags(const Walker& w, const YAML::Node& node, Config& c) {
     const std::string path = "flags";
     w.expect_map(node, path,
-                 {"migStrategy", "failOnInitError", "nvidiaDriverRoot", "nvidiaDevRoot", "plugin",
-                  "devicePluginPath", "kubeletSocket", "nvmlLibrary", "cdiSpecDir", "procRoot", "mpsRoot", "gdsEnabled",
-                  "mofedEnabled", "useNodeFeatureAPI", "deviceDiscoveryStrategy", "gfd"});
+                 {"migStrategy", "failOnInitError", "nvidiaDriverRoot", "nvidiaDevRoot", "plugin", "gfd", "mpsRoot",
+                  "gdrcopyEnabled", "gdsEnabled", "mofedEnabled", "useNodeFeatureAPI", "deviceDiscoveryStrategy",
+                  "devicePluginPath", "kubeletSocket", "nvmlLibrary", "cdiSpecDir", "procRoot",
+                  "applyResourcePatterns"});
     for (const auto& kv : node) {
         const std::string key = kv.first.as<std::string>();
         const std::string p = Walker::join(path, key);
         const YAML::Node& v = kv.second;
+        if (Walker::unset(v)) continue;
         if (key == "migStrategy") c.mig_strategy = w.value<MigStrategy>(v, p, parse_mig_strategy);
         else if (key == "failOnInitError") c.fail_on_init_error = w.boolean(v, p);
         else if (key == "nvidiaDriverRoot") c.nvidia_driver_root = w.scalar(v, p);
         else if (key == "nvidiaDevRoot") c.nvidia_dev_root = w.scalar(v, p);
         else if (key == "plugin") parse_plugin(w, v, c);
+        else if (key == "gfd") c.gfd = parse_gfd(w, v);
+        else if (key == "mpsRoot") c.mps_root = w.scalar(v, p);
+        else if (key == "gdrcopyEnabled") c.gdrcopy_enabled = w.boolean(v, p);
+        else if (key == "gdsEnabled") c.gds_enabled = w.boolean(v, p);
+        else if (key == "mofedEnabled") c.mofed_enabled = w.boolean(v, p);
+        else if (key == "useNodeFeatureAPI") c.use_node_feature_api = w.boolean(v, p);
+        else if (key == "deviceDiscoveryStrategy")
+            c.device_discovery_strategy = w.value<std::string>(v, p, parse_device_discovery_strategy);
         else if (key == "devicePluginPath") c.device_plugin_path = w.scalar(v, p);
         else if (key == "kubeletSocket") c.kubelet_socket = w.scalar(v, p);
         else if (key == "nvmlLibrary") c.nvml_library = w.scalar(v, p);
         else if (key == "cdiSpecDir") c.cdi_spec_dir = w.scalar(v, p);
         else if (key == "procRoot") c.proc_root = w.scalar(v, p);
-        else if (key == "gdsEnabled" || key == "mofedEnabled" || key == "useNodeFeatureAPI") {
-            w.boolean(v, p);
-            c.warnings.push_back(fmt::format("config key '{}' is accepted for compatibility and ignored", p));
-        } else if (key == "gfd") {
-            if (!v.IsMap() && !v.IsNull()) w.error(v, p, "expected a map");
-            c.warnings.push_back(fmt::format("config key '{}' is accepted for compatibility and ignored", p));
-        } else {
-            w.scalar(v, p);
-            c.warnings.push_back(fmt::format("config key '{}' is accepted for compatibility and ignored", p));
-        }
+        else if (key == "applyResourcePatterns") c.apply_resource_patterns = w.boolean(v, p);
     }
+}
+
+void parse_imex(const Walker& w, const YAML::Node& node, Config& c) {
+    const std::string path = "imex";
+    w.expect_map(node, path, {"channelIDs", "required"});
+    if (node.IsNull()) return;
+    if (const YAML::Node ids = node["channelIDs"]; !Walker::unset(ids)) {
+        if (!ids.IsSequence()) w.error(ids, path + ".channelIDs", "expected a list of channel IDs: [] or [0]");
+        std::vector<unsigned> list;
+        for (const auto& item : ids) list.push_back(w.number(item, path + ".channelIDs", 0, 2047));
+        if (auto st = validate_imex_channel_ids(list); !st) w.error(ids, path + ".channelIDs", st.error().message);
+        c.imex.channel_ids = std::move(list);
+    }
+    if (const YAML::Node r = node["required"]; !Walker::unset(r)) c.imex.required = w.boolean(r, path + ".required");
 }
 
 void parse_health(const Walker& w, const YAML::Node& node, Config& c) {
@@ -396,15 +464,24 @@ void parse_health(const Walker& w, const YAML::Node& node, Config& c) {
 }
 
 std::vector<ResourcePattern> parse_patterns(const Walker& w, const YAML::Node& node, const std::string& path) {
+    if (node.IsNull()) return {};
     if (!node.IsSequence()) w.error(node, path, "expected a list of {pattern, name}");
     std::vector<ResourcePattern> out;
+    size_t i = 0;
     for (const auto& item : node) {
-        w.expect_map(item, path, {"pattern", "name"});
+        const std::string ip = fmt::format("{}[{}]", path, i++);
+        w.expect_map(item, ip, {"pattern", "name"});
+        if (!item.IsMap()) w.error(item, ip, "expected {pattern, name}");
         ResourcePattern rp;
-        if (item["pattern"]) rp.pattern = w.scalar(item["pattern"], path + ".pattern");
-        if (item["name"]) rp.name = w.scalar(item["name"], path + ".name");
-        if (rp.pattern.empty()) w.error(item, path + ".pattern", "expected a non-empty pattern");
-        if (rp.name.empty()) w.error(item, path + ".name", "expected a non-empty resource name");
+        // NVIDIA's plugin requires both fields.
+        if (Walker::unset(item["pattern"])) w.error(item, ip + ".pattern", "missing: expected a pattern such as \"*A100*\"");
+        if (Walker::unset(item["name"])) w.error(item, ip + ".name", "missing: expected a resource name such as gpu");
+        rp.pattern = w.scalar(item["pattern"], ip + ".pattern");
+        if (rp.pattern.empty()) w.error(item["pattern"], ip + ".pattern", "expected a non-empty pattern");
+        const std::string name = w.scalar(item["name"], ip + ".name");
+        if (name.empty()) w.error(item["name"], ip + ".name", "expected a non-empty resource name");
+        rp.name = qualify_resource_name(name);
+        if (auto st = validate_resource_name(rp.name); !st) w.error(item["name"], ip + ".name", st.error().message);
         out.push_back(std::move(rp));
     }
     return out;
@@ -412,6 +489,7 @@ std::vector<ResourcePattern> parse_patterns(const Walker& w, const YAML::Node& n
 
 void parse_resources(const Walker& w, const YAML::Node& node, Config& c) {
     w.expect_map(node, "resources", {"gpus", "mig"});
+    if (node.IsNull()) return;
     if (node["gpus"]) c.resources.gpus = parse_patterns(w, node["gpus"], "resources.gpus");
     if (node["mig"]) c.resources.mig = parse_patterns(w, node["mig"], "resources.mig");
 }
@@ -470,23 +548,41 @@ ReplicatedResource parse_replicated(const Walker& w, const YAML::Node& item, con
     return r;
 }
 
+// `sharing.timeSlicing` and `sharing.mps` share their shape (NVIDIA's ReplicatedResources):
+// `resources` is required and not empty.
+ReplicatedResources parse_replicated_resources(const Walker& w, const YAML::Node& node, const std::string& path,
+                                               bool fail_default) {
+    w.expect_map(node, path, {"renameByDefault", "failRequestsGreaterThanOne", "resources"});
+    ReplicatedResources t;
+    t.line = Walker::line_of(node);
+    t.fail_requests_greater_than_one = fail_default;
+    if (!Walker::unset(node["renameByDefault"]))
+        t.rename_by_default = w.boolean(node["renameByDefault"], path + ".renameByDefault");
+    if (!Walker::unset(node["failRequestsGreaterThanOne"])) {
+        t.fail_requests_greater_than_one =
+            w.boolean(node["failRequestsGreaterThanOne"], path + ".failRequestsGreaterThanOne");
+        t.fail_requests_set = true;
+    }
+    const YAML::Node rs = node.IsMap() ? node["resources"] : YAML::Node();
+    if (Walker::unset(rs))
+        w.error(node, path + ".resources", "missing: expected a list of {name, rename, devices, replicas}");
+    if (!rs.IsSequence()) w.error(rs, path + ".resources", "expected a list of {name, rename, devices, replicas}");
+    if (rs.size() == 0) w.error(rs, path + ".resources", "expected at least one resource to share");
+    size_t i = 0;
+    for (const auto& item : rs) t.resources.push_back(parse_replicated(w, item, fmt::format("{}.resources[{}]", path, i++)));
+    return t;
+}
+
 void parse_sharing(const Walker& w, const YAML::Node& node, Config& c) {
     w.expect_map(node, "sharing", {"timeSlicing", "mps"});
-    if (const YAML::Node mps = node["mps"]) w.error(mps, "sharing.mps", "MPS sharing is not supported yet");
-    if (const YAML::Node ts = node["timeSlicing"]) {
-        const std::string path = "sharing.timeSlicing";
-        w.expect_map(ts, path, {"renameByDefault", "failRequestsGreaterThanOne", "resources"});
-        TimeSlicing t;
-        if (ts["renameByDefault"]) t.rename_by_default = w.boolean(ts["renameByDefault"], path + ".renameByDefault");
-        if (ts["failRequestsGreaterThanOne"])
-            t.fail_requests_greater_than_one = w.boolean(ts["failRequestsGreaterThanOne"], path + ".failRequestsGreaterThanOne");
-        if (const YAML::Node rs = ts["resources"]) {
-            if (!rs.IsSequence()) w.error(rs, path + ".resources", "expected a list of {name, rename, devices, replicas}");
-            size_t i = 0;
-            for (const auto& item : rs)
-                t.resources.push_back(parse_replicated(w, item, fmt::format("{}.resources[{}]", path, i++)));
-        }
-        c.sharing.time_slicing = std::move(t);
+    if (node.IsNull()) return;
+    for (const auto& kv : node) {
+        const std::string key = kv.first.as<std::string>();
+        if (Walker::unset(kv.second)) continue;
+        // MPS refuses more than one replica per request unless the file says otherwise (NVIDIA).
+        auto& slot = key == "mps" ? c.sharing.mps : c.sharing.time_slicing;
+        slot = parse_replicated_resources(w, kv.second, "sharing." + key, key == "mps");
+        slot->line = Walker::line_of(kv.first);  // the key's line: a map's own mark is its first entry
     }
 }
 
@@ -498,11 +594,12 @@ Result<Config> parse_config(std::string_view yaml_text, std::string_view source)
     c.config_file = std::string(source);
     try {
         const YAML::Node root = YAML::Load(std::string(yaml_text));
+        if (root.IsNull()) return c;  // an empty file: every default
         if (!root.IsMap()) return fail(Code::parse, "{}:1: expected a map with 'version: v1'", source);
-        w.expect_map(root, "", {"version", "flags", "resources", "sharing", "health"});
+        w.expect_map(root, "", {"version", "flags", "resources", "sharing", "imex", "health"});
+        // No version means v1, as in NVIDIA's plugin.
         const YAML::Node version = root["version"];
-        if (!version) return fail(Code::parse, "{}:1: key 'version': missing (expected 'version: v1')", source);
-        if (w.scalar(version, "version") != "v1")
+        if (!Walker::unset(version) && w.scalar(version, "version") != "v1")
             w.error(version, "version", fmt::format("expected v1, got '{}'", version.Scalar()));
         for (const auto& kv : root) {
             const std::string key = kv.first.as<std::string>();
@@ -510,6 +607,7 @@ Result<Config> parse_config(std::string_view yaml_text, std::string_view source)
             else if (key == "health") parse_health(w, kv.second, c);
             else if (key == "resources") parse_resources(w, kv.second, c);
             else if (key == "sharing") parse_sharing(w, kv.second, c);
+            else if (key == "imex") parse_imex(w, kv.second, c);
         }
     } catch (const ParseError& e) {
         return std::unexpected(e.error);
@@ -550,7 +648,20 @@ Result<Overrides> from_env(const std::function<const char*(const char*)>& getenv
     KGPU_ENV_PARSED("DEVICE_LIST_STRATEGY", device_list_strategy, parse_device_list_strategies)
     KGPU_ENV_PARSED("DEVICE_ID_STRATEGY", device_id_strategy, parse_device_id_strategy)
     KGPU_ENV_PARSED("SHARED_DEVICES_ALLOCATION_POLICY", shared_allocation_policy, parse_shared_allocation_policy)
+    KGPU_ENV_PARSED("GDRCOPY_ENABLED", gdrcopy_enabled, parse_bool)
+    KGPU_ENV_PARSED("GDS_ENABLED", gds_enabled, parse_bool)
+    KGPU_ENV_PARSED("MOFED_ENABLED", mofed_enabled, parse_bool)
+    KGPU_ENV_PARSED("DEVICE_DISCOVERY_STRATEGY", device_discovery_strategy, parse_device_discovery_strategy)
+    KGPU_ENV_PARSED("IMEX_CHANNEL_IDS", imex_channel_ids, parse_imex_channel_ids)
+    KGPU_ENV_PARSED("IMEX_REQUIRED", imex_required, parse_bool)
+    KGPU_ENV_PARSED("KGPU_APPLY_RESOURCE_PATTERNS", apply_resource_patterns, parse_bool)
 #undef KGPU_ENV_PARSED
+    if (auto v = get("MPS_ROOT")) o.mps_root = *v;
+    // NVIDIA reads the first spelling, then the second.
+    if (auto v = get("NVIDIA_CDI_HOOK_PATH")) o.nvidia_ctk_path = *v;
+    else if (auto v2 = get("NVIDIA_CTK_PATH")) o.nvidia_ctk_path = *v2;
+    if (auto v = get("DRIVER_ROOT_CTR_PATH")) o.container_driver_root = *v;
+    else if (auto v2 = get("CONTAINER_DRIVER_ROOT")) o.container_driver_root = *v2;
     if (auto v = get("NVIDIA_DRIVER_ROOT")) o.nvidia_driver_root = *v;
     if (auto v = get("NVIDIA_DEV_ROOT")) o.nvidia_dev_root = *v;
     if (auto v = get("CDI_ANNOTATION_PREFIX")) o.cdi_annotation_prefix = *v;
@@ -604,6 +715,16 @@ void apply(Config& c, const Overrides& o) {
     if (o.cdi_spec_dir) c.cdi_spec_dir = *o.cdi_spec_dir;
     if (o.proc_root) c.proc_root = *o.proc_root;
     if (o.shared_allocation_policy) c.shared_allocation_policy = *o.shared_allocation_policy;
+    if (o.mps_root) c.mps_root = *o.mps_root;
+    if (o.gdrcopy_enabled) c.gdrcopy_enabled = *o.gdrcopy_enabled;
+    if (o.gds_enabled) c.gds_enabled = *o.gds_enabled;
+    if (o.mofed_enabled) c.mofed_enabled = *o.mofed_enabled;
+    if (o.device_discovery_strategy) c.device_discovery_strategy = *o.device_discovery_strategy;
+    if (o.nvidia_ctk_path) c.nvidia_ctk_path = *o.nvidia_ctk_path;
+    if (o.container_driver_root) c.container_driver_root = *o.container_driver_root;
+    if (o.imex_channel_ids) c.imex.channel_ids = *o.imex_channel_ids;
+    if (o.imex_required) c.imex.required = *o.imex_required;
+    if (o.apply_resource_patterns) c.apply_resource_patterns = *o.apply_resource_patterns;
     if (o.health_disabled) c.health.disabled = *o.health_disabled;
     if (o.ignore_xids) c.health.ignored_xids.insert(o.ignore_xids->begin(), o.ignore_xids->end());
     if (o.enable_all_xids && *o.enable_all_xids) c.health.ignored_xids.clear();
@@ -619,32 +740,39 @@ bool is_mig_device_ref(std::string_view id) {
     return colon != std::string_view::npos && colon > 0 && id.find("::") == std::string_view::npos;
 }
 
-// The checks of sharing.timeSlicing that need the resolved MIG strategy (see config.h).
-Status check_sharing(const Config& c) {
-    if (!c.sharing.time_slicing) return {};
-    const TimeSlicing& ts = *c.sharing.time_slicing;
+// The checks of sharing.timeSlicing / sharing.mps that need the resolved settings (see config.h).
+Status check_replicated(const Config& c, const ReplicatedResources& rr, std::string_view kind) {
+    const bool mps = kind == "mps";
     auto where = [&](size_t i, int line, std::string_view key) {
-        return fmt::format("{}:{}: key 'sharing.timeSlicing.resources[{}]{}'",
-                           c.config_file.empty() ? "config" : c.config_file, line, i, key);
+        return fmt::format("{}:{}: key 'sharing.{}.resources[{}]{}'", c.config_file.empty() ? "config" : c.config_file,
+                           line, kind, i, key);
     };
     std::set<std::string> renames;
-    for (size_t i = 0; i < ts.resources.size(); ++i) {
-        const ReplicatedResource& r = ts.resources[i];
+    for (size_t i = 0; i < rr.resources.size(); ++i) {
+        const ReplicatedResource& r = rr.resources[i];
         const bool mig_name = r.name.starts_with("nvidia.com/mig-");
+        // NVIDIA: "sharing using MPS is not supported for MIG devices".
+        if (mps && mig_name)
+            return fail(Code::parse, "{}: {} is a MIG resource; MPS sharing is not supported for MIG devices (share "
+                        "whole GPUs, or use timeSlicing)",
+                        where(i, r.line, ".name"), r.name);
         if (mig_name && c.mig_strategy != MigStrategy::mixed)
             return fail(Code::parse,
                         "{}: {} is a MIG resource, served only with migStrategy mixed (the strategy is {}); with "
                         "single, MIG devices are served as nvidia.com/gpu",
                         where(i, r.line, ".name"), r.name, to_string(c.mig_strategy));
         for (size_t k = 0; k < r.device_ids.size(); ++k) {
+            const int line = k < r.device_lines.size() ? r.device_lines[k] : r.line;
+            if (mps && is_mig_device_ref(r.device_ids[k]))
+                return fail(Code::parse, "{}: '{}' is a MIG device; MPS sharing is not supported for MIG devices",
+                            where(i, line, ".devices"), r.device_ids[k]);
             if (c.mig_strategy == MigStrategy::none && is_mig_device_ref(r.device_ids[k]))
                 return fail(Code::parse,
                             "{}: '{}' is a MIG device, but migStrategy none serves whole GPUs only (use single or "
                             "mixed to serve MIG devices)",
-                            where(i, k < r.device_lines.size() ? r.device_lines[k] : r.line, ".devices"),
-                            r.device_ids[k]);
+                            where(i, line, ".devices"), r.device_ids[k]);
         }
-        const std::string target = !r.rename.empty() ? r.rename : ts.rename_by_default ? r.name + ".shared" : r.name;
+        const std::string target = !r.rename.empty() ? r.rename : rr.rename_by_default ? r.name + ".shared" : r.name;
         if (!r.all_devices && target == r.name)
             return fail(Code::parse,
                         "{}: a subset of {} is shared without a new name; set rename (or renameByDefault: true) so "
@@ -657,6 +785,52 @@ Status check_sharing(const Config& c) {
                         where(i, r.line, ".rename"), target);
     }
     return {};
+}
+
+Status check_sharing(const Config& c) {
+    const std::string file = c.config_file.empty() ? "config" : c.config_file;
+    if (c.sharing.time_slicing && c.sharing.mps)
+        return fail(Code::parse,
+                    "{}:{}: key 'sharing.mps': timeSlicing and mps are both set; a node shares its devices one way "
+                    "(NVIDIA's plugin would silently use mps only)",
+                    file, c.sharing.mps->line);
+    if (c.sharing.mps) {
+        // NVIDIA's validateFlags.
+        if (c.mig_strategy == MigStrategy::mixed)
+            return fail(Code::parse, "{}:{}: key 'sharing.mps': MPS sharing is not supported with migStrategy mixed",
+                        file, c.sharing.mps->line);
+        if (c.mps_root.empty())
+            return fail(Code::parse,
+                        "{}:{}: key 'sharing.mps': MPS sharing needs flags.mpsRoot (or --mps-root / MPS_ROOT), the "
+                        "host directory for the MPS pipes and shared memory, e.g. /run/nvidia/mps",
+                        file, c.sharing.mps->line);
+        if (auto st = check_replicated(c, *c.sharing.mps, "mps"); !st) return st;
+    }
+    if (c.sharing.time_slicing)
+        if (auto st = check_replicated(c, *c.sharing.time_slicing, "timeSlicing"); !st) return st;
+    return {};
+}
+
+// One line per setting the device plugin accepts but does not use, and why.
+void add_warnings(Config& c) {
+    auto warn = [&](std::string line) {
+        if (std::find(c.warnings.begin(), c.warnings.end(), line) == c.warnings.end()) c.warnings.push_back(std::move(line));
+    };
+    if (c.gfd)
+        warn("flags.gfd is gpu-feature-discovery's (kgpu labels reads it); the device plugin ignores it");
+    if (c.use_node_feature_api)
+        warn("flags.useNodeFeatureAPI is gpu-feature-discovery's (NodeFeature objects); the device plugin ignores "
+             "it, and kgpu labels writes the NFD feature file");
+    if (c.device_discovery_strategy == "tegra")
+        warn("flags.deviceDiscoveryStrategy tegra is ignored: kgpu discovers devices through NVML only");
+    if (!c.container_driver_root.empty() && c.container_driver_root != c.nvidia_driver_root)
+        warn(fmt::format("flags.plugin.containerDriverRoot '{}' is ignored: kgpu reads the driver where "
+                         "flags.nvidiaDriverRoot ('{}') says, so mount the host's driver root at that same path in "
+                         "the container (deploy/ does)",
+                         c.container_driver_root, c.nvidia_driver_root));
+    if (!c.apply_resource_patterns && (!c.resources.gpus.empty() || !c.resources.mig.empty()))
+        warn("resources.gpus / resources.mig are ignored, as NVIDIA's plugin v0.14-v0.20 ignore them; set "
+             "flags.applyResourcePatterns (or --apply-resource-patterns) to serve devices under those names");
 }
 
 }  // namespace
@@ -676,7 +850,21 @@ Result<Config> resolve(Config base, const Overrides& env, const Overrides& flags
                     format_duration(c.health.recovery_period));
     if (c.proc_root.empty()) return fail(Code::invalid_argument, "proc root: empty path");
     if (auto st = check_sharing(c); !st) return std::unexpected(st.error());
+    if (auto st = validate_imex_channel_ids(c.imex.channel_ids); !st) return std::unexpected(st.error());
+    if (!c.nvidia_ctk_path.empty() && c.nvidia_ctk_path.front() != '/')
+        return fail(Code::invalid_argument, "nvidia CDI hook path '{}': expected an absolute path", c.nvidia_ctk_path);
+    add_warnings(c);
     return base;
+}
+
+Status check_servable(const Config& c) {
+    if (c.sharing.mps)
+        return fail(Code::not_supported,
+                    "{}:{}: key 'sharing.mps': MPS sharing is not implemented yet; the configuration is valid "
+                    "(--check-config accepts it) but the plugin cannot serve it: share with sharing.timeSlicing "
+                    "meanwhile",
+                    c.config_file.empty() ? "config" : c.config_file, c.sharing.mps->line);
+    return {};
 }
 
 std::string describe(const Config& c) {
@@ -699,29 +887,50 @@ std::string describe(const Config& c) {
     line("flags.plugin.deviceIDStrategy", to_string(c.device_id_strategy));
     line("flags.plugin.cdiAnnotationPrefix", c.cdi_annotation_prefix);
     line("flags.plugin.sharedDevicesAllocationPolicy", to_string(c.shared_allocation_policy));
+    line("flags.plugin.nvidiaCTKPath", c.nvidia_ctk_path.empty() ? fmt::format("({})", cdi::SpecOptions{}.hooks.path) : c.nvidia_ctk_path);
+    line("flags.mpsRoot", c.mps_root.empty() ? "(none)" : c.mps_root);
+    line("flags.gdrcopyEnabled", c.gdrcopy_enabled);
+    line("flags.gdsEnabled", c.gds_enabled);
+    line("flags.mofedEnabled", c.mofed_enabled);
+    line("flags.deviceDiscoveryStrategy", c.device_discovery_strategy);
+    line("flags.applyResourcePatterns", c.apply_resource_patterns);
     line("health.disabled", c.health.disabled);
     line("health.ignoredXids", fmt::format("[{}]", fmt::join(c.health.ignored_xids, ",")));
     line("health.recoverableXids", fmt::format("[{}]", fmt::join(c.health.recoverable_xids, ",")));
     line("health.resetXids", fmt::format("[{}]", fmt::join(c.health.reset_xids, ",")));
     line("health.recoveryPeriod", format_duration(c.health.recovery_period));
-    line("resources.gpus", c.resources.gpus.size());
-    line("resources.mig", c.resources.mig.size());
-    if (!c.sharing.time_slicing) {
-        line("sharing.timeSlicing", "off");
-    } else {
-        const TimeSlicing& ts = *c.sharing.time_slicing;
-        line("sharing.timeSlicing.renameByDefault", ts.rename_by_default);
-        line("sharing.timeSlicing.failRequestsGreaterThanOne", ts.fail_requests_greater_than_one);
-        for (size_t i = 0; i < ts.resources.size(); ++i) {
-            const ReplicatedResource& r = ts.resources[i];
+    // Patterns, not counts: "resources.gpus: 0" read like a device count.
+    auto patterns = [&](const std::vector<ResourcePattern>& list) -> std::string {
+        if (list.empty()) return "(none)";
+        std::vector<std::string> parts;
+        for (const auto& p : list) parts.push_back(fmt::format("\"{}\" -> {}", p.pattern, p.name));
+        return fmt::format("{}{}", fmt::join(parts, ", "),
+                           c.apply_resource_patterns ? "" : " (ignored: applyResourcePatterns is false)");
+    };
+    line("resources.gpus", patterns(c.resources.gpus));
+    line("resources.mig", patterns(c.resources.mig));
+    auto replicated = [&](std::string_view kind, const std::optional<ReplicatedResources>& rr) {
+        const std::string key = fmt::format("sharing.{}", kind);
+        if (!rr) {
+            line(key, "off");
+            return;
+        }
+        line(key + ".renameByDefault", rr->rename_by_default);
+        line(key + ".failRequestsGreaterThanOne", rr->fail_requests_greater_than_one);
+        for (size_t i = 0; i < rr->resources.size(); ++i) {
+            const ReplicatedResource& r = rr->resources[i];
             std::string devices = r.all_devices    ? std::string("all")
                                   : r.device_count ? std::to_string(*r.device_count)
                                                    : fmt::format("[{}]", fmt::join(r.device_ids, ","));
-            line(fmt::format("sharing.timeSlicing.resources[{}]", i),
+            line(fmt::format("{}.resources[{}]", key, i),
                  fmt::format("name={} rename={} devices={} replicas={}", r.name, r.rename.empty() ? "-" : r.rename,
                              devices, r.replicas));
         }
-    }
+    };
+    replicated("timeSlicing", c.sharing.time_slicing);
+    replicated("mps", c.sharing.mps);
+    line("imex.channelIDs", fmt::format("[{}]", fmt::join(c.imex.channel_ids, ",")));
+    line("imex.required", c.imex.required);
     return out;
 }
 

@@ -4,57 +4,79 @@
 // Precedence is flag > env > file > default: the CLI loads the file (or starts from Config{}),
 // reads the environment with from_env(), fills an Overrides from its flags, and calls resolve().
 //
-// Config file (YAML). Every key is optional except `version`; unknown or mistyped keys are errors
-// "<file>:<line>: key '<dotted.key>': <what was expected>".
+// Config file (YAML or JSON). Every key of NVIDIA's `version: v1` schema up to v0.20 is accepted
+// (a drop-in config map keeps working); unknown or mistyped keys are errors
+// "<file>:<line>: key '<dotted.key>': <what was expected>". A missing `version` means v1, as in
+// NVIDIA's plugin; a key whose value is null is treated as not set.
 //
-//   version: v1                              # required, only v1
+//   version: v1
 //   flags:
 //     migStrategy: none                      # none | single | mixed
 //     failOnInitError: true
 //     nvidiaDriverRoot: /
 //     nvidiaDevRoot: /                       # default: the driver root
+//     mpsRoot: /run/nvidia/mps               # host directory for MPS (sharing.mps; served from #18)
+//     gdrcopyEnabled: false                  # NVIDIA_GDRCOPY=enabled (+ CDI nvidia.com/gdrcopy=all)
+//     gdsEnabled: false                      # NVIDIA_GDS=enabled (+ CDI nvidia.com/gds=all)
+//     mofedEnabled: false                    # NVIDIA_MOFED=enabled (+ CDI nvidia.com/mofed=all)
+//     useNodeFeatureAPI: false               # gpu-feature-discovery only: warned, ignored here
+//     deviceDiscoveryStrategy: auto          # auto | nvml | tegra (kgpu always uses NVML: tegra warned)
 //     devicePluginPath: /var/lib/kubelet/device-plugins   # kgpu
 //     kubeletSocket: ""                      # kgpu; default <devicePluginPath>/kubelet.sock
 //     nvmlLibrary: ""                        # kgpu; default libnvidia-ml.so.1 under the driver root
-//     cdiSpecDir: /var/run/cdi               # kgpu; where the plugin writes its CDI spec
+//     cdiSpecDir: /var/run/cdi               # kgpu; where the plugin writes its CDI specs
 //     procRoot: /proc                        # kgpu; the host's /proc (MIG capability files)
+//     applyResourcePatterns: false           # kgpu; true: apply resources.gpus / resources.mig
 //     plugin:
 //       passDeviceSpecs: false
 //       deviceListStrategy: envvar           # a string or a list: envvar, volume-mounts,
 //                                            #   cdi-annotations, cdi-cri
 //       deviceIDStrategy: uuid               # uuid | index
 //       cdiAnnotationPrefix: cdi.k8s.io/
-//       sharedDevicesAllocationPolicy: distributed   # kgpu; distributed | packed (replicas)
+//       nvidiaCTKPath: /usr/bin/nvidia-ctk   # the hook binary named in the CDI spec
+//       containerDriverRoot: /driver-root    # warned: kgpu reads the driver root at its host path
+//       sharedDevicesAllocationPolicy: distributed   # distributed | packed (replicas, MIG)
+//     gfd:                                   # gpu-feature-discovery's settings (kgpu labels)
+//       oneshot: false
+//       noTimestamp: false
+//       sleepInterval: 60s
+//       outputFile: /etc/kubernetes/node-feature-discovery/features.d/gfd
+//       machineTypeFile: /sys/class/dmi/id/product_name
 //   health:                                  # kgpu
 //     disabled: false                        # true: no health checks at all
 //     ignoredXids: [13, 31, 43, 45, 68, 109] # replaces the default ignore list
 //     recoverableXids: [92, 94]              # Unhealthy, Healthy again after recoveryPeriod
 //     resetXids: [48, 62, 63, 64, 74, 79, 95, 119, 120, 140, 143]   # Unhealthy until a GPU reset
 //     recoveryPeriod: 5m                     # <n>s | <n>m | <n>h, combinations like 1m30s; >= 1s
-//   resources:                               # parsed and validated only (not applied)
-//     gpus: [{pattern: "*", name: gpu}]
-//     mig:  [{pattern: "*", name: mig}]
+//   resources:                               # ignored with a warning, as NVIDIA v0.14-v0.20 do,
+//     gpus: [{pattern: "*", name: gpu}]      #   unless flags.applyResourcePatterns (or
+//     mig:  [{pattern: "1g.*", name: mig-small}]  #   --apply-resource-patterns) is true
 //   sharing:
-//     timeSlicing:
+//     timeSlicing:                           # or mps: (same keys; parsed and validated, served
+//                                            #   from issue #18)
 //       renameByDefault: false               # true: a shared resource is served as <name>.shared
 //       failRequestsGreaterThanOne: false    # true: Allocate refuses more than one replica
+//                                            #   (default true for mps, as NVIDIA)
 //       resources:
 //         - name: nvidia.com/gpu             # a resource the node serves ("gpu" = "nvidia.com/gpu")
 //           rename: ""                       # optional new name for the shared devices
 //           devices: all                     # all | <count> | [<index>, "<i>:<j>", "<UUID>", ...]
 //           replicas: 4                      # >= 2
-//     # mps: is rejected: "MPS sharing is not supported yet"
+//   imex:
+//     channelIDs: [0]                        # [] or [0]: /dev/nvidia-caps-imex-channels/channel0
+//     required: false                        # true: a missing channel is an error at start
 //
 // Checks that need the resolved settings (resolve()): a MIG resource name (nvidia.com/mig-...)
 // or a MIG device ("i:j", "MIG-...") in sharing needs the strategy that serves it; a subset of
 // devices (`devices` other than all) needs a new name (rename or renameByDefault), so shared and
-// whole devices never hide under one name. Checks that need the node (build_resources): unknown
-// devices, a device listed twice, a count larger than what the resource has.
+// whole devices never hide under one name; MPS refuses MIG (migStrategy mixed, MIG resources or
+// devices) and needs mpsRoot, as NVIDIA's plugin does; timeSlicing and mps are not combined.
+// Checks that need the node (build_resources): unknown devices, a device listed twice, a count
+// larger than what the resource has.
 //
-// Keys NVIDIA's plugin knows but kgpu does not use (flags.mpsRoot, flags.gdsEnabled,
-// flags.mofedEnabled, flags.useNodeFeatureAPI, flags.deviceDiscoveryStrategy,
-// flags.plugin.nvidiaCTKPath, flags.plugin.containerDriverRoot and the whole flags.gfd block) are
-// accepted so a drop-in config map keeps working; each adds a line to Config::warnings.
+// resolve() also adds to Config::warnings one line per setting the device plugin accepts but
+// does not use, saying why (flags.gfd, useNodeFeatureAPI, deviceDiscoveryStrategy tegra,
+// containerDriverRoot, resources without applyResourcePatterns).
 #pragma once
 
 #include <chrono>
@@ -106,6 +128,12 @@ Result<bool> parse_bool(std::string_view text);
 Result<std::chrono::seconds> parse_duration(std::string_view text);
 // The shortest spelling parse_duration reads back: 300s -> "5m", 90s -> "1m30s", 0s -> "0s".
 std::string format_duration(std::chrono::seconds d);
+// IMEX channel IDs as NVIDIA accepts them: [] or [0]. `csv` is a comma list ("0"); blanks
+// trimmed, empty items skipped. Errors: invalid_argument naming the list.
+Result<std::vector<unsigned>> parse_imex_channel_ids(std::string_view csv);
+Status validate_imex_channel_ids(const std::vector<unsigned>& ids);
+// deviceDiscoveryStrategy: auto, nvml or tegra. Errors: invalid_argument.
+Result<std::string> parse_device_discovery_strategy(std::string_view text);
 // A comma-separated list of XIDs ("48,79"); blanks trimmed, empty items skipped.
 // Errors: a token that is not a decimal number in 1..65535.
 Result<std::set<unsigned>> parse_xid_list(std::string_view csv);
@@ -133,7 +161,9 @@ struct HealthConfig {
     XidClass classify(unsigned xid) const;
 };
 
-// `resources:` — names for GPUs and MIG devices by product pattern (parsed, not applied yet).
+// `resources:` — names for GPUs (pattern on the product name, e.g. "*A100*") and MIG devices
+// (pattern on the profile, e.g. "1g.*"); '*' is the only wildcard, the whole string must match.
+// Applied only with Config::apply_resource_patterns (see resources.h).
 struct ResourcePattern {
     std::string pattern;
     std::string name;
@@ -156,13 +186,38 @@ struct ReplicatedResource {
     int devices_line = 0;                 // of `devices:`
     std::vector<int> device_lines;        // one per device_ids entry
 };
-struct TimeSlicing {
+// `sharing.timeSlicing` or `sharing.mps`: which devices are replicated, and how.
+struct ReplicatedResources {
     bool rename_by_default = false;
+    // Allocate refuses requests for more than one replica. Default false for time-slicing and
+    // true for MPS (NVIDIA's defaults); fail_requests_set says whether the file set it.
     bool fail_requests_greater_than_one = false;
+    bool fail_requests_set = false;
     std::vector<ReplicatedResource> resources;
+    int line = 0;  // of `timeSlicing:` / `mps:`
 };
+using TimeSlicing = ReplicatedResources;
 struct Sharing {
-    std::optional<TimeSlicing> time_slicing;
+    std::optional<ReplicatedResources> time_slicing;
+    // Parsed and validated with NVIDIA's rules; serving it is issue #18 (check_servable() refuses
+    // it at start until then).
+    std::optional<ReplicatedResources> mps;
+};
+
+// `imex:` — IMEX channels handed to every container that gets a device.
+struct Imex {
+    std::vector<unsigned> channel_ids;  // [] or [0] (NVIDIA's rule)
+    bool required = false;              // a missing channel fails the start instead of a warning
+};
+
+// `flags.gfd:` — gpu-feature-discovery's settings. The device plugin does not use them (a
+// warning says so); `kgpu labels` reads them from the same shared file.
+struct GfdFlags {
+    std::optional<bool> oneshot;
+    std::optional<bool> no_timestamp;
+    std::optional<std::chrono::seconds> sleep_interval;
+    std::optional<std::string> output_file;
+    std::optional<std::string> machine_type_file;
 };
 
 struct Config {
@@ -181,6 +236,19 @@ struct Config {
     std::string cdi_spec_dir = "/var/run/cdi";
     std::string proc_root = "/proc";  // the host's /proc: MIG capability files for device specs
     SharedAllocationPolicy shared_allocation_policy = SharedAllocationPolicy::distributed;
+    // NVIDIA's, v0.15+.
+    std::string mps_root;                          // flags.mpsRoot / --mps-root / MPS_ROOT
+    bool gdrcopy_enabled = false;                  // flags.gdrcopyEnabled
+    bool gds_enabled = false;                      // flags.gdsEnabled
+    bool mofed_enabled = false;                    // flags.mofedEnabled
+    std::string device_discovery_strategy = "auto";  // auto | nvml | tegra
+    std::optional<bool> use_node_feature_api;      // GFD's; set only when given
+    std::string nvidia_ctk_path;                   // the CDI hook binary; empty: src/cdi's default
+    std::string container_driver_root;             // set only when given
+    std::optional<GfdFlags> gfd;                   // set when the file has flags.gfd
+    Imex imex;
+    // kgpu's opt-in: apply resources.gpus / resources.mig (NVIDIA v0.14-v0.20 ignore them).
+    bool apply_resource_patterns = false;
     HealthConfig health;
     ResourceNaming resources;
     Sharing sharing;
@@ -217,6 +285,14 @@ struct Overrides {
     std::optional<std::string> cdi_spec_dir;
     std::optional<std::string> proc_root;
     std::optional<SharedAllocationPolicy> shared_allocation_policy;
+    std::optional<std::string> mps_root;
+    std::optional<bool> gdrcopy_enabled, gds_enabled, mofed_enabled;
+    std::optional<std::string> device_discovery_strategy;
+    std::optional<std::string> nvidia_ctk_path;
+    std::optional<std::string> container_driver_root;
+    std::optional<std::vector<unsigned>> imex_channel_ids;
+    std::optional<bool> imex_required;
+    std::optional<bool> apply_resource_patterns;
     // Not applied by resolve(): the CLI uses it to pick the file to load (flag > env).
     std::optional<std::string> config_file;
     // Health, as NVIDIA's DP_DISABLE_HEALTHCHECKS / DP_ENABLE_HEALTHCHECKS:
@@ -229,8 +305,13 @@ struct Overrides {
 
 // Reads MIG_STRATEGY, FAIL_ON_INIT_ERROR, NVIDIA_DRIVER_ROOT, NVIDIA_DEV_ROOT, PASS_DEVICE_SPECS,
 // DEVICE_LIST_STRATEGY (comma list), DEVICE_ID_STRATEGY, CDI_ANNOTATION_PREFIX, KUBELET_SOCKET,
-// CONFIG_FILE, KGPU_PROC_ROOT, SHARED_DEVICES_ALLOCATION_POLICY, DP_DISABLE_HEALTHCHECKS ("all", "xids", or XIDs to ignore in addition) and
-// DP_ENABLE_HEALTHCHECKS ("all", or XIDs to stop ignoring). Unset or empty variables are not set.
+// CONFIG_FILE, KGPU_PROC_ROOT, SHARED_DEVICES_ALLOCATION_POLICY, MPS_ROOT, GDRCOPY_ENABLED,
+// GDS_ENABLED, MOFED_ENABLED, DEVICE_DISCOVERY_STRATEGY, NVIDIA_CDI_HOOK_PATH (or NVIDIA_CTK_PATH),
+// DRIVER_ROOT_CTR_PATH (or CONTAINER_DRIVER_ROOT), IMEX_CHANNEL_IDS (comma list), IMEX_REQUIRED,
+// KGPU_APPLY_RESOURCE_PATTERNS, DP_DISABLE_HEALTHCHECKS ("all", "xids", or XIDs to ignore in
+// addition) and DP_ENABLE_HEALTHCHECKS ("all", or XIDs to stop ignoring; as in NVIDIA's
+// plugin, "all" in DP_DISABLE_HEALTHCHECKS still wins).
+// Unset or empty variables are not set.
 // `getenv` is std::getenv in production, a map lookup in tests (may return nullptr).
 // Errors: invalid_argument "environment variable NAME: <reason>".
 Result<Overrides> from_env(const std::function<const char*(const char*)>& getenv);
@@ -242,6 +323,10 @@ Result<Overrides> from_env(const std::function<const char*(const char*)>& getenv
 // a recovery period under 1s), and parse errors "<file>:<line>: ..." for sharing settings the
 // resolved MIG strategy cannot serve or a device subset without a new name (see the top).
 Result<Config> resolve(Config base, const Overrides& env, const Overrides& flags);
+
+// What the plugin cannot serve yet although the configuration is valid (--check-config accepts
+// it): sharing.mps. Errors: not_supported "sharing.mps: MPS sharing is not implemented yet ...".
+Status check_servable(const Config& config);
 
 // "key: value" per line with the config file's key names (flags.migStrategy: none, ...,
 // health.recoveryPeriod: 5m), for the "effective config" log at start.

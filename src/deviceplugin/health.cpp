@@ -49,6 +49,13 @@ HealthMonitor::~HealthMonitor() { stop(); }
 void HealthMonitor::start() {
     if (thread_.joinable()) return;
     stop_ = false;
+    // Probe every GPU once before returning, so that a snapshot taken now already says what the
+    // probes see (issue #12: the first ListAndWatch list after a restart must not call a GPU with
+    // a reset pending Healthy).
+    {
+        std::lock_guard lk(mu_);
+        for (size_t i = 0; i < gpus_.size(); ++i) probe(i);
+    }
     thread_ = std::thread([this] { run(); });
 }
 
@@ -129,12 +136,12 @@ void HealthMonitor::on_xid(size_t i, unsigned xid, unsigned gi, unsigned ci) {
         log::info("{}: {} ignored by the health policy", g.state.label, what);
         return;
     }
+    // XID 79 (fell off the bus) is reset-class like the others: the GPU answering again proves
+    // nothing until it was seen gone and back (or its pending state cleared), whatever probes say
+    // meanwhile (issue #13: it used to recover on the first clean probe, about a second later).
     Bad bad = Bad::reset;
     std::string reason = fmt::format("{}; needs a GPU reset", what);
-    if (xid == 79) {
-        bad = Bad::lost;
-        reason = what;
-    } else if (cls == XidClass::recoverable) {
+    if (cls == XidClass::recoverable) {
         bad = Bad::recoverable;
         reason = fmt::format("{}; recovers after {}s without another critical XID", what,
                              std::chrono::duration_cast<std::chrono::seconds>(policy_.recovery_period).count());
@@ -230,17 +237,45 @@ bool HealthMonitor::rebuild_events(std::optional<nvml::EventSet>& set) {
 void HealthMonitor::run() {
     std::optional<nvml::EventSet> set;
     rebuild_events(set);
+    auto handle = [this](const nvml::Event& e) {
+        size_t n = 0;
+        {
+            std::lock_guard lk(mu_);
+            n = gpus_.size();
+        }
+        if (e.key < 0 || static_cast<size_t>(e.key) >= n) return;
+        if (e.type == nvml::kEventXid) {
+            on_xid(static_cast<size_t>(e.key), static_cast<unsigned>(e.data), e.gpu_instance_id, e.compute_instance_id);
+        } else if (e.type == nvml::kEventMigConfigChange) {
+            log::info("GPU {}: MIG configuration changed", e.key);
+            if (on_mig_change_) on_mig_change_(static_cast<unsigned>(e.key));
+        }
+    };
+    // The new set registers before the old one goes, and what the old one still holds is handled:
+    // an event queued between the last wait and a rebuild (e.g. the next MIG change right after
+    // one) is not lost with it.
+    auto rebuild = [&] {
+        std::optional<nvml::EventSet> old;
+        old.swap(set);
+        rebuild_events(set);
+        while (old) {
+            auto ev = old->wait(0);
+            if (!ev || !*ev) break;
+            handle(**ev);
+        }
+    };
     auto next_probe = std::chrono::steady_clock::now();
     int failures = 0;
     while (!stop_) {
-        if (rebuild_.exchange(false)) rebuild_events(set);
+        if (rebuild_.exchange(false)) rebuild();
         if (!set) {
             // Back off instead of spinning on a broken driver.
             std::this_thread::sleep_for(std::chrono::milliseconds(std::min(200 * (1 << std::min(failures, 4)), 2000)));
             if (stop_) break;
             if (!rebuild_events(set)) ++failures;
         } else {
-            auto ev = set->wait(200);
+            // Short waits: stop() joins this thread, and SIGTERM must exit within 200 ms (issue #12).
+            auto ev = set->wait(50);
             if (!ev) {
                 ++failures;
                 {
@@ -250,22 +285,8 @@ void HealthMonitor::run() {
                 }
                 set.reset();
             } else if (*ev && (*ev)->key >= 0) {
-                const auto& e = **ev;
                 failures = 0;
-                size_t n = 0;
-                {
-                    std::lock_guard lk(mu_);
-                    n = gpus_.size();
-                }
-                if (static_cast<size_t>(e.key) < n) {
-                    if (e.type == nvml::kEventXid) {
-                        on_xid(static_cast<size_t>(e.key), static_cast<unsigned>(e.data), e.gpu_instance_id,
-                               e.compute_instance_id);
-                    } else if (e.type == nvml::kEventMigConfigChange) {
-                        log::info("GPU {}: MIG configuration changed", e.key);
-                        if (on_mig_change_) on_mig_change_(static_cast<unsigned>(e.key));
-                    }
-                }
+                handle(**ev);
             }
         }
         const auto now = std::chrono::steady_clock::now();
@@ -281,7 +302,7 @@ void HealthMonitor::run() {
                 }
             }
             // A GPU that came back may have lost its event registration: register everything again.
-            if (came_back) rebuild_events(set);
+            if (came_back) rebuild();
         }
         notify();
     }

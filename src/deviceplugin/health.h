@@ -7,7 +7,8 @@
 //  - reset-class XIDs (48, 62, 63, 64, 74, 79, 95, 119, 120, 140, 143, and any XID not named
 //    elsewhere), pending remapped rows / page retirement, a row-remap failure or a recovery action
 //    other than NONE: Unhealthy until the GPU has been reset — seen as the GPU going away and
-//    answering again, or the pending state it showed clearing — and probes are clean;
+//    answering again, or the pending state it showed clearing — and probes are clean. Clean
+//    probes alone prove nothing: XID 79 on a GPU that still answers stays Unhealthy;
 //  - a GPU that does not answer (GPU_IS_LOST) is Unhealthy while it is gone.
 //
 // Everything a GPU backs shares its health (unlike NVIDIA's plugin, issue #1929): the plugin marks
@@ -60,6 +61,7 @@ public:
     HealthMonitor(const HealthMonitor&) = delete;
     HealthMonitor& operator=(const HealthMonitor&) = delete;
 
+    // Probes every GPU once (so snapshot() reflects the probes from then on), then starts the thread.
     void start();
     void stop();
     std::vector<GpuHealth> snapshot() const;

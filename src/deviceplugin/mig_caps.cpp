@@ -89,8 +89,8 @@ std::vector<std::string> fill_mig_caps(std::vector<Resource>& resources, const f
             } else {
                 d.mig->caps_error = it->second.error().message;
                 if (seen.insert(d.physical_id).second)
-                    problems.push_back(fmt::format("MIG device {} ({}): {}; Allocate with passDeviceSpecs will refuse it",
-                                                   d.physical_id, d.uuid, d.mig->caps_error));
+                    problems.push_back(fmt::format("MIG device {}:{} ({}): {}; Allocate with passDeviceSpecs will refuse it",
+                                                   d.gpu_index, d.mig->index, d.uuid, d.mig->caps_error));
             }
         }
     }

@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <sys/inotify.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,13 +17,15 @@
 #include <optional>
 #include <set>
 
-#include "cdi/spec.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "deviceplugin/allocate.h"
 #include "deviceplugin/allocator.h"
+#include "deviceplugin/cdi_refresh.h"
+#include "deviceplugin/extras.h"
 #include "deviceplugin/health.h"
 #include "deviceplugin/mig_caps.h"
+#include "deviceplugin/registrar.h"
 #include "deviceplugin/resources.h"
 #include "deviceplugin/server.h"
 #include "inventory/discovery.h"
@@ -44,21 +47,19 @@ struct EntryState {
 
 struct Entry {
     std::string name;
-    std::unique_ptr<ResourceServer> server;
+    std::shared_ptr<ResourceServer> server;   // shared with the registrar
     std::shared_ptr<const EntryState> state;  // guarded by Plugin::mu_
-    bool registered = false;
-    std::string last_error;  // logged once per change
-    Clock::time_point next_try{};
-    std::chrono::milliseconds backoff{250};
 };
 
 // Everything that exists while NVML is up. The control thread is the only one that changes
 // `entries`; it holds Plugin::mu_ while it does, and the health thread reads under mu_.
+// Registration runs on the registrar's own thread (registrar.h).
 struct Served {
     std::optional<nvml::Session> session;
     inventory::Node node;
     std::vector<std::unique_ptr<Entry>> entries;
     std::unique_ptr<HealthMonitor> health;
+    std::shared_ptr<Registrar> registrar;
 };
 
 // Why apply() runs: the error policy differs (see apply()).
@@ -76,9 +77,8 @@ public:
 
 private:
     Status apply(const Config& cfg, Trigger trigger);
-    void write_cdi_spec(const inventory::Node& node, const Config& cfg) const;
     void stop_serving(bool empty_lists);
-    void try_register_all(bool force);
+    void start_servers();
     void on_health(const std::vector<GpuHealth>& health);
     void publish_locked(Entry& e);
     bool unhealthy_locked(const Device& d) const;
@@ -102,6 +102,7 @@ private:
     // the gRPC handlers.
     mutable std::mutex mu_;
     std::vector<GpuHealth> health_;  // by GPU index
+    CdiSpecRefresher cdi_refresh_;   // the CDI spec follows a driver change (control thread only)
 };
 
 bool Plugin::unhealthy_locked(const Device& d) const {
@@ -187,35 +188,11 @@ Result<v1beta1::PreferredAllocationResponse> Plugin::prefer(const Entry& e,
     return resp;
 }
 
-// The CDI strategies name devices `nvidia.com/gpu=<index|UUID>`; the runtime resolves those names
-// from a spec file, which we (re)write whenever the node is (re)discovered so it matches what we
-// advertise.
-void Plugin::write_cdi_spec(const inventory::Node& node, const Config& cfg) const {
-    if (node.gpus.empty()) return;
-    cdi::SpecOptions so;
-    so.driver_root = cfg.nvidia_driver_root;
-    so.dev_root = cfg.dev_root();
-    so.proc_root = cfg.proc_root;
-    auto spec = cdi::generate(node, so);
-    const fs::path path = fs::path(cfg.cdi_spec_dir) / "kgpu-nvidia-gpu.yaml";
-    if (!spec) {
-        log::error("cannot generate the CDI spec for {}: {}; CDI device names will not resolve", path.string(),
-                   spec.error().message);
-        return;
-    }
-    std::error_code ec;
-    fs::create_directories(cfg.cdi_spec_dir, ec);
-    if (auto st = files::write_atomic(path, cdi::to_yaml(*spec)); !st) {
-        log::error("{}; CDI device names will not resolve", st.error().message);
-        return;
-    }
-    log::info("wrote the CDI spec {}", path.string());
-}
-
 // Discovers the node, builds the resources for `cfg` and brings the servers in line with them:
 // a resource that disappeared sends an empty device list and stops, one whose devices changed
-// publishes the new list and registers again, a new one is served and registered; unchanged
-// ones are left alone. Error policy by trigger:
+// publishes the new list over its stream (never a new registration: issue #12), a new one is
+// served and registered; unchanged ones are left alone. Health is probed before any list goes
+// out. Error policy by trigger:
 //  - start: errors are returned (config errors as Code::parse: exit 2; NVML: exit 1 or retry);
 //    a node the MIG strategy cannot serve (not_supported) is returned when fail_on_init_error,
 //    else logged and nothing is served;
@@ -249,8 +226,14 @@ Status Plugin::apply(const Config& cfg, Trigger trigger) {
     }
     auto cap_problems = fill_mig_caps(*resources, cfg.proc_root);
     if (cfg.pass_device_specs) warnings.insert(warnings.end(), cap_problems.begin(), cap_problems.end());
+    if (auto missing = missing_device_nodes(*resources, cfg, DevRootView(cfg.dev_root())); !missing.empty())
+        warnings.push_back(std::move(missing));
+    auto extras = prepare_container_extras(cfg);  // IMEX channels, GDS/MOFED/GDRCopy CDI specs
+    if (!extras) return std::unexpected(extras.error());
+    warnings.insert(warnings.end(), extras->begin(), extras->end());
     for (const auto& w : warnings)
         if (reported_.insert(w).second) log::warn("{}", w);
+    log::info("{}", describe_resources(*resources, cfg));
     if (resources->empty() && reported_.insert("no-resources").second)
         log::warn("no GPUs to serve on this node: serving no resource (run `kgpu doctor` if this is unexpected)");
 
@@ -261,8 +244,9 @@ Status Plugin::apply(const Config& cfg, Trigger trigger) {
         log::info("the driver, the socket paths or the health policy changed: restarting every server");
         stop_serving(false);
     }
-    if (cfg.uses(DeviceListStrategy::cdi_annotations) || cfg.uses(DeviceListStrategy::cdi_cri))
-        write_cdi_spec(*node, cfg);
+    // The CDI strategies name devices `nvidia.com/gpu=<index|UUID>`; the runtime resolves those
+    // names from this spec, (re)written whenever the node is (re)discovered (cdi_refresh.h).
+    if (CdiSpecRefresher::wanted(cfg)) write_cdi_spec(*node, cfg, loaded_driver_version(cfg.proc_root));
 
     if (!served_) served_.emplace();
     served_->session = *session;
@@ -287,12 +271,20 @@ Status Plugin::apply(const Config& cfg, Trigger trigger) {
     }
     for (auto& e : gone) {
         log::info("{} is no longer served: sending an empty device list, then stopping its server", e->name);
+        if (served_->registrar) served_->registrar->remove(e->name);
         e->server->stop(true);
     }
     gone.clear();
 
     // 2. Changed and new resources.
     opts_.config = cfg;
+    if (!served_->registrar) {
+        Registrar::Options ro;
+        ro.kubelet_socket = cfg.kubelet_socket_path();
+        ro.plugin_dir = cfg.device_plugin_path;
+        served_->registrar = std::make_shared<Registrar>(ro);
+        served_->registrar->start();
+    }
     std::vector<Entry*> fresh;
     for (auto& [name, r] : wanted) {
         auto state = std::make_shared<EntryState>();
@@ -306,13 +298,9 @@ Status Plugin::apply(const Config& cfg, Trigger trigger) {
             Entry& e = **it;
             const bool changed = !(e.state->resource == state->resource);
             e.state = std::move(state);
-            if (changed) {
-                log::info("{}: the devices changed (now {}): publishing the new list and registering again", name,
+            if (changed)
+                log::info("{}: the devices changed (now {}): publishing the new list", name,
                           e.state->resource.devices.size());
-                e.registered = false;
-                e.next_try = {};
-                e.backoff = std::chrono::milliseconds(250);
-            }
             continue;
         }
         auto e = std::make_unique<Entry>();
@@ -323,12 +311,17 @@ Status Plugin::apply(const Config& cfg, Trigger trigger) {
         Handlers h;
         h.allocate = [this, raw](const v1beta1::AllocateRequest& req) { return allocate(*raw, req); };
         h.prefer = [this, raw](const v1beta1::PreferredAllocationRequest& req) { return prefer(*raw, req); };
-        e->server = std::make_unique<ResourceServer>(name, path, std::move(h));
+        h.stream_ended = [weak = std::weak_ptr<Registrar>(served_->registrar), name](std::uint64_t id, bool by_peer) {
+            if (auto r = weak.lock()) r->stream_ended(name, id, by_peer);
+        };
+        e->server = std::make_shared<ResourceServer>(name, path, std::move(h));
         fresh.push_back(raw);
         served_->entries.push_back(std::move(e));
     }
 
-    // 3. Health: a new monitor, or the running one told about the rediscovered node.
+    // 3. Health: a new monitor (started first: it probes every GPU before the snapshot, so the
+    //    first list already says what the probes see, issue #12), or the running one told about
+    //    the rediscovered node.
     if (!served_->health) {
         served_->health = std::make_unique<HealthMonitor>(
             *session, served_->node, cfg.health, [this](const std::vector<GpuHealth>& h) { on_health(h); },
@@ -336,11 +329,9 @@ Status Plugin::apply(const Config& cfg, Trigger trigger) {
                 const std::uint64_t one = 1;
                 if (mig_fd_ >= 0) (void)!::write(mig_fd_, &one, sizeof one);
             });
-        {
-            std::lock_guard lk(mu_);
-            health_ = served_->health->snapshot();
-        }
         served_->health->start();
+        std::lock_guard lk(mu_);
+        health_ = served_->health->snapshot();
     } else {
         served_->health->update_node(served_->node);
         std::lock_guard lk(mu_);
@@ -353,17 +344,21 @@ Status Plugin::apply(const Config& cfg, Trigger trigger) {
     for (Entry* e : fresh) {
         if (auto st = e->server->start(); !st) {
             log::error("{}", st.error().message);
-            continue;
+        } else {
+            log::info("serving {} ({} devices) on {}", e->name, e->state->resource.devices.size(),
+                      e->server->socket_path());
         }
-        log::info("serving {} ({} devices) on {}", e->name, e->state->resource.devices.size(), e->server->socket_path());
+        // A server that could not start is retried by the control loop; its Register fails until then.
+        served_->registrar->add(e->server);
     }
-    try_register_all(false);
     return {};
 }
 
+// SIGTERM and restarts: registration stops first (a Register in flight is cancelled), then every
+// server (streams ended, sockets removed), then health, whose thread may be waiting on NVML.
 void Plugin::stop_serving(bool empty_lists) {
     if (!served_) return;
-    if (served_->health) served_->health->stop();
+    if (served_->registrar) served_->registrar->stop();
     std::vector<std::unique_ptr<Entry>> entries;
     {
         std::lock_guard lk(mu_);
@@ -372,38 +367,25 @@ void Plugin::stop_serving(bool empty_lists) {
     // Outside mu_: stopping waits for calls in flight, which take mu_.
     for (auto& e : entries)
         if (e->server) e->server->stop(empty_lists);
+    if (served_->health) served_->health->stop();
     served_.reset();
 }
 
-void Plugin::try_register_all(bool force) {
+// Servers that could not start (e.g. the directory was missing) are tried again.
+void Plugin::start_servers() {
     if (!served_) return;
-    const auto now = Clock::now();
-    const std::string kubelet = opts_.config.kubelet_socket_path();
     for (auto& e : served_->entries) {
-        if (!e->server->running()) {
-            if (auto st = e->server->start(); !st) {
-                log::error("{}", st.error().message);
-                continue;
-            }
+        if (e->server->running()) continue;
+        if (auto st = e->server->start(); !st) {
+            log::debug("{}", st.error().message);
+            continue;
         }
-        if (e->registered && !force) continue;
-        if (!force && now < e->next_try) continue;
-        const std::string endpoint = fs::path(e->server->socket_path()).filename().string();
-        auto st = register_with_kubelet(kubelet, endpoint, e->name);
-        if (st) {
-            e->registered = true;
-            e->backoff = std::chrono::milliseconds(250);
-            e->last_error.clear();
-            log::info("registered {} with the kubelet at {} (endpoint {})", e->name, kubelet, endpoint);
-        } else {
-            e->registered = false;
-            if (st.error().message != e->last_error) {
-                log::warn("{}; retrying with backoff until the kubelet answers", st.error().message);
-                e->last_error = st.error().message;
-            }
-            e->next_try = now + e->backoff;
-            e->backoff = std::min(e->backoff * 2, std::chrono::milliseconds(5000));
+        log::info("serving {} on {}", e->name, e->server->socket_path());
+        {
+            std::lock_guard lk(mu_);
+            publish_locked(*e);
         }
+        served_->registrar->served_again(e->name);
     }
 }
 
@@ -422,6 +404,10 @@ void Plugin::reload() {
         log::error("SIGHUP: keeping the running configuration: {}", cfg.error().message);
         return;
     }
+    if (auto st = check_servable(*cfg); !st) {
+        log::error("SIGHUP: keeping the running configuration: {}", st.error().message);
+        return;
+    }
     for (const auto& w : cfg->warnings) log::warn("{}", w);
     log::info("SIGHUP: reloading with\n{}", describe(*cfg));
     if (!served_) {
@@ -436,10 +422,14 @@ void Plugin::reload() {
     }
 }
 
+// Events in the device-plugin directory (and kubelet.sock's): our socket deleted (the kubelet
+// restarting, or someone else) is served again at once; kubelet.sock and other plugins' sockets
+// go to the registrar, which turns them into at most one Register per resource and kubelet.
 void Plugin::handle_inotify(int fd) {
     alignas(struct inotify_event) char buf[8192];
     const std::string kubelet_name = fs::path(opts_.config.kubelet_socket_path()).filename().string();
-    bool kubelet_back = false, ours_gone = false;
+    bool kubelet_event = false, ours_gone = false;
+    std::set<std::string> others;
     for (;;) {
         ssize_t n = ::read(fd, buf, sizeof buf);
         if (n <= 0) break;
@@ -448,31 +438,40 @@ void Plugin::handle_inotify(int fd) {
             p += sizeof(struct inotify_event) + ev->len;
             if (ev->len == 0) continue;
             const std::string name = ev->name;
-            if (name == kubelet_name && (ev->mask & (IN_CREATE | IN_MOVED_TO))) kubelet_back = true;
-            if ((ev->mask & (IN_DELETE | IN_MOVED_FROM)) && served_) {
+            if (name == kubelet_name) {
+                kubelet_event = true;
+                continue;
+            }
+            bool ours = false;
+            if (served_)
                 for (auto& e : served_->entries)
-                    if (fs::path(e->server->socket_path()).filename() == name) ours_gone = true;
+                    if (fs::path(e->server->socket_path()).filename() == name) ours = true;
+            if (ours) {
+                ours_gone |= (ev->mask & (IN_DELETE | IN_MOVED_FROM)) != 0;
+            } else {
+                others.insert(name);
             }
         }
     }
     if (!served_) return;
-    if (kubelet_back) log::info("{} was created again (kubelet restart): re-registering", kubelet_name);
-    if (ours_gone) log::warn("a plugin socket was deleted: serving it again and re-registering");
-    if (!kubelet_back && !ours_gone) return;
-    for (auto& e : served_->entries) {
-        std::error_code ec;
-        // The kubelet deletes every socket when it restarts: serve ours again before registering.
-        // Not under mu_: stopping waits for calls in flight, which take mu_.
-        if (!fs::exists(e->server->socket_path(), ec)) {
+    if (ours_gone) {
+        for (auto& e : served_->entries) {
+            std::error_code ec;
+            // Our own stop() removes the socket too: only a socket missing now was taken from us.
+            // Not under mu_: stopping waits for calls in flight, which take mu_.
+            if (!e->server->running() || fs::exists(e->server->socket_path(), ec)) continue;
+            log::info("{} was deleted (kubelet restart?): serving it again", e->server->socket_path());
             e->server->stop();
             if (auto st = e->server->start(); !st) log::error("{}", st.error().message);
-            std::lock_guard lk(mu_);
-            publish_locked(*e);
+            {
+                std::lock_guard lk(mu_);
+                publish_locked(*e);
+            }
+            served_->registrar->served_again(e->name);
         }
-        e->registered = false;
     }
-    // Registration is a blocking RPC: never under mu_, which Allocate and the health thread take.
-    try_register_all(true);
+    for (const auto& name : others) served_->registrar->directory_changed(name);
+    if (kubelet_event) served_->registrar->kubelet_changed();
 }
 
 std::chrono::milliseconds Plugin::next_timeout() const {
@@ -480,9 +479,10 @@ std::chrono::milliseconds Plugin::next_timeout() const {
     auto now = Clock::now();
     auto soonest = now + seconds(60);
     if (!served_) soonest = std::min(soonest, next_init_);
+    if (served_ && CdiSpecRefresher::wanted(opts_.config)) soonest = std::min(soonest, now + DriverVersionWatch::kInterval);
     if (served_)
         for (const auto& e : served_->entries)
-            if (!e->registered) soonest = std::min(soonest, e->next_try);
+            if (!e->server->running()) soonest = std::min(soonest, now + opts_.init_retry);
     return std::max(milliseconds(0), duration_cast<milliseconds>(soonest - now));
 }
 
@@ -502,8 +502,7 @@ int Plugin::run() {
     int sfd = ::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
     mig_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 
-    std::error_code ec;
-    fs::create_directories(cfg.device_plugin_path, ec);
+    if (auto st = files::create_directories(cfg.device_plugin_path); !st) log::error("{}", st.error().message);
     int ifd = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
     std::set<std::string> watched;
     for (const auto& dir : {fs::path(cfg.device_plugin_path), fs::path(cfg.kubelet_socket_path()).parent_path()}) {
@@ -585,7 +584,8 @@ int Plugin::run() {
         if (!served_ && Clock::now() >= next_init_) {
             if (int code = start(false); code >= 0) return finish(code);
         }
-        if (served_) try_register_all(false);
+        if (served_) start_servers();
+        if (served_) cdi_refresh_.poll(served_->node, opts_.config);
     }
     return finish(1);
 }

@@ -1,9 +1,10 @@
 // `kgpu device-plugin`: startup as ordered steps, then one control loop (STYLE.md #6).
 //
-// The control thread owns the servers and registration; it waits on a signalfd (SIGTERM, SIGINT,
-// SIGHUP) and an inotify watch of the device-plugin directory (kubelet.sock re-created after a
-// kubelet restart; our own socket deleted) with a timeout for retries. The health thread only
-// publishes device lists; gRPC handlers only read.
+// The control thread owns the servers; it waits on a signalfd (SIGTERM, SIGINT, SIGHUP) and an
+// inotify watch of the device-plugin directory (kubelet.sock re-created after a kubelet restart;
+// our own socket deleted; other plugins' sockets) with a timeout for retries. Registration runs on
+// the registrar's thread (registrar.h), so a kubelet that never answers blocks nothing here. The
+// health thread only publishes device lists; gRPC handlers only read.
 #pragma once
 
 #include <chrono>
@@ -28,9 +29,10 @@ struct PluginOptions {
 // (single on a mixed node) and fail_on_init_error is true (or the directory cannot be watched),
 // 2 when the configuration does not fit the node (sharing names an unknown device, a device twice,
 // ...). After the start, SIGHUP re-reads the configuration (a bad one is logged and the running
-// one stays) and a MIG configuration change (NVML event 0x100) rediscovers the node; only the
-// resources that changed are re-registered, and one that disappears sends an empty device list
-// before its server stops.
+// one stays) and a MIG configuration change (NVML event 0x100) rediscovers the node; a resource
+// whose devices changed publishes its new list over its stream (no new registration), a new one
+// registers, and one that disappears sends an empty device list before its server stops.
+// SIGTERM: registration cancelled, streams ended, sockets removed, exit 0.
 int run_device_plugin(PluginOptions options);
 
 }  // namespace kgpu::deviceplugin

@@ -31,6 +31,26 @@ bool Resource::has_mig() const {
     return std::any_of(devices.begin(), devices.end(), [](const Device& d) { return d.mig.has_value(); });
 }
 
+bool pattern_matches(std::string_view pattern, std::string_view text) {
+    // Iterative glob with '*' only: remember the last star and where the text resumed after it.
+    size_t p = 0, t = 0, star = std::string_view::npos, resume = 0;
+    while (t < text.size()) {
+        if (p < pattern.size() && pattern[p] == '*') {
+            star = p++;
+            resume = t;
+        } else if (p < pattern.size() && pattern[p] == text[t]) {
+            ++p, ++t;
+        } else if (star != std::string_view::npos) {
+            p = star + 1;
+            t = ++resume;
+        } else {
+            return false;
+        }
+    }
+    while (p < pattern.size() && pattern[p] == '*') ++p;
+    return p == pattern.size();
+}
+
 std::string mig_resource_name(std::string_view profile) {
     std::string name = "nvidia.com/mig-";
     for (char c : profile) name += c == '+' ? '.' : c;
@@ -39,9 +59,12 @@ std::string mig_resource_name(std::string_view profile) {
 
 namespace {
 
-Device whole_gpu(const inventory::Gpu& g, const Config& c) {
+// The advertised ID is the UUID under every deviceIDStrategy, as in NVIDIA's plugin: the
+// strategy only changes what the container is handed (allocate.cpp), so the kubelet's checkpoint
+// and PodResources keep naming the same devices when an operator switches strategy.
+Device whole_gpu(const inventory::Gpu& g) {
     Device d;
-    d.id = c.device_id_strategy == DeviceIdStrategy::index ? std::to_string(g.index) : g.uuid;
+    d.id = g.uuid;
     d.gpu_index = g.index;
     d.uuid = g.uuid;
     d.minor = g.minor;
@@ -51,9 +74,9 @@ Device whole_gpu(const inventory::Gpu& g, const Config& c) {
     return d;
 }
 
-Device mig_device(const inventory::Gpu& g, const inventory::MigDevice& m, const Config& c) {
+Device mig_device(const inventory::Gpu& g, const inventory::MigDevice& m) {
     Device d;
-    d.id = c.device_id_strategy == DeviceIdStrategy::index ? fmt::format("{}:{}", g.index, m.index) : m.uuid;
+    d.id = m.uuid;
     d.gpu_index = g.index;
     d.uuid = m.uuid;
     d.minor = g.minor;
@@ -77,6 +100,21 @@ bool names(const Device& d, std::string_view ref) {
     if (ref == d.uuid) return true;
     if (d.mig) return ref == fmt::format("{}:{}", d.gpu_index, d.mig->index);
     return ref == std::to_string(d.gpu_index);
+}
+
+// The name a whole GPU / a MIG device is served under: the first matching resources.gpus /
+// resources.mig pattern when the patterns are applied, else the default.
+std::string gpu_resource(const inventory::Gpu& g, const Config& c) {
+    if (c.apply_resource_patterns)
+        for (const auto& p : c.resources.gpus)
+            if (pattern_matches(p.pattern, g.name)) return p.name;
+    return std::string(kGpuResourceName);
+}
+std::string mig_resource(const inventory::MigDevice& m, const Config& c, std::string fallback) {
+    if (c.apply_resource_patterns)
+        for (const auto& p : c.resources.mig)
+            if (pattern_matches(p.pattern, m.profile)) return p.name;
+    return fallback;
 }
 
 std::string gpu_list(const std::vector<const inventory::Gpu*>& gpus) {
@@ -106,7 +144,7 @@ Result<std::map<std::string, Resource>> physical(const inventory::Node& node, co
     });
 
     if (config.mig_strategy == MigStrategy::none || (config.mig_strategy == MigStrategy::single && !any_mig)) {
-        for (const auto& g : node.gpus) add(std::string(kGpuResourceName), whole_gpu(g, config));
+        for (const auto& g : node.gpus) add(gpu_resource(g, config), whole_gpu(g));
         return out;
     }
     if (config.mig_strategy == MigStrategy::single) {
@@ -138,18 +176,19 @@ Result<std::map<std::string, Resource>> physical(const inventory::Node& node, co
         }
         for (const auto& g : node.gpus) {
             if (g.mig_devices.empty()) warn_empty(g);
-            for (const auto& m : g.mig_devices) add(std::string(kGpuResourceName), mig_device(g, m, config));
+            for (const auto& m : g.mig_devices)
+                add(mig_resource(m, config, std::string(kGpuResourceName)), mig_device(g, m));
         }
         return out;
     }
     // mixed
     for (const auto& g : node.gpus) {
         if (g.mig_mode != inventory::MigMode::enabled) {
-            add(std::string(kGpuResourceName), whole_gpu(g, config));
+            add(gpu_resource(g, config), whole_gpu(g));
             continue;
         }
         if (g.mig_devices.empty()) warn_empty(g);
-        for (const auto& m : g.mig_devices) add(mig_resource_name(m.profile), mig_device(g, m, config));
+        for (const auto& m : g.mig_devices) add(mig_resource(m, config, mig_resource_name(m.profile)), mig_device(g, m));
     }
     return out;
 }
@@ -299,6 +338,43 @@ Result<std::vector<Resource>> build_resources(const inventory::Node& node, const
         result.push_back(std::move(r));
     }
     return result;
+}
+
+std::string describe_resources(const std::vector<Resource>& resources, const Config& config) {
+    std::vector<std::string_view> lists;
+    for (auto s : config.device_list_strategy) lists.push_back(to_string(s));
+    std::string sharing = "none";
+    if (config.sharing.time_slicing) sharing = "time-slicing";
+    if (config.sharing.mps) sharing = "mps";
+    std::string out = fmt::format(
+        "serving {} resource{} (MIG strategy {}, containers see devices by {}, device list {}, sharing {}){}\n",
+        resources.size(), resources.size() == 1 ? "" : "s", to_string(config.mig_strategy),
+        to_string(config.device_id_strategy), fmt::join(lists, ","), sharing,
+        resources.empty() ? ": serving no resource" : ":");
+    size_t width = 0;
+    for (const auto& r : resources) width = std::max(width, r.name.size());
+    for (const auto& r : resources) {
+        // The physical devices once each, in order.
+        std::vector<std::string> phys;
+        std::set<std::string> seen, profiles;
+        for (const auto& d : r.devices) {
+            if (!seen.insert(d.physical_id).second) continue;
+            if (d.mig) {
+                phys.push_back(fmt::format("{}:{}", d.gpu_index, d.mig->index));
+                profiles.insert(d.mig->profile);
+            } else {
+                phys.push_back(std::to_string(d.gpu_index));
+            }
+        }
+        std::string what = fmt::format("{} {}", profiles.empty() ? "GPU" : "MIG", fmt::join(phys, ", "));
+        if (!profiles.empty()) what += fmt::format(" ({})", fmt::join(profiles, ", "));
+        if (r.shared())
+            what += fmt::format(" x {} replicas ({}{})", r.replicas, sharing,
+                                r.fail_requests_greater_than_one ? ", at most 1 per container" : "");
+        out += fmt::format("  {:<{}}  {:>3} {:<7} <- {}\n", r.name, width, r.devices.size(),
+                           r.devices.size() == 1 ? "device" : "devices", what);
+    }
+    return out;
 }
 
 std::string socket_name(std::string_view resource_name) {

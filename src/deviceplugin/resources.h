@@ -11,6 +11,14 @@
 // A GPU with MIG enabled but no MIG devices serves nothing under single and mixed; a warning
 // says so.
 //
+// Naming patterns (config resources.gpus / resources.mig) apply only with
+// applyResourcePatterns (--apply-resource-patterns; NVIDIA v0.14-v0.20 ignore them): a whole GPU
+// is served under the first gpus pattern matching its product name, a MIG device under the first
+// mig pattern matching its profile; devices no pattern matches keep the names above.
+//
+// Device IDs are UUIDs (GPU-… / MIG-…) under every deviceIDStrategy, as NVIDIA's plugin
+// advertises them; the strategy changes only what Allocate hands the container.
+//
 // Time-slicing (config sharing.timeSlicing) then replaces the selected devices of a resource by
 // `replicas` replicas each, with IDs "<id>::<n>", under the resource's name, its rename, or
 // "<name>.shared" with renameByDefault. Unlike NVIDIA's plugin, `devices` is honoured: devices
@@ -44,7 +52,7 @@ struct MigInstance {
 
 // One advertised device: a whole GPU, a MIG device, or a replica of either.
 struct Device {
-    std::string id;          // the device plugin ID: UUID or index ("3", "0:1"), plus "::<n>" for a replica
+    std::string id;          // the device plugin ID: the UUID ("GPU-…", "MIG-…"), plus "::<n>" for a replica
     unsigned gpu_index = 0;  // NVML index of the (parent) GPU; also the row/column in inventory::Topology
     std::string uuid;        // "GPU-..." or "MIG-..." of the physical device
     unsigned minor = 0;      // N of /dev/nvidiaN (of the parent GPU for MIG devices)
@@ -82,6 +90,10 @@ inline constexpr std::string_view kGpuResourceName = "nvidia.com/gpu";
 // "nvidia.com/mig-" + profile with '+' replaced by '.'.
 std::string mig_resource_name(std::string_view profile);
 
+// NVIDIA's resource pattern match: '*' matches any run of characters, everything else itself,
+// and the whole text must match ("*A100*" matches "NVIDIA A100-SXM4-80GB").
+bool pattern_matches(std::string_view pattern, std::string_view text);
+
 // The resources for `node` under `config`, sorted by name, each with at least one device (a
 // resource without devices is not served, as NVIDIA's plugin does); empty on a node without GPUs.
 // Sentences for the operator (MIG enabled without devices, a sharing entry that matches nothing)
@@ -95,6 +107,12 @@ std::string mig_resource_name(std::string_view profile);
 //    resources ending up with one name.
 Result<std::vector<Resource>> build_resources(const inventory::Node& node, const Config& config,
                                               std::vector<std::string>* warnings = nullptr);
+
+// The start-up dump of what is served, for the operator: a header with the MIG strategy, the
+// device ID and list strategies and the sharing in force, then one line per resource with its
+// device count and which devices back it (GPU indices, MIG "<gpu>:<slot>" with profile; replicas
+// as "<n> GPUs x <r> replicas"). Ends with a newline; "serving no resource" when empty.
+std::string describe_resources(const std::vector<Resource>& resources, const Config& config);
 
 // The socket file name for a resource: "kgpu-" + name with '/' and '.' replaced by '-' + ".sock"
 // ("nvidia.com/gpu" -> "kgpu-nvidia-com-gpu.sock").

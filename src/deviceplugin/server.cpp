@@ -16,11 +16,12 @@ namespace kgpu::deviceplugin {
 
 // One open ListAndWatch stream. Writes the latest snapshot; if a newer one arrives while a write
 // is in flight, only the newest is written next (every message is a full list, so skipping an
-// intermediate one loses nothing). Deletes itself in OnDone.
+// intermediate one loses nothing). Deletes itself in OnDone, telling the server whether the peer
+// ended it.
 class ListAndWatchReactor : public grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse> {
 public:
     explicit ListAndWatchReactor(ResourceServer* server) : server_(server) {
-        server_->attach(this);  // sends the current list
+        id_ = server_->attach(this);  // sends the current list
     }
 
     void push(const v1beta1::ListAndWatchResponse& list) {
@@ -36,7 +37,7 @@ public:
         std::lock_guard lk(mu_);
         if (done_ || finishing_) return;
         finishing_ = true;
-        if (!writing_ && !has_pending_) Finish(grpc::Status::OK);
+        if (!writing_ && !has_pending_) finish_locked(grpc::Status::OK);
     }
 
     void OnWriteDone(bool ok) override {
@@ -44,35 +45,32 @@ public:
         writing_ = false;
         if (!ok) {
             // The kubelet went away; OnDone follows once we finish.
-            if (!finished_) {
-                finished_ = true;
-                Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream broken"));
-            }
+            if (!finishing_) by_peer_ = true;
+            finish_locked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream broken"));
             return;
         }
         if (has_pending_) {
             write_locked();
-        } else if (finishing_ && !finished_) {
-            finished_ = true;
-            Finish(grpc::Status::OK);
+        } else if (finishing_) {
+            finish_locked(grpc::Status::OK);
         }
     }
 
     void OnCancel() override {
         std::lock_guard lk(mu_);
-        if (!writing_ && !finished_) {
-            finished_ = true;
-            Finish(grpc::Status::CANCELLED);
-        }
+        if (!finishing_) by_peer_ = true;
         finishing_ = true;
+        if (!writing_) finish_locked(grpc::Status::CANCELLED);
     }
 
     void OnDone() override {
-        server_->detach(this);
+        bool by_peer = false;
         {
             std::lock_guard lk(mu_);
             done_ = true;
+            by_peer = by_peer_;
         }
+        server_->detach(id_, by_peer);
         delete this;
     }
 
@@ -83,8 +81,14 @@ private:
         writing_ = true;
         StartWrite(&current_);
     }
+    void finish_locked(const grpc::Status& st) {
+        if (finished_) return;
+        finished_ = true;
+        Finish(st);
+    }
 
     ResourceServer* server_;
+    std::uint64_t id_ = 0;
     std::mutex mu_;
     v1beta1::ListAndWatchResponse current_;
     v1beta1::ListAndWatchResponse pending_;
@@ -93,6 +97,7 @@ private:
     bool finishing_ = false;
     bool finished_ = false;
     bool done_ = false;
+    bool by_peer_ = false;
 };
 
 class ResourceServer::Service : public v1beta1::DevicePlugin::CallbackService {
@@ -158,49 +163,79 @@ ResourceServer::ResourceServer(std::string resource_name, std::string socket_pat
 
 ResourceServer::~ResourceServer() { stop(); }
 
+namespace {
+
+// Sets the umask for the current scope. The umask is per process; the only other file a thread
+// may create meanwhile gets a stricter mode, never a looser one.
+class UmaskScope {
+public:
+    explicit UmaskScope(mode_t mask) : old_(::umask(mask)) {}
+    ~UmaskScope() { ::umask(old_); }
+    UmaskScope(const UmaskScope&) = delete;
+    UmaskScope& operator=(const UmaskScope&) = delete;
+
+private:
+    mode_t old_;
+};
+
+}  // namespace
+
 Status ResourceServer::start() {
+    std::lock_guard life(life_mu_);
     if (server_) return {};
     if (::unlink(socket_path_.c_str()) != 0 && errno != ENOENT)
         return fail(Code::io, "cannot remove the stale socket {}: {}", socket_path_, std::strerror(errno));
     {
         std::lock_guard lk(mu_);
         stopping_ = false;
+        start_id_ = next_id_;
     }
     service_ = std::make_unique<Service>(this);
     grpc::ServerBuilder builder;
     int bound = 0;
     builder.AddListeningPort("unix://" + socket_path_, grpc::InsecureServerCredentials(), &bound);
     builder.RegisterService(service_.get());
-    server_ = builder.BuildAndStart();
+    {
+        // The socket is bound inside BuildAndStart: 0600 whatever the caller's umask (issue #14).
+        UmaskScope mask(0177);
+        server_ = builder.BuildAndStart();
+    }
     if (!server_ || bound == 0) {
         server_.reset();
         return fail(Code::io, "cannot serve {} on {}: bind failed (does the directory exist and is it writable?)",
                     resource_name_, socket_path_);
     }
+    if (::chmod(socket_path_.c_str(), 0600) != 0)
+        log::warn("cannot set mode 0600 on {}: {}", socket_path_, std::strerror(errno));
     return {};
 }
 
-bool ResourceServer::running() const { return server_ != nullptr; }
+bool ResourceServer::running() const {
+    std::lock_guard life(life_mu_);
+    return server_ != nullptr;
+}
 
 void ResourceServer::stop(bool empty_list_first) {
+    std::lock_guard life(life_mu_);
     if (!server_) return;
-    std::vector<ListAndWatchReactor*> streams;
+    // The socket goes first: nothing new connects while the streams end.
+    ::unlink(socket_path_.c_str());
     {
         std::lock_guard lk(mu_);
         stopping_ = true;
-        streams.assign(streams_.begin(), streams_.end());
         // Reactors stay alive until OnDone, which needs mu_ to detach: calling into them while
         // holding mu_ is safe only because push/end never take mu_.
-        for (auto* r : streams) {
+        for (auto& [id, r] : streams_) {
             if (empty_list_first) r->push(v1beta1::ListAndWatchResponse{});
             r->end();
         }
     }
-    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    // Calls still running after the deadline (a peer that does not read its stream) are
+    // cancelled.
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
     server_->Wait();
     server_.reset();
     service_.reset();
-    ::unlink(socket_path_.c_str());
 }
 
 void ResourceServer::publish(v1beta1::ListAndWatchResponse list) {
@@ -209,7 +244,7 @@ void ResourceServer::publish(v1beta1::ListAndWatchResponse list) {
     if (published_ && list.SerializeAsString() == list_.SerializeAsString()) return;
     published_ = true;
     list_ = std::move(list);
-    for (auto* r : streams_) r->push(list_);
+    for (auto& [id, r] : streams_) r->push(list_);
 }
 
 v1beta1::ListAndWatchResponse ResourceServer::current() const {
@@ -217,16 +252,22 @@ v1beta1::ListAndWatchResponse ResourceServer::current() const {
     return list_;
 }
 
-void ResourceServer::attach(ListAndWatchReactor* r) {
+std::uint64_t ResourceServer::attach(ListAndWatchReactor* r) {
     std::lock_guard lk(mu_);
-    streams_.insert(r);
+    const std::uint64_t id = next_id_++;
+    streams_.emplace(id, r);
     r->push(list_);
     if (stopping_) r->end();
+    return id;
 }
 
-void ResourceServer::detach(ListAndWatchReactor* r) {
-    std::lock_guard lk(mu_);
-    streams_.erase(r);
+void ResourceServer::detach(std::uint64_t id, bool by_peer) {
+    {
+        std::lock_guard lk(mu_);
+        streams_.erase(id);
+        cv_.notify_all();
+    }
+    if (handlers_.stream_ended) handlers_.stream_ended(id, by_peer);
 }
 
 size_t ResourceServer::open_streams() const {
@@ -234,12 +275,55 @@ size_t ResourceServer::open_streams() const {
     return streams_.size();
 }
 
+std::uint64_t ResourceServer::next_stream_id() const {
+    std::lock_guard lk(mu_);
+    return next_id_;
+}
+
+std::uint64_t ResourceServer::first_stream_of_start() const {
+    std::lock_guard lk(mu_);
+    return start_id_;
+}
+
+bool ResourceServer::stream_open(std::uint64_t id) const {
+    std::lock_guard lk(mu_);
+    return streams_.contains(id);
+}
+
+size_t ResourceServer::end_streams_before(std::uint64_t id, std::chrono::milliseconds timeout) {
+    std::unique_lock lk(mu_);
+    size_t n = 0;
+    for (auto& [sid, r] : streams_) {
+        if (sid >= id) break;
+        r->end();
+        ++n;
+    }
+    if (n > 0)
+        cv_.wait_for(lk, timeout, [&] { return streams_.empty() || streams_.begin()->first >= id; });
+    return n;
+}
+
 Status register_with_kubelet(const std::string& kubelet_socket, const std::string& endpoint,
-                             const std::string& resource_name, int timeout_ms) {
+                             const std::string& resource_name, int timeout_ms, grpc::ClientContext** ctx_out,
+                             std::mutex* ctx_mu) {
     auto channel = grpc::CreateChannel("unix://" + kubelet_socket, grpc::InsecureChannelCredentials());
     auto stub = v1beta1::Registration::NewStub(channel);
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+    struct Publish {
+        grpc::ClientContext** out;
+        std::mutex* mu;
+        Publish(grpc::ClientContext** o, std::mutex* m, grpc::ClientContext* c) : out(o), mu(m) {
+            if (!out) return;
+            std::lock_guard lk(*mu);
+            *out = c;
+        }
+        ~Publish() {
+            if (!out) return;
+            std::lock_guard lk(*mu);
+            *out = nullptr;
+        }
+    } publish(ctx_out, ctx_mu, &ctx);
     v1beta1::RegisterRequest req;
     req.set_version("v1beta1");
     req.set_endpoint(endpoint);

@@ -3,12 +3,19 @@
 //
 // The server only reads: device lists come from publish() (a full snapshot each time, as the
 // kubelet expects), and unary calls are answered by the Handlers given at construction.
+//
+// Streams are numbered in the order they open (0, 1, 2, ...): the registrar tells the kubelet's
+// stream for a registration (the first one opened after its Register began) from others, ends
+// the streams of earlier registrations, and hears when the peer ends a stream.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -16,6 +23,7 @@
 #include "deviceplugin_v1beta1.grpc.pb.h"
 
 namespace grpc {
+class ClientContext;
 class Server;
 }
 
@@ -25,6 +33,10 @@ struct Handlers {
     // Both return an error (answered as INVALID_ARGUMENT with the message) or the response.
     std::function<Result<v1beta1::AllocateResponse>(const v1beta1::AllocateRequest&)> allocate;
     std::function<Result<v1beta1::PreferredAllocationResponse>(const v1beta1::PreferredAllocationRequest&)> prefer;
+    // Optional: a ListAndWatch stream ended; `by_peer` when the client (the kubelet) ended it or
+    // went away, not when we did (end_streams_before, stop). Called on a gRPC thread, with no
+    // lock of the server held.
+    std::function<void(std::uint64_t stream, bool by_peer)> stream_ended;
 };
 
 class ListAndWatchReactor;
@@ -36,13 +48,25 @@ public:
     ResourceServer(const ResourceServer&) = delete;
     ResourceServer& operator=(const ResourceServer&) = delete;
 
-    // Removes a stale socket file, binds and starts serving. Errors name the socket path.
+    // Removes a stale socket file, binds and starts serving. The socket is mode 0600 whatever the
+    // umask (only root, like the kubelet, may connect). Errors name the socket path.
+    // start() and stop() may be called from any thread.
     Status start();
     // Ends every ListAndWatch stream cleanly, stops the server and removes the socket file.
     // With `empty_list_first`, every stream is first sent an empty device list (so the kubelet
     // drops the devices) — used when a resource disappears.
     void stop(bool empty_list_first = false);
     bool running() const;
+
+    // The number the next ListAndWatch stream will get, and the first number of streams served
+    // since the latest start().
+    std::uint64_t next_stream_id() const;
+    std::uint64_t first_stream_of_start() const;
+    // Ends (status OK) every open stream numbered below `id`, then waits up to `timeout` until
+    // they are done. Returns how many were open.
+    size_t end_streams_before(std::uint64_t id, std::chrono::milliseconds timeout);
+    // True while stream `id` is open.
+    bool stream_open(std::uint64_t id) const;
 
     // A new full device list: sent to every open stream and to streams opened later. A list equal
     // to the current one is not sent again.
@@ -58,24 +82,32 @@ private:
     class Service;
 
     v1beta1::ListAndWatchResponse current() const;
-    void attach(ListAndWatchReactor* r);
-    void detach(ListAndWatchReactor* r);
+    std::uint64_t attach(ListAndWatchReactor* r);
+    void detach(std::uint64_t id, bool by_peer);
 
     std::string resource_name_;
     std::string socket_path_;
     Handlers handlers_;
+
+    mutable std::mutex life_mu_;  // start/stop and the two below
     std::unique_ptr<Service> service_;
     std::unique_ptr<grpc::Server> server_;
 
     mutable std::mutex mu_;
+    std::condition_variable cv_;  // a stream detached
     v1beta1::ListAndWatchResponse list_;
     bool published_ = false;
-    std::set<ListAndWatchReactor*> streams_;
+    std::map<std::uint64_t, ListAndWatchReactor*> streams_;
+    std::uint64_t next_id_ = 0;
+    std::uint64_t start_id_ = 0;
     bool stopping_ = false;
 };
 
-// Calls Register on the kubelet socket. Errors carry the gRPC status message.
+// Calls Register on the kubelet socket. Errors carry the gRPC status message. `ctx_out`, when
+// given, is set to the call's context while it runs (under `ctx_mu`), so another thread can
+// cancel it (TryCancel); it is reset before returning.
 Status register_with_kubelet(const std::string& kubelet_socket, const std::string& endpoint,
-                             const std::string& resource_name, int timeout_ms = 5000);
+                             const std::string& resource_name, int timeout_ms = 5000,
+                             grpc::ClientContext** ctx_out = nullptr, std::mutex* ctx_mu = nullptr);
 
 }  // namespace kgpu::deviceplugin

@@ -9,7 +9,10 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "cdi/driver_files.h"
+#include "cdi/spec.h"
 #include "common/files.h"
 #include "common/strings.h"
 #include "doctor/compat.h"
@@ -711,6 +714,35 @@ void check_containerd(State& s, CheckResult& r) {
     }
 }
 
+// A spec generated before a driver upgrade names the old driver's libraries, and every
+// container that uses it fails to start: compare its versioned libraries with the loaded driver.
+void check_spec_driver(State& s, CheckResult& r, const std::string& path) {
+    std::string loaded = s.node ? s.node->driver_version : std::string();
+    if (loaded.empty())
+        if (auto t = files::read(s.host("/proc/driver/nvidia/version"))) loaded = cdi::parse_proc_driver_version(*t);
+    auto text = files::read(path);
+    if (loaded.empty() || !text) return;
+    auto spec = cdi::parse_spec(*text, path);
+    if (!spec) {
+        note(r, "{}", spec.error().message);
+        set(r, Status::fail, "The CDI spec does not parse, so the runtime rejects it: regenerate it with `kgpu cdi generate`.");
+        return;
+    }
+    auto m = cdi::check_libraries(*spec, loaded, s.root);
+    if (m.other_version.empty() && m.missing.empty()) {
+        if (!m.versions.empty()) note(r, "{}: its libraries are the loaded driver's ({})", path, loaded);
+        return;
+    }
+    std::string versions;
+    for (const auto& v : m.versions) versions += (versions.empty() ? "" : ", ") + v;
+    note(r, "{}: names libraries of driver {} but driver {} is loaded ({} of another version, {} missing, e.g. {})", path,
+         versions, loaded, m.other_version.size(), m.missing.size(),
+         !m.other_version.empty() ? m.other_version.front() : m.missing.front());
+    set(r, Status::fail, fmt::format("The CDI spec is stale (written before a driver upgrade): every container using it "
+                                     "fails. Regenerate it: `kgpu cdi generate --output {}` (kgpu's device plugin rewrites "
+                                     "its own spec when the driver changes).", path));
+}
+
 void check_cdi_spec(State& s, CheckResult& r) {
     if (!s.containerd->cdi_enabled) {
         note(r, "CDI is not enabled in containerd; the nvidia runtime injects the GPUs");
@@ -728,7 +760,10 @@ void check_cdi_spec(State& s, CheckResult& r) {
         }
         note(r, "{}: searched", s.host(d).string());
     }
-    for (const auto& sp : specs) note(r, "{}: kind nvidia.com/gpu", sp);
+    for (const auto& sp : specs) {
+        note(r, "{}: kind nvidia.com/gpu", sp);
+        check_spec_driver(s, r, sp);
+    }
     if (specs.empty())
         set(r, Status::fail, "CDI is enabled but no spec names nvidia.com/gpu: `kgpu cdi generate` (or `nvidia-ctk cdi "
                              "generate --output=/var/run/cdi/nvidia.yaml`); regenerate after every driver upgrade.");
@@ -819,6 +854,149 @@ void check_plugin_socket(State& s, CheckResult& r) {
                              "restart the device plugin pod and read its log.");
 }
 
+// Plugin sockets next to kubelet.sock, with the resource each one serves where its name says it:
+// kgpu's `kgpu-<resource with / and . as ->.sock`, NVIDIA's `nvidia-<name>.sock` for
+// `nvidia.com/<name>`. Sockets named otherwise have no key.
+struct PluginSocket {
+    fs::path path;
+    std::string key;       // the resource name with / and . replaced by - ("" when unknown)
+    std::string resource;  // the resource name as far as the file name tells it
+    bool kgpu = false;
+    bool live = false;     // accepts connections
+};
+
+std::string resource_key(std::string_view resource) {
+    std::string k(resource);
+    for (char& c : k)
+        if (c == '/' || c == '.') c = '-';
+    return k;
+}
+
+std::vector<PluginSocket> plugin_sockets(const State& s) {
+    std::vector<PluginSocket> out;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(s.host(s.opt.device_plugin_dir), ec)) {
+        const std::string n = e.path().filename().string();
+        if (n == "kubelet.sock" || !n.ends_with(".sock")) continue;
+        PluginSocket p;
+        p.path = e.path();
+        const std::string stem = n.substr(0, n.size() - 5);
+        if (stem.starts_with("kgpu-")) {
+            p.kgpu = true;
+            p.key = stem.substr(5);
+            p.resource = p.key.starts_with("nvidia-com-") ? "nvidia.com/" + p.key.substr(11) : p.key;
+        } else if (stem.starts_with("nvidia-")) {
+            p.resource = "nvidia.com/" + stem.substr(7);
+            p.key = resource_key(p.resource);
+        }
+        p.live = probe_unix_socket(p.path).has_value();
+        out.push_back(std::move(p));
+    }
+    std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.path < b.path; });
+    return out;
+}
+
+// Two plugins for one resource: the kubelet (v1.26) keeps one client per resource name, the one
+// registered last, and drops it when either plugin's stream ends (issue #12).
+void check_one_plugin_per_resource(State& s, CheckResult& r) {
+    std::map<std::string, std::vector<const PluginSocket*>> by_key;
+    const auto socks = plugin_sockets(s);
+    for (const auto& p : socks)
+        if (p.live && !p.key.empty()) by_key[p.key].push_back(&p);
+    bool twice = false;
+    for (const auto& [key, ps] : by_key) {
+        std::string name = ps.front()->resource, paths;
+        for (const auto* p : ps) {
+            if (!p->kgpu) name = p->resource;  // NVIDIA's file name spells the resource exactly
+            paths += (paths.empty() ? "" : ", ") + p->path.string();
+        }
+        if (ps.size() > 1) {
+            twice = true;
+            note(r, "{} is served by {} plugin sockets: {}", name, ps.size(), paths);
+        } else {
+            note(r, "{}: {}", name, paths);
+        }
+    }
+    for (const auto& p : socks)
+        if (p.live && p.key.empty()) note(r, "{}: resource not known from the file name", p.path.string());
+    if (by_key.empty()) note(r, "no live plugin socket named after a resource (kgpu-*.sock, nvidia-*.sock)");
+    if (twice)
+        set(r, Status::warn, "Run one device plugin per resource: the kubelet keeps only the registration made last "
+                             "and drops the resource (allocatable 0) when either plugin's stream ends. Delete the other "
+                             "plugin's DaemonSet (e.g. `kubectl -n kube-system delete daemonset "
+                             "nvidia-device-plugin-daemonset`); see docs/migration.md.");
+}
+
+// What the kubelet counts as allocatable (PodResources GetAllocatableResources) against the
+// healthy devices kgpu's own sockets list: allocatable 0 while kgpu serves healthy devices means
+// the kubelet dropped kgpu's registration.
+void check_allocatable(State& s, CheckResult& r) {
+    std::vector<PluginSocket> ours;
+    for (auto& p : plugin_sockets(s))
+        if (p.kgpu && p.live) ours.push_back(std::move(p));
+    if (ours.empty()) {
+        note(r, "no live kgpu plugin socket (kgpu-*.sock): nothing to compare");
+        return;
+    }
+    const auto pr = s.host(s.opt.pod_resources_socket);
+    auto alloc = probe_allocatable(pr);
+    if (!alloc) {
+        note(r, "{}", alloc.error().message);
+        if (alloc.error().code == Code::not_supported)
+            note(r, "this kubelet does not offer GetAllocatableResources (v1.23+ with the "
+                    "KubeletPodResourcesGetAllocatable gate, on by default): not compared");
+        else
+            note(r, "not compared (see kubelet.pod_resources)");
+        return;
+    }
+    for (const auto& p : ours) {
+        auto list = probe_device_list(p.path);
+        if (!list) {
+            note(r, "{}", list.error().message);
+            set(r, Status::warn, fmt::format("{} sends no device list: restart the kgpu pod and read its log.",
+                                             p.path.string()));
+            continue;
+        }
+        std::set<std::string> healthy, allocatable;
+        for (const auto& [id, health] : *list)
+            if (health == "Healthy") healthy.insert(id);
+        std::string name = p.resource;
+        for (const auto& [rn, ids] : *alloc) {
+            if (resource_key(rn) != p.key) continue;
+            name = rn;
+            allocatable.insert(ids.begin(), ids.end());
+        }
+        if (allocatable == healthy) {
+            note(r, "{}: the kubelet's {} allocatable = the {} healthy device(s) kgpu serves on {}", name,
+                 allocatable.size(), healthy.size(), p.path.string());
+            continue;
+        }
+        if (allocatable.empty()) {
+            note(r, "{}: kgpu serves {} healthy device(s) on {}, the kubelet has 0 allocatable", name, healthy.size(),
+                 p.path.string());
+            set(r, Status::fail,
+                fmt::format("The kubelet dropped kgpu's registration of {} (another plugin for it stopped, or kgpu "
+                            "did not register again after a kubelet restart): every new pod asking for it fails. "
+                            "Restart the kgpu pod (`kubectl -n <namespace> delete pod <kgpu pod on this node>`), "
+                            "remove any other plugin for {} (deviceplugin.one_plugin_per_resource), and read kgpu's "
+                            "log for \"registered\".",
+                            name, name));
+            continue;
+        }
+        std::vector<std::string> foreign;
+        for (const auto& id : allocatable)
+            if (!healthy.contains(id)) foreign.push_back(id);
+        note(r, "{}: the kubelet has {} allocatable, kgpu serves {} healthy on {}{}", name, allocatable.size(),
+             healthy.size(), p.path.string(),
+             foreign.empty() ? std::string() : fmt::format("; not kgpu's: {}", fmt::join(foreign, ", ")));
+        set(r, Status::warn,
+            fmt::format("The kubelet's allocatable {} differs from what kgpu serves: another plugin registered it "
+                        "after kgpu (deviceplugin.one_plugin_per_resource), or a health change is on its way (run "
+                        "kgpu doctor again).",
+                        name));
+    }
+}
+
 void check_pod_resources(State& s, CheckResult& r) {
     auto p = s.host(s.opt.pod_resources_socket);
     auto st = probe_unix_socket(p);
@@ -874,7 +1052,11 @@ std::vector<Check> registry() {
          check_kubelet_socket},
         {"deviceplugin.plugin_socket", Layer::device_plugin, "a plugin socket next to kubelet.sock answers GetDevicePluginOptions",
          {"deviceplugin.dir"}, check_plugin_socket},
+        {"deviceplugin.one_plugin_per_resource", Layer::device_plugin, "one device plugin socket per resource",
+         {"deviceplugin.dir"}, check_one_plugin_per_resource},
         {"kubelet.pod_resources", Layer::kubelet, "PodResources socket answers List", {}, check_pod_resources},
+        {"kubelet.allocatable", Layer::kubelet, "the kubelet's allocatable devices are the ones kgpu serves",
+         {"deviceplugin.dir"}, check_allocatable},
         {"nvml.cuda_compat", Layer::workload, "CUDA images the driver and GPUs can run", nvml_dev, check_cuda_compat},
         {"nvml.gpu_memory", Layer::workload, "no process near a GPU's memory limit (OOM risk)", nvml_dev,
          check_gpu_memory},

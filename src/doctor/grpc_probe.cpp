@@ -56,4 +56,43 @@ Result<PodResourcesSummary> probe_pod_resources(const std::filesystem::path& soc
     return s;
 }
 
+Result<std::map<std::string, std::string>> probe_device_list(const std::filesystem::path& socket, int timeout_ms) {
+    auto stub = v1beta1::DevicePlugin::NewStub(channel(socket));
+    grpc::ClientContext ctx;
+    deadline(ctx, timeout_ms);
+    v1beta1::Empty req;
+    auto reader = stub->ListAndWatch(&ctx, req);
+    v1beta1::ListAndWatchResponse resp;
+    if (!reader->Read(&resp)) {
+        grpc::Status st = reader->Finish();
+        return fail(Code::unavailable, "{}: ListAndWatch sent no device list: {} (gRPC code {})", socket.string(),
+                    st.error_message(), static_cast<int>(st.error_code()));
+    }
+    ctx.TryCancel();
+    (void)reader->Finish();
+    std::map<std::string, std::string> out;
+    for (const auto& d : resp.devices()) out[d.id()] = d.health();
+    return out;
+}
+
+Result<std::map<std::string, std::set<std::string>>> probe_allocatable(const std::filesystem::path& socket,
+                                                                       int timeout_ms) {
+    auto stub = v1::PodResourcesLister::NewStub(channel(socket));
+    grpc::ClientContext ctx;
+    deadline(ctx, timeout_ms);
+    v1::AllocatableResourcesRequest req;
+    v1::AllocatableResourcesResponse resp;
+    grpc::Status st = stub->GetAllocatableResources(&ctx, req, &resp);
+    if (!st.ok()) {
+        // The kubelet answers "PodResources API GetAllocatableResources disabled" with the gate off.
+        const bool absent = st.error_code() == grpc::StatusCode::UNIMPLEMENTED ||
+                            st.error_message().find("disabled") != std::string::npos;
+        return fail(absent ? Code::not_supported : Code::unavailable, "{}: GetAllocatableResources failed: {} (gRPC code {})",
+                    socket.string(), st.error_message(), static_cast<int>(st.error_code()));
+    }
+    std::map<std::string, std::set<std::string>> out;
+    for (const auto& d : resp.devices()) out[d.resource_name()].insert(d.device_ids().begin(), d.device_ids().end());
+    return out;
+}
+
 }  // namespace kgpu::doctor

@@ -13,6 +13,7 @@
 
 #include <toml++/toml.h>
 
+#include "cdi/driver_files.h"
 #include "common/files.h"
 #include "common/strings.h"
 
@@ -31,13 +32,7 @@ std::vector<std::string> parse_modules(std::string_view text) {
     return out;
 }
 
-std::string parse_driver_version(std::string_view text) {
-    static const std::regex re(R"(NVRM version:.*Kernel Module(?: for [a-z0-9_]+)?\s+([0-9]+\.[0-9]+(?:\.[0-9]+)?))");
-    std::string s(text);
-    std::smatch m;
-    if (std::regex_search(s, m, re)) return m[1].str();
-    return "";
-}
+std::string parse_driver_version(std::string_view text) { return cdi::parse_proc_driver_version(text); }
 
 std::vector<XidEvent> parse_xids(std::string_view log) {
     static const std::regex re(R"(NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\): ([0-9]+))");

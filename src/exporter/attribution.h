@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <compare>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -43,9 +44,14 @@ std::optional<DeviceTarget> resolve_device_id(std::string_view id, const invento
 // nvidia.com/mig-*, and any name in `extra` (renamed time-slicing resources).
 bool is_gpu_resource(std::string_view resource_name, std::span<const std::string> extra = {});
 
+// The replica part of a shared device's ID ("2" of "GPU-<uuid>::2", or of GKE's "nvidia0/vgpu2"),
+// which dcgm-exporter serves as the `vgpu` label; "" for an ID without one.
+std::string replica_of(std::string_view id);
+
 struct DeviceUse {
     DeviceTarget target;
     PodRef pod;
+    std::string replica{};  // replica_of(the device ID)
     auto operator<=>(const DeviceUse&) const = default;
 };
 
@@ -64,7 +70,8 @@ public:
     PodResourcesClient& operator=(const PodResourcesClient&) = delete;
 
     // Calls List and maps every GPU-resource device ID onto `node`, sorted and de-duplicated
-    // (two replicas of one GPU in one container give one DeviceUse). IDs that resolve to nothing
+    // (two replicas of one GPU in one container give one DeviceUse, named by the lower replica
+    // number as the text sorts). IDs that resolve to nothing
     // are skipped and logged once each. An error (socket missing, timeout, UNIMPLEMENTED) names
     // the socket; the caller keeps going without pod labels.
     Result<std::vector<DeviceUse>> list(const inventory::Node& node);
@@ -95,6 +102,42 @@ public:
 
     // container ID -> pod/namespace/container, from the io.kubernetes.* labels of every container.
     Result<std::unordered_map<std::string, PodRef>> list_containers();
+
+    struct Sandbox {
+        std::string name, namespace_name, uid;
+        bool ready = false;
+        std::map<std::string, std::string> labels;  // the pod's labels (io.kubernetes.pod.* removed)
+    };
+    // Every pod sandbox (RuntimeService/ListPodSandbox).
+    Result<std::vector<Sandbox>> list_pod_sandboxes();
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+// A pod's UID and labels, for --kubernetes-enable-pod-uid and --kubernetes-enable-pod-labels. The
+// kubelet copies a pod's labels onto its sandbox, so the CRI runtime answers without the
+// Kubernetes API (dcgm-exporter asks the API server, which needs RBAC and a watch per node).
+struct PodMetadata {
+    std::string uid;
+    std::map<std::string, std::string> labels;
+};
+
+// Pod metadata by namespace and name, cached from ListPodSandbox: the runtime is asked again only
+// when a pod not in the cache is looked up (at most once per lookup, and a pod it did not list is
+// not asked about again for a minute); pods no longer asked about are forgotten. A ready sandbox
+// wins over a stopped one of the same pod. A failing runtime is logged once per distinct failure;
+// lookups then answer from the cache.
+class PodDirectory {
+public:
+    explicit PodDirectory(std::string cri_endpoint);
+    ~PodDirectory();
+    PodDirectory(const PodDirectory&) = delete;
+    PodDirectory& operator=(const PodDirectory&) = delete;
+
+    // (namespace, name) -> metadata for each of `pods` the runtime knows.
+    std::map<std::pair<std::string, std::string>, PodMetadata> lookup(std::span<const PodRef> pods);
 
 private:
     struct Impl;

@@ -11,6 +11,8 @@ std::string_view to_string(MetricType type) { return type == MetricType::counter
 namespace {
 
 constexpr double kMiB = 1.0 / (1024.0 * 1024.0);
+constexpr double kPercent = 0.01;              // NVML percent -> DCGM ratio 0..1
+constexpr double kMiBps = 1024.0 * 1024.0;     // NVML MiB/s -> DCGM bytes/s
 
 using enum Metric;
 using MT = MetricType;
@@ -64,6 +66,45 @@ constexpr std::array<MetricDef, kMetricCount> kCatalogue{{
      R::remapped_rows, 1},
     {row_remap_failure, "DCGM_FI_DEV_ROW_REMAP_FAILURE", MT::gauge, "0/1", "Whether remapping of rows has failed.",
      "nvmlDeviceGetRemappedRows (Ampere and newer)", S::gpu, R::remapped_rows, 2},
+    {nvlink_bandwidth_total, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", MT::counter, "MB/s",
+     "Total number of NVLink bandwidth counters for all lanes.",
+     "nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX + _RX, all links): KiB moved since the "
+     "previous pass / seconds / 1000, as DCGM computes it (0 on the first pass); GPUs with NVLink only",
+     S::gpu, R::nvlink_throughput},
+
+    // Profiling: NVML GPM on Hopper and newer, averaged between this pass's sample and the
+    // previous one (DCGM's profiling module does the same between two samples of its watch).
+    {prof_gr_engine_active, "DCGM_FI_PROF_GR_ENGINE_ACTIVE", MT::gauge, "ratio",
+     "Ratio of time the graphics engine is active.", "NVML GPM metric 1 (GRAPHICS_UTIL, %); Hopper and newer",
+     S::instance, R::gpm, 1, kPercent},
+    {prof_sm_active, "DCGM_FI_PROF_SM_ACTIVE", MT::gauge, "ratio",
+     "The ratio of cycles an SM has at least 1 warp assigned.", "NVML GPM metric 2 (SM_UTIL, %); Hopper and newer",
+     S::instance, R::gpm, 2, kPercent},
+    {prof_sm_occupancy, "DCGM_FI_PROF_SM_OCCUPANCY", MT::gauge, "ratio",
+     "The ratio of number of warps resident on an SM.", "NVML GPM metric 3 (SM_OCCUPANCY, %); Hopper and newer",
+     S::instance, R::gpm, 3, kPercent},
+    {prof_pipe_tensor_active, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", MT::gauge, "ratio",
+     "Ratio of cycles the tensor (HMMA) pipe is active.",
+     "NVML GPM metric 7 (HMMA_TENSOR_UTIL, %); Hopper and newer", S::instance, R::gpm, 7, kPercent},
+    {prof_dram_active, "DCGM_FI_PROF_DRAM_ACTIVE", MT::gauge, "ratio",
+     "Ratio of cycles the device memory interface is active sending or receiving data.",
+     "NVML GPM metric 10 (DRAM_BW_UTIL, %); Hopper and newer", S::instance, R::gpm, 10, kPercent},
+    {prof_pcie_tx_bytes, "DCGM_FI_PROF_PCIE_TX_BYTES", MT::gauge, "B/s",
+     "The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads - in "
+     "bytes per second.",
+     "NVML GPM metric 20 (PCIE_TX_PER_SEC, MiB/s); Hopper and newer", S::instance, R::gpm, 20, kMiBps},
+    {prof_pcie_rx_bytes, "DCGM_FI_PROF_PCIE_RX_BYTES", MT::gauge, "B/s",
+     "The rate of data received over the PCIe bus - including both protocol headers and data payloads - in bytes "
+     "per second.",
+     "NVML GPM metric 21 (PCIE_RX_PER_SEC, MiB/s); Hopper and newer", S::instance, R::gpm, 21, kMiBps},
+    {prof_nvlink_tx_bytes, "DCGM_FI_PROF_NVLINK_TX_BYTES", MT::gauge, "B/s",
+     "The rate of data transmitted over NVLink, including both protocol headers and data payloads, in bytes per "
+     "second.",
+     "NVML GPM metric 61 (NVLINK_TOTAL_TX_PER_SEC, MiB/s); Hopper and newer", S::instance, R::gpm, 61, kMiBps},
+    {prof_nvlink_rx_bytes, "DCGM_FI_PROF_NVLINK_RX_BYTES", MT::gauge, "B/s",
+     "The rate of data received over NVLink, including both protocol headers and data payloads, in bytes per "
+     "second.",
+     "NVML GPM metric 60 (NVLINK_TOTAL_RX_PER_SEC, MiB/s); Hopper and newer", S::instance, R::gpm, 60, kMiBps},
 
     {gpu_health, "kgpu_gpu_health", MT::gauge, "0/1",
      "GPU state as the exporter sees it: 1 for the current state (ok, error: some NVML reads failed this pass, "
@@ -79,6 +120,17 @@ constexpr std::array<MetricDef, kMetricCount> kCatalogue{{
      "nvmlDeviceGetComputeRunningProcesses_v3 (per MIG device on MIG GPUs), nvmlSystemGetProcessName; "
      "<proc-root>/<pid>/cgroup + CRI ListContainers for the pod",
      S::process, R::none, 0, 1.0, false, "GPU_I_ID (MIG only), pid, process, pod, namespace, container"},
+    {pod_sm_util_ratio, "kgpu_pod_sm_util_ratio", MT::gauge, "ratio",
+     "Share of the GPU's SM time the pod's processes used in the last interval (only with --kubernetes; "
+     "not on MIG-enabled GPUs, where NVML has no per-process utilisation).",
+     "nvmlDeviceGetProcessUtilization (smUtil, %, newest samples since the last pass, summed over the pod's "
+     "processes); <proc-root>/<pid>/cgroup + CRI for the pod; pods allocated the GPU without a sample get 0",
+     S::pod, R::none, 0, kPercent, false, "pod, namespace, container"},
+    {pod_mem_util_ratio, "kgpu_pod_mem_util_ratio", MT::gauge, "ratio",
+     "Share of the GPU's memory bandwidth the pod's processes used in the last interval (only with --kubernetes; "
+     "not on MIG-enabled GPUs).",
+     "nvmlDeviceGetProcessUtilization (memUtil, %), as kgpu_pod_sm_util_ratio", S::pod, R::none, 0, kPercent, false,
+     "pod, namespace, container"},
     {nvml_errors_total, "kgpu_nvml_errors_total", MT::counter, "errors",
      "NVML calls that failed with something other than NOT_SUPPORTED, by NVML function.",
      "every NVML read of the collector", S::exporter, R::none, 0, 1.0, false, "function"},
@@ -106,6 +158,7 @@ std::string_view scope_labels(Scope s) {
         case Scope::instance: return "DCGM labels; per MIG instance on MIG GPUs";
         case Scope::kgpu_gpu: return "gpu, UUID";
         case Scope::process: return "gpu, UUID";
+        case Scope::pod: return "gpu, UUID";
         case Scope::exporter: return "—";
     }
     return "";
@@ -141,6 +194,8 @@ std::string_view nvml_function(Read read) {
         case Read::ecc_sbe:
         case Read::ecc_dbe: return "nvmlDeviceGetTotalEccErrors";
         case Read::remapped_rows: return "nvmlDeviceGetRemappedRows";
+        case Read::nvlink_throughput: return "nvmlDeviceGetFieldValues";
+        case Read::gpm: return "nvmlGpmMetricsGet";
         case Read::count_: break;
     }
     return "";
@@ -149,6 +204,12 @@ std::string_view nvml_function(Read read) {
 std::span<const MetricDef> catalogue() { return kCatalogue; }
 
 const MetricDef& def(Metric m) { return kCatalogue[static_cast<std::size_t>(m)]; }
+
+const MetricDef* find_metric(std::string_view name) {
+    for (const auto& m : kCatalogue)
+        if (m.name == name) return &m;
+    return nullptr;
+}
 
 std::string metrics_markdown() {
     std::string out;
@@ -162,32 +223,56 @@ std::string metrics_markdown() {
       "(`GPU_IS_LOST`) disappears from the `DCGM_FI_*` series and shows as `kgpu_gpu_health{state=\"lost\"} 1`.\n\n");
     w("## Labels\n\n");
     w("**DCGM labels**, in this order (dcgm-exporter's): `gpu` (NVML index), `UUID`, `pci_bus_id`,\n"
-      "`device` (`nvidia<index>`), `modelName`; on a MIG instance's series also `GPU_I_PROFILE` and\n"
-      "`GPU_I_ID` (`gpu`/`UUID` stay the parent's); then `Hostname` (`--hostname-label hostname` for the\n"
-      "newer spelling, `--no-hostname` to drop it; the value is `$NODE_NAME`, else the host name), then\n"
-      "`DCGM_FI_DRIVER_VERSION`. With `--kubernetes`, a series of a GPU (or MIG instance) that pods were\n"
-      "allocated also has `pod`, `namespace`, `container` — one series per container using it, so a\n"
-      "time-sliced GPU shared by three pods has three series carrying the same value (as dcgm-exporter\n"
-      "does with `--kubernetes-virtual-gpus`); `kgpu_process_fb_used_bytes` splits memory between them.\n\n");
-    w("On a MIG-enabled GPU, the memory metrics (`DCGM_FI_DEV_FB_*`) are reported per MIG instance only\n"
-      "(NVML answers them per instance, and summing over instances gives the GPU); the device-wide ones\n"
-      "(clocks, temperatures, power, energy, ECC, XID, remapped rows) stay on the GPU's series.\n\n");
-    w("`kgpu_*` metrics use lint-clean labels only: `gpu`, `UUID`, `state`, `pid`, `process`, `pod`,\n"
+      "`device` (`nvidia<index>`), `modelName` (with `--replace-blanks-in-model-name`, runs of blanks become\n"
+      "one `-`: `NVIDIA-H100-80GB-HBM3`); on a MIG instance's series also `GPU_I_PROFILE` and `GPU_I_ID`\n"
+      "(`gpu`/`UUID` stay the parent's); then `Hostname` (`--hostname-label hostname` for the newer\n"
+      "spelling, `--no-hostname` to drop it; the value is `$NODE_NAME`, else the host name), then\n"
+      "`DCGM_FI_DRIVER_VERSION` (left out when a `--collectors` file does not list it as a `label` row).\n"
+      "`DCGM_FI_DEV_XID_ERRORS` also has `err_code` (the XID number, `0` before any) and `err_msg`\n"
+      "(dcgm-exporter's text for it: `No Error`, `Double Bit ECC Error`, ..., `Unknown Error` past its table).\n\n");
+    w("With `--kubernetes`, the series of a GPU (or MIG instance) allocated to a pod also have `pod`,\n"
+      "`namespace`, `container`; with `--kubernetes-enable-pod-uid` also `pod_uid`, and with\n"
+      "`--kubernetes-enable-pod-labels` the pod's own labels (names with characters outside\n"
+      "`[a-zA-Z0-9_]` turned into `_`). As in dcgm-exporter, a GPU shared by several pods (time-slicing,\n"
+      "MPS) is labelled with one of them (the first by pod name), unless `--kubernetes-virtual-gpus` is set:\n"
+      "then it has one series per container using it, each with `vgpu` (the replica number of the device\n"
+      "ID, `GPU-...::<n>`), and "
+      "`DCGM_FI_DEV_GPU_UTIL` and `DCGM_FI_DEV_FB_USED` of those per-pod series carry the pod's own share\n"
+      "(SM percent and MiB of its processes, 0 for a pod with none) next to the GPU's unlabelled series.\n\n");
+    w("On a MIG-enabled GPU, the memory and profiling metrics (`DCGM_FI_DEV_FB_*`, `DCGM_FI_PROF_*`) are\n"
+      "reported per MIG instance only (NVML answers them per instance); the device-wide ones (clocks,\n"
+      "temperatures, power, energy, ECC, XID, remapped rows, NVLink) stay on the GPU's series.\n\n");
+    w("`kgpu_*` metrics use lint-clean labels only: `gpu`, `UUID`, `GPU_I_ID`, `state`, `pid`, `process`, `pod`,\n"
       "`namespace`, `container`, `function`.\n\n");
+    w("## Profiling metrics without DCGM\n\n");
+    w("The `DCGM_FI_PROF_*` metrics come from NVML's GPU performance monitoring (GPM) on GPUs that support it\n"
+      "(Hopper and newer; `nvmlGpmQueryDeviceSupport`), not from DCGM's host engine: each collection pass takes\n"
+      "one GPM sample per GPU (per MIG instance on a MIG-enabled GPU, `nvmlGpmMigSampleGet`) and serves the\n"
+      "metrics between it and the previous pass's sample, so they appear from the second pass on. NVML's\n"
+      "percentages become DCGM's ratios (0-1) and its MiB/s become bytes/s. A GPU without GPM has none of\n"
+      "these series.\n\n");
+    w("## Choosing what is served (`--collectors`)\n\n");
+    w("`-f`/`--collectors FILE` (env `DCGM_EXPORTER_COLLECTORS`) takes dcgm-exporter's counters CSV: one\n"
+      "`field, type, help` line per metric (`#` starts a comment line; quoted fields as in CSV). Only the\n"
+      "`DCGM_FI_*` fields it lists are served, with its type and help text; `DCGM_FI_DRIVER_VERSION, label, ...`\n"
+      "keeps that label. Fields kgpu does not serve are named in one warning at start; a malformed line\n"
+      "(not three fields, an unknown type) stops the exporter with `file:line`. Without the flag every metric\n"
+      "below is served. `kgpu_*` metrics are always served.\n\n");
     w("## Catalogue\n\n");
     w("| metric | type | unit | labels | help | source | scale |\n|---|---|---|---|---|---|---|\n");
     for (const auto& m : kCatalogue) {
         std::string labels{scope_labels(m.scope)};
-        if (!m.labels.empty()) labels += labels == "—" ? std::string(m.labels) : fmt::format(", {}", m.labels);
-        std::string scale = m.scale == 1.0 ? "1" : m.scale == 0.001 ? "0.001" : "1/1048576";
+        if (!m.labels.empty()) labels = labels == "—" ? std::string(m.labels) : fmt::format("{}, {}", labels, m.labels);
+        if (m.id == xid_errors) labels += ", err_code, err_msg";
+        std::string scale = m.scale == 1.0      ? "1"
+                            : m.scale == 0.001  ? "0.001"
+                            : m.scale == 0.01   ? "0.01"
+                            : m.scale == kMiBps ? "1048576"
+                                                : "1/1048576";
         if (m.whole) scale += ", rounded down";
         out += fmt::format("| `{}` | {} | {} | {} | {} | {} | {} |\n", m.name, to_string(m.type), md_cell(m.unit),
                            md_cell(labels), md_cell(m.help), md_cell(m.source), scale);
     }
-    w("\n## Out of scope\n\n");
-    w("dcgm-exporter's `DCGM_FI_PROF_*` profiling metrics (SM activity, tensor pipe, DRAM activity, NVLink\n"
-      "and PCIe bandwidth by profiling) come from DCGM's profiling module, not from NVML: kgpu does not serve\n"
-      "them. Dashboards built on the table above work unchanged.\n");
     return out;
 }
 

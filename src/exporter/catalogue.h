@@ -40,11 +40,24 @@ enum class Metric : unsigned {
     correctable_remapped_rows,
     uncorrectable_remapped_rows,
     row_remap_failure,
+    nvlink_bandwidth_total,
+    // dcgm-exporter's profiling names, from NVML GPM (Hopper and newer) instead of DCGM.
+    prof_gr_engine_active,
+    prof_sm_active,
+    prof_sm_occupancy,
+    prof_pipe_tensor_active,
+    prof_dram_active,
+    prof_pcie_tx_bytes,
+    prof_pcie_rx_bytes,
+    prof_nvlink_tx_bytes,
+    prof_nvlink_rx_bytes,
     // kgpu's own, lint-clean names and labels.
     gpu_health,
     gpu_last_xid,
     gpu_xid_events_total,
     process_fb_used_bytes,
+    pod_sm_util_ratio,
+    pod_mem_util_ratio,
     nvml_errors_total,
     pod_attribution_up,
     collection_duration_seconds,
@@ -72,6 +85,9 @@ enum class Read : unsigned {
     ecc_sbe,
     ecc_dbe,
     remapped_rows,  // parts: 0 correctable, 1 uncorrectable, 2 failure
+    // Reads that need the previous pass's answer; the collector makes them itself.
+    nvlink_throughput,  // NVLink KiB counters -> MB/s since the last pass, as DCGM computes it
+    gpm,                // GPM metrics between the last pass's sample and this one; part = metric id
     count_
 };
 inline constexpr std::size_t kReadCount = static_cast<std::size_t>(Read::count_);
@@ -85,6 +101,7 @@ enum class Scope {
     instance,  // one per GPU, or per MIG instance on a MIG-enabled GPU (NVML answers per instance)
     kgpu_gpu,  // one per GPU with kgpu labels (gpu, UUID, ...)
     process,   // one per GPU process
+    pod,       // one per GPU and pod using it (kgpu labels + pod labels)
     exporter,  // about the exporter itself
 };
 
@@ -97,7 +114,7 @@ struct MetricDef {
     std::string_view source;  // where the value comes from (the docs' "NVML source" column)
     Scope scope;
     Read read = Read::none;
-    unsigned part = 0;        // which value of a multi-value Read
+    unsigned part = 0;        // which value of a multi-value Read (for Read::gpm: the GPM metric id)
     double scale = 1.0;       // exported value = source value × scale
     bool whole = false;       // rounded down to an integer after scaling (MiB, as DCGM reports)
     std::string_view labels = {};  // extra labels beyond the scope's, for the docs
@@ -106,6 +123,12 @@ struct MetricDef {
 // Every row, in Metric order (catalogue()[i].id == Metric(i)).
 std::span<const MetricDef> catalogue();
 const MetricDef& def(Metric m);
+// The row named `name` (a DCGM field name or a kgpu_* name), or null.
+const MetricDef* find_metric(std::string_view name);
+
+// dcgm-exporter's err_msg label of DCGM_FI_DEV_XID_ERRORS for XID `xid` ("No Error" for 0,
+// "Unknown Error" beyond its table), so alerts written against dcgm-exporter match.
+std::string_view xid_error_message(unsigned xid);
 
 // docs/metrics.md: the catalogue as a Markdown page (label order, scopes, what is out of scope).
 std::string metrics_markdown();

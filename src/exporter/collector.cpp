@@ -6,7 +6,10 @@
 #include <array>
 #include <bitset>
 #include <cmath>
+#include <functional>
 #include <map>
+#include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include "common/log.h"
@@ -14,6 +17,7 @@
 #include "exporter/exposition.h"
 #include "inventory/discovery.h"
 #include "nvml/events.h"
+#include "nvml/gpm.h"
 
 namespace kgpu::exporter {
 
@@ -53,11 +57,16 @@ using Clock = std::chrono::steady_clock;
 using Values = std::array<std::optional<double>, kMetricCount>;
 using ReadSet = std::bitset<kReadCount>;
 
-// The Reads each kind of device is asked for, in catalogue order.
-std::vector<Read> reads_for(bool gpu_scope, bool instance_scope) {
+// NVML wants GPM samples at least this far apart (nvmlGpmMetricsGet's note).
+constexpr auto kGpmMinGap = std::chrono::milliseconds(100);
+
+bool stateful(Read r) { return r == Read::nvlink_throughput || r == Read::gpm; }
+
+// The plain Reads each kind of device is asked for, in catalogue order, for the served metrics.
+std::vector<Read> reads_for(const CounterSelection& sel, bool gpu_scope, bool instance_scope) {
     std::vector<Read> out;
     for (const auto& m : catalogue()) {
-        if (m.read == Read::none) continue;
+        if (m.read == Read::none || stateful(m.read) || !sel.enabled(m.id)) continue;
         const bool want = (m.scope == Scope::gpu && gpu_scope) || (m.scope == Scope::instance && instance_scope);
         if (want && std::find(out.begin(), out.end(), m.read) == out.end()) out.push_back(m.read);
     }
@@ -98,18 +107,55 @@ Result<std::array<double, 3>> read_source(Read read, const nvml::Device& d) {
             return std::array<double, 3>{double(r->correctable), double(r->uncorrectable), r->failure ? 1.0 : 0.0};
         }
         case Read::none:
+        case Read::nvlink_throughput:
+        case Read::gpm:
         case Read::count_: break;
     }
     return fail(Code::internal, "no NVML read for this metric");
 }
 
-LabelSet pod_labels(const PodRef& p) {
-    LabelSet l;
-    l.add("pod", p.pod).add("namespace", p.namespace_name).add("container", p.container);
-    return l;
+// dcgm-exporter's getGPUModel with --replace-blanks-in-model-name: runs of blanks become one "-".
+std::string model_name(std::string_view name, bool replace_blanks) {
+    if (!replace_blanks) return std::string(name);
+    std::string out;
+    bool blank = false;
+    for (char c : name) {
+        if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f') {
+            blank = true;
+            continue;
+        }
+        if (blank && !out.empty()) out += '-';
+        blank = false;
+        out += c;
+    }
+    return out;
+}
+
+// dcgm-exporter's SanitizeLabelName: every character outside [a-zA-Z0-9_] becomes "_".
+std::string sanitize_label_name(std::string_view name) {
+    std::string out(name);
+    for (char& c : out)
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_')) c = '_';
+    return out;
 }
 
 std::string xid_key(const inventory::Gpu& g) { return g.uuid.empty() ? fmt::format("index:{}", g.index) : g.uuid; }
+
+// A device (GPU, or MIG instance by GPU instance id) as pods and processes name it.
+using DeviceKey = std::pair<unsigned, std::optional<unsigned>>;
+
+// A container using a device, with the replica of its device ID (the `vgpu` label).
+struct PodSlot {
+    PodRef pod;
+    std::string vgpu;
+};
+
+// Previous-sample state of one GPM-sampled device.
+struct GpmState {
+    std::optional<nvml::GpmSample> prev, spare;
+    Clock::time_point prev_at{};
+    std::vector<std::optional<double>> last;  // the metrics of the last computation, per gpm row
+};
 
 }  // namespace
 
@@ -118,6 +164,7 @@ struct Collector::Impl {
         inventory::MigDevice info;
         std::optional<nvml::Device> device;
         LabelSet labels;  // DCGM labels with GPU_I_PROFILE / GPU_I_ID
+        GpmState gpm;
     };
     struct Gpu {
         inventory::Gpu info;
@@ -129,6 +176,13 @@ struct Collector::Impl {
         ReadSet unsupported, mig_unsupported;
         bool processes_unsupported = false;
         bool lost = false;
+        // Stateful reads.
+        bool gpm_supported = false;
+        GpmState gpm;
+        std::optional<nvml::NvLinkThroughput> nvlink_prev;
+        Clock::time_point nvlink_prev_at{};
+        bool utilization_unsupported = false;
+        std::uint64_t utilization_seen_us = 0;  // newest process utilisation sample so far
     };
     struct Xid {
         unsigned last = 0;
@@ -140,23 +194,43 @@ struct Collector::Impl {
         unsigned pid = 0;
         std::uint64_t bytes = 0;
     };
+    // A process's share of a GPU since the last pass (mean of the samples NVML returned).
+    struct ProcessShare {
+        unsigned gpu = 0;
+        unsigned pid = 0;
+        double sm = 0, memory = 0;  // percent
+    };
 
     Impl(nvml::Session s, const CollectorOptions& o) : session(std::move(s)), options(o) {
+        const CounterSelection& sel = options.counters;
         if (options.kubernetes) {
             PodResourcesOptions pr = options.pod_resources;
             podres = std::make_unique<PodResourcesClient>(std::move(pr));
             processes = std::make_unique<ProcessAttributor>(options.proc_root, options.cri_endpoint);
+            if (options.kubernetes_pod_uid || options.kubernetes_pod_labels)
+                pod_directory = std::make_unique<PodDirectory>(options.cri_endpoint);
+            want_shares = sel.enabled(Metric::pod_sm_util_ratio) || sel.enabled(Metric::pod_mem_util_ratio) ||
+                          (options.kubernetes_virtual_gpus && sel.enabled(Metric::gpu_util));
         }
-        gpu_reads = reads_for(true, true);
-        parent_reads = reads_for(true, false);
-        instance_reads = reads_for(false, true);
+        gpu_reads = reads_for(sel, true, true);
+        parent_reads = reads_for(sel, true, false);
+        instance_reads = reads_for(sel, false, true);
+        for (const auto& m : catalogue())
+            if (m.read == Read::gpm && sel.enabled(m.id)) gpm_rows.push_back(&m);
+        for (const auto* m : gpm_rows) gpm_ids.push_back(static_cast<nvml::GpmMetric>(m->part));
+        want_nvlink = sel.enabled(Metric::nvlink_bandwidth_total);
     }
 
     nvml::Session session;
     CollectorOptions options;
     std::unique_ptr<PodResourcesClient> podres;
     std::unique_ptr<ProcessAttributor> processes;
+    std::unique_ptr<PodDirectory> pod_directory;
     std::vector<Read> gpu_reads, parent_reads, instance_reads;
+    std::vector<const MetricDef*> gpm_rows;
+    std::vector<nvml::GpmMetric> gpm_ids;
+    bool want_nvlink = false;
+    bool want_shares = false;  // per-process utilisation (kgpu_pod_*, or per-pod GPU_UTIL)
 
     // Collector-thread state.
     inventory::Node node;
@@ -201,13 +275,13 @@ struct Collector::Impl {
             .add("UUID", g.uuid)
             .add("pci_bus_id", g.pci_bus_id)
             .add("device", fmt::format("nvidia{}", g.index))
-            .add("modelName", g.name);
+            .add("modelName", model_name(g.name, options.replace_blanks_in_model_name));
         return l;
     }
     LabelSet tail_labels() const {
         LabelSet l;
         if (options.hostname) l.add(options.hostname_label, *options.hostname);
-        l.add("DCGM_FI_DRIVER_VERSION", node.driver_version);
+        if (options.counters.driver_version_label) l.add("DCGM_FI_DRIVER_VERSION", node.driver_version);
         return l;
     }
 
@@ -247,6 +321,14 @@ struct Collector::Impl {
                 mig.labels.append(tail);
                 g.migs.push_back(std::move(mig));
             }
+            // GPM: asked once per discovery. A GPU without it (or a driver without the entry
+            // points) simply has no profiling series.
+            if (!gpm_ids.empty() && g.device && !g.lost) {
+                auto s = g.device->gpm_supported();
+                if (s) g.gpm_supported = *s;
+                else if (s.error().code != Code::not_supported && s.error().code != Code::gpu_lost)
+                    count_error("nvmlGpmQueryDeviceSupport", s.error());
+            }
             fresh.push_back(std::move(g));
         }
         gpus = std::move(fresh);
@@ -258,7 +340,10 @@ struct Collector::Impl {
                 if (g.device) event_devices.emplace_back(xid_key(g.info), *g.device);
         }
         ++generation;
-        log::info("exporter: {} GPU(s), driver {}", gpus.size(), node.driver_version);
+        const auto with_gpm = std::ranges::count_if(gpus, [](const Gpu& g) { return g.gpm_supported; });
+        log::info("exporter: {} GPU(s), driver {}{}", gpus.size(), node.driver_version,
+                  gpm_ids.empty() ? std::string()
+                                  : fmt::format(", {} with profiling metrics (GPM)", with_gpm));
     }
 
     // Reads `reads` from one device into `values`. Returns false when the GPU is lost.
@@ -287,6 +372,89 @@ struct Collector::Impl {
         return true;
     }
 
+    // One GPM sample of a device into `st`; the metrics since the previous one into `values`.
+    // `take` fills a buffer (nvmlGpmSampleGet or nvmlGpmMigSampleGet). Returns false when the GPU
+    // is lost.
+    bool read_gpm(GpmState& st, std::string_view function, const std::function<Status(nvml::GpmSample&)>& take,
+                  Values& values, bool& supported, bool& had_error) {
+        const auto now = Clock::now();
+        if (st.prev && now - st.prev_at < kGpmMinGap) {
+            // Too soon for a new rate (passes under 100 ms apart): keep the baseline and serve the
+            // last rate again, so the series do not flap.
+            for (std::size_t i = 0; i < st.last.size() && i < gpm_rows.size(); ++i)
+                if (st.last[i]) values[static_cast<std::size_t>(gpm_rows[i]->id)] = *st.last[i];
+            return true;
+        }
+        if (!st.spare) {
+            auto s = nvml::GpmSample::alloc(session);
+            if (!s) {
+                if (s.error().code == Code::not_supported) supported = false;  // a driver without GPM buffers
+                else {
+                    count_error("nvmlGpmSampleAlloc", s.error());
+                    had_error = true;
+                }
+                return true;
+            }
+            st.spare.emplace(std::move(*s));
+        }
+        if (auto r = take(*st.spare); !r) {
+            if (r.error().code == Code::gpu_lost) return false;
+            if (r.error().code == Code::not_supported) supported = false;
+            else {
+                count_error(function, r.error());
+                had_error = true;
+            }
+            return true;
+        }
+        if (st.prev) {
+            auto m = nvml::GpmSample::metrics(*st.prev, *st.spare, gpm_ids);
+            if (!m) {
+                count_error(nvml::kGpmMetricsGet, m.error());
+                had_error = true;
+            } else {
+                st.last.assign(gpm_rows.size(), std::nullopt);
+                for (std::size_t i = 0; i < gpm_rows.size(); ++i)
+                    if ((*m)[i] && std::isfinite(*(*m)[i])) {
+                        st.last[i] = *(*m)[i] * gpm_rows[i]->scale;
+                        values[static_cast<std::size_t>(gpm_rows[i]->id)] = *st.last[i];
+                    }
+            }
+        }
+        std::swap(st.prev, st.spare);  // this sample is the next baseline; the old one is reused
+        st.prev_at = now;
+        return true;
+    }
+
+    // DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL as DCGM computes it: (KiB now - KiB at the last pass) /
+    // seconds / 1000, an integer; 0 on the first pass and when the counters read 0.
+    bool read_nvlink(Gpu& g, Values& values, bool& had_error) {
+        if (g.unsupported.test(static_cast<std::size_t>(Read::nvlink_throughput))) return true;
+        auto t = g.device->nvlink_throughput();
+        const auto now = Clock::now();
+        if (!t) {
+            if (t.error().code == Code::gpu_lost) return false;
+            if (t.error().code == Code::not_supported) g.unsupported.set(static_cast<std::size_t>(Read::nvlink_throughput));
+            else {
+                count_error(nvml_function(Read::nvlink_throughput), t.error());
+                had_error = true;
+            }
+            return true;
+        }
+        double value = 0;
+        const std::uint64_t sum = t->tx_kib + t->rx_kib;
+        if (g.nvlink_prev && sum != 0) {
+            const std::uint64_t prev = g.nvlink_prev->tx_kib + g.nvlink_prev->rx_kib;
+            const double secs = t->timestamp_us > 0 && g.nvlink_prev->timestamp_us > 0
+                                    ? static_cast<double>(t->timestamp_us - g.nvlink_prev->timestamp_us) / 1e6
+                                    : std::chrono::duration<double>(now - g.nvlink_prev_at).count();
+            if (secs > 0 && sum >= prev) value = std::trunc(static_cast<double>(sum - prev) / secs / 1000.0);
+        }
+        values[static_cast<std::size_t>(Metric::nvlink_bandwidth_total)] = value;
+        g.nvlink_prev = *t;
+        g.nvlink_prev_at = now;
+        return true;
+    }
+
     void read_processes(const Gpu& g, const nvml::Device& dev, std::optional<unsigned> gi_id, std::vector<Process>& out,
                         bool& unsupported, bool& had_error) {
         auto procs = dev.compute_processes();
@@ -299,6 +467,57 @@ struct Collector::Impl {
             return;
         }
         for (const auto& p : *procs) out.push_back(Process{g.info.index, gi_id, p.pid, p.used_bytes});
+    }
+
+    // Each process's mean share of the GPU over the samples NVML took since the last pass.
+    void read_shares(Gpu& g, std::vector<ProcessShare>& out, bool& had_error) {
+        if (g.utilization_unsupported || g.mig_enabled) return;
+        auto samples = g.device->process_utilization(g.utilization_seen_us);
+        if (!samples) {
+            if (samples.error().code == Code::not_supported) g.utilization_unsupported = true;
+            else if (samples.error().code != Code::gpu_lost) {
+                count_error("nvmlDeviceGetProcessUtilization", samples.error());
+                had_error = true;
+            }
+            return;
+        }
+        std::map<unsigned, std::tuple<double, double, int>> by_pid;  // sm sum, memory sum, count
+        for (const auto& s : *samples) {
+            auto& [sm, mem, n] = by_pid[s.pid];
+            sm += s.sm;
+            mem += s.memory;
+            ++n;
+            g.utilization_seen_us = std::max(g.utilization_seen_us, s.timestamp_us);
+        }
+        for (const auto& [pid, v] : by_pid) {
+            const auto& [sm, mem, n] = v;
+            out.push_back(ProcessShare{g.info.index, pid, sm / n, mem / n});
+        }
+    }
+
+    // pod, namespace, container (+ pod_uid, vgpu, the pod's labels) for one container's series.
+    LabelSet pod_label_set(const PodSlot& slot, const std::map<std::pair<std::string, std::string>, PodMetadata>& meta,
+                           std::string_view taken) const {
+        LabelSet l;
+        l.add("pod", slot.pod.pod).add("namespace", slot.pod.namespace_name).add("container", slot.pod.container);
+        const auto md = meta.find({slot.pod.namespace_name, slot.pod.pod});
+        if (options.kubernetes_pod_uid && md != meta.end()) l.add("pod_uid", md->second.uid);
+        if (options.kubernetes_virtual_gpus && !slot.vgpu.empty()) l.add("vgpu", slot.vgpu);
+        if (options.kubernetes_pod_labels && md != meta.end()) {
+            // A pod label whose name is taken by a label of the series (or is not a valid label
+            // name after sanitising) is left out: a duplicate name would break the scrape.
+            std::set<std::string> seen;
+            for (const auto& [k, v] : md->second.labels) {
+                std::string name = sanitize_label_name(k);
+                const std::string needle = "," + name + "=\"";
+                if (!valid_label_name(name) || !seen.insert(name).second ||
+                    ("," + std::string(taken)).find(needle) != std::string::npos ||
+                    ("," + l.str()).find(needle) != std::string::npos)
+                    continue;
+                l.add(name, v);
+            }
+        }
+        return l;
     }
 
     void collect() {
@@ -316,8 +535,10 @@ struct Collector::Impl {
             }
         }
 
-        // Pods by device.
-        std::map<std::pair<unsigned, std::optional<unsigned>>, std::vector<PodRef>> pods;
+        // Pods by device: every container using it (sorted), or only the first one unless
+        // --kubernetes-virtual-gpus, as dcgm-exporter labels a shared GPU with one pod.
+        std::map<DeviceKey, std::vector<PodSlot>> pods;      // what labels the DCGM series
+        std::map<DeviceKey, std::vector<PodSlot>> all_pods;  // every container using it
         std::optional<bool> podres_up;
         if (podres) {
             auto uses = podres->list(node);
@@ -325,10 +546,13 @@ struct Collector::Impl {
             podres_up = uses.has_value();
             if (uses) {
                 for (const auto& u : *uses) {
-                    auto& v = pods[{u.target.gpu_index, u.target.gpu_instance_id}];
-                    if (std::find(v.begin(), v.end(), u.pod) == v.end()) v.push_back(u.pod);
+                    auto& v = all_pods[{u.target.gpu_index, u.target.gpu_instance_id}];
+                    if (std::ranges::find(v, u.pod, &PodSlot::pod) == v.end()) v.push_back(PodSlot{u.pod, u.replica});
                 }
-                for (auto& [k, v] : pods) std::sort(v.begin(), v.end());
+                for (auto& [k, v] : all_pods) {
+                    std::ranges::sort(v, {}, &PodSlot::pod);
+                    pods[k] = options.kubernetes_virtual_gpus ? v : std::vector<PodSlot>{v.front()};
+                }
             }
         }
 
@@ -337,6 +561,7 @@ struct Collector::Impl {
         std::vector<std::vector<Values>> mig_values(gpus.size());
         std::vector<std::string> state(gpus.size(), "ok");
         std::vector<Process> procs;
+        std::vector<ProcessShare> shares;
         for (std::size_t i = 0; i < gpus.size(); ++i) {
             Gpu& g = gpus[i];
             bool had_error = false;
@@ -352,12 +577,27 @@ struct Collector::Impl {
             if (!g.lost && g.device) {
                 const auto& reads = g.mig_enabled ? parent_reads : gpu_reads;
                 bool ok = read_device(*g.device, reads, g.unsupported, gpu_values[i], had_error);
+                if (ok && want_nvlink) ok = read_nvlink(g, gpu_values[i], had_error);
                 if (ok && g.mig_enabled) {
                     mig_values[i].resize(g.migs.size());
-                    for (std::size_t j = 0; j < g.migs.size() && ok; ++j)
-                        if (g.migs[j].device)
-                            ok = read_device(*g.migs[j].device, instance_reads, g.mig_unsupported, mig_values[i][j],
-                                             had_error);
+                    for (std::size_t j = 0; j < g.migs.size() && ok; ++j) {
+                        Mig& m = g.migs[j];
+                        if (m.device)
+                            ok = read_device(*m.device, instance_reads, g.mig_unsupported, mig_values[i][j], had_error);
+                        if (ok && g.gpm_supported) {
+                            const nvml::Device& parent = *g.device;
+                            const unsigned gi = m.info.gpu_instance_id;
+                            ok = read_gpm(
+                                m.gpm, nvml::kGpmMigSampleGet,
+                                [&](nvml::GpmSample& s) { return parent.gpm_mig_sample(gi, s); }, mig_values[i][j],
+                                g.gpm_supported, had_error);
+                        }
+                    }
+                } else if (ok && g.gpm_supported) {
+                    const nvml::Device& dev = *g.device;
+                    ok = read_gpm(
+                        g.gpm, nvml::kGpmSampleGet, [&](nvml::GpmSample& s) { return dev.gpm_sample(s); },
+                        gpu_values[i], g.gpm_supported, had_error);
                 }
                 if (ok && !g.processes_unsupported) {
                     if (g.mig_enabled) {
@@ -369,10 +609,12 @@ struct Collector::Impl {
                         read_processes(g, *g.device, std::nullopt, procs, g.processes_unsupported, had_error);
                     }
                 }
+                if (ok && want_shares) read_shares(g, shares, had_error);
                 if (!ok) {
                     log::warn("exporter: GPU {} ({}) is lost: it no longer answers NVML", g.info.index, g.info.uuid);
                     g.lost = true;
                     std::erase_if(procs, [&](const Process& p) { return p.gpu == g.info.index; });
+                    std::erase_if(shares, [&](const ProcessShare& p) { return p.gpu == g.info.index; });
                 }
             }
             state[i] = g.lost ? "lost" : had_error ? "error" : "ok";
@@ -393,8 +635,31 @@ struct Collector::Impl {
             }
         }
         process_names = names;  // forget PIDs that are gone
+        for (const auto& s : shares)
+            if (std::ranges::find(pids, s.pid) == pids.end()) pids.push_back(s.pid);
         std::unordered_map<unsigned, PodRef> proc_pods;
         if (processes && !pids.empty()) proc_pods = processes->attribute(pids);
+
+        // Pod UIDs and labels, for the pods that label series.
+        std::map<std::pair<std::string, std::string>, PodMetadata> meta;
+        if (pod_directory) {
+            std::vector<PodRef> asked;
+            for (const auto& [k, v] : pods)
+                for (const auto& s : v) asked.push_back(s.pod);
+            if (!asked.empty()) meta = pod_directory->lookup(asked);
+        }
+
+        // Per-pod shares (--kubernetes-virtual-gpus): GPU_UTIL from the processes' SM percent,
+        // FB_USED from their memory in MiB (each process rounded down, as dcgm-exporter sums them).
+        using PodKey = std::tuple<unsigned, std::optional<unsigned>, std::string, std::string>;  // dev, ns, pod
+        std::map<PodKey, double> pod_sm, pod_fb;
+        for (const auto& s : shares)
+            if (auto it = proc_pods.find(s.pid); it != proc_pods.end())
+                pod_sm[{s.gpu, std::nullopt, it->second.namespace_name, it->second.pod}] += s.sm;
+        for (const auto& p : procs)
+            if (auto it = proc_pods.find(p.pid); it != proc_pods.end())
+                pod_fb[{p.gpu, p.gi_id, it->second.namespace_name, it->second.pod}] +=
+                    std::floor(static_cast<double>(p.bytes) / (1024.0 * 1024.0));
 
         std::map<std::string, Xid> xid_copy;
         {
@@ -405,22 +670,38 @@ struct Collector::Impl {
         const auto t1 = Clock::now();
 
         // Render.
+        const CounterSelection& sel = options.counters;
         Exposition ex;
         std::array<std::size_t, kMetricCount> fam{};
-        for (const auto& m : catalogue()) fam[static_cast<std::size_t>(m.id)] = ex.family(m);
-        auto series = [&](const LabelSet& labels, unsigned gpu, std::optional<unsigned> gi) {
-            std::vector<std::string> out;
-            auto it = pods.find({gpu, gi});
-            if (it == pods.end()) {
-                out.push_back(labels.str());
-            } else {
-                for (const auto& p : it->second) {
-                    LabelSet l = labels;
-                    l.append(pod_labels(p));
-                    out.push_back(l.str());
-                }
+        for (const auto& m : catalogue()) fam[static_cast<std::size_t>(m.id)] = ex.family(m.name, sel.help_of(m), sel.type_of(m));
+        auto add = [&](Metric m, const LabelSet& l, double v) {
+            if (sel.enabled(m)) ex.add(fam[static_cast<std::size_t>(m)], l, v);
+        };
+        // The series of one device's metric: the device's own, or one per pod using it.
+        auto emit = [&](const MetricDef& m, LabelSet labels, DeviceKey key, double x) {
+            if (m.id == Metric::xid_errors) {
+                const unsigned code = static_cast<unsigned>(x);
+                labels.add("err_code", fmt::format("{}", code)).add("err_msg", xid_error_message(code));
             }
-            return out;
+            const auto it = pods.find(key);
+            if (it == pods.end() || it->second.empty()) {
+                add(m.id, labels, x);
+                return;
+            }
+            const bool per_pod_value = options.kubernetes_virtual_gpus &&
+                                       ((m.id == Metric::gpu_util && !key.second) || m.id == Metric::fb_used);
+            if (per_pod_value) add(m.id, labels, x);  // the device's own series stays next to the pods'
+            for (const auto& slot : it->second) {
+                LabelSet l = labels;
+                l.append(pod_label_set(slot, meta, labels.str()));
+                double v = x;
+                if (per_pod_value) {
+                    const auto& table = m.id == Metric::gpu_util ? pod_sm : pod_fb;
+                    auto p = table.find({key.first, key.second, slot.pod.namespace_name, slot.pod.pod});
+                    v = p == table.end() ? 0.0 : p->second;
+                }
+                add(m.id, l, v);
+            }
         };
         for (std::size_t i = 0; i < gpus.size(); ++i) {
             const Gpu& g = gpus[i];
@@ -428,21 +709,17 @@ struct Collector::Impl {
             Values& v = gpu_values[i];
             const auto it = xid_copy.find(xid_key(g.info));
             v[static_cast<std::size_t>(Metric::xid_errors)] = it == xid_copy.end() ? 0.0 : double(it->second.last);
-            const auto labels = series(g.dcgm, g.info.index, std::nullopt);
             for (const auto& m : catalogue()) {
                 if (m.scope != Scope::gpu && !(m.scope == Scope::instance && !g.mig_enabled)) continue;
                 const auto& x = v[static_cast<std::size_t>(m.id)];
-                if (!x) continue;
-                for (const auto& l : labels) ex.add(fam[static_cast<std::size_t>(m.id)], l, *x);
+                if (x) emit(m, g.dcgm, {g.info.index, std::nullopt}, *x);
             }
             if (!g.mig_enabled) continue;
             for (std::size_t j = 0; j < g.migs.size() && j < mig_values[i].size(); ++j) {
-                const auto mlabels = series(g.migs[j].labels, g.info.index, g.migs[j].info.gpu_instance_id);
                 for (const auto& m : catalogue()) {
                     if (m.scope != Scope::instance) continue;
                     const auto& x = mig_values[i][j][static_cast<std::size_t>(m.id)];
-                    if (!x) continue;
-                    for (const auto& l : mlabels) ex.add(fam[static_cast<std::size_t>(m.id)], l, *x);
+                    if (x) emit(m, g.migs[j].labels, {g.info.index, g.migs[j].info.gpu_instance_id}, *x);
                 }
             }
         }
@@ -451,36 +728,66 @@ struct Collector::Impl {
             for (std::string_view s : {"ok", "error", "lost"}) {
                 LabelSet l = g.kgpu;
                 l.add("state", s);
-                ex.add(fam[static_cast<std::size_t>(Metric::gpu_health)], l, state[i] == s ? 1.0 : 0.0);
+                add(Metric::gpu_health, l, state[i] == s ? 1.0 : 0.0);
             }
             const auto it = xid_copy.find(xid_key(g.info));
             const Xid x = it == xid_copy.end() ? Xid{} : it->second;
-            ex.add(fam[static_cast<std::size_t>(Metric::gpu_last_xid)], g.kgpu, x.last);
-            ex.add(fam[static_cast<std::size_t>(Metric::gpu_xid_events_total)], g.kgpu, double(x.count));
+            add(Metric::gpu_last_xid, g.kgpu, x.last);
+            add(Metric::gpu_xid_events_total, g.kgpu, double(x.count));
         }
-        for (const auto& p : procs) {
-            const Gpu* g = nullptr;
+        const Gpu* by_index = nullptr;
+        auto gpu_at = [&](unsigned index) -> const Gpu* {
+            if (by_index && by_index->info.index == index) return by_index;
             for (const auto& c : gpus)
-                if (c.info.index == p.gpu) g = &c;
+                if (c.info.index == index) return by_index = &c;
+            return nullptr;
+        };
+        for (const auto& p : procs) {
+            const Gpu* g = gpu_at(p.gpu);
             if (!g) continue;
             LabelSet l = g->kgpu;
             if (p.gi_id) l.add("GPU_I_ID", fmt::format("{}", *p.gi_id));
             l.add("pid", fmt::format("{}", p.pid));
             if (const auto& n = names[p.pid]; !n.empty()) l.add("process", n);
-            if (auto it = proc_pods.find(p.pid); it != proc_pods.end()) l.append(pod_labels(it->second));
-            ex.add(fam[static_cast<std::size_t>(Metric::process_fb_used_bytes)], l, double(p.bytes));
+            if (auto it = proc_pods.find(p.pid); it != proc_pods.end())
+                l.add("pod", it->second.pod).add("namespace", it->second.namespace_name).add("container", it->second.container);
+            add(Metric::process_fb_used_bytes, l, double(p.bytes));
+        }
+        // kgpu_pod_*: every container allocated a (non-MIG) GPU, and every container whose
+        // processes ran on it, with the sum of its processes' shares.
+        if (processes) {
+            std::map<std::pair<unsigned, PodRef>, std::pair<double, double>> per_pod;
+            for (const auto& g : gpus) {
+                if (g.lost || g.mig_enabled || g.utilization_unsupported) continue;
+                if (auto it = all_pods.find({g.info.index, std::nullopt}); it != all_pods.end())
+                    for (const auto& s : it->second) per_pod[{g.info.index, s.pod}];
+            }
+            for (const auto& s : shares) {
+                auto it = proc_pods.find(s.pid);
+                if (it == proc_pods.end()) continue;
+                auto& [sm, mem] = per_pod[{s.gpu, it->second}];
+                sm += s.sm;
+                mem += s.memory;
+            }
+            for (const auto& [k, v] : per_pod) {
+                const Gpu* g = gpu_at(k.first);
+                if (!g) continue;
+                LabelSet l = g->kgpu;
+                l.add("pod", k.second.pod).add("namespace", k.second.namespace_name).add("container", k.second.container);
+                add(Metric::pod_sm_util_ratio, l, v.first * def(Metric::pod_sm_util_ratio).scale);
+                add(Metric::pod_mem_util_ratio, l, v.second * def(Metric::pod_mem_util_ratio).scale);
+            }
         }
         for (const auto& [function, n] : nvml_errors) {
             LabelSet l;
             l.add("function", function);
-            ex.add(fam[static_cast<std::size_t>(Metric::nvml_errors_total)], l, double(n));
+            add(Metric::nvml_errors_total, l, double(n));
         }
-        if (podres_up) ex.add(fam[static_cast<std::size_t>(Metric::pod_attribution_up)], "", *podres_up ? 1.0 : 0.0);
-        ex.add(fam[static_cast<std::size_t>(Metric::collection_duration_seconds)], "",
-               std::chrono::duration<double>(t1 - t0).count());
-        ex.add(fam[static_cast<std::size_t>(Metric::collections_total)], "", double(passes));
-        ex.add(fam[static_cast<std::size_t>(Metric::last_collection_timestamp_seconds)], "",
-               std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+        if (podres_up) add(Metric::pod_attribution_up, LabelSet{}, *podres_up ? 1.0 : 0.0);
+        add(Metric::collection_duration_seconds, LabelSet{}, std::chrono::duration<double>(t1 - t0).count());
+        add(Metric::collections_total, LabelSet{}, double(passes));
+        add(Metric::last_collection_timestamp_seconds, LabelSet{},
+            std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
 
         const auto end = Clock::now();
         auto s = std::make_shared<const Snapshot>(ex.render(), end);

@@ -10,6 +10,12 @@
 // and shows as kgpu_gpu_health{state="lost"} until it answers again (then the node is re-read).
 // A failing PodResources or CRI socket is logged once per distinct error (by the clients of
 // attribution.h); series lose their pod labels and kgpu_exporter_pod_attribution_up goes to 0.
+//
+// Stateful reads keep the previous pass's answer: GPM samples (profiling metrics are computed
+// between the previous pass's sample and this one, so they appear from the second pass on, and
+// only when the samples are at least 100 ms apart, as NVML requires), NVLink byte counters (a
+// rate, as DCGM serves DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL) and per-process utilisation (samples
+// newer than the last pass's).
 #pragma once
 
 #include <atomic>
@@ -24,6 +30,7 @@
 
 #include "common/error.h"
 #include "exporter/attribution.h"
+#include "exporter/counters.h"
 #include "nvml/device.h"
 
 namespace kgpu::exporter {
@@ -37,6 +44,16 @@ struct CollectorOptions {
     PodResourcesOptions pod_resources;
     std::string proc_root = "/proc";
     std::string cri_endpoint = "unix:///run/containerd/containerd.sock";
+    // What is served, with which type and help (--collectors); everything by default.
+    CounterSelection counters = all_counters();
+    // dcgm-exporter's --replace-blanks-in-model-name: "NVIDIA H100 80GB HBM3" -> "NVIDIA-H100-80GB-HBM3".
+    bool replace_blanks_in_model_name = false;
+    // dcgm-exporter's --kubernetes-virtual-gpus: a shared GPU gets one series per container using
+    // it (with `vgpu`), and per-pod DCGM_FI_DEV_GPU_UTIL / DCGM_FI_DEV_FB_USED from its processes.
+    // Off: one pod labels each GPU, as dcgm-exporter does.
+    bool kubernetes_virtual_gpus = false;
+    bool kubernetes_pod_uid = false;     // `pod_uid` label (from the CRI runtime's pod sandboxes)
+    bool kubernetes_pod_labels = false;  // the pod's labels (idem)
 };
 
 // One pass's result. Immutable once published; shared by every request that serves it.

@@ -1,4 +1,5 @@
-// CriClient (attribution.h): CRI runtime.v1 RuntimeService/ListContainers on a unix socket.
+// CriClient (attribution.h): CRI runtime.v1 RuntimeService/ListContainers and ListPodSandbox on a
+// unix socket.
 #include <utility>
 
 #include <grpcpp/grpcpp.h>
@@ -53,6 +54,24 @@ CriClient::CriClient(std::string endpoint, std::chrono::milliseconds timeout) : 
 
 CriClient::~CriClient() = default;
 
+namespace {
+
+// A failed CRI call as an Error naming the method and the socket.
+std::unexpected<Error> cri_failure(std::string_view method, const std::string& path, const grpc::Status& st) {
+    const auto c = st.error_code();
+    const Code code = c == grpc::StatusCode::DEADLINE_EXCEEDED   ? Code::timeout
+                      : c == grpc::StatusCode::UNIMPLEMENTED     ? Code::not_supported
+                      : c == grpc::StatusCode::PERMISSION_DENIED ? Code::no_permission
+                                                                 : Code::unavailable;
+    const char* hint = c == grpc::StatusCode::UNIMPLEMENTED
+                           ? " (the runtime does not serve CRI runtime.v1: is its CRI plugin disabled?)"
+                           : "";
+    return fail(code, "CRI {} on {} failed: {}{}{}{}", method, path, detail::grpc_code_name(static_cast<int>(c)),
+                st.error_message().empty() ? "" : ": ", st.error_message(), hint);
+}
+
+}  // namespace
+
 Result<std::unordered_map<std::string, PodRef>> CriClient::list_containers() {
     auto& im = *impl_;
     if (!im.stub)
@@ -63,18 +82,7 @@ Result<std::unordered_map<std::string, PodRef>> CriClient::list_containers() {
     runtime::v1::ListContainersRequest req;  // no filter: every container, whatever its state
     runtime::v1::ListContainersResponse resp;
     grpc::Status st = im.stub->ListContainers(&ctx, req, &resp);
-    if (!st.ok()) {
-        const auto c = st.error_code();
-        const Code code = c == grpc::StatusCode::DEADLINE_EXCEEDED ? Code::timeout
-                          : c == grpc::StatusCode::UNIMPLEMENTED   ? Code::not_supported
-                          : c == grpc::StatusCode::PERMISSION_DENIED ? Code::no_permission
-                                                                     : Code::unavailable;
-        const char* hint = c == grpc::StatusCode::UNIMPLEMENTED
-                               ? " (the runtime does not serve CRI runtime.v1: is its CRI plugin disabled?)"
-                               : "";
-        return fail(code, "CRI ListContainers on {} failed: {}{}{}{}", im.path, detail::grpc_code_name(static_cast<int>(c)),
-                    st.error_message().empty() ? "" : ": ", st.error_message(), hint);
-    }
+    if (!st.ok()) return cri_failure("ListContainers", im.path, st);
     std::unordered_map<std::string, PodRef> out;
     out.reserve(static_cast<size_t>(resp.containers_size()));
     for (const auto& c : resp.containers()) {
@@ -83,6 +91,34 @@ Result<std::unordered_map<std::string, PodRef>> CriClient::list_containers() {
         if (c.id().empty() || ref.pod.empty() || ref.namespace_name.empty()) continue;
         if (ref.container.empty() && c.has_metadata()) ref.container = c.metadata().name();
         out.emplace(c.id(), std::move(ref));
+    }
+    return out;
+}
+
+Result<std::vector<CriClient::Sandbox>> CriClient::list_pod_sandboxes() {
+    auto& im = *impl_;
+    if (!im.stub)
+        return fail(Code::invalid_argument, "CRI endpoint '{}': expected unix:///path/to/runtime.sock or a socket path",
+                    im.endpoint);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + im.timeout);
+    runtime::v1::ListPodSandboxRequest req;  // every sandbox, ready or not
+    runtime::v1::ListPodSandboxResponse resp;
+    grpc::Status st = im.stub->ListPodSandbox(&ctx, req, &resp);
+    if (!st.ok()) return cri_failure("ListPodSandbox", im.path, st);
+    std::vector<Sandbox> out;
+    out.reserve(static_cast<size_t>(resp.items_size()));
+    for (const auto& p : resp.items()) {
+        Sandbox s;
+        s.name = p.metadata().name();
+        s.namespace_name = p.metadata().namespace_();
+        s.uid = p.metadata().uid();
+        s.ready = p.state() == runtime::v1::SANDBOX_READY;
+        // Sandboxes the kubelet did not make (no pod metadata) name no pod.
+        if (s.name.empty() || s.namespace_name.empty()) continue;
+        for (const auto& [k, v] : p.labels())
+            if (!k.starts_with("io.kubernetes.pod.")) s.labels.emplace(k, v);
+        out.push_back(std::move(s));
     }
     return out;
 }

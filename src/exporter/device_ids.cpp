@@ -87,6 +87,15 @@ std::optional<DeviceTarget> resolve_device_id(std::string_view id, const invento
     return resolve_base(id, node);
 }
 
+std::string replica_of(std::string_view id) {
+    if (auto sep = id.find("::"); sep != std::string_view::npos && parse_index(id.substr(sep + 2)))
+        return std::string(id.substr(sep + 2));
+    // GKE's device plugin: "nvidia0/vgpu2".
+    if (auto sep = id.find("/vgpu"); sep != std::string_view::npos && parse_index(id.substr(sep + 5)))
+        return std::string(id.substr(sep + 5));
+    return "";
+}
+
 bool is_gpu_resource(std::string_view resource_name, std::span<const std::string> extra) {
     // nvidia.com/mig-<profile> (mixed strategy) and nvidia.com/mig-<profile>.shared (time-sliced
     // MIG with renameByDefault) both start with "nvidia.com/mig-".

@@ -93,7 +93,7 @@ Result<std::vector<DeviceUse>> PodResourcesClient::list(const inventory::Node& n
                 if (!is_gpu_resource(d.resource_name(), im.options.extra_resources)) continue;
                 for (const auto& id : d.device_ids()) {
                     if (auto t = resolve_device_id(id, node)) {
-                        out.push_back(DeviceUse{*t, PodRef{pod.name(), pod.namespace_(), c.name()}});
+                        out.push_back(DeviceUse{*t, PodRef{pod.name(), pod.namespace_(), c.name()}, replica_of(id)});
                         continue;
                     }
                     if (im.logged_ids.size() >= kMaxLoggedIds) im.logged_ids.clear();
@@ -106,7 +106,10 @@ Result<std::vector<DeviceUse>> PodResourcesClient::list(const inventory::Node& n
         }
     }
     std::ranges::sort(out);
-    auto dup = std::ranges::unique(out);
+    // Two replicas of one GPU in one container are one use (the lower replica number names it).
+    auto dup = std::ranges::unique(out, [](const DeviceUse& a, const DeviceUse& b) {
+        return a.target == b.target && a.pod == b.pod;
+    });
     out.erase(dup.begin(), dup.end());
     return out;
 }

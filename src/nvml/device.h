@@ -17,6 +17,7 @@ struct nvmlDevice_st;
 namespace kgpu::nvml {
 
 class Library;
+class GpmSample;
 struct Context;  // library + the init it holds; shuts NVML down when the last owner goes
 
 struct PciInfo {
@@ -59,6 +60,20 @@ struct RemappedRows {
 // nvmlDeviceGetUtilizationRates: percent of the last sample period.
 struct Utilization {
     unsigned gpu = 0, memory = 0;
+};
+
+// NVLink data moved over all links since the driver loaded (field values
+// NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX with the all-links scope), and when NVML read them.
+struct NvLinkThroughput {
+    std::uint64_t tx_kib = 0, rx_kib = 0;
+    std::int64_t timestamp_us = 0;  // NVML's timestamp of the values; 0 when it gave none
+};
+
+// One process's share of a GPU in one driver sample period (nvmlDeviceGetProcessUtilization).
+struct ProcessUtilization {
+    unsigned pid = 0;
+    std::uint64_t timestamp_us = 0;  // CPU time of the sample, microseconds since 1970
+    unsigned sm = 0, memory = 0, encoder = 0, decoder = 0;  // percent
 };
 
 // One compute process on a GPU (nvmlDeviceGetComputeRunningProcesses).
@@ -116,6 +131,19 @@ public:
     Result<unsigned> pcie_replay_counter() const;
     // nvmlDeviceGetTotalEccErrors(VOLATILE): corrected (single-bit) or uncorrected (double-bit).
     Result<std::uint64_t> ecc_volatile_total(bool corrected) const;
+    // not_supported on a GPU without NVLink.
+    Result<NvLinkThroughput> nvlink_throughput() const;
+    // Samples newer than `since_us` (0: everything the driver keeps); empty when no process had
+    // one (NVML's NOT_FOUND). not_supported on MIG-enabled GPUs.
+    Result<std::vector<ProcessUtilization>> process_utilization(std::uint64_t since_us) const;
+
+    // Profiling metrics (GPM, Hopper and newer; gpm.h). Whether NVML can sample this GPU:
+    // false on older GPUs (and not_supported where the driver has no GPM).
+    Result<bool> gpm_supported() const;
+    // Reads this device's counters into `into` (nvmlGpmSampleGet), or those of GPU instance
+    // `gpu_instance_id` of this MIG-enabled GPU (nvmlGpmMigSampleGet).
+    Status gpm_sample(GpmSample& into) const;
+    Status gpm_mig_sample(unsigned gpu_instance_id, GpmSample& into) const;
 
     // For `kgpu smi` and the container runtime's brand requirement (defined in smi.cpp).
     Result<unsigned> brand() const;             // nvmlBrandType_t (2 Tesla, 14 NVIDIA, ...)
@@ -149,6 +177,7 @@ public:
 
 private:
     friend class EventSet;
+    friend class GpmSample;
     explicit Session(std::shared_ptr<const Context> ctx) : ctx_(std::move(ctx)) {}
     std::shared_ptr<const Context> ctx_;
 };

@@ -87,4 +87,11 @@
     X(DeviceRegisterEvents, optional, nvmlDeviceRegisterEvents, nullptr)                           \
     X(EventSetWait, optional, nvmlEventSetWait_v2, nullptr)                                        \
     X(EventSetWaitV1, optional, nvmlEventSetWait, nullptr)                                         \
-    X(EventSetFree, optional, nvmlEventSetFree, nullptr)
+    X(EventSetFree, optional, nvmlEventSetFree, nullptr)                                           \
+    X(DeviceGetProcessUtilization, optional, nvmlDeviceGetProcessUtilization, nullptr)             \
+    X(GpmQueryDeviceSupport, optional, nvmlGpmQueryDeviceSupport, nullptr)                         \
+    X(GpmSampleAlloc, optional, nvmlGpmSampleAlloc, nullptr)                                       \
+    X(GpmSampleFree, optional, nvmlGpmSampleFree, nullptr)                                         \
+    X(GpmSampleGet, optional, nvmlGpmSampleGet, nullptr)                                           \
+    X(GpmMigSampleGet, optional, nvmlGpmMigSampleGet, nullptr)                                     \
+    X(GpmMetricsGet, optional, nvmlGpmMetricsGet, nullptr)

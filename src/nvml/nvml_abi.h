@@ -80,6 +80,13 @@ typedef int nvmlReturn_t;
 #define NVML_FI_DEV_ECC_DBE_VOL_TOTAL 4
 #define NVML_FI_DEV_MEMORY_TEMP 82
 #define NVML_FI_DEV_GET_GPU_RECOVERY_ACTION 230
+// NVLink throughput since the driver loaded, in KiB; scopeId is a link number, or 0xFFFFFFFF for
+// the sum over every link (what DCGM asks for DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL).
+#define NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX 138
+#define NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX 139
+#define NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX 140
+#define NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX 141
+#define NVML_NVLINK_SCOPE_ALL_LINKS 0xFFFFFFFFu
 
 enum {
     NVML_GPU_RECOVERY_ACTION_NONE = 0,
@@ -337,6 +344,73 @@ typedef struct {
     unsigned int sharedOfaCount;
 } nvmlComputeInstanceProfileInfo_t;
 
+// One entry of nvmlDeviceGetProcessUtilization: a process's share of the last sample period.
+typedef struct {
+    unsigned int pid;
+    unsigned long long timeStamp;  // CPU time of the sample, microseconds since 1970
+    unsigned int smUtil;           // percent
+    unsigned int memUtil;          // percent (frame buffer bandwidth)
+    unsigned int encUtil;
+    unsigned int decUtil;
+} nvmlProcessUtilizationSample_t;
+
+// GPM (GPU performance monitoring, Hopper and newer): metric ids of nvmlGpmMetricId_t that kgpu
+// reads. Rates are computed by nvmlGpmMetricsGet from two samples taken >= 100 ms apart.
+#define NVML_GPM_METRIC_GRAPHICS_UTIL 1            // percent of time any graphics/compute engine was active
+#define NVML_GPM_METRIC_SM_UTIL 2                  // percent of SMs busy
+#define NVML_GPM_METRIC_SM_OCCUPANCY 3             // percent of resident warps vs the maximum
+#define NVML_GPM_METRIC_INTEGER_UTIL 4
+#define NVML_GPM_METRIC_ANY_TENSOR_UTIL 5
+#define NVML_GPM_METRIC_DFMA_TENSOR_UTIL 6
+#define NVML_GPM_METRIC_HMMA_TENSOR_UTIL 7         // percent of time the HMMA tensor pipe was busy
+#define NVML_GPM_METRIC_DMMA_TENSOR_UTIL 8
+#define NVML_GPM_METRIC_IMMA_TENSOR_UTIL 9
+#define NVML_GPM_METRIC_DRAM_BW_UTIL 10            // percent of the DRAM bandwidth
+#define NVML_GPM_METRIC_FP64_UTIL 11
+#define NVML_GPM_METRIC_FP32_UTIL 12
+#define NVML_GPM_METRIC_FP16_UTIL 13
+#define NVML_GPM_METRIC_PCIE_TX_PER_SEC 20         // MiB/s from the GPU
+#define NVML_GPM_METRIC_PCIE_RX_PER_SEC 21         // MiB/s to the GPU
+#define NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC 60 // MiB/s, all links
+#define NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC 61 // MiB/s, all links
+// The metrics array of nvmlGpmMetricsGet_t grew across driver releases (98, 210, 333 entries)
+// while NVML_GPM_METRICS_GET_VERSION stayed 1: the library reads and writes only the first
+// numMetrics entries. kgpu declares the largest size, so its buffer is never the short one.
+#define NVML_GPM_METRIC_MAX 333
+#define NVML_GPM_METRICS_GET_VERSION 1
+#define NVML_GPM_SUPPORT_VERSION 1
+
+// A sample buffer from nvmlGpmSampleAlloc, passed by value.
+typedef struct {
+    struct nvmlGpmSample_st* handle;
+} nvmlGpmSample_t;
+
+typedef struct {
+    char* shortName;
+    char* longName;
+    char* unit;
+} nvmlGpmMetricMetricInfo_t;
+
+typedef struct {
+    unsigned int metricId;    // IN
+    nvmlReturn_t nvmlReturn;  // OUT: this metric's status; value is valid only on NVML_SUCCESS
+    double value;             // OUT
+    nvmlGpmMetricMetricInfo_t metricInfo;  // OUT: may be NULLs
+} nvmlGpmMetric_t;
+
+typedef struct {
+    unsigned int version;     // IN: NVML_GPM_METRICS_GET_VERSION
+    unsigned int numMetrics;  // IN: entries of metrics[] to compute
+    nvmlGpmSample_t sample1;  // IN: the older sample
+    nvmlGpmSample_t sample2;  // IN: the newer sample
+    nvmlGpmMetric_t metrics[NVML_GPM_METRIC_MAX];
+} nvmlGpmMetricsGet_t;
+
+typedef struct {
+    unsigned int version;            // IN: NVML_GPM_SUPPORT_VERSION
+    unsigned int isSupportedDevice;  // OUT
+} nvmlGpmSupport_t;
+
 // ---- Functions ---------------------------------------------------------------------------
 // Init and system.
 nvmlReturn_t nvmlInit_v2(void);
@@ -447,6 +521,19 @@ nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long ev
 nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t* data, unsigned int timeoutms);
 nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_v1_t* data, unsigned int timeoutms);
 nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set);
+
+// Per-process utilisation (not on MIG-enabled GPUs). With utilization NULL: the needed count and
+// INSUFFICIENT_SIZE; NOT_FOUND when no process had a sample newer than lastSeenTimeStamp.
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t* utilization,
+                                             unsigned int* processSamplesCount, unsigned long long lastSeenTimeStamp);
+
+// GPM.
+nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t* gpmSupport);
+nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t* gpmSample);
+nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t gpmSample);
+nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t gpmSample);
+nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gpuInstanceId, nvmlGpmSample_t gpmSample);
+nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t* metricsGet);
 
 #ifdef __cplusplus
 }

@@ -1,392 +1,308 @@
 #include "runtime/containerd.h"
 
-#include <fnmatch.h>
-
-#include <algorithm>
 #include <cctype>
-
-#include <optional>
-#include <sstream>
-#include <vector>
+#include <filesystem>
+#include <regex>
 
 #include <fmt/format.h>
-#include <toml++/toml.h>
 
-#include "common/strings.h"
+#include "runtime/engine.h"
+#include "runtime/toml_edit.h"
 
 namespace kgpu::runtime {
 
 namespace {
 
-using Path = std::vector<std::string>;
+namespace fs = std::filesystem;
+using tomledit::Path;
 
-struct Layout {
-    Path runtime_plugin;   // where enable_cdi lives
-    Path containerd;       // where default_runtime_name and runtimes live
-};
-
-Result<Layout> layout_for(int version) {
+// The CRI plugin's name by config version (nvidia-ctk's criRuntimePluginName).
+std::string cri_plugin(int version) {
     switch (version) {
-        case 1: return Layout{{"plugins", "cri"}, {"plugins", "cri", "containerd"}};
-        case 2:
-            return Layout{{"plugins", "io.containerd.grpc.v1.cri"}, {"plugins", "io.containerd.grpc.v1.cri", "containerd"}};
-        case 3:
-            return Layout{{"plugins", "io.containerd.cri.v1.runtime"},
-                          {"plugins", "io.containerd.cri.v1.runtime", "containerd"}};
-        default: return fail(Code::invalid_argument, "containerd config version {}: expected 1, 2 or 3", version);
+        case 1: return "cri";
+        case 2: return "io.containerd.grpc.v1.cri";
+        default: return "io.containerd.cri.v1.runtime";
     }
 }
 
-Result<toml::table> parse(std::string_view text, std::string_view source) {
-    try {
-        return toml::parse(text, source);
-    } catch (const toml::parse_error& e) {
-        return fail(Code::parse, "{}:{}:{}: not valid TOML: {} (the file was left untouched)", source,
-                    e.source().begin.line, e.source().begin.column, e.description());
-    }
+Path plugin_path(int version) { return {"plugins", cri_plugin(version)}; }
+Path containerd_path(int version) { return {"plugins", cri_plugin(version), "containerd"}; }
+Path runtime_path(int version, const std::string& name) {
+    return {"plugins", cri_plugin(version), "containerd", "runtimes", name};
 }
 
-const toml::table* find_table(const toml::table& root, const Path& path) {
-    const toml::table* t = &root;
-    for (const auto& part : path) {
-        const toml::node* n = t->get(part);
-        if (!n || !n->is_table()) return nullptr;
-        t = n->as_table();
-    }
+Result<int> version_of(const toml::table& doc, std::string_view source, const ContainerdOptions& o) {
+    if (doc.empty()) return o.use_legacy_config ? 1 : o.new_config_version;
+    const toml::node* v = doc.get("version");
+    if (!v) return 1;
+    auto n = v->value_exact<int64_t>();
+    if (!n) return fail(Code::invalid_argument, "{}: version is not an integer (expected 1, 2 or 3)", source);
+    if (*n < 1 || *n > 3) return fail(Code::invalid_argument, "{}: containerd config version {}: expected 1, 2 or 3", source, *n);
+    return static_cast<int>(*n);
+}
+
+Status check_options(const ContainerdOptions& o) {
+    if (o.runtime_name.empty()) return fail(Code::invalid_argument, "--nvidia-runtime-name: expected a name");
+    if (o.runtime_path.empty() || o.runtime_path.front() != '/')
+        return fail(Code::invalid_argument, "--nvidia-runtime-path '{}': expected an absolute path", o.runtime_path);
+    return {};
+}
+
+// The table the new runtime starts from (nvidia-ctk's GetDefaultRuntimeOptions).
+toml::table template_runtime(const toml::table& source, int version, const ContainerdOptions& o) {
+    std::string default_name;
+    if (const toml::table* c = tomledit::find_table(source, containerd_path(version)))
+        default_name = (*c)["default_runtime_name"].value_or(std::string{});
+    for (const auto& name : low_level_runtimes(default_name))
+        if (const toml::table* t = tomledit::find_table(source, runtime_path(version, name))) return *t;
+    toml::table t;
+    t.insert("runtime_type", o.runtime_type);
+    t.insert("runtime_root", "");
+    t.insert("runtime_engine", "");
+    t.insert("privileged_without_host_devices", false);
     return t;
 }
 
-// TOML spelling of a key: bare when it can be, else quoted.
-std::string key_text(std::string_view k) {
-    bool bare = !k.empty() && std::all_of(k.begin(), k.end(), [](char c) {
-        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
-    });
-    return bare ? std::string(k) : fmt::format("\"{}\"", k);
-}
+// What nvidia-ctk's AddRuntime + EnableCDI do to `dest`, with the template read from `source`.
+Status add_runtime(toml::table& dest, const toml::table& source, int version, const ContainerdOptions& o,
+                   std::string_view name) {
+    dest.insert_or_assign("version", static_cast<int64_t>(version));
+    const bool legacy_default = version == 1 && o.use_legacy_config && o.set_as_default;
+    auto runtimes = tomledit::ensure_table(dest, containerd_path(version), name);
+    if (!runtimes) return std::unexpected(runtimes.error());
+    auto rts = tomledit::ensure_table(**runtimes, {"runtimes"}, name);
+    if (!rts) return std::unexpected(rts.error());
+    (*rts)->insert_or_assign(o.runtime_name, template_runtime(source, version, o));
+    toml::table& rt = *(*rts)->get(o.runtime_name)->as_table();
+    if (rt["runtime_type"].value_or(std::string{}).empty() && !o.runtime_type.empty())
+        rt.insert_or_assign("runtime_type", o.runtime_type);
+    auto opts = tomledit::ensure_table(rt, {"options"}, name);
+    if (!opts) return std::unexpected(opts.error());
+    (*opts)->insert_or_assign("BinaryName", o.runtime_path);
+    if (version == 1) (*opts)->insert_or_assign("Runtime", o.runtime_path);
 
-std::string header_text(const Path& path) {
-    std::string out;
-    for (const auto& p : path) out += (out.empty() ? "" : ".") + key_text(p);
-    return out;
-}
-
-// A TOML basic string ("..."), the spelling containerd's own configs use.
-std::string quote(std::string_view s) {
-    std::string out = "\"";
-    for (char c : s) {
-        switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\n': out += "\\n"; break;
-            case '\t': out += "\\t"; break;
-            default:
-                if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\u{:04X}", static_cast<unsigned>(c));
-                else out += c;
+    toml::table& containerd = **runtimes;
+    if (o.set_as_default && !legacy_default) {
+        containerd.insert_or_assign("default_runtime_name", o.runtime_name);
+    } else if (containerd["default_runtime_name"].value<std::string>() == o.runtime_name) {
+        containerd.erase("default_runtime_name");
+    }
+    if (legacy_default) {
+        // The deprecated default runtime table of containerd < 1.4 (removed in 2.0).
+        if (!containerd.get("default_runtime")) {
+            toml::table d;
+            d.insert("runtime_type", o.runtime_type);
+            d.insert("runtime_root", "");
+            d.insert("runtime_engine", "");
+            d.insert("privileged_without_host_devices", false);
+            containerd.insert("default_runtime", std::move(d));
         }
-    }
-    return out + "\"";
-}
-
-// A value as TOML text (strings as basic strings; arrays inline).
-std::string format_node(const toml::node& n) {
-    if (auto s = n.value_exact<std::string>()) return quote(*s);
-    if (const toml::array* a = n.as_array()) {
-        std::string out = "[";
-        for (size_t i = 0; i < a->size(); ++i) out += (i ? ", " : "") + format_node(*a->get(i));
-        return out + "]";
-    }
-    std::ostringstream ss;
-    n.visit([&](auto&& v) {
-        if constexpr (toml::is_table<decltype(v)>) ss << toml::toml_formatter{v};
-        else ss << v;
-    });
-    return ss.str();
-}
-
-// The tables of `t` as standard-table TOML under `path` (the drop-in's copy of a plugin table).
-void serialize(const toml::table& t, const std::vector<std::string>& path, std::string& out);
-
-std::vector<std::string> split_lines(std::string_view text) {
-    std::vector<std::string> lines;
-    for (auto l : strings::split(text, '\n')) lines.emplace_back(l);
-    if (!lines.empty() && lines.back().empty()) lines.pop_back();  // the final newline
-    return lines;
-}
-
-std::string join_lines(const std::vector<std::string>& lines) {
-    std::string out;
-    for (const auto& l : lines) out += l + "\n";
-    return out;
-}
-
-// The key path of a table header line ("[plugins.\"x\".containerd]"), or nullopt for other lines.
-std::optional<Path> header_path(std::string_view line) {
-    line = strings::trim(line);
-    if (!line.starts_with("[") || line.starts_with("[[")) return std::nullopt;
-    auto close = line.rfind(']');
-    if (close == std::string_view::npos) return std::nullopt;
-    std::string_view inner = line.substr(1, close - 1);
-    Path out;
-    std::string cur;
-    char quote_char = 0;
-    for (char c : inner) {
-        if (quote_char) {
-            if (c == quote_char) quote_char = 0;
-            else cur += c;
-        } else if (c == '"' || c == '\'') {
-            quote_char = c;
-        } else if (c == '.') {
-            out.push_back(std::string(strings::trim(cur)));
-            cur.clear();
-        } else if (c != ' ' && c != '\t') {
-            cur += c;
-        }
-    }
-    out.push_back(std::string(strings::trim(cur)));
-    return out;
-}
-
-bool is_prefix(const Path& prefix, const Path& p) {
-    return p.size() >= prefix.size() && std::equal(prefix.begin(), prefix.end(), p.begin());
-}
-
-std::string indent_of(std::string_view line) {
-    size_t n = 0;
-    while (n < line.size() && (line[n] == ' ' || line[n] == '\t')) ++n;
-    return std::string(line.substr(0, n));
-}
-
-std::string header_text(const std::vector<std::string>& path);
-
-void serialize(const toml::table& t, const std::vector<std::string>& path, std::string& out) {
-    out += "\n[" + header_text(path) + "]\n";
-    for (const auto& [k, v] : t)
-        if (!v.is_table()) out += "  " + key_text(k.str()) + " = " + format_node(v) + "\n";
-    for (const auto& [k, v] : t) {
-        if (!v.is_table()) continue;
-        auto sub = path;
-        sub.emplace_back(k.str());
-        serialize(*v.as_table(), sub, out);
-    }
-}
-
-// Sets `key` = `literal` in table `path` of `text`. With `overwrite` false an existing key is kept.
-Result<std::string> set_key(const std::string& text, std::string_view source, const Path& path, const std::string& key,
-                            const std::string& literal, bool overwrite) {
-    auto doc = parse(text, source);
-    if (!doc) return std::unexpected(doc.error());
-    auto lines = split_lines(text);
-    const toml::table* table = find_table(*doc, path);
-    const std::string assignment = key_text(key) + " = " + literal;
-    if (table && table->is_inline())
-        return fail(Code::invalid_argument, "{}: [{}] is an inline table; kgpu edits only standard tables (use --drop-in)",
-                    source, header_text(path));
-    if (table) {
-        if (const toml::node* existing = table->get(key)) {
-            auto wanted = parse("x = " + literal, "literal");
-            if (wanted && format_node(*existing) == format_node(*(*wanted)["x"].node())) return text;
-            if (!overwrite) return text;
-            const auto& src = existing->source();
-            const size_t line_no = src.begin.line;
-            if (line_no == 0 || line_no > lines.size() || src.end.line != src.begin.line)
-                return fail(Code::invalid_argument, "{}:{}: {} spans several lines; kgpu cannot edit it in place (use --drop-in)",
-                            source, line_no, key);
-            std::string& line = lines[line_no - 1];
-            std::string_view stripped = strings::trim(line);
-            if (!stripped.starts_with(key) && !stripped.starts_with("\"" + key + "\""))
-                return fail(Code::invalid_argument, "{}:{}: {} is not set on its own line; kgpu cannot edit it in place (use --drop-in)",
-                            source, line_no, key);
-            line = indent_of(line) + assignment;
-            return join_lines(lines);
-        }
-        // The table's own header line, when it has one.
-        for (size_t i = 0; i < lines.size(); ++i) {
-            auto hp = header_path(lines[i]);
-            if (hp && *hp == path) {
-                // After the table's last key line (keys keep the order they are added in).
-                size_t at = i + 1;
-                while (at < lines.size()) {
-                    auto t = strings::trim(lines[at]);
-                    if (t.empty() || t.starts_with("[")) break;
-                    ++at;
-                }
-                lines.insert(lines.begin() + static_cast<long>(at), indent_of(lines[i]) + "  " + assignment);
-                return join_lines(lines);
-            }
-        }
-    }
-    // A new table: after the last table under the same parent (next to its siblings), else at the end.
-    Path parent(path.begin(), path.end() - 1);
-    std::optional<size_t> last_header;
-    for (size_t i = 0; i < lines.size(); ++i) {
-        auto hp = header_path(lines[i]);
-        if (hp && is_prefix(parent, *hp) && parent.size() > 1) last_header = i;
-    }
-    size_t insert_at = lines.size();
-    std::string indent;
-    if (last_header) {
-        indent = indent_of(lines[*last_header]);
-        insert_at = *last_header + 1;
-        while (insert_at < lines.size() && !header_path(lines[insert_at]) &&
-               !strings::trim(lines[insert_at]).starts_with("[["))
-            ++insert_at;
-        // Comments and blank lines just above the next header belong to it.
-        while (insert_at > *last_header + 1) {
-            auto prev = strings::trim(lines[insert_at - 1]);
-            if (prev.empty() || prev.starts_with("#")) --insert_at;
-            else break;
-        }
-    }
-    std::vector<std::string> block = {"", indent + "[" + header_text(path) + "]", indent + "  " + assignment};
-    lines.insert(lines.begin() + static_cast<long>(insert_at), block.begin(), block.end());
-    return join_lines(lines);
-}
-
-struct Edit {
-    Path table;
-    std::string key, literal;
-    bool overwrite;
-};
-
-int version_of(const toml::table& doc, bool empty) {
-    if (auto v = doc["version"].value<int64_t>()) return static_cast<int>(*v);
-    return empty ? 2 : 1;
-}
-
-bool has_keys(const toml::table& doc) { return !doc.empty(); }
-
-Result<Edited> apply(std::string text, std::string_view source, const ContainerdOptions& o, bool new_file) {
-    auto doc = parse(text, source);
-    if (!doc) return std::unexpected(doc.error());
-    const int version = version_of(*doc, !has_keys(*doc));
-    auto layout = layout_for(version);
-    if (!layout) return std::unexpected(layout.error().context(source));
-    if (o.runtime_name.empty() || o.runtime_path.empty() || o.runtime_path.front() != '/')
-        return fail(Code::invalid_argument, "--runtime-path '{}': expected an absolute path", o.runtime_path);
-    Edited out;
-    out.version = version;
-    const std::string original = text;
-    if (new_file && !has_keys(*doc)) text = fmt::format("version = {}\n", version) + text;
-
-    Path runtimes = layout->containerd;
-    runtimes.push_back("runtimes");
-    Path nvidia = runtimes;
-    nvidia.push_back(o.runtime_name);
-    Path nvidia_options = nvidia;
-    nvidia_options.push_back("options");
-    Path runc_options = runtimes;
-    runc_options.push_back("runc");
-    runc_options.push_back("options");
-
-    std::vector<Edit> edits = {
-        {nvidia, "runtime_type", quote("io.containerd.runc.v2"), true},
-        {nvidia_options, "BinaryName", quote(o.runtime_path), true},
-    };
-    if (const toml::table* runc = find_table(*doc, runc_options)) {
-        for (const auto& [k, v] : *runc) {
-            if (k.str() == "BinaryName" || v.is_table()) continue;
-            edits.push_back({nvidia_options, std::string(k.str()), format_node(v), false});
-        }
-    }
-    if (o.set_as_default) edits.push_back({layout->containerd, "default_runtime_name", quote(o.runtime_name), true});
-    if (o.enable_cdi) edits.push_back({layout->runtime_plugin, "enable_cdi", "true", true});
-
-    for (const auto& e : edits) {
-        auto next = set_key(text, source, e.table, e.key, e.literal, e.overwrite);
-        if (!next) return std::unexpected(next.error());
-        text = std::move(*next);
-    }
-
-    // Check what containerd will read.
-    auto check = parse(text, source);
-    if (!check) return fail(Code::internal, "the edited config does not parse: {}", check.error().message);
-    const toml::table* nv = find_table(*check, nvidia_options);
-    const toml::table* rt = find_table(*check, nvidia);
-    bool ok = nv && rt && (*rt)["runtime_type"].value<std::string>() == "io.containerd.runc.v2" &&
-              (*nv)["BinaryName"].value<std::string>() == o.runtime_path;
-    if (o.set_as_default) {
-        const toml::table* c = find_table(*check, layout->containerd);
-        ok = ok && c && (*c)["default_runtime_name"].value<std::string>() == o.runtime_name;
+        auto dopts = tomledit::ensure_table(containerd, {"default_runtime", "options"}, name);
+        if (!dopts) return std::unexpected(dopts.error());
+        (*dopts)->insert_or_assign("BinaryName", o.runtime_path);
+        (*dopts)->insert_or_assign("Runtime", o.runtime_path);
     }
     if (o.enable_cdi) {
-        const toml::table* p = find_table(*check, layout->runtime_plugin);
-        ok = ok && p && (*p)["enable_cdi"].value<bool>() == true;
+        // Deliberately in the CRI plugin table for every version: nvidia-ctk v1.20 writes
+        // version 1's under plugins.cri.containerd, where containerd does not read it.
+        auto plugin = tomledit::ensure_table(dest, plugin_path(version), name);
+        if (!plugin) return std::unexpected(plugin.error());
+        (*plugin)->insert_or_assign("enable_cdi", true);
     }
-    if (!ok) return fail(Code::internal, "{}: the edited config does not read back as intended; use --drop-in", source);
-    out.text = std::move(text);
-    out.changed = out.text != original;
-    return out;
+    return {};
+}
+
+std::string pattern_for(const std::string& drop_in_path) {
+    return fs::path(drop_in_path).parent_path().string() + "/*.toml";
 }
 
 }  // namespace
 
-Result<Edited> configure(std::string_view text, std::string_view source, const ContainerdOptions& options) {
-    return apply(std::string(text), source, options, true);
+Result<int> config_version(std::string_view text, std::string_view source, const ContainerdOptions& options) {
+    auto doc = tomledit::parse(text, source);
+    if (!doc) return std::unexpected(doc.error());
+    return version_of(*doc, source, options);
+}
+
+Result<Edited> configure(std::string_view text, std::string_view source, const ContainerdOptions& o,
+                         const std::optional<SourceText>& from) {
+    if (auto st = check_options(o); !st) return std::unexpected(st.error());
+    auto doc = tomledit::parse(text, source);
+    if (!doc) return std::unexpected(doc.error());
+    std::optional<toml::table> from_doc;
+    if (from) {
+        auto f = tomledit::parse(from->text, from->name);
+        if (!f) return std::unexpected(f.error());
+        from_doc = std::move(*f);
+    }
+    auto version = version_of(from_doc ? *from_doc : *doc, from ? std::string_view(from->name) : source, o);
+    if (!version) return std::unexpected(version.error());
+    const int v = *version;
+
+    toml::table target = *doc;
+    if (auto st = add_runtime(target, from_doc ? *from_doc : *doc, v, o, source); !st) return std::unexpected(st.error());
+
+    // The same result as text edits of the operator's file.
+    tomledit::Text t{std::string(text), std::string(source)};
+    auto hint = [](const Error& e) {
+        Error out = e;
+        if (e.code == Code::invalid_argument) out.message += "; write a drop-in instead (--drop-in-config, the default)";
+        return std::unexpected(out);
+    };
+    if ((*doc)["version"].value<int64_t>() != v) {
+        if (auto st = t.set_key({}, "version", toml::value<int64_t>(v)); !st) return hint(st.error());
+    }
+    const Path rt = runtime_path(v, o.runtime_name);
+    if (auto st = t.replace_table(rt, *tomledit::find_table(target, rt)); !st) return hint(st.error());
+    const toml::table& tc = *tomledit::find_table(target, containerd_path(v));
+    if (auto name = tc["default_runtime_name"].value<std::string>()) {
+        if (auto st = t.set_key(containerd_path(v), "default_runtime_name", toml::value<std::string>(*name)); !st)
+            return hint(st.error());
+    } else if (auto st = t.remove_key(containerd_path(v), "default_runtime_name"); !st) {
+        return hint(st.error());
+    }
+    if (const toml::table* d = tc["default_runtime"].as_table()) {
+        Path dp = containerd_path(v);
+        dp.push_back("default_runtime");
+        if (auto st = t.replace_table(dp, *d); !st) return hint(st.error());
+    }
+    if (o.enable_cdi) {
+        if (auto st = t.set_key(plugin_path(v), "enable_cdi", toml::value<bool>(true)); !st)
+            return hint(st.error());
+    }
+
+    auto check = tomledit::parse(t.str(), source);
+    if (!check) return std::unexpected(check.error());
+    if (*check != target)
+        return fail(Code::invalid_argument,
+                    "{}: kgpu cannot make this edit line by line without changing other settings; use the drop-in "
+                    "(--drop-in-config, the default for config version 2 and 3)",
+                    source);
+    Edited out;
+    out.version = v;
+    out.text = t.str();
+    out.changed = out.text != text;
+    return out;
 }
 
 Result<DropIn> configure_drop_in(std::string_view text, std::string_view source, const std::string& drop_in_path,
-                                 const ContainerdOptions& options) {
-    auto doc = parse(text, source);
-    if (!doc) return std::unexpected(doc.error());
-    const int version = version_of(*doc, !has_keys(*doc));
-    auto layout = layout_for(version);
-    if (!layout) return std::unexpected(layout.error().context(source));
+                                 const ContainerdOptions& o, const std::optional<SourceText>& from) {
+    if (auto st = check_options(o); !st) return std::unexpected(st.error());
     if (drop_in_path.empty() || drop_in_path.front() != '/')
-        return fail(Code::invalid_argument, "--drop-in '{}': expected an absolute path", drop_in_path);
+        return fail(Code::invalid_argument, "--drop-in-config '{}': expected an absolute path", drop_in_path);
+    auto main = tomledit::parse(text, source);
+    if (!main) return std::unexpected(main.error());
+    std::optional<toml::table> from_doc;
+    if (from) {
+        auto f = tomledit::parse(from->text, from->name);
+        if (!f) return std::unexpected(f.error());
+        from_doc = std::move(*f);
+    }
+    const toml::table& src = from_doc ? *from_doc : *main;
+    auto version = version_of(src, from ? std::string_view(from->name) : source, o);
+    if (!version) return std::unexpected(version.error());
+    const int v = *version;
+    if (v == 1)
+        return fail(Code::invalid_argument, "{}: a version 1 config has no imports, so it takes no drop-in (edit it in "
+                    "place with --drop-in-config=\"\")", source);
 
-    // The drop-in: version, then a copy of the whole CRI plugin table, then the edits.
-    toml::table plugin_copy;
-    if (const toml::table* plugin = find_table(*doc, layout->runtime_plugin)) plugin_copy = *plugin;
-    std::string body = fmt::format("version = {}\n", version);
-    serialize(plugin_copy, layout->runtime_plugin, body);
-    std::string drop_in = fmt::format(
-        "# Written by `kgpu runtime configure --drop-in`: the {} runtime, plus a copy of the CRI plugin\n"
-        "# table of {} (containerd before 2.1 replaces a whole plugin table from an import rather than\n"
-        "# merging it). Edit {} and run kgpu again instead of editing this file.\n",
-        options.runtime_name, source, source);
-    drop_in += body;
-    auto edited = apply(drop_in, drop_in_path, options, false);
-    if (!edited) return std::unexpected(edited.error());
+    // The drop-in: version, a copy of the whole CRI plugin table, then the edits.
+    toml::table drop;
+    drop.insert("version", static_cast<int64_t>(v));
+    if (const toml::table* plugin = tomledit::find_table(src, plugin_path(v))) {
+        auto plugins = tomledit::ensure_table(drop, {"plugins"}, drop_in_path);
+        if (!plugins) return std::unexpected(plugins.error());
+        (*plugins)->insert(cri_plugin(v), *plugin);
+    }
+    if (auto st = add_runtime(drop, src, v, o, drop_in_path); !st) return std::unexpected(st.error());
 
-    // The main config: imports gets the drop-in (top-level, so before the first table).
     DropIn out;
-    out.drop_in = edited->text;
-    out.main.version = version;
-    std::string main(text);
-    if (const toml::node* imports = doc->get("imports")) {
-        const toml::array* arr = imports->as_array();
-        if (!arr) return fail(Code::invalid_argument, "{}: imports is not an array", source);
+    out.import = pattern_for(drop_in_path);
+    out.drop_in = fmt::format(
+        "# Written by `kgpu runtime configure`: the {} runtime on a copy of the CRI plugin table of\n"
+        "# {} (containerd before 2.1 replaces a whole plugin table from an\n"
+        "# import rather than merging it). Run kgpu again after changing that file; do not edit this one.\n",
+        o.runtime_name, from ? from->name : std::string(source));
+    out.drop_in += tomledit::serialize(drop);
+    // What containerd will read back.
+    auto check = tomledit::parse(out.drop_in, drop_in_path);
+    if (!check || *check != drop) return fail(Code::internal, "{}: the drop-in does not read back as written", drop_in_path);
+
+    // The main config imports the drop-in's directory.
+    std::vector<std::string> imports;
+    if (const toml::node* n = main->get("imports")) {
+        const toml::array* arr = n->as_array();
+        if (!arr) return fail(Code::invalid_argument, "{}: imports is not a list", source);
         for (const auto& e : *arr) {
             auto s = e.value<std::string>();
-            if (s && (*s == drop_in_path || ::fnmatch(s->c_str(), drop_in_path.c_str(), FNM_PATHNAME) == 0)) {
-                out.main.text = main;
-                return out;
-            }
+            if (!s) return fail(Code::invalid_argument, "{}: imports holds a value that is not a path", source);
+            imports.push_back(*s);
         }
-        toml::array extended = *arr;
-        extended.push_back(drop_in_path);
-        auto next = set_key(main, source, {}, "imports", format_node(extended), true);
-        if (!next) return std::unexpected(next.error());
-        out.main.text = *next;
-    } else {
-        auto lines = split_lines(main);
-        size_t at = 0;
-        for (size_t i = 0; i < lines.size(); ++i) {
-            auto t = strings::trim(lines[i]);
-            if (t.starts_with("version")) {
-                at = i + 1;
-                break;
-            }
-            if (t.starts_with("[")) break;
-        }
-        if (lines.empty()) lines.push_back(fmt::format("version = {}", version)), at = 1;
-        lines.insert(lines.begin() + static_cast<long>(at), "imports = [" + quote(drop_in_path) + "]");
-        out.main.text = join_lines(lines);
     }
-    auto check = parse(out.main.text, source);
-    if (!check) return fail(Code::internal, "the edited config does not parse: {}", check.error().message);
+    out.main.version = v;
+    out.main.text = std::string(text);
+    if (std::find(imports.begin(), imports.end(), out.import) == imports.end()) {
+        const bool was_empty = main->empty();
+        tomledit::Text t{std::string(text), std::string(source)};
+        toml::array arr;
+        for (const auto& i : imports) arr.push_back(i);
+        arr.push_back(out.import);
+        if (auto st = t.set_key({}, "imports", arr); !st) return std::unexpected(st.error());
+        if (was_empty) {
+            if (auto st = t.set_key({}, "version", toml::value<int64_t>(v)); !st) return std::unexpected(st.error());
+        }
+        out.main.text = t.str();
+    }
     out.main.changed = out.main.text != text;
     return out;
+}
+
+Result<std::string> staged_main_config(std::string_view main_text, std::string_view source, const std::string& config_dir,
+                                       const std::string& drop_in_path, const std::string& staged_drop_in) {
+    auto doc = tomledit::parse(main_text, source);
+    if (!doc) return std::unexpected(doc.error());
+    if (toml::array* arr = (*doc)["imports"].as_array()) {
+        toml::array staged;
+        for (const auto& e : *arr) {
+            std::string s = e.value_or(std::string{});
+            if (!s.empty() && s.front() != '/') s = (fs::path(config_dir) / s).string();
+            if (!drop_in_path.empty() && s == pattern_for(drop_in_path)) s = pattern_for(staged_drop_in);
+            else if (!drop_in_path.empty() && s == drop_in_path) s = staged_drop_in;
+            staged.push_back(s);
+        }
+        doc->insert_or_assign("imports", std::move(staged));
+    }
+    return tomledit::serialize(*doc);
+}
+
+Status check_dump(std::string_view dump, const ContainerdOptions& o) {
+    auto doc = tomledit::parse(dump, "containerd config dump");
+    if (!doc) return std::unexpected(doc.error());
+    for (int v : {3, 2, 1}) {
+        const toml::table* rt = tomledit::find_table(*doc, runtime_path(v, o.runtime_name));
+        if (!rt) continue;
+        auto binary = (*rt)["options"]["BinaryName"].value<std::string>();
+        if (binary != o.runtime_path)
+            return fail(Code::not_found, "`containerd config dump` shows runtime {} with BinaryName {}, expected {}",
+                        o.runtime_name, binary.value_or("(none)"), o.runtime_path);
+        if (o.set_as_default) {
+            auto def = (*tomledit::find_table(*doc, containerd_path(v)))["default_runtime_name"].value<std::string>();
+            if (def != o.runtime_name)
+                return fail(Code::not_found, "`containerd config dump` shows default_runtime_name {}, expected {}",
+                            def.value_or("(none)"), o.runtime_name);
+        }
+        return {};
+    }
+    return fail(Code::not_found, "`containerd config dump` shows no runtime named {}: containerd would not load it",
+                o.runtime_name);
+}
+
+std::optional<std::pair<int, int>> parse_containerd_version(std::string_view out) {
+    static const std::regex re(R"((?:^|\s)v?(\d+)\.(\d+)(?:\.\d+)?)");
+    std::string s(out);
+    std::smatch m;
+    if (!std::regex_search(s, m, re)) return std::nullopt;
+    return std::pair{std::stoi(m[1].str()), std::stoi(m[2].str())};
 }
 
 }  // namespace kgpu::runtime

@@ -5,12 +5,8 @@
 // instead (one with pods, to check the kubelet labels too).
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdlib>
-#include <filesystem>
-#include <memory>
 #include <thread>
 
 #include "exporter/attribution.h"
@@ -37,29 +33,27 @@ TEST(CriRealRuntime, ListContainersAnswers) {
         expect_kubelet_shaped(*list);
         return;
     }
-    if (test::find_containerd().empty()) GTEST_SKIP() << "no containerd binary (scripts/setup installs Debian's)";
-    if (::geteuid() != 0) GTEST_SKIP() << "containerd needs root; set KGPU_TEST_CRI_ENDPOINT to use a running one";
+    if (auto why = test::TestContainerd::unavailable_reason(); !why.empty())
+        GTEST_SKIP() << why << "; set KGPU_TEST_CRI_ENDPOINT to use a running runtime";
 
     test::TempDir dir;
-    test::Containerd runtime;
-    const std::string started = runtime.start(dir.path(), {});
-    ASSERT_EQ(started, "");
-    const std::string socket = runtime.socket();
+    test::TestContainerd runtime(dir.path());
+    ASSERT_TRUE(runtime.started()) << runtime.error();
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
 
     // The socket appears before the CRI service is registered: retry briefly on errors.
-    exporter::CriClient cri("unix://" + socket, std::chrono::milliseconds(5000));
+    exporter::CriClient cri(runtime.endpoint(), std::chrono::milliseconds(5000));
     Result<std::unordered_map<std::string, exporter::PodRef>> list = fail(Code::unavailable, "not asked yet");
     while (std::chrono::steady_clock::now() < deadline) {
         list = cri.list_containers();
         if (list) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    ASSERT_TRUE(list) << list.error().message << "\ncontainerd log:\n" << runtime.log();
+    ASSERT_TRUE(list) << list.error().message << "\ncontainerd log:\n" << runtime.process().err();
     EXPECT_TRUE(list->empty());  // a fresh runtime runs no containers
     expect_kubelet_shaped(*list);
 
-    EXPECT_EQ(runtime.stop(), 0) << runtime.log();
+    EXPECT_EQ(runtime.stop(), 0) << runtime.process().err();
 }
 
 }  // namespace

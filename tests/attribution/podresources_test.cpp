@@ -71,8 +71,8 @@ TEST_F(PodResourcesTest, MapsEveryIdFormOnDgxH100) {
         {DeviceTarget{1, std::nullopt}, PodRef{"trainer-0", "ml", "main"}},
         {DeviceTarget{2, std::nullopt}, PodRef{"by-index", "ml", "worker"}},
         {DeviceTarget{3, std::nullopt}, PodRef{"by-index", "ml", "worker"}},
-        {DeviceTarget{4, std::nullopt}, PodRef{"a", "shared", "c"}},
-        {DeviceTarget{4, std::nullopt}, PodRef{"b", "shared", "c"}},
+        {DeviceTarget{4, std::nullopt}, PodRef{"a", "shared", "c"}, "0"},
+        {DeviceTarget{4, std::nullopt}, PodRef{"b", "shared", "c"}, "1"},
     };
     EXPECT_EQ(*uses, want);
 }

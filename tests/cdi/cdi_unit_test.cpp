@@ -3,9 +3,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 
 #include "cdi/driver_files.h"
+#include "cdi/hooks.h"
 #include "cdi/naming.h"
 #include "cdi/spec.h"
 #include "support/process.h"
@@ -121,14 +124,114 @@ TEST(CdiDriverFiles, LibrariesMatchTheDriverVersionAndMergedUsrIsReadOnce) {
     root.write("usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15", "x");
     root.write("usr/lib/x86_64-linux-gnu/libcuda.so.535.1.1", "x");
     root.write("usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15", "x");
+    root.write("usr/lib/x86_64-linux-gnu/vdpau/libvdpau_nvidia.so.550.54.15", "x");
     root.write("usr/lib64/libnvidia-ptxjitcompiler.so.550.54.15", "x");
+    root.write("usr/lib64/libnvidia-nvvm70.so.4", "x");
     std::filesystem::create_directory_symlink("usr/lib", root.path() + "/lib");
-    auto libs = cdi::find_libraries(root.path(), "550.54.15");
-    ASSERT_EQ(libs.size(), 3u);
-    EXPECT_EQ(libs[0].path, "/usr/lib64/libnvidia-ptxjitcompiler.so.550.54.15");
-    EXPECT_EQ(libs[1].path, "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15");
-    EXPECT_EQ(libs[1].host_path, root.path() + "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15");
-    EXPECT_EQ(libs[2].path, "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15");
+    auto found = cdi::find_driver_libraries(root.path(), "550.54.15");
+    // Search order: /usr/lib64 before /usr/lib/<arch>; /lib/<arch> is the same directory.
+    EXPECT_EQ(found.dirs, (std::vector<std::string>{"/usr/lib64", "/usr/lib/x86_64-linux-gnu"}));
+    std::vector<std::string> paths;
+    for (const auto& f : found.libraries) paths.push_back(f.path);
+    EXPECT_EQ(paths, (std::vector<std::string>{
+                         "/usr/lib64/libnvidia-ptxjitcompiler.so.550.54.15",
+                         "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15",
+                         "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15",
+                         "/usr/lib/x86_64-linux-gnu/vdpau/libvdpau_nvidia.so.550.54.15",
+                         "/usr/lib64/libnvidia-nvvm70.so.4",
+                     }));
+    EXPECT_EQ(found.libraries[1].host_path, root.path() + "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15");
+    auto none = cdi::find_driver_libraries(root.path(), "999.1.1");
+    EXPECT_TRUE(none.libraries.empty());
+    EXPECT_THAT(none.searched, ::testing::Contains(root.path() + "/usr/lib/x86_64-linux-gnu/nvidia/current"));
+}
+
+TEST(CdiDriverFiles, SonameOfARealSharedObject) {
+    // The simulator is a real shared library with the SONAME of the driver's NVML.
+    auto soname = cdi::read_soname(KGPU_SIM_LIBRARY);
+    ASSERT_TRUE(soname) << soname.error().message;
+    EXPECT_EQ(*soname, "libnvidia-ml.so.1");
+    test::TempDir d;
+    auto text = cdi::read_soname(d.write("libx.so.1.2", "not an ELF file"));
+    ASSERT_FALSE(text);
+    EXPECT_EQ(text.error().code, Code::parse);
+    EXPECT_FALSE(cdi::read_soname(d.path() + "/missing.so.1"));
+}
+
+TEST(CdiDriverFiles, LibraryLinksFollowTheSonameAndTheHostsLinks) {
+    test::TempDir d;
+    const std::string dir = d.path() + "/usr/lib64";
+    std::filesystem::create_directories(dir);
+    std::filesystem::copy_file(KGPU_SIM_LIBRARY, dir + "/libnvidia-ml.so.550.54.15");
+    cdi::HostFile ml{"/usr/lib64/libnvidia-ml.so.550.54.15", dir + "/libnvidia-ml.so.550.54.15"};
+    // No links on the host: none in the container either.
+    EXPECT_TRUE(cdi::library_links(ml).empty());
+    std::filesystem::create_symlink("libnvidia-ml.so.550.54.15", dir + "/libnvidia-ml.so.1");
+    EXPECT_EQ(cdi::library_links(ml), (std::vector<std::string>{"libnvidia-ml.so.550.54.15::/usr/lib64/libnvidia-ml.so.1"}));
+    std::filesystem::create_symlink("libnvidia-ml.so.1", dir + "/libnvidia-ml.so");
+    EXPECT_EQ(cdi::library_links(ml), (std::vector<std::string>{"libnvidia-ml.so.550.54.15::/usr/lib64/libnvidia-ml.so.1",
+                                                                "libnvidia-ml.so.1::/usr/lib64/libnvidia-ml.so"}));
+    // libcuda always gets libcuda.so (applications dlopen it), whatever its content.
+    cdi::HostFile cuda{"/usr/lib64/libcuda.so.550.54.15", d.write("usr/lib64/libcuda.so.550.54.15", "x")};
+    EXPECT_EQ(cdi::library_links(cuda), (std::vector<std::string>{"libcuda.so.1::/usr/lib64/libcuda.so"}));
+}
+
+TEST(CdiDriverFiles, IpcSocketsFirmwareAndBinaries) {
+    test::TempDir root;
+    root.write("var/run/nvidia-persistenced/socket", "");
+    root.write("run/nvidia-fabricmanager/socket", "");
+    std::filesystem::create_directories(root.path() + "/tmp/nvidia-mps");  // a directory: skipped, as nvidia-ctk does
+    auto ipc = cdi::find_ipc_sockets(root.path());
+    ASSERT_EQ(ipc.size(), 2u);
+    EXPECT_EQ(ipc[0].path, "/var/run/nvidia-persistenced/socket");
+    EXPECT_EQ(ipc[1].path, "/run/nvidia-fabricmanager/socket");
+
+    root.write("lib/firmware/updates/6.1.0-test/nvidia/550.54.15/gsp_ga10x.bin", "x");
+    root.write("lib/firmware/nvidia/550.54.15/gsp_tu10x.bin", "x");
+    root.write("lib/firmware/nvidia/550.54.15/other.bin", "x");
+    root.write("opt/fw/nvidia/550.54.15/gsp_gb10x.bin", "x");
+    auto fw = cdi::find_firmware(root.path(), "550.54.15", "6.1.0-test", "/opt/fw");
+    ASSERT_EQ(fw.size(), 3u);
+    EXPECT_EQ(fw[0].path, "/opt/fw/nvidia/550.54.15/gsp_gb10x.bin");
+    EXPECT_EQ(fw[1].path, "/lib/firmware/updates/6.1.0-test/nvidia/550.54.15/gsp_ga10x.bin");
+    EXPECT_EQ(fw[2].path, "/lib/firmware/nvidia/550.54.15/gsp_tu10x.bin");
+
+    const std::string smi = root.write("usr/bin/nvidia-smi", "#!/bin/sh\n");
+    ::chmod(smi.c_str(), 0755);
+    root.write("usr/bin/nvidia-debugdump", "not executable");
+    const std::string imex = root.write("usr/sbin/nvidia-imex", "#!/bin/sh\n");
+    ::chmod(imex.c_str(), 0755);
+    auto bins = cdi::find_binaries(root.path());
+    ASSERT_EQ(bins.size(), 2u);
+    EXPECT_EQ(bins[0].path, "/usr/bin/nvidia-smi");
+    EXPECT_EQ(bins[1].path, "/usr/sbin/nvidia-imex");
+}
+
+TEST(CdiHooks, ArgvForEachBinaryAndDisabledHooks) {
+    cdi::HookOptions o;
+    o.path = "/usr/bin/nvidia-cdi-hook";
+    auto h = cdi::HookCreator(o).create(cdi::kUpdateLdcache, {"/usr/lib64", "/usr/lib64/vdpau"});
+    ASSERT_TRUE(h);
+    EXPECT_EQ((*h)["args"], ojson::array({"nvidia-cdi-hook", "update-ldcache", "--folder", "/usr/lib64", "--folder",
+                                          "/usr/lib64/vdpau"}));
+    EXPECT_EQ((*h)["env"], ojson::array({"NVIDIA_CTK_DEBUG=false"}));
+    EXPECT_EQ((*h)["hookName"], "createContainer");
+    o.path = "/usr/local/bin/kgpu";
+    o.ldconfig_path = "/sbin/ldconfig";
+    h = cdi::HookCreator(o).create(cdi::kUpdateLdcache, {"/usr/lib64"});
+    EXPECT_EQ((*h)["args"], ojson::array({"kgpu", "hook", "update-ldcache", "--ldconfig-path", "/sbin/ldconfig", "--folder",
+                                          "/usr/lib64"}));
+    o.path = "/usr/bin/nvidia-ctk";
+    h = cdi::HookCreator(o).create(cdi::kCreateSymlinks, {"a::b"});
+    EXPECT_EQ((*h)["args"], ojson::array({"nvidia-ctk", "hook", "create-symlinks", "--link", "a::b"}));
+    EXPECT_FALSE(cdi::HookCreator(o).create(cdi::kCreateSymlinks, {}));  // nothing to link
+    EXPECT_FALSE(cdi::HookCreator(o).create(cdi::kChmod, {"/dev/dri"}));  // off by default
+    o.enabled = {"chmod"};
+    o.disabled = {"all"};
+    EXPECT_TRUE(cdi::HookCreator(o).create(cdi::kChmod, {"/dev/dri"}));
+    EXPECT_FALSE(cdi::HookCreator(o).create(cdi::kUpdateApplicationProfile));
+    EXPECT_EQ(cdi::resolve_hook_path("/opt/x/nvidia-cdi-hook"), "/opt/x/nvidia-cdi-hook");
+    EXPECT_EQ(cdi::resolve_hook_path("no-such-hook-binary"), "/usr/bin/no-such-hook-binary");
 }
 
 TEST(CdiDriverFiles, MigMinorsBadLineNamesFileAndLine) {
@@ -140,9 +243,15 @@ TEST(CdiDriverFiles, MigMinorsBadLineNamesFileAndLine) {
     auto missing = cdi::read_mig_minors(proc.path() + "/nope");
     ASSERT_FALSE(missing);
     EXPECT_THAT(missing.error().message, HasSubstr("mig-minors"));
+    EXPECT_EQ(cdi::parse_proc_driver_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 "
+                                             "22:23:52 UTC 2024\nGCC version:  gcc version 12.2.0\n"),
+              "550.54.15");
+    EXPECT_EQ(cdi::parse_proc_driver_version("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release"),
+              "570.86.15");
+    EXPECT_EQ(cdi::parse_proc_driver_version("garbage"), "");
 }
 
-TEST(CdiGenerate, LostGpusAreLeftOutAndMigUsesCapsMinors) {
+TEST(CdiGenerate, MigEnabledGpusGiveWayToTheirMigDevicesAndLostGpusAreLeftOut) {
     test::TempDir root;
     root.write("proc/driver/nvidia-caps/mig-minors", "gpu3/gi7/access 66\ngpu3/gi7/ci0/access 67\n");
     root.write("usr/lib64/libcuda.so.550.54.15", "x");
@@ -155,45 +264,104 @@ TEST(CdiGenerate, LostGpusAreLeftOutAndMigUsesCapsMinors) {
     cdi::SpecOptions o;
     o.driver_root = root.path();
     o.proc_root = root.path() + "/proc";
+    o.sysfs_root = root.path() + "/sys";
     auto spec = cdi::generate(node, o);
     ASSERT_TRUE(spec) << spec.error().message;
     std::vector<std::string> names;
     for (const auto& d : (*spec)["devices"]) names.push_back(d["name"]);
-    EXPECT_EQ(names, (std::vector<std::string>{"0", "GPU-aaaa", "1", "GPU-bbbb", "1:0", "MIG-cccc", "all"}));
-    const auto& mig = (*spec)["devices"][4]["containerEdits"]["deviceNodes"];
+    // Sorted by name as nvidia-ctk writes them; GPU 1 is in MIG mode: only its MIG device.
+    EXPECT_EQ(names, (std::vector<std::string>{"0", "1:0", "GPU-aaaa", "MIG-cccc", "all"}));
+    const auto& mig = (*spec)["devices"][1]["containerEdits"]["deviceNodes"];
     ASSERT_EQ(mig.size(), 3u);
+    // By depth, then path.
     EXPECT_EQ(mig[0]["path"], "/dev/nvidia3");
     EXPECT_EQ(mig[1]["path"], "/dev/nvidia-caps/nvidia-cap66");
     EXPECT_EQ(mig[2]["path"], "/dev/nvidia-caps/nvidia-cap67");
-    EXPECT_EQ((*spec)["devices"][6]["containerEdits"]["deviceNodes"].size(), 4u);  // nvidia0, nvidia3, two caps
+    EXPECT_EQ((*spec)["devices"][4]["containerEdits"]["deviceNodes"].size(), 4u);  // nvidia0, nvidia3, two caps
     EXPECT_EQ((*spec)["cdiVersion"], "0.5.0");
-    EXPECT_EQ((*spec)["containerEdits"]["env"][0], "NVIDIA_VISIBLE_DEVICES=void");
-    const auto& hooks = (*spec)["containerEdits"]["hooks"];
-    ASSERT_EQ(hooks.size(), 2u);
-    EXPECT_EQ(hooks[0]["args"][3], "libcuda.so.1::/usr/lib64/libcuda.so");
+    EXPECT_EQ((*spec)["containerEdits"]["env"],
+              ojson::array({"NVIDIA_CTK_LIBCUDA_DIR=/usr/lib64", "NVIDIA_VISIBLE_DEVICES=void"}));
+    std::vector<std::string> hooks;
+    for (const auto& h : (*spec)["containerEdits"]["hooks"]) hooks.push_back(h["args"][1]);
+    EXPECT_EQ(hooks, (std::vector<std::string>{"create-symlinks", "enable-cuda-compat", "update-ldcache",
+                                               "disable-device-node-modification", "update-application-profile"}));
+    EXPECT_EQ((*spec)["containerEdits"]["hooks"][0]["args"][3], "libcuda.so.1::/usr/lib64/libcuda.so");
+    EXPECT_EQ((*spec)["containerEdits"]["hooks"][1]["args"][2], "--host-driver-version=550.54.15");
+    // A device named explicitly is described even in MIG mode.
+    o.device_ids = {"GPU-bbbb"};
+    auto one = cdi::generate(node, o);
+    ASSERT_TRUE(one) << one.error().message;
+    EXPECT_EQ((*one)["devices"][0]["name"], "1");
+    o.device_ids = {"7"};
+    auto bad = cdi::generate(node, o);
+    ASSERT_FALSE(bad);
+    EXPECT_THAT(bad.error().message, HasSubstr("'7'"));
 }
 
-TEST(CdiGenerate, NvidiaCtkHookPathGetsTheHookSubcommandAndRelativeHookIsRejected) {
+TEST(CdiGenerate, NoDriverLibrariesIsAnErrorNamingWhereItLookedUnlessAllowed) {
+    test::TempDir root;
+    auto node = two_gpus();
+    node.gpus.pop_back();
+    cdi::SpecOptions o;
+    o.driver_root = root.path();
+    auto spec = cdi::generate(node, o);
+    ASSERT_FALSE(spec);
+    EXPECT_EQ(spec.error().code, Code::not_found);
+    EXPECT_THAT(spec.error().message, HasSubstr("lib*.so.550.54.15"));
+    EXPECT_THAT(spec.error().message, HasSubstr(root.path() + "/usr/lib64"));
+    EXPECT_THAT(spec.error().message, HasSubstr("--allow-missing-libraries"));
+    o.allow_missing_libraries = true;
+    auto empty = cdi::generate(node, o);
+    ASSERT_TRUE(empty) << empty.error().message;
+    EXPECT_FALSE((*empty)["containerEdits"].contains("mounts"));
+    EXPECT_EQ((*empty)["containerEdits"]["env"], ojson::array({"NVIDIA_VISIBLE_DEVICES=void"}));
+}
+
+TEST(CdiGenerate, RelativeHookPathIsRejected) {
     test::TempDir root;
     root.write("usr/lib64/libcuda.so.550.54.15", "x");
     auto node = two_gpus();
     node.gpus.pop_back();
     cdi::SpecOptions o;
     o.driver_root = root.path();
-    o.hook_path = "/usr/bin/nvidia-ctk";
-    auto spec = cdi::generate(node, o);
-    ASSERT_TRUE(spec) << spec.error().message;
-    EXPECT_EQ((*spec)["containerEdits"]["hooks"][0]["args"][1], "hook");
-    o.hook_path = "nvidia-cdi-hook";
+    o.hooks.path = "nvidia-cdi-hook";
     auto bad = cdi::generate(node, o);
     ASSERT_FALSE(bad);
-    EXPECT_THAT(bad.error().message, HasSubstr("--hook-path"));
+    EXPECT_THAT(bad.error().message, HasSubstr("--nvidia-cdi-hook-path"));
 }
 
 TEST(CdiGenerate, NoReadableGpuIsAnError) {
     inventory::Node node;
     node.driver_version = "550.54.15";
-    auto spec = cdi::generate(node, {});
+    test::TempDir root;
+    root.write("usr/lib64/libcuda.so.550.54.15", "x");
+    cdi::SpecOptions o;
+    o.driver_root = root.path();
+    auto spec = cdi::generate(node, o);
     ASSERT_FALSE(spec);
-    EXPECT_THAT(spec.error().message, HasSubstr("no GPUs"));
+    EXPECT_THAT(spec.error().message, HasSubstr("no devices"));
+}
+
+TEST(CdiStale, LibrariesOfAnotherDriverAreFound) {
+    test::TempDir root;
+    root.write("usr/lib64/libcuda.so.550.54.15", "x");
+    const nlohmann::json spec = {
+        {"containerEdits",
+         {{"mounts", nlohmann::json::array({{{"hostPath", "/usr/lib64/libcuda.so.550.54.15"},
+                                             {"containerPath", "/usr/lib64/libcuda.so.550.54.15"}},
+                                            {{"hostPath", "/usr/lib64/libnvidia-ml.so.550.54.15"},
+                                             {"containerPath", "/usr/lib64/libnvidia-ml.so.550.54.15"}},
+                                            {{"hostPath", "/usr/bin/nvidia-smi"}, {"containerPath", "/usr/bin/nvidia-smi"}}})}}}};
+    auto same = cdi::check_libraries(spec, "550.54.15", root.path());
+    EXPECT_TRUE(same.other_version.empty());
+    EXPECT_EQ(same.missing, (std::vector<std::string>{"/usr/lib64/libnvidia-ml.so.550.54.15"}));
+    auto upgraded = cdi::check_libraries(spec, "570.86.15", root.path());
+    EXPECT_EQ(upgraded.other_version.size(), 2u);
+    EXPECT_EQ(upgraded.versions, (std::vector<std::string>{"550.54.15"}));
+    auto parsed = cdi::parse_spec("cdiVersion: \"0.5.0\"\ncontainerEdits:\n  mounts:\n  - hostPath: /a/libcuda.so.1.2\n"
+                                  "    containerPath: /a/libcuda.so.1.2\n",
+                                  "spec.yaml");
+    ASSERT_TRUE(parsed) << parsed.error().message;
+    EXPECT_EQ(cdi::check_libraries(*parsed, "550.54.15").other_version.size(), 1u);
+    EXPECT_FALSE(cdi::parse_spec("{ bad json", "spec.json"));
 }

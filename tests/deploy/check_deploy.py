@@ -12,8 +12,14 @@ CHECK is one of:
                        pass against the simulator into a temp dir; exporter: flag parse only)
   hostpaths SUBCOMMAND the host paths the SUBCOMMAND container mounts are the defaults in code
                        (read from --help), and what its flags point at is mounted
-  dockerfile           the runtime packages in deploy/Dockerfile provide every library `ldd`
-                       finds for the built binary; the build stage runs scripts/setup
+  dockerfile           deploy/Dockerfile's build stage runs scripts/setup and deploy/image-rootfs, its
+                       image stage is FROM scratch with only that directory; the staged files are
+                       exactly kgpu (stripped), every library `ldd` names (at the path ldd resolved)
+                       and the loader, glibc's libraries for the driver, /etc/passwd and /etc/group;
+                       no shell; under 40 MB; as root, the binary runs chrooted in it
+  image                the manifests run what the image has: entrypoint or command in the image,
+                       args[0] a subcommand, runAsUser = the image's USER, no capabilities, read-only
+                       root, no mount hiding the image's files; image tags = the binary's version
   helm                 Chart.yaml and values.yaml parse, templates have balanced {{ }} and
                        blocks, values.yaml defaults equal the plain manifests' settings
   configdoc            every flag of every subcommand's --help is in docs/configuration.md
@@ -143,10 +149,10 @@ KINDS = {
     "ResourceQuota": "v1", "LimitRange": "v1",
     "DaemonSet": "apps/v1", "Deployment": "apps/v1",
     "RuntimeClass": "node.k8s.io/v1",
-    "ServiceMonitor": "monitoring.coreos.com/v1",
+    "ServiceMonitor": "monitoring.coreos.com/v1", "PrometheusRule": "monitoring.coreos.com/v1",
 }
 NAMESPACED = {"Pod", "ConfigMap", "Service", "ServiceAccount", "ResourceQuota", "LimitRange", "DaemonSet",
-              "Deployment", "ServiceMonitor"}
+              "Deployment", "ServiceMonitor", "PrometheusRule"}
 GPU_RESOURCE = re.compile(r"^nvidia\.com/(gpu|gpu\.shared|mig-\d+g\.\d+gb(\+me)?)$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -496,73 +502,279 @@ def check_hostpaths(sub):
 
 
 # --------------------------------------------------------------------------------------------
-# Dockerfile
+# Dockerfile and the image's files (deploy/image-rootfs)
 
-BASE_PACKAGES = {"libc6", "libgcc-s1", "libstdc++6", "zlib1g"}  # in debian:bookworm-slim
-
-
-def dpkg_owner(path):
-    real = os.path.realpath(path)
-    for p in (real, path, real.replace("/usr/lib/", "/lib/", 1), real.replace("/lib/", "/usr/lib/", 1)):
-        r = run(["dpkg", "-S", p])
-        if r.returncode == 0:
-            return r.stdout.split(":")[0]
-    return None
+FINAL_COPY = "COPY --from=build /out/rootfs/ /"
+# Regular files deploy/image-rootfs adds besides the binary and ldd's libraries.
+IMAGE_EXTRA_FILES = {"/etc/passwd", "/etc/group"}
+# glibc libraries staged for the driver's libnvidia-ml.so.1 (DRIVER_NEEDS in deploy/image-rootfs).
+DRIVER_NEEDS = {"libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1"}
+IMAGE_BUDGET = 40 * 1000 * 1000  # bytes, uncompressed
 
 
-def depends_closure(pkgs):
-    seen, todo = set(), list(pkgs)
-    while todo:
-        p = todo.pop()
-        if p in seen:
+def dockerfile_stages():
+    """[(FROM line, [instruction lines with continuations joined])] of deploy/Dockerfile."""
+    stages = []
+    lines = (SRC / "deploy/Dockerfile").read_text().splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        while line.endswith("\\") and i + 1 < len(lines):
+            i += 1
+            line = line[:-1] + " " + lines[i].strip()
+        i += 1
+        if not line.strip() or line.lstrip().startswith("#"):
             continue
-        seen.add(p)
-        r = run(["dpkg-query", "-W", "-f=${Depends},${Pre-Depends}", p])
-        for alt in r.stdout.split(","):
-            name = alt.strip().split(" ")[0].split(":")[0] if alt.strip() else ""
-            if name:
-                todo.append(name)
-    return seen
+        if line.startswith("FROM "):
+            stages.append((line, []))
+        elif stages:
+            stages[-1][1].append(line)
+    return stages
+
+
+def image_config():
+    """What the final stage of deploy/Dockerfile sets: {"ENTRYPOINT": [...], "CMD": [...], "USER": str, "ENV": {...}}.
+    scripts/build-image builds this stage as it is, so it is the image's config either way."""
+    import json
+    cfg = {"ENV": {}}
+    for line in dockerfile_stages()[-1][1]:
+        word, _, rest = line.partition(" ")
+        if word in ("ENTRYPOINT", "CMD"):
+            try:
+                cfg[word] = json.loads(rest)
+            except ValueError:
+                problem(f"deploy/Dockerfile: {word} must be the exec (JSON) form: there is no shell in the image")
+        elif word == "USER":
+            cfg["USER"] = rest.strip()
+        elif word == "ENV":
+            k, _, v = rest.partition("=")
+            cfg["ENV"][k.strip()] = v.strip()
+    return cfg
+
+
+def stage_rootfs(tmp):
+    """Runs deploy/image-rootfs for the built binary; returns the staged directory."""
+    out = pathlib.Path(tmp, "rootfs")
+    r = run([str(SRC / "deploy/image-rootfs"), KGPU, str(out)])
+    if r.returncode != 0:
+        problem(f"deploy/image-rootfs {KGPU}: exit {r.returncode}: {r.stderr.strip()}")
+        return None
+    return out
+
+
+def in_image(root, path, depth=0):
+    """Resolves `path` inside the image root the way the kernel would (symlinks relative to the image);
+    returns the host path of the final file, or None when it does not exist in the image."""
+    cur = pathlib.PurePosixPath("/")
+    parts = list(pathlib.PurePosixPath(path).parts[1:])
+    while parts:
+        if depth > 40:
+            return None
+        part = parts.pop(0)
+        nxt = cur / part
+        host = pathlib.Path(str(root) + str(nxt))
+        if host.is_symlink():
+            target = os.readlink(host)
+            base = pathlib.PurePosixPath("/") if target.startswith("/") else cur
+            rest = pathlib.PurePosixPath(os.path.normpath(str(base / target)))
+            parts = list(rest.parts[1:]) + parts
+            cur = pathlib.PurePosixPath("/")
+            depth += 1
+            continue
+        if not host.exists():
+            return None
+        cur = nxt
+    return pathlib.Path(str(root) + str(cur))
+
+
+def ldd_paths():
+    """[(name, path)] of `ldd KGPU` (the loader as (path, path)); problems for 'not found'."""
+    out = []
+    for line in run(["ldd", KGPU]).stdout.splitlines():
+        if "not found" in line:
+            problem(f"ldd {KGPU}: {line.strip()}")
+        m = re.match(r"\s*(\S+) => (/\S+)", line) or re.match(r"\s*(/\S+) \(", line)
+        if m:
+            out.append((m.group(1), m.group(m.lastindex)))
+    return out
 
 
 def check_dockerfile():
-    text = (SRC / "deploy/Dockerfile").read_text()
-    stages = re.split(r"^FROM ", text, flags=re.M)[1:]
+    stages = dockerfile_stages()
     if len(stages) != 2:
-        problem(f"deploy/Dockerfile: expected 2 stages (build, runtime), found {len(stages)}")
+        problem(f"deploy/Dockerfile: expected 2 stages (build, image), found {len(stages)}")
         return
-    build, runtime = stages
-    if "bookworm" not in text:
-        problem("deploy/Dockerfile: not based on Debian bookworm")
-    if not re.search(r"^RUN .*scripts/setup", build, re.M):
+    (build_from, build), (final_from, final) = stages
+    text = (SRC / "deploy/Dockerfile").read_text()
+    if not re.search(r"^ARG DEBIAN_IMAGE=debian:bookworm\b", text, re.M) or "${DEBIAN_IMAGE}" not in build_from:
+        problem("deploy/Dockerfile: the build stage must be FROM ${DEBIAN_IMAGE} (ARG DEBIAN_IMAGE=debian:bookworm), "
+                "so a registry mirror can be passed as a build argument")
+    runs = " ".join(l for l in build if l.startswith("RUN "))
+    if "scripts/setup" not in runs:
         problem("deploy/Dockerfile: the build stage does not run scripts/setup (what CI runs)")
-    if "build/release/kgpu" not in build:
-        problem("deploy/Dockerfile: the build stage does not take build/release/kgpu")
-    copies = re.findall(r"^COPY (.*)$", runtime, re.M)
-    if len(copies) != 1 or "--from=build" not in copies[0]:
-        problem(f"deploy/Dockerfile: the runtime stage must copy only the binary from the build stage: {copies}")
-    if not re.search(r"^USER (?!0\b|root\b)\S+", runtime, re.M):
-        problem("deploy/Dockerfile: the runtime stage does not switch to a non-root USER")
-    m = re.search(r"apt-get install[^\n]*?((?:\\\n[^\n]*)+)", runtime)
-    listed = set(re.findall(r"\b(lib[\w.+-]+)", m.group(0))) if m else set()
-    if not listed:
-        problem("deploy/Dockerfile: no apt-get install of runtime libraries in the runtime stage")
-        return
-    provided = depends_closure(listed) | BASE_PACKAGES
-    r = run(["ldd", KGPU])
-    for line in r.stdout.splitlines():
-        mm = re.match(r"\s*(\S+) => (/\S+)", line)
-        if not mm:
-            continue
-        pkg = dpkg_owner(mm.group(2))
-        if pkg is None:
-            problem(f"ldd {KGPU}: {mm.group(1)} ({mm.group(2)}) belongs to no Debian package")
-        elif pkg not in provided:
-            problem(f"deploy/Dockerfile: the runtime stage lacks {pkg} (for {mm.group(1)}, from ldd)")
-    for pkg in sorted(listed):
-        r = run(["dpkg-query", "-W", "-f=${Status}", pkg])
-        if "install ok installed" not in r.stdout:
-            problem(f"deploy/Dockerfile: {pkg} is not an installed Debian package here (misspelt?)")
+    if "deploy/image-rootfs build/release/kgpu /out/rootfs" not in runs:
+        problem("deploy/Dockerfile: the build stage does not stage /out/rootfs with deploy/image-rootfs "
+                "(scripts/build-image stages the image's files with it too)")
+    if "chroot /out/rootfs /usr/bin/kgpu" not in runs:
+        problem("deploy/Dockerfile: the build stage does not run the staged binary in the staged root (chroot)")
+    if final_from.strip() != "FROM scratch":
+        problem(f"deploy/Dockerfile: the image stage must be FROM scratch, is {final_from!r}")
+    words = [l.split()[0] for l in final]
+    if [l for l in final if l.startswith("COPY")] != [FINAL_COPY]:
+        problem(f"deploy/Dockerfile: the image stage must have exactly one COPY, {FINAL_COPY!r} "
+                "(scripts/build-image replaces it with its own staged directory)")
+    for w in words:
+        if w not in ("COPY", "ENV", "USER", "ENTRYPOINT", "CMD", "LABEL", "WORKDIR"):
+            problem(f"deploy/Dockerfile: {w} in the image stage (no shell in the image; scripts/build-image "
+                    "builds only metadata instructions and the COPY)")
+    cfg = image_config()
+    if cfg.get("ENTRYPOINT") != ["/usr/bin/kgpu"]:
+        problem(f"deploy/Dockerfile: ENTRYPOINT must be [\"/usr/bin/kgpu\"], is {cfg.get('ENTRYPOINT')}")
+    if "/usr/bin" not in cfg["ENV"].get("PATH", "").split(":"):
+        problem("deploy/Dockerfile: PATH must contain /usr/bin (kgpu on PATH)")
+    # The staged files: every library ldd names, at the path ldd resolved, plus the loader.
+    with tempfile.TemporaryDirectory() as tmp:
+        root = stage_rootfs(tmp)
+        if root is None:
+            return
+        wanted = set()
+        for name, path in ldd_paths():
+            found = in_image(root, path)
+            if found is None or not found.is_file():
+                problem(f"image: {path} ({name}, from ldd {KGPU}) is not in the image")
+                continue
+            if found.read_bytes() != pathlib.Path(os.path.realpath(path)).read_bytes():
+                problem(f"image: {path} differs from this machine's {os.path.realpath(path)}")
+            wanted.add(found)
+        interp = re.search(r"Requesting program interpreter: (\S+)\]", run(["readelf", "-l", KGPU]).stdout)
+        if not interp or in_image(root, interp.group(1)) is None:
+            problem(f"image: the dynamic loader {interp.group(1) if interp else '?'} is not in the image")
+        else:
+            wanted.add(in_image(root, interp.group(1)))
+        libc = dict(ldd_paths()).get("libc.so.6", "/lib/x86_64-linux-gnu/libc.so.6")
+        for name in DRIVER_NEEDS:
+            f = in_image(root, os.path.join(os.path.dirname(libc), name))
+            if f is None:
+                problem(f"image: {name} (glibc, linked by the driver's libnvidia-ml.so.1) is missing")
+            else:
+                wanted.add(f)
+        kgpu = in_image(root, "/usr/bin/kgpu")
+        if kgpu is None:
+            problem("image: /usr/bin/kgpu is missing")
+            return
+        wanted.add(kgpu)
+        wanted |= {pathlib.Path(str(root) + p) for p in IMAGE_EXTRA_FILES}
+        total = 0
+        for f in sorted(root.rglob("*")):
+            rel = "/" + str(f.relative_to(root))
+            if f.is_symlink():
+                target = in_image(root, rel)
+                if target is None:
+                    problem(f"image: {rel} is a dangling symlink")
+                elif rel.startswith("/usr/bin/") and target != kgpu:
+                    problem(f"image: {rel} is a symlink to something other than /usr/bin/kgpu")
+                elif rel.startswith("/usr/bin/"):
+                    sub = f.name.removeprefix("kgpu-")
+                    if help_text(sub) is None:
+                        problem(f"image: /usr/bin/{f.name} names no subcommand of the binary")
+                continue
+            if f.is_dir():
+                continue
+            total += f.stat().st_size
+            if f not in wanted:
+                problem(f"image: {rel} is neither kgpu, a library ldd names, the loader nor /etc/passwd|group")
+            if f.stat().st_mode & 0o6000:
+                problem(f"image: {rel} is setuid or setgid")
+        for shell in ("/bin/sh", "/bin/bash", "/usr/bin/sh", "/usr/bin/apt-get", "/usr/bin/dpkg"):
+            if in_image(root, shell) is not None:
+                problem(f"image: {shell} is in the image")
+        if run(["strip", "--strip-unneeded", "-o", os.devnull, str(kgpu)]).returncode != 0 or \
+                ".debug_info" in run(["readelf", "-S", str(kgpu)]).stdout:
+            problem("image: /usr/bin/kgpu is not stripped")
+        if total >= IMAGE_BUDGET:
+            problem(f"image: {total} bytes uncompressed, over the {IMAGE_BUDGET} budget")
+        # The loader finds every library from the image alone (no ld.so.cache, no host paths).
+        if os.geteuid() == 0:
+            r = run(["chroot", str(root), "/usr/bin/kgpu", "--version"])
+            if r.returncode != 0:
+                problem(f"image: `chroot <rootfs> /usr/bin/kgpu --version` exit {r.returncode}: {r.stderr.strip()}")
+
+
+def image_user_ids():
+    user = image_config().get("USER", "0")
+    uid, _, gid = user.partition(":")
+    return uid, gid or uid
+
+
+def check_image():
+    """The manifests run what the image has: the entrypoint (or command) is in the image, every
+    container's first argument is a subcommand of the binary, the user is the image's, no
+    capabilities, and no mount hides the image's own files."""
+    cfg = image_config()
+    uid, gid = image_user_ids()
+    if not uid.isdigit():
+        problem(f"deploy/Dockerfile: USER {uid} must be numeric (runAsNonRoot checks need a uid)")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = stage_rootfs(tmp)
+        if root is None:
+            return
+        passwd = {l.split(":")[2] for l in (root / "etc/passwd").read_text().splitlines() if l.count(":") >= 6}
+        if uid not in passwd:
+            problem(f"image: USER {uid} has no /etc/passwd entry")
+        groups = {l.split(":")[2] for l in (root / "etc/group").read_text().splitlines() if l.count(":") >= 3}
+        if gid not in groups:
+            problem(f"image: USER group {gid} has no /etc/group entry")
+        image_files = ["/" + str(f.relative_to(root)) for f in root.rglob("*") if not f.is_dir() or f.is_symlink()]
+        for where, spec in (("daemonset.yaml", pod_spec(daemonset())),):
+            for c in spec.get("initContainers", []) + spec["containers"]:
+                cw = f"{where}: container {c['name']}"
+                command = c.get("command") or cfg.get("ENTRYPOINT")
+                if not command or in_image(root, command[0]) is None:
+                    problem(f"{cw}: runs {command}, which is not in the image")
+                elif in_image(root, command[0]) != in_image(root, "/usr/bin/kgpu"):
+                    problem(f"{cw}: runs {command[0]}, not kgpu (the image has no other program)")
+                args = c.get("args") or []
+                if not args or help_text(args[0]) is None:
+                    problem(f"{cw}: args {args[:1]} name no kgpu subcommand (every step must be one: no shell)")
+                sc = c.get("securityContext", {})
+                if str(sc.get("runAsUser", uid)) != uid:
+                    problem(f"{cw}: runAsUser {sc.get('runAsUser')} but the image's USER is {uid}")
+                if uid == "0" and sc.get("runAsNonRoot"):
+                    problem(f"{cw}: runAsNonRoot with an image that runs as root")
+                if sc.get("capabilities", {}).get("drop") != ["ALL"] or sc.get("capabilities", {}).get("add"):
+                    problem(f"{cw}: capabilities must drop ALL and add none")
+                if not sc.get("readOnlyRootFilesystem"):
+                    problem(f"{cw}: readOnlyRootFilesystem must be true (the image needs no writes)")
+                for m in c.get("volumeMounts", []):
+                    hidden = [f for f in image_files if under(f, m["mountPath"])]
+                    if hidden:
+                        problem(f"{cw}: mount {m['name']} at {m['mountPath']} hides the image's {hidden[:3]}")
+        # The Helm chart runs the same image the same way.
+        helpers = (SRC / "deploy/helm/kgpu/templates/_helpers.tpl").read_text()
+        m = re.search(r'define "kgpu.securityContext".*?\n(.*?)\{\{- end', helpers, re.S)
+        helm_sc = yaml.safe_load(m.group(1)) if m else {}
+        plain_sc = pod_spec(daemonset())["containers"][0]["securityContext"]
+        if helm_sc != plain_sc:
+            problem(f"helm kgpu.securityContext {helm_sc} != the plain DaemonSet's {plain_sc}")
+        dtmpl = (SRC / "deploy/helm/kgpu/templates/daemonset.yaml").read_text()
+        if re.search(r"^\s+command:", dtmpl, re.M):
+            problem("helm daemonset.yaml: a container sets command: the image's ENTRYPOINT is the binary")
+        n = dtmpl.count('securityContext:\n            {{- include "kgpu.securityContext" . | nindent 12 }}')
+        if n < len(pod_spec(daemonset())["containers"]):
+            problem(f"helm daemonset.yaml: {n} containers include kgpu.securityContext, the plain DaemonSet has "
+                    f"{len(pod_spec(daemonset())['containers'])}")
+    # The image's name and tag: the manifests and the chart run kgpu:<the binary's version>.
+    version = run([KGPU, "--version"]).stdout.strip()
+    for c in pod_spec(daemonset()).get("initContainers", []) + pod_spec(daemonset())["containers"]:
+        if c["image"] != f"kgpu:{version}":
+            problem(f"daemonset.yaml: container {c['name']}: image {c['image']}, but scripts/build-image names "
+                    f"it kgpu:{version}")
+    k = yaml.safe_load((SRC / "deploy/kubernetes/kustomization.yaml").read_text())
+    for img in k.get("images", []):
+        if img.get("name") == "kgpu" and str(img.get("newTag")) != version:
+            problem(f"kustomization.yaml: newTag {img.get('newTag')} != {version}")
+    if str(values()["image"]["tag"]) != version:
+        problem(f"values.yaml: image.tag {values()['image']['tag']} != {version}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -732,7 +944,7 @@ def check_configdoc():
 
 CHECKS = {
     "manifests": check_manifests, "args": check_args, "hostpaths": check_hostpaths,
-    "dockerfile": check_dockerfile, "helm": check_helm, "configdoc": check_configdoc,
+    "dockerfile": check_dockerfile, "image": check_image, "helm": check_helm, "configdoc": check_configdoc,
 }
 
 if __name__ == "__main__":

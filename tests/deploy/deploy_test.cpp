@@ -1,4 +1,4 @@
-// Checks deploy/ (Kubernetes manifests, examples, Helm chart, Dockerfile) and
+// Checks deploy/ (Kubernetes manifests, examples, Helm chart, Dockerfile, the image's files) and
 // docs/configuration.md against the built binary, without a cluster, helm or docker: each TEST
 // runs one check of check_deploy.py (its docstring lists what each one asserts) with Debian's
 // /usr/bin/python3 (python3-yaml) and shows the problems it printed.
@@ -28,7 +28,8 @@ TEST(Deploy, ExporterArgsAreAccepted) { check({"args", "exporter"}); }
 TEST(Deploy, DevicePluginHostPathsAreTheDefaults) { check({"hostpaths", "device-plugin"}); }
 TEST(Deploy, LabelsHostPathsAreTheDefaults) { check({"hostpaths", "labels"}); }
 TEST(Deploy, ExporterHostPathsAreTheDefaults) { check({"hostpaths", "exporter"}); }
-TEST(Deploy, DockerfileShipsTheLinkedLibraries) { check({"dockerfile"}); }
+TEST(Deploy, ImageHoldsTheBinaryItsLibrariesAndNothingElse) { check({"dockerfile"}); }
+TEST(Deploy, ManifestsRunWhatTheImageHas) { check({"image"}); }
 TEST(Deploy, HelmChartMatchesTheManifests) { check({"helm"}); }
 TEST(Docs, ConfigurationReferenceCoversEveryFlag) { check({"configdoc"}); }
 

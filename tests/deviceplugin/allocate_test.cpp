@@ -13,7 +13,9 @@ const std::string kUuid0 = "GPU-ec27bccf-af4d-bf80-04f8-04dfca67ad77";
 const std::string kUuid1 = "GPU-49005985-4777-3876-1392-121435b83ab5";
 const std::string kUuid2 = "GPU-ed41d99c-1127-c5ac-c4ee-501cabe400bc";
 
-Resource gpus(DeviceIdStrategy s) {
+// Advertised IDs are UUIDs under every deviceIDStrategy (as NVIDIA's plugin); the strategy
+// changes only what the container is handed.
+Resource gpus(DeviceIdStrategy = DeviceIdStrategy::uuid) {
     Resource r;
     r.name = "nvidia.com/gpu";
     const std::string uuids[] = {kUuid0, kUuid1, kUuid2};
@@ -21,7 +23,8 @@ Resource gpus(DeviceIdStrategy s) {
         Device d;
         d.gpu_index = i;
         d.uuid = uuids[i];
-        d.id = s == DeviceIdStrategy::index ? std::to_string(i) : uuids[i];
+        d.id = uuids[i];
+        d.physical_id = uuids[i];
         d.minor = 4 + i;  // minors differ from indices on purpose
         r.devices.push_back(d);
     }
@@ -62,7 +65,7 @@ TEST(DevicePluginAllocate, EnvvarUuid) {
 }
 
 TEST(DevicePluginAllocate, EnvvarIndex) {
-    auto a = allocate(gpus(DeviceIdStrategy::index), {"1", "2"},
+    auto a = allocate(gpus(DeviceIdStrategy::index), {kUuid1, kUuid2},
                       with({DeviceListStrategy::envvar}, DeviceIdStrategy::index), {}, kNoDevRoot);
     ASSERT_TRUE(a.has_value()) << a.error().message;
     EXPECT_EQ(a->envs.at("NVIDIA_VISIBLE_DEVICES"), "1,2");
@@ -75,7 +78,7 @@ TEST(DevicePluginAllocate, VolumeMounts) {
     EXPECT_EQ(a->envs.at("NVIDIA_VISIBLE_DEVICES"), "/var/run/nvidia-container-devices");
     EXPECT_EQ(a->mounts, (std::vector<Mount>{{"/var/run/nvidia-container-devices/" + kUuid0, "/dev/null", true},
                                              {"/var/run/nvidia-container-devices/" + kUuid1, "/dev/null", true}}));
-    auto idx = allocate(gpus(DeviceIdStrategy::index), {"2"},
+    auto idx = allocate(gpus(DeviceIdStrategy::index), {kUuid2},
                         with({DeviceListStrategy::volume_mounts}, DeviceIdStrategy::index), {}, kNoDevRoot);
     ASSERT_TRUE(idx.has_value());
     EXPECT_EQ(idx->mounts, (std::vector<Mount>{{"/var/run/nvidia-container-devices/2", "/dev/null", true}}));
@@ -90,13 +93,13 @@ TEST(DevicePluginAllocate, CdiAnnotations) {
                                   {"cdi.k8s.io/kgpu_nvidia.com-gpu", "nvidia.com/gpu=" + kUuid1 + ",nvidia.com/gpu=" + kUuid0}}));
     Config c = with({DeviceListStrategy::cdi_annotations}, DeviceIdStrategy::index);
     c.cdi_annotation_prefix = "example.com/";
-    auto idx = allocate(gpus(DeviceIdStrategy::index), {"0", "2"}, c, {}, kNoDevRoot);
+    auto idx = allocate(gpus(DeviceIdStrategy::index), {kUuid0, kUuid2}, c, {}, kNoDevRoot);
     ASSERT_TRUE(idx.has_value());
     EXPECT_EQ(idx->annotations.at("example.com/kgpu_nvidia.com-gpu"), "nvidia.com/gpu=0,nvidia.com/gpu=2");
 }
 
 TEST(DevicePluginAllocate, CdiCri) {
-    auto a = allocate(gpus(DeviceIdStrategy::index), {"2", "0"}, with({DeviceListStrategy::cdi_cri}, DeviceIdStrategy::index),
+    auto a = allocate(gpus(DeviceIdStrategy::index), {kUuid2, kUuid0}, with({DeviceListStrategy::cdi_cri}, DeviceIdStrategy::index),
                       {}, kNoDevRoot);
     ASSERT_TRUE(a.has_value()) << a.error().message;
     EXPECT_EQ(a->cdi_devices, (std::vector<std::string>{"nvidia.com/gpu=2", "nvidia.com/gpu=0"}));
@@ -130,6 +133,7 @@ TEST(DevicePluginAllocate, SeveralStrategiesAtOnce) {
 TEST_F(DevicePluginDevRoot, PassDeviceSpecs) {
     touch("/dev/nvidiactl");
     touch("/dev/nvidia-uvm");
+    for (const char* n : {"/dev/nvidia4", "/dev/nvidia5", "/dev/nvidia6"}) touch(n);
     // no nvidia-uvm-tools, no nvidia-modeset
     Config c;
     c.pass_device_specs = true;
@@ -153,6 +157,86 @@ TEST_F(DevicePluginDevRoot, PassDeviceSpecs) {
     auto off = allocate(gpus(DeviceIdStrategy::uuid), {kUuid1}, Config{}, {}, view);
     ASSERT_TRUE(off.has_value());
     EXPECT_TRUE(off->devices.empty());
+}
+
+// NVIDIA's plugin returned a DeviceSpec for a node that does not exist, and the pod failed later
+// at container creation ("lstat /dev/nvidia2"): refuse in Allocate, naming the path.
+TEST_F(DevicePluginDevRoot, PassDeviceSpecsRefusesMissingNodesNamingThePath) {
+    Config c;
+    c.pass_device_specs = true;
+    const DevRootView view(root_);
+    touch("/dev/nvidiactl");
+    touch("/dev/nvidia4");
+    EXPECT_TRUE(allocate(gpus(), {kUuid0}, c, {}, view).has_value());
+    auto a = allocate(gpus(), {kUuid0, kUuid2}, c, {}, view);
+    ASSERT_FALSE(a.has_value());
+    EXPECT_EQ(a.error().code, Code::invalid_argument);
+    EXPECT_NE(a.error().message.find(root_.string() + "/dev/nvidia6 does not exist"), std::string::npos)
+        << a.error().message;
+    EXPECT_NE(a.error().message.find("GPU 2"), std::string::npos) << a.error().message;
+    std::filesystem::remove(root_ / "dev/nvidiactl");
+    auto b = allocate(gpus(), {kUuid0}, c, {}, view);
+    ASSERT_FALSE(b.has_value());
+    EXPECT_NE(b.error().message.find(root_.string() + "/dev/nvidiactl does not exist"), std::string::npos)
+        << b.error().message;
+    // Without passDeviceSpecs the runtime injects the nodes: nothing to check.
+    EXPECT_TRUE(allocate(gpus(), {kUuid2}, Config{}, {}, view).has_value());
+}
+
+TEST_F(DevicePluginDevRoot, MissingDeviceNodesAreNamedOnceAtStart) {
+    Config c;
+    c.pass_device_specs = true;
+    const DevRootView view(root_);
+    const std::vector<Resource> rs = {gpus()};
+    touch("/dev/nvidia5");
+    const std::string w = missing_device_nodes(rs, c, view);
+    const std::string r = root_.string();
+    EXPECT_NE(w.find(r + "/dev/nvidia4 (GPU 0, " + kUuid0 + ")"), std::string::npos) << w;
+    EXPECT_NE(w.find(r + "/dev/nvidia6 (GPU 2, " + kUuid2 + ")"), std::string::npos) << w;
+    EXPECT_EQ(w.find("/dev/nvidia5"), std::string::npos) << w;
+    EXPECT_NE(w.find(r + "/dev/nvidiactl"), std::string::npos) << w;
+    EXPECT_NE(w.find(r + "/dev/nvidia-uvm: CUDA needs it"), std::string::npos) << w;
+    EXPECT_EQ(w.find("modeset"), std::string::npos) << w;  // optional, as in NVIDIA's plugin
+    for (const char* n : {"/dev/nvidia4", "/dev/nvidia6", "/dev/nvidiactl", "/dev/nvidia-uvm"}) touch(n);
+    EXPECT_EQ(missing_device_nodes(rs, c, view), "");
+    std::filesystem::remove(root_ / "dev/nvidia4");
+    EXPECT_EQ(missing_device_nodes(rs, Config{}, view), "");  // off without passDeviceSpecs
+}
+
+// gdsEnabled / mofedEnabled / gdrcopyEnabled and IMEX channels, as NVIDIA's plugin hands them.
+TEST_F(DevicePluginDevRoot, GpuDirectAndImexExtras) {
+    Config c = with({DeviceListStrategy::envvar, DeviceListStrategy::volume_mounts, DeviceListStrategy::cdi_cri});
+    c.gds_enabled = c.mofed_enabled = c.gdrcopy_enabled = true;
+    c.imex.channel_ids = {0};
+    c.cdi_spec_dir = (root_ / "cdi").string();
+    const DevRootView view(root_);
+    // Nothing present: the variables only.
+    auto a = allocate(gpus(), {kUuid0}, c, {}, view);
+    ASSERT_TRUE(a.has_value()) << a.error().message;
+    EXPECT_EQ(a->envs.at("NVIDIA_GDS"), "enabled");
+    EXPECT_EQ(a->envs.at("NVIDIA_MOFED"), "enabled");
+    EXPECT_EQ(a->envs.at("NVIDIA_GDRCOPY"), "enabled");
+    EXPECT_FALSE(a->envs.contains("NVIDIA_IMEX_CHANNELS"));
+    EXPECT_EQ(a->cdi_devices, std::vector<std::string>{"nvidia.com/gpu=" + kUuid0});
+    // The channel exists and the specs were written: names in NVIDIA's order.
+    std::filesystem::create_directories(root_ / "dev/nvidia-caps-imex-channels");
+    touch("/dev/nvidia-caps-imex-channels/channel0");
+    std::filesystem::create_directories(root_ / "cdi");
+    for (const char* f : {"kgpu-nvidia-imex-channel.yaml", "kgpu-nvidia-gds.yaml", "kgpu-nvidia-gdrcopy.yaml"})
+        std::ofstream(root_ / "cdi" / f) << "";
+    auto b = allocate(gpus(), {kUuid0}, c, {}, view);
+    ASSERT_TRUE(b.has_value()) << b.error().message;
+    EXPECT_EQ(b->cdi_devices, (std::vector<std::string>{"nvidia.com/gpu=" + kUuid0, "nvidia.com/imex-channel=0",
+                                                        "nvidia.com/gdrcopy=all", "nvidia.com/gds=all"}));
+    EXPECT_EQ(b->envs.at("NVIDIA_IMEX_CHANNELS"), "0");
+    EXPECT_EQ(b->mounts.back(), (Mount{"/var/run/nvidia-container-devices/imex/0", "/dev/null", true}));
+    c.pass_device_specs = true;
+    for (const char* n : {"/dev/nvidiactl", "/dev/nvidia4"}) touch(n);
+    auto d = allocate(gpus(), {kUuid0}, c, {}, view);
+    ASSERT_TRUE(d.has_value()) << d.error().message;
+    EXPECT_EQ(d->devices.back(), (DeviceSpec{"/dev/nvidia-caps-imex-channels/channel0",
+                                             root_.string() + "/dev/nvidia-caps-imex-channels/channel0", "rw"}));
+    EXPECT_EQ(cdi_spec_file_name("nvidia.com/gpu"), "kgpu-nvidia-gpu.yaml");  // the GPU spec's established name
 }
 
 TEST(DevicePluginAllocate, DevRootViewPaths) {

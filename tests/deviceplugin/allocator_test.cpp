@@ -100,6 +100,35 @@ TEST(DevicePluginAllocator, NumaBreaksScoreTies) {
     EXPECT_EQ(a.prefer(ids({2, 4, 5, 6}), ids({2}), 2), ids({2, 4}));
 }
 
+// Issue #13: a 1-GPU request took the lowest free GPU and broke NVLink pairs a later 2-GPU pod
+// needs. Prefer GPUs whose partners are taken, then the smallest intact island.
+TEST(DevicePluginAllocator, KeepsNvlinkIslandsWhole) {
+    Pairs p;
+    Allocator a(p.resource, p.topo);
+    EXPECT_EQ(a.prefer(ids({1, 2, 3}), {}, 1), ids({1}));  // GPU 0 taken: its partner, pair 2-3 stays
+    EXPECT_EQ(a.prefer(ids({0, 1, 3}), {}, 1), ids({3}));  // GPU 2 taken: GPU 3, not GPU 0
+    EXPECT_EQ(a.prefer(all_ids(4), {}, 1), ids({0}));      // all pairs whole: the lowest index
+    EXPECT_EQ(a.prefer(ids({0, 1, 3}), {}, 2), ids({0, 1}));  // the pair, as before
+    // A GPU without NVLink is the smallest island: taken before any pair is broken.
+    Resource r5 = resource_of({0, 0, 1, 1, 1});
+    inventory::Topology t5(5);
+    for (unsigned x = 0; x < 5; ++x)
+        for (unsigned y = x + 1; y < 5; ++y) link(t5, x, y, 0, PcieLevel::system);
+    link(t5, 0, 1, 4, PcieLevel::single);
+    link(t5, 2, 3, 4, PcieLevel::single);
+    Allocator b(r5, t5);
+    EXPECT_EQ(b.prefer(all_ids(5), {}, 1), ids({4}));
+    // Chain 2-3-4 (an island of 3) and pair 0-1: GPU 2 or 0 break as much; the pair is the smaller island.
+    link(t5, 3, 4, 4, PcieLevel::single);
+    Allocator c(r5, t5);
+    EXPECT_EQ(c.prefer(all_ids(5), {}, 1), ids({0}));
+    EXPECT_EQ(c.prefer(ids({1, 2, 3, 4}), {}, 1), ids({1}));
+    // Switched off (kgpu before #13): the lowest index.
+    Allocator plain(p.resource, p.topo);
+    plain.set_island_aware(false);
+    EXPECT_EQ(plain.prefer(ids({0, 1, 3}), {}, 1), ids({0}));
+}
+
 TEST(DevicePluginAllocator, Errors) {
     Pairs p;
     Allocator a(p.resource, p.topo);
@@ -201,22 +230,60 @@ Table tabulate(const Random& r, unsigned n) {
     return t;
 }
 
-// The specified answer: highest score, then fewest NUMA groups, then lowest indices.
-std::uint32_t brute(const Table& t, unsigned n, std::uint32_t avail, std::uint32_t must, int size) {
-    std::int64_t best = -1;
+// NVLink score of a pair (100 per link), the part the island rules look at.
+int nvlink(const Random& r, unsigned a, unsigned b) { return a == b ? 0 : 100 * static_cast<int>(r.topo.at(a, b).nvlinks); }
+
+// The specified answer: highest score, then the least NVLink score from the set to available
+// GPUs left out, then the smallest sum of the NVLink island sizes (components over the available
+// GPUs) of its members, then fewest NUMA groups, then lowest indices.
+std::uint32_t brute(const Random& r, const Table& t, unsigned n, std::uint32_t avail, std::uint32_t must, int size) {
+    std::vector<int> island(n, 0);
+    for (unsigned i = 0; i < n; ++i) {
+        if (!(avail & (1u << i))) continue;
+        std::uint32_t seen = 1u << i, frontier = seen;
+        while (frontier) {
+            std::uint32_t next = 0;
+            for (unsigned x = 0; x < n; ++x)
+                if (frontier & (1u << x))
+                    for (unsigned y = 0; y < n; ++y)
+                        if ((avail & (1u << y)) && !(seen & (1u << y)) && nvlink(r, x, y) > 0) next |= 1u << y;
+            seen |= next;
+            frontier = next;
+        }
+        island[i] = std::popcount(seen);
+    }
+    struct Key {
+        std::int64_t score, broken, islands;
+        int numa;
+    };
+    auto key = [&](std::uint32_t mask) {
+        Key k{t.score[mask], 0, 0, t.numa[mask]};
+        for (unsigned i = 0; i < n; ++i) {
+            if (!(mask & (1u << i))) continue;
+            k.islands += island[i];
+            for (unsigned j = 0; j < n; ++j)
+                if ((avail & (1u << j)) && !(mask & (1u << j))) k.broken += nvlink(r, i, j);
+        }
+        return k;
+    };
+    bool found = false;
+    Key best{};
     std::uint32_t best_mask = 0;
     for (std::uint32_t mask = 0; mask < (1u << n); ++mask) {
         if ((mask & avail) != mask || (mask & must) != must || std::popcount(mask) != size) continue;
-        const std::int64_t s = t.score[mask];
-        bool better = s > best;
-        if (!better && s == best) {
-            if (t.numa[mask] != t.numa[best_mask]) better = t.numa[mask] < t.numa[best_mask];
+        const Key k = key(mask);
+        bool better = !found;
+        if (!better) {
+            if (k.score != best.score) better = k.score > best.score;
+            else if (k.broken != best.broken) better = k.broken < best.broken;
+            else if (k.islands != best.islands) better = k.islands < best.islands;
+            else if (k.numa != best.numa) better = k.numa < best.numa;
             else {
                 const std::uint32_t diff = mask ^ best_mask;
                 better = diff != 0 && (mask & (diff & (~diff + 1))) != 0;
             }
         }
-        if (better) best = s, best_mask = mask;
+        if (better) best = k, best_mask = mask, found = true;
     }
     return best_mask;
 }
@@ -235,7 +302,7 @@ void check_against_brute_force(unsigned n, unsigned seed, int style, int random_
     Allocator a(r.resource, r.topo);
     const std::uint32_t full = (1u << n) - 1;
     for (int size = 1; size <= static_cast<int>(n); ++size) {
-        const std::uint32_t want = brute(t, n, full, 0, size);
+        const std::uint32_t want = brute(r, t, n, full, 0, size);
         auto got = a.prefer(all_ids(n), {}, size);
         ASSERT_TRUE(got.has_value()) << got.error().message;
         EXPECT_EQ(*a.score(*got), t.score[want]) << "n=" << n << " seed=" << seed << " size=" << size;
@@ -248,7 +315,7 @@ void check_against_brute_force(unsigned n, unsigned seed, int style, int random_
         const std::uint32_t must = avail & mask_d(rng) & mask_d(rng);
         const int lo = std::max(1, std::popcount(must));
         const int size = lo + static_cast<int>(rng() % static_cast<unsigned>(count - lo + 1));
-        const std::uint32_t want = brute(t, n, avail, must, size);
+        const std::uint32_t want = brute(r, t, n, avail, must, size);
         // Shuffle the request order: the answer must not depend on it.
         auto available = ids_of_mask(avail, n);
         std::shuffle(available.begin(), available.end(), rng);

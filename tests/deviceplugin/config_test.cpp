@@ -103,7 +103,7 @@ sharing:
     EXPECT_EQ(c->health.reset_xids, (std::set<unsigned>{79}));
     EXPECT_EQ(c->health.recovery_period, 90s);
     ASSERT_EQ(c->resources.gpus.size(), 1u);
-    EXPECT_EQ(c->resources.gpus[0].name, "a100");
+    EXPECT_EQ(c->resources.gpus[0].name, "nvidia.com/a100");  // qualified as NVIDIA does
     ASSERT_TRUE(c->sharing.time_slicing);
     const TimeSlicing& ts = *c->sharing.time_slicing;
     EXPECT_TRUE(ts.rename_by_default);
@@ -131,11 +131,13 @@ TEST(DevicePluginConfig, DeviceListStrategyAsStringOrCommaList) {
     EXPECT_NE(e.find("'nope'"), std::string::npos) << e;
 }
 
-TEST(DevicePluginConfig, VersionIsRequired) {
-    EXPECT_NE(error_of("flags: {migStrategy: none}\n").find("key 'version'"), std::string::npos);
+TEST(DevicePluginConfig, VersionDefaultsToV1AsNvidia) {
+    auto c = parse_config("flags: {migStrategy: single}\n", "cfg.yaml");
+    ASSERT_TRUE(c.has_value()) << c.error().message;
+    EXPECT_EQ(c->mig_strategy, MigStrategy::single);
     std::string e = error_of("version: v2\n");
     EXPECT_NE(e.find("cfg.yaml:1: key 'version': expected v1"), std::string::npos) << e;
-    EXPECT_NE(error_of("").find("cfg.yaml"), std::string::npos);
+    EXPECT_TRUE(parse_config("", "cfg.yaml").has_value());  // an empty config map entry: the defaults
     EXPECT_NE(error_of("- a\n- b\n").find("cfg.yaml"), std::string::npos);
 }
 
@@ -181,10 +183,8 @@ TEST(DevicePluginConfig, MistypedAndInvalidValues) {
     EXPECT_NE(e.find("invalid YAML"), std::string::npos) << e;
 }
 
-TEST(DevicePluginConfig, SharingMpsRejectedTimeSlicingValidated) {
-    std::string e = error_of("version: v1\nsharing:\n  mps:\n    resources: []\n");
-    EXPECT_NE(e.find("cfg.yaml:4: key 'sharing.mps': MPS sharing is not supported yet"), std::string::npos) << e;
-    e = error_of("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 1}\n");
+TEST(DevicePluginConfig, TimeSlicingValidated) {
+    std::string e = error_of("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 1}\n");
     EXPECT_NE(e.find("cfg.yaml:5: key 'sharing.timeSlicing.resources[0].replicas': replicas must be at least 2"),
               std::string::npos)
         << e;
@@ -192,15 +192,234 @@ TEST(DevicePluginConfig, SharingMpsRejectedTimeSlicingValidated) {
     EXPECT_NE(e.find("unknown key"), std::string::npos) << e;
     e = error_of("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {replicas: 3}\n");
     EXPECT_NE(e.find("expected the name of a resource to share"), std::string::npos) << e;
+    // NVIDIA: "no resources specified".
+    e = error_of("version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n");
+    EXPECT_NE(e.find("key 'sharing.timeSlicing.resources': missing"), std::string::npos) << e;
+    e = error_of("version: v1\nsharing:\n  timeSlicing:\n    resources: []\n");
+    EXPECT_NE(e.find("cfg.yaml:4: key 'sharing.timeSlicing.resources': expected at least one"), std::string::npos) << e;
 }
 
-TEST(DevicePluginConfig, NvidiaOnlyKeysAreAcceptedWithAWarning) {
-    auto c = parse_config(
-        "version: v1\nflags:\n  gdsEnabled: false\n  mpsRoot: /run/nvidia/mps\n  gfd: {oneshot: false}\n"
-        "  plugin: {nvidiaCTKPath: /usr/bin/nvidia-ctk}\n",
-        "f");
+// sharing.mps parses and validates with NVIDIA's rules; serving it is refused (issue #18).
+TEST(DevicePluginConfig, MpsParsesWithNvidiasRulesAndIsNotServedYet) {
+    const std::string ok = "version: v1\nflags: {mpsRoot: /run/nvidia/mps}\nsharing:\n  mps:\n    renameByDefault: true\n"
+                           "    resources:\n    - name: gpu\n      replicas: 10\n";
+    auto c = parse_config(ok, "cfg.yaml");
     ASSERT_TRUE(c.has_value()) << c.error().message;
-    EXPECT_EQ(c->warnings.size(), 4u);
+    ASSERT_TRUE(c->sharing.mps);
+    EXPECT_FALSE(c->sharing.time_slicing);
+    EXPECT_TRUE(c->sharing.mps->rename_by_default);
+    EXPECT_TRUE(c->sharing.mps->fail_requests_greater_than_one);  // NVIDIA's default for MPS
+    EXPECT_FALSE(c->sharing.mps->fail_requests_set);
+    ASSERT_EQ(c->sharing.mps->resources.size(), 1u);
+    EXPECT_EQ(c->sharing.mps->resources[0].name, "nvidia.com/gpu");
+    EXPECT_EQ(c->sharing.mps->resources[0].replicas, 10u);
+    EXPECT_EQ(c->mps_root, "/run/nvidia/mps");
+    auto r = resolve(*c, Overrides{}, Overrides{});
+    ASSERT_TRUE(r.has_value()) << r.error().message;
+    auto st = check_servable(*r);
+    ASSERT_FALSE(st.has_value());
+    EXPECT_EQ(st.error().code, Code::not_supported);
+    EXPECT_NE(st.error().message.find("cfg.yaml:4: key 'sharing.mps': MPS sharing is not implemented yet"),
+              std::string::npos)
+        << st.error().message;
+    EXPECT_TRUE(check_servable(Config{}).has_value());
+    auto relaxed = parse_config("version: v1\nsharing:\n  mps:\n    failRequestsGreaterThanOne: false\n"
+                                "    resources: [{name: gpu, replicas: 2}]\n",
+                                "f");
+    ASSERT_TRUE(relaxed.has_value()) << relaxed.error().message;
+    EXPECT_FALSE(relaxed->sharing.mps->fail_requests_greater_than_one);
+
+    // Rejections: parsing ...
+    std::string e = error_of("version: v1\nsharing:\n  mps:\n    resources:\n    - {name: gpu, replicas: 1}\n");
+    EXPECT_NE(e.find("cfg.yaml:5: key 'sharing.mps.resources[0].replicas': replicas must be at least 2"),
+              std::string::npos)
+        << e;
+    e = error_of("version: v1\nsharing:\n  mps:\n    resources: []\n");
+    EXPECT_NE(e.find("key 'sharing.mps.resources': expected at least one"), std::string::npos) << e;
+    e = error_of("version: v1\nsharing:\n  mps:\n    resources:\n    - {name: \"Bad_Name!\", replicas: 2}\n");
+    EXPECT_NE(e.find("key 'sharing.mps.resources[0].name'"), std::string::npos) << e;
+    // ... and resolving (the settings NVIDIA's validateFlags and MPS options check).
+    auto resolved_error = [](const std::string& yaml, const Overrides& flags = {}) {
+        auto f = parse_config(yaml, "m.yaml");
+        EXPECT_TRUE(f.has_value()) << (f ? "" : f.error().message);
+        if (!f) return std::string();
+        auto rr = resolve(*f, Overrides{}, flags);
+        EXPECT_FALSE(rr.has_value()) << yaml;
+        return rr ? std::string() : rr.error().message;
+    };
+    const std::string root = "version: v1\nflags: {mpsRoot: /run/nvidia/mps}\n";
+    Overrides mixed;
+    mixed.mig_strategy = MigStrategy::mixed;
+    e = resolved_error(root + "sharing:\n  mps:\n    resources: [{name: gpu, replicas: 2}]\n", mixed);
+    EXPECT_NE(e.find("not supported with migStrategy mixed"), std::string::npos) << e;
+    e = resolved_error(root + "sharing:\n  mps:\n    resources: [{name: mig-1g.10gb, replicas: 2}]\n");
+    EXPECT_NE(e.find("not supported for MIG devices"), std::string::npos) << e;
+    Overrides single;
+    single.mig_strategy = MigStrategy::single;
+    e = resolved_error(root + "sharing:\n  mps:\n    resources: [{name: gpu, rename: s, replicas: 2, devices: [\"0:1\"]}]\n",
+                       single);
+    EXPECT_NE(e.find("'0:1' is a MIG device; MPS sharing is not supported for MIG devices"), std::string::npos) << e;
+    e = resolved_error("version: v1\nsharing:\n  mps:\n    resources: [{name: gpu, replicas: 2}]\n");
+    EXPECT_NE(e.find("m.yaml:3: key 'sharing.mps': MPS sharing needs flags.mpsRoot"), std::string::npos) << e;
+    e = resolved_error(root + "sharing:\n  timeSlicing:\n    resources: [{name: gpu, replicas: 2}]\n"
+                              "  mps:\n    resources: [{name: gpu, replicas: 2}]\n");
+    EXPECT_NE(e.find("timeSlicing and mps are both set"), std::string::npos) << e;
+    // MPS_ROOT from the environment is enough.
+    auto env = from_env(env_of({{"MPS_ROOT", "/var/mps"}}));
+    ASSERT_TRUE(env.has_value());
+    auto f = parse_config("version: v1\nsharing:\n  mps:\n    resources: [{name: gpu, replicas: 2}]\n", "m.yaml");
+    ASSERT_TRUE(f.has_value());
+    auto withenv = resolve(*f, *env, Overrides{});
+    ASSERT_TRUE(withenv.has_value()) << withenv.error().message;
+    EXPECT_EQ(withenv->mps_root, "/var/mps");
+}
+
+// Every key of NVIDIA's `version: v1` schema up to v0.20, in one file.
+TEST(DevicePluginConfig, EveryNvidiaV020KeyParses) {
+    auto c = parse_config(R"(version: v1
+flags:
+  migStrategy: single
+  failOnInitError: true
+  mpsRoot: /run/nvidia/mps
+  nvidiaDriverRoot: /run/nvidia/driver
+  nvidiaDevRoot: /
+  gdrcopyEnabled: true
+  gdsEnabled: true
+  mofedEnabled: true
+  useNodeFeatureAPI: false
+  deviceDiscoveryStrategy: nvml
+  plugin:
+    passDeviceSpecs: true
+    deviceListStrategy: [envvar, cdi-annotations]
+    deviceIDStrategy: uuid
+    cdiAnnotationPrefix: cdi.k8s.io/
+    nvidiaCTKPath: /usr/local/nvidia/toolkit/nvidia-ctk
+    containerDriverRoot: /driver-root
+    sharedDevicesAllocationPolicy: packed
+  gfd:
+    oneshot: false
+    noTimestamp: true
+    sleepInterval: 60s
+    outputFile: /etc/kubernetes/node-feature-discovery/features.d/gfd
+    machineTypeFile: /sys/class/dmi/id/product_name
+resources:
+  gpus:
+  - pattern: "*"
+    name: gpu
+  mig:
+  - pattern: "1g.10gb"
+    name: mig-1g.10gb
+sharing:
+  timeSlicing:
+    renameByDefault: false
+    failRequestsGreaterThanOne: false
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 4
+imex:
+  channelIDs: [0]
+  required: true
+)",
+                          "v020.yaml");
+    ASSERT_TRUE(c.has_value()) << c.error().message;
+    EXPECT_EQ(c->mps_root, "/run/nvidia/mps");
+    EXPECT_TRUE(c->gdrcopy_enabled);
+    EXPECT_TRUE(c->gds_enabled);
+    EXPECT_TRUE(c->mofed_enabled);
+    EXPECT_EQ(c->use_node_feature_api, false);
+    EXPECT_EQ(c->device_discovery_strategy, "nvml");
+    EXPECT_EQ(c->nvidia_ctk_path, "/usr/local/nvidia/toolkit/nvidia-ctk");
+    EXPECT_EQ(c->container_driver_root, "/driver-root");
+    EXPECT_EQ(c->shared_allocation_policy, SharedAllocationPolicy::packed);
+    ASSERT_TRUE(c->gfd);
+    EXPECT_EQ(c->gfd->oneshot, false);
+    EXPECT_EQ(c->gfd->no_timestamp, true);
+    EXPECT_EQ(c->gfd->sleep_interval, 60s);
+    EXPECT_EQ(c->gfd->output_file, "/etc/kubernetes/node-feature-discovery/features.d/gfd");
+    EXPECT_EQ(c->gfd->machine_type_file, "/sys/class/dmi/id/product_name");
+    ASSERT_EQ(c->resources.mig.size(), 1u);
+    EXPECT_EQ(c->resources.mig[0].pattern, "1g.10gb");
+    EXPECT_EQ(c->resources.mig[0].name, "nvidia.com/mig-1g.10gb");
+    EXPECT_EQ(c->imex.channel_ids, std::vector<unsigned>{0});
+    EXPECT_TRUE(c->imex.required);
+
+    // Accepted, and what the device plugin does not use is said once each, with why.
+    auto r = resolve(*c, Overrides{}, Overrides{});
+    ASSERT_TRUE(r.has_value()) << r.error().message;
+    const std::string all = [&] {
+        std::string s;
+        for (const auto& w : r->warnings) s += w + "\n";
+        return s;
+    }();
+    EXPECT_EQ(r->warnings.size(), 4u) << all;
+    EXPECT_NE(all.find("flags.gfd is gpu-feature-discovery's"), std::string::npos) << all;
+    EXPECT_NE(all.find("flags.useNodeFeatureAPI"), std::string::npos) << all;
+    EXPECT_NE(all.find("containerDriverRoot '/driver-root' is ignored"), std::string::npos) << all;
+    EXPECT_NE(all.find("resources.gpus / resources.mig are ignored"), std::string::npos) << all;
+    // Resolving twice does not repeat a warning (SIGHUP reloads).
+    auto again = resolve(*r, Overrides{}, Overrides{});
+    ASSERT_TRUE(again.has_value());
+    EXPECT_EQ(again->warnings.size(), 4u);
+}
+
+TEST(DevicePluginConfig, NullValuesMeanNotSetAsInNvidia) {
+    auto c = parse_config("version: v1\nflags:\n  migStrategy: null\n  mpsRoot:\n  plugin:\n    deviceIDStrategy: ~\n"
+                          "  gfd:\n    sleepInterval: null\nimex:\n  channelIDs: null\n",
+                          "f");
+    ASSERT_TRUE(c.has_value()) << c.error().message;
+    EXPECT_EQ(c->mig_strategy, MigStrategy::none);
+    EXPECT_EQ(c->device_id_strategy, DeviceIdStrategy::uuid);
+    EXPECT_TRUE(c->imex.channel_ids.empty());
+}
+
+TEST(DevicePluginConfig, ImexChannelIdsAreEmptyOrZero) {
+    std::string e = error_of("version: v1\nimex:\n  channelIDs: [1]\n");
+    EXPECT_NE(e.find("cfg.yaml:3: key 'imex.channelIDs': invalid IMEX channel IDs [1] (expected [] or [0]"),
+              std::string::npos)
+        << e;
+    e = error_of("version: v1\nimex:\n  channelIDs: [0, 0]\n");
+    EXPECT_NE(e.find("expected [] or [0]"), std::string::npos) << e;
+    e = error_of("version: v1\nimex:\n  channelIDs: 0\n");
+    EXPECT_NE(e.find("expected a list"), std::string::npos) << e;
+    e = error_of("version: v1\nimex:\n  channels: [0]\n");
+    EXPECT_NE(e.find("key 'imex.channels': unknown key"), std::string::npos) << e;
+    EXPECT_EQ(parse_imex_channel_ids(" 0 "), std::vector<unsigned>{0});
+    EXPECT_EQ(parse_imex_channel_ids(""), std::vector<unsigned>{});
+    EXPECT_FALSE(parse_imex_channel_ids("3").has_value());
+    EXPECT_FALSE(parse_imex_channel_ids("x").has_value());
+}
+
+TEST(DevicePluginConfig, DeviceDiscoveryStrategyAndPluginPaths) {
+    std::string e = error_of("version: v1\nflags:\n  deviceDiscoveryStrategy: wsl\n");
+    EXPECT_NE(e.find("cfg.yaml:3: key 'flags.deviceDiscoveryStrategy'"), std::string::npos) << e;
+    EXPECT_NE(e.find("auto, nvml or tegra"), std::string::npos) << e;
+    e = error_of("version: v1\nflags:\n  plugin:\n    nvidiaCTKPath: nvidia-ctk\n");
+    EXPECT_NE(e.find("expected an absolute path"), std::string::npos) << e;
+    auto tegra = parse_config("version: v1\nflags: {deviceDiscoveryStrategy: tegra}\n", "f");
+    ASSERT_TRUE(tegra.has_value());
+    auto r = resolve(*tegra, Overrides{}, Overrides{});
+    ASSERT_TRUE(r.has_value());
+    ASSERT_EQ(r->warnings.size(), 1u);
+    EXPECT_NE(r->warnings[0].find("NVML only"), std::string::npos);
+    // The same driver root in and out of the container: nothing to say.
+    auto same = parse_config("version: v1\nflags: {nvidiaDriverRoot: /run/nvidia/driver, plugin: {containerDriverRoot: "
+                             "/run/nvidia/driver}}\n",
+                             "f");
+    ASSERT_TRUE(same.has_value());
+    EXPECT_TRUE(resolve(*same, Overrides{}, Overrides{})->warnings.empty());
+}
+
+TEST(DevicePluginConfig, ResourcePatternsNeedPatternAndAValidName) {
+    std::string e = error_of("version: v1\nresources:\n  gpus:\n  - name: gpu\n");
+    EXPECT_NE(e.find("key 'resources.gpus[0].pattern': missing"), std::string::npos) << e;
+    e = error_of("version: v1\nresources:\n  mig:\n  - {pattern: \"*\"}\n");
+    EXPECT_NE(e.find("key 'resources.mig[0].name': missing"), std::string::npos) << e;
+    e = error_of("version: v1\nresources:\n  gpus:\n  - {pattern: \"*\", name: \"Big GPU\"}\n");
+    EXPECT_NE(e.find("cfg.yaml:4: key 'resources.gpus[0].name'"), std::string::npos) << e;
+    auto on = parse_config("version: v1\nflags: {applyResourcePatterns: true}\nresources:\n  gpus: [{pattern: \"*\", name: g}]\n", "f");
+    ASSERT_TRUE(on.has_value()) << on.error().message;
+    EXPECT_TRUE(on->apply_resource_patterns);
+    EXPECT_TRUE(resolve(*on, Overrides{}, Overrides{})->warnings.empty());
 }
 
 TEST(DevicePluginConfig, LoadConfigFile) {
@@ -251,6 +470,34 @@ TEST(DevicePluginConfig, FromEnvReadsEveryVariable) {
     EXPECT_FALSE(o->health_disabled.has_value());
     EXPECT_EQ(o->enable_xids, (std::set<unsigned>{13}));
 
+    auto more = from_env(env_of({{"MPS_ROOT", "/run/nvidia/mps"},
+                                 {"GDRCOPY_ENABLED", "true"},
+                                 {"GDS_ENABLED", "1"},
+                                 {"MOFED_ENABLED", "false"},
+                                 {"DEVICE_DISCOVERY_STRATEGY", "auto"},
+                                 {"NVIDIA_CTK_PATH", "/usr/bin/nvidia-ctk"},
+                                 {"CONTAINER_DRIVER_ROOT", "/driver-root"},
+                                 {"IMEX_CHANNEL_IDS", "0"},
+                                 {"IMEX_REQUIRED", "true"},
+                                 {"KGPU_APPLY_RESOURCE_PATTERNS", "true"}}));
+    ASSERT_TRUE(more.has_value()) << more.error().message;
+    EXPECT_EQ(more->mps_root, "/run/nvidia/mps");
+    EXPECT_EQ(more->gdrcopy_enabled, true);
+    EXPECT_EQ(more->gds_enabled, true);
+    EXPECT_EQ(more->mofed_enabled, false);
+    EXPECT_EQ(more->device_discovery_strategy, "auto");
+    EXPECT_EQ(more->nvidia_ctk_path, "/usr/bin/nvidia-ctk");
+    EXPECT_EQ(more->container_driver_root, "/driver-root");
+    EXPECT_EQ(more->imex_channel_ids, std::vector<unsigned>{0});
+    EXPECT_EQ(more->imex_required, true);
+    EXPECT_EQ(more->apply_resource_patterns, true);
+    // NVIDIA's first spellings win over the aliases.
+    auto first = from_env(env_of({{"NVIDIA_CDI_HOOK_PATH", "/a/nvidia-cdi-hook"}, {"NVIDIA_CTK_PATH", "/b/nvidia-ctk"},
+                                  {"DRIVER_ROOT_CTR_PATH", "/x"}, {"CONTAINER_DRIVER_ROOT", "/y"}}));
+    ASSERT_TRUE(first.has_value());
+    EXPECT_EQ(first->nvidia_ctk_path, "/a/nvidia-cdi-hook");
+    EXPECT_EQ(first->container_driver_root, "/x");
+
     auto none = from_env(env_of({{"MIG_STRATEGY", ""}}));
     ASSERT_TRUE(none.has_value());
     EXPECT_FALSE(none->mig_strategy.has_value());
@@ -260,7 +507,8 @@ TEST(DevicePluginConfig, FromEnvErrorsNameTheVariable) {
     const std::pair<const char*, const char*> bad[] = {
         {"MIG_STRATEGY", "foo"},        {"FAIL_ON_INIT_ERROR", "yes please"}, {"PASS_DEVICE_SPECS", "2"},
         {"DEVICE_LIST_STRATEGY", "x"},  {"DEVICE_ID_STRATEGY", "serial"},     {"DP_DISABLE_HEALTHCHECKS", "13,abc"},
-        {"DP_ENABLE_HEALTHCHECKS", "-1"}, {"DEVICE_LIST_STRATEGY", " , "},
+        {"DP_ENABLE_HEALTHCHECKS", "-1"}, {"DEVICE_LIST_STRATEGY", " , "}, {"GDS_ENABLED", "on"},
+        {"IMEX_CHANNEL_IDS", "1"},        {"DEVICE_DISCOVERY_STRATEGY", "wsl"}, {"IMEX_REQUIRED", "maybe"},
     };
     for (const auto& [name, value] : bad) {
         auto o = from_env(env_of({{name, value}}));
@@ -389,6 +637,15 @@ TEST(DevicePluginConfig, DescribeListsEffectiveValues) {
     EXPECT_NE(d.find("flags.kubeletSocket: /var/lib/kubelet/device-plugins/kubelet.sock\n"), std::string::npos) << d;
     EXPECT_NE(d.find("health.ignoredXids: [13,31,43,45,68,109]\n"), std::string::npos) << d;
     EXPECT_NE(d.find("health.recoveryPeriod: 5m\n"), std::string::npos) << d;
+    // Naming patterns are shown as patterns, not as a count that reads like a number of devices.
+    EXPECT_NE(d.find("resources.gpus: (none)\n"), std::string::npos) << d;
+    c.resources.gpus = {{"*T4*", "nvidia.com/t4"}};
+    const std::string p = describe(c);
+    EXPECT_NE(p.find("resources.gpus: \"*T4*\" -> nvidia.com/t4 (ignored: applyResourcePatterns is false)\n"),
+              std::string::npos)
+        << p;
+    EXPECT_NE(p.find("sharing.mps: off\n"), std::string::npos) << p;
+    EXPECT_NE(p.find("imex.channelIDs: []\n"), std::string::npos) << p;
 }
 
 }  // namespace

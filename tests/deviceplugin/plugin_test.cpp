@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "deviceplugin/plugin_fixture.h"
 #include "support/fake_kubelet.h"
 #include "support/process.h"
 
@@ -50,6 +51,7 @@ protected:
         env.emplace("KGPU_SIM_NODE", fixture(node));
         env.emplace("KGPU_SIM_EVENTS", events_);
         plugin_ = std::make_unique<ChildProcess>(argv, env);
+        sim_.load(node);  // IDs are UUIDs; tests name devices by index through sim_
     }
     void event(const std::string& line) { std::ofstream(events_, std::ios::app) << line << "\n"; }
     FakeKubelet::Registration registered(int generation = 1) {
@@ -57,7 +59,8 @@ protected:
         EXPECT_TRUE(reg.has_value()) << "no registration #" << generation;
         return reg.value_or(FakeKubelet::Registration{});
     }
-    bool health_becomes(const std::string& id, const std::string& health) {
+    bool health_becomes(const std::string& index_id, const std::string& health) {
+        const std::string id = sim_.uuid(index_id);
         return kubelet_->wait_devices(
             kGpu, [&](const auto& d) { return d.contains(id) && d.at(id).health == health; }, 20s);
     }
@@ -66,6 +69,7 @@ protected:
     std::string events_;
     std::unique_ptr<FakeKubelet> kubelet_;
     std::unique_ptr<ChildProcess> plugin_;
+    kgpu::test::SimIds sim_;
 };
 
 TEST_F(DevicePluginTest, RegistersAndAdvertisesEveryGpuWithNuma) {
@@ -86,7 +90,7 @@ TEST_F(DevicePluginTest, AllocateEnvvarVolumeMountsAndCdiAtOnce) {
     start("t4x4.yaml", {"--device-list-strategy", "envvar,volume-mounts,cdi-cri", "--device-id-strategy", "index"});
     registered();
     v1beta1::AllocateResponse resp;
-    auto st = kubelet_->allocate(kGpu, {{"1", "3"}, {"0"}}, &resp);
+    auto st = kubelet_->allocate(kGpu, {sim_.uuids({"1", "3"}), {sim_.uuid("0")}}, &resp);
     ASSERT_TRUE(st.ok()) << st.error_message();
     ASSERT_EQ(resp.container_responses_size(), 2);
     const auto& c0 = resp.container_responses(0);
@@ -148,13 +152,13 @@ TEST_F(DevicePluginTest, PreferredAllocationPicksTheNvlinkPair) {
     start("pcie-nvlink-pairs.yaml", {"--device-id-strategy", "index"});
     registered();
     std::vector<std::string> out;
-    auto st = kubelet_->prefer(kGpu, {"0", "1", "2", "3"}, {}, 2, &out);
+    auto st = kubelet_->prefer(kGpu, sim_.uuids({"0", "1", "2", "3"}), {}, 2, &out);
     ASSERT_TRUE(st.ok()) << st.error_message();
-    EXPECT_EQ(out, (std::vector<std::string>{"0", "1"}));
-    st = kubelet_->prefer(kGpu, {"0", "1", "2", "3"}, {"3"}, 2, &out);
+    EXPECT_EQ(out, sim_.uuids({"0", "1"}));
+    st = kubelet_->prefer(kGpu, sim_.uuids({"0", "1", "2", "3"}), {sim_.uuid("3")}, 2, &out);
     ASSERT_TRUE(st.ok()) << st.error_message();
-    EXPECT_EQ(out, (std::vector<std::string>{"2", "3"}));
-    st = kubelet_->prefer(kGpu, {"0", "2"}, {}, 3, &out);
+    EXPECT_EQ(out, sim_.uuids({"2", "3"}));
+    st = kubelet_->prefer(kGpu, sim_.uuids({"0", "2"}), {}, 3, &out);
     EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
@@ -166,6 +170,8 @@ TEST_F(DevicePluginTest, KubeletRestartLeadsToReregistration) {
     EXPECT_EQ(reg.endpoint, kSocket);
     EXPECT_TRUE(std::filesystem::exists(dir_.path() + "/" + kSocket));
     EXPECT_EQ(kubelet_->devices(kGpu).size(), 4u);
+    EXPECT_TRUE(kubelet_->wait_until([&] { return kubelet_->open_streams(kGpu) == 1; }, 20s));
+    EXPECT_EQ(kubelet_->register_calls(kGpu), 1);  // this kubelet instance saw one Register
 }
 
 TEST_F(DevicePluginTest, DeletedPluginSocketIsServedAgain) {
@@ -174,6 +180,10 @@ TEST_F(DevicePluginTest, DeletedPluginSocketIsServedAgain) {
     std::filesystem::remove(dir_.path() + "/" + kSocket);
     registered(2);
     EXPECT_TRUE(std::filesystem::exists(dir_.path() + "/" + kSocket));
+    // Serving it again ended the kubelet's stream (the kubelet dropped us): one new Register.
+    EXPECT_TRUE(kubelet_->wait_until(
+        [&] { return kubelet_->open_streams(kGpu) == 1 && kubelet_->allocatable(kGpu) == 4; }, 20s));
+    EXPECT_EQ(kubelet_->register_calls(kGpu), 2);
 }
 
 TEST_F(DevicePluginTest, RecoverableXidTurnsUnhealthyThenHealthyAfterTheQuietPeriod) {
@@ -181,7 +191,7 @@ TEST_F(DevicePluginTest, RecoverableXidTurnsUnhealthyThenHealthyAfterTheQuietPer
     registered();
     event("xid 1 94");
     ASSERT_TRUE(health_becomes("1", "Unhealthy"));
-    EXPECT_EQ(kubelet_->devices(kGpu)["0"].health, "Healthy");
+    EXPECT_EQ(kubelet_->devices(kGpu)[sim_.uuid("0")].health, "Healthy");
     ASSERT_TRUE(health_becomes("1", "Healthy"));
 }
 
@@ -201,7 +211,7 @@ TEST_F(DevicePluginTest, ResetClassXidStaysUnhealthyUntilTheGpuIsReset) {
     event("xid 1 48");
     ASSERT_TRUE(health_becomes("1", "Unhealthy"));
     std::this_thread::sleep_for(2500ms);  // longer than the recovery period: must not recover
-    EXPECT_EQ(kubelet_->devices(kGpu)["1"].health, "Unhealthy");
+    EXPECT_EQ(kubelet_->devices(kGpu)[sim_.uuid("1")].health, "Unhealthy");
     event("restore 1");
     ASSERT_TRUE(health_becomes("1", "Healthy"));
 }
@@ -212,9 +222,9 @@ TEST_F(DevicePluginTest, LostGpuIsUnhealthyWhileGone) {
     event("lost 3");
     ASSERT_TRUE(health_becomes("3", "Unhealthy"));
     v1beta1::AllocateResponse resp;
-    auto st = kubelet_->allocate(kGpu, {{"3"}}, &resp);
+    auto st = kubelet_->allocate(kGpu, {{sim_.uuid("3")}}, &resp);
     EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-    EXPECT_THAT(st.error_message(), HasSubstr("3"));
+    EXPECT_THAT(st.error_message(), HasSubstr(sim_.uuid("3")));
     event("restore 3");
     ASSERT_TRUE(health_becomes("3", "Healthy"));
 }
@@ -229,22 +239,25 @@ TEST_F(DevicePluginTest, SigtermStopsCleanlyAndRemovesTheSocket) {
     EXPECT_TRUE(kubelet_->stream_ended(kGpu));
 }
 
-TEST_F(DevicePluginTest, SighupReloadsTheConfigAndReregisters) {
+TEST_F(DevicePluginTest, SighupReloadsTheConfigOverTheOpenStream) {
     const std::string cfg = dir_.path() + "/../" + std::filesystem::path(dir_.path()).filename().string() + ".yaml";
     std::ofstream(cfg) << "version: v1\nflags:\n  plugin:\n    deviceIDStrategy: uuid\n";
     start("t4x4.yaml", {"--config-file", cfg});
     registered(1);
-    EXPECT_FALSE(kubelet_->devices(kGpu).contains("0"));
-    std::ofstream(cfg) << "version: v1\nflags:\n  plugin:\n    deviceIDStrategy: index\n";
+    const std::string replica = sim_.uuid("0") + "::0";
+    EXPECT_FALSE(kubelet_->devices(kGpu).contains(replica));
+    std::ofstream(cfg) << "version: v1\nsharing:\n  timeSlicing:\n    resources: [{name: gpu, replicas: 2}]\n";
     plugin_->signal(SIGHUP);
-    registered(2);
-    EXPECT_TRUE(kubelet_->wait_devices(kGpu, [](const auto& d) { return d.contains("0") && d.size() == 4; }, 20s));
+    EXPECT_TRUE(kubelet_->wait_devices(kGpu, [&](const auto& d) { return d.contains(replica) && d.size() == 8; }, 20s));
+    // New IDs are a ListAndWatch update: no second Register, no second stream (issue #12).
+    EXPECT_EQ(kubelet_->register_calls(kGpu), 1);
+    EXPECT_EQ(kubelet_->open_streams(kGpu), 1);
     // A broken file on SIGHUP keeps the running config.
     std::ofstream(cfg) << "version: v1\nflags:\n  colour: blue\n";
     plugin_->signal(SIGHUP);
     std::this_thread::sleep_for(500ms);
     EXPECT_TRUE(plugin_->running());
-    EXPECT_TRUE(kubelet_->devices(kGpu).contains("0"));
+    EXPECT_TRUE(kubelet_->devices(kGpu).contains(replica));
     std::filesystem::remove(cfg);
 }
 

@@ -46,14 +46,87 @@ TEST(DevicePluginResources, WholeGpusByUuid) {
     EXPECT_EQ(rs[0].find("GPU-nope"), nullptr);
 }
 
-TEST(DevicePluginResources, IndexIdStrategy) {
+// NVIDIA's plugin advertises UUIDs under --device-id-strategy index too (indices only go to the
+// container): the kubelet's checkpoint and PodResources keep the same IDs when the strategy changes.
+TEST(DevicePluginResources, IndexIdStrategyStillAdvertisesUuids) {
     Config c;
     c.device_id_strategy = DeviceIdStrategy::index;
-    auto rs = must(build_resources(node_with(2), c));
+    auto node = node_with(2);
+    auto rs = must(build_resources(node, c));
     ASSERT_EQ(rs.size(), 1u);
-    EXPECT_EQ(rs[0].devices[0].id, "0");
-    EXPECT_EQ(rs[0].devices[1].id, "1");
-    EXPECT_EQ(rs[0].find("1"), &rs[0].devices[1]);
+    EXPECT_EQ(rs[0].devices[0].id, node.gpus[0].uuid);
+    EXPECT_EQ(rs[0].devices[1].id, node.gpus[1].uuid);
+    EXPECT_EQ(rs[0].find(node.gpus[1].uuid), &rs[0].devices[1]);
+    EXPECT_EQ(rs[0].find("1"), nullptr);
+}
+
+TEST(DevicePluginResources, PatternMatchesAsNvidia) {
+    EXPECT_TRUE(pattern_matches("*", "Tesla T4"));
+    EXPECT_TRUE(pattern_matches("*A100*", "NVIDIA A100-SXM4-80GB"));
+    EXPECT_TRUE(pattern_matches("Tesla T4", "Tesla T4"));
+    EXPECT_FALSE(pattern_matches("Tesla", "Tesla T4"));  // anchored
+    EXPECT_TRUE(pattern_matches("1g.*", "1g.10gb"));
+    EXPECT_FALSE(pattern_matches("1g.*", "2g.20gb"));
+    EXPECT_TRUE(pattern_matches("*g.*gb*", "1g.10gb+me"));
+    EXPECT_TRUE(pattern_matches("a*b*c", "aXbYbZc"));
+    EXPECT_FALSE(pattern_matches("a*b*c", "aXbYbZ"));
+    EXPECT_TRUE(pattern_matches("", ""));
+    EXPECT_FALSE(pattern_matches("", "x"));
+}
+
+// resources.gpus / resources.mig: ignored by default (NVIDIA v0.14-v0.20), applied with the opt-in.
+TEST(DevicePluginResources, NamingPatternsOnlyWithTheOptIn) {
+    auto node = node_with(3);
+    node.gpus[0].name = "NVIDIA A100-SXM4-80GB";
+    node.gpus[1].name = "Tesla T4";
+    node.gpus[2].name = "NVIDIA A100-SXM4-80GB";
+    node.gpus[2].mig_mode = inventory::MigMode::enabled;
+    inventory::MigDevice small, big;
+    small.index = 0, small.uuid = "MIG-a", small.profile = "1g.10gb", small.gpu_instance_id = 7;
+    big.index = 1, big.uuid = "MIG-b", big.profile = "3g.40gb", big.gpu_instance_id = 2;
+    node.gpus[2].mig_devices = {small, big};
+    Config c;
+    c.mig_strategy = MigStrategy::mixed;
+    c.resources.gpus = {{"*A100*", "nvidia.com/a100"}};
+    c.resources.mig = {{"1g.*", "nvidia.com/mig-small"}};
+    auto names = [](const std::vector<Resource>& rs) {
+        std::vector<std::string> out;
+        for (const auto& r : rs) out.push_back(fmt::format("{}={}", r.name, r.devices.size()));
+        return out;
+    };
+    EXPECT_EQ(names(must(build_resources(node, c))),
+              (std::vector<std::string>{"nvidia.com/gpu=2", "nvidia.com/mig-1g.10gb=1", "nvidia.com/mig-3g.40gb=1"}));
+    c.apply_resource_patterns = true;
+    EXPECT_EQ(names(must(build_resources(node, c))),
+              (std::vector<std::string>{"nvidia.com/a100=1", "nvidia.com/gpu=1", "nvidia.com/mig-3g.40gb=1",
+                                        "nvidia.com/mig-small=1"}));
+}
+
+TEST(DevicePluginResources, StartupDumpSaysWhatIsServed) {
+    auto node = node_with(4);
+    Config c;
+    c.device_id_strategy = DeviceIdStrategy::index;
+    TimeSlicing ts;
+    ReplicatedResource r;
+    r.name = "nvidia.com/gpu";
+    r.rename = "nvidia.com/gpu.shared";
+    r.all_devices = false;
+    r.device_ids = {"1", "2"};
+    r.replicas = 4;
+    ts.resources = {r};
+    ts.fail_requests_greater_than_one = true;
+    c.sharing.time_slicing = ts;
+    const std::string d = describe_resources(must(build_resources(node, c)), c);
+    EXPECT_NE(d.find("serving 2 resources (MIG strategy none, containers see devices by index, device list envvar, "
+                     "sharing time-slicing):\n"),
+              std::string::npos)
+        << d;
+    EXPECT_NE(d.find("nvidia.com/gpu           2 devices <- GPU 0, 3\n"), std::string::npos) << d;
+    EXPECT_NE(d.find("nvidia.com/gpu.shared    8 devices <- GPU 1, 2 x 4 replicas (time-slicing, at most 1 per "
+                     "container)\n"),
+              std::string::npos)
+        << d;
+    EXPECT_NE(describe_resources({}, Config{}).find("serving no resource"), std::string::npos);
 }
 
 TEST(DevicePluginResources, NoGpusNoResource) {

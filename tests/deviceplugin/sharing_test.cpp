@@ -56,6 +56,24 @@ inventory::Node a100_mig() {
     return node;
 }
 
+// The advertised ID of a device of a100_mig() written in index spelling: "2" -> "GPU-…",
+// "1:3" -> "MIG-…", "1::3" -> "GPU-…::3" (IDs are UUIDs under every deviceIDStrategy).
+std::string uid(std::string_view index_id) {
+    const auto sep = index_id.find("::");
+    const std::string_view base = index_id.substr(0, sep);
+    const std::string suffix(sep == std::string_view::npos ? std::string_view() : index_id.substr(sep));
+    const auto colon = base.find(':');
+    const unsigned g = static_cast<unsigned>(std::stoul(std::string(base.substr(0, colon))));
+    if (colon == std::string_view::npos) return fmt::format("GPU-{:08x}-0000-0000-0000-000000000000", g) + suffix;
+    const unsigned m = static_cast<unsigned>(std::stoul(std::string(base.substr(colon + 1))));
+    return fmt::format("MIG-{:08x}-0000-0000-0000-{:012x}", g, m) + suffix;
+}
+std::vector<std::string> uids(std::initializer_list<std::string_view> index_ids) {
+    std::vector<std::string> out;
+    for (auto i : index_ids) out.push_back(uid(i));
+    return out;
+}
+
 std::map<std::string, size_t> counts(const std::vector<Resource>& rs) {
     std::map<std::string, size_t> out;
     for (const auto& r : rs) out[r.name] = r.devices.size();
@@ -82,13 +100,13 @@ TEST(DevicePluginMig, MixedServesOneResourcePerProfile) {
                                                           {"nvidia.com/mig-3g.40gb", 1}}));
     const Resource& small = rs[1];
     ASSERT_EQ(small.name, "nvidia.com/mig-1g.10gb");
-    EXPECT_EQ(small.devices.front().id, "0:0");
-    EXPECT_EQ(small.devices.back().id, "1:3");
+    EXPECT_EQ(small.devices.front().id, uid("0:0"));
+    EXPECT_EQ(small.devices.back().id, uid("1:3"));
     ASSERT_TRUE(small.devices.back().mig.has_value());
     EXPECT_EQ(small.devices.back().mig->gpu_instance_id, 14u);
     EXPECT_EQ(small.devices.back().minor, 1u);
     EXPECT_EQ(small.devices.back().numa, std::optional<int>(0));
-    EXPECT_EQ(rs[0].devices[0].id, "2");
+    EXPECT_EQ(rs[0].devices[0].id, uid("2"));
 }
 
 TEST(DevicePluginMig, MixedUsesMigUuidsAndMapsPlusToDot) {
@@ -124,7 +142,7 @@ TEST(DevicePluginMig, SingleServesUniformMigDevicesAsGpu) {
     node.gpus[1].mig_devices = {mig(0, "1g.10gb", 7, 1), mig(1, "1g.10gb", 8, 1)};
     auto rs = must(build_resources(node, strategy(MigStrategy::single, DeviceIdStrategy::index)));
     EXPECT_EQ(counts(rs), (std::map<std::string, size_t>{{"nvidia.com/gpu", 9}}));
-    EXPECT_EQ(rs[0].devices[8].id, "1:1");
+    EXPECT_EQ(rs[0].devices[8].id, uid("1:1"));
     // Without any MIG GPU, single serves whole GPUs.
     node.gpus[0].mig_mode = node.gpus[1].mig_mode = inventory::MigMode::disabled;
     EXPECT_EQ(counts(must(build_resources(node, strategy(MigStrategy::single)))),
@@ -164,11 +182,11 @@ TEST(DevicePluginTimeSlicing, ReplicasOfEveryGpu) {
     EXPECT_EQ(rs[0].name, "nvidia.com/gpu");
     EXPECT_EQ(rs[0].replicas, 4u);
     ASSERT_EQ(rs[0].devices.size(), 16u);
-    EXPECT_EQ(rs[0].devices[0].id, "0::0");
-    EXPECT_EQ(rs[0].devices[5].id, "1::1");
-    EXPECT_EQ(rs[0].devices[5].physical_id, "1");
+    EXPECT_EQ(rs[0].devices[0].id, uid("0::0"));
+    EXPECT_EQ(rs[0].devices[5].id, uid("1::1"));
+    EXPECT_EQ(rs[0].devices[5].physical_id, uid("1"));
     EXPECT_EQ(rs[0].devices[5].replica, std::optional<unsigned>(1));
-    EXPECT_EQ(rs[0].find("3::3"), &rs[0].devices[15]);
+    EXPECT_EQ(rs[0].find(uid("3::3")), &rs[0].devices[15]);
 }
 
 TEST(DevicePluginTimeSlicing, RenameByDefaultAndShortNames) {
@@ -194,8 +212,8 @@ TEST(DevicePluginTimeSlicing, SubsetByIndexRangeAndUuidStaysApartFromWholeGpus) 
     EXPECT_EQ(n["nvidia.com/gpu"], 1u);
     for (const auto& r : rs)
         if (r.name == "nvidia.com/small-shared") {
-            EXPECT_EQ(r.devices[0].id, "0:1::0");
-            EXPECT_EQ(r.devices[5].id, "1:3::2");
+            EXPECT_EQ(r.devices[0].id, uid("0:1::0"));
+            EXPECT_EQ(r.devices[5].id, uid("1:3::2"));
         }
 }
 
@@ -237,7 +255,7 @@ TEST(DevicePluginTimeSlicing, EveryValidationErrorNamesFileLineAndReason) {
     }
     auto mps = parse_config("version: v1\nsharing:\n  mps:\n    resources: []\n", "ts.yaml");
     ASSERT_FALSE(mps.has_value());
-    EXPECT_THAT(mps.error().message, HasSubstr("MPS sharing is not supported yet"));
+    EXPECT_THAT(mps.error().message, HasSubstr("expected at least one resource to share"));
     EXPECT_THAT(mps.error().message, HasSubstr("ts.yaml:4:"));
 
     // With the node (build_resources).
@@ -297,21 +315,21 @@ TEST(DevicePluginSharedAllocation, DistributedSpreadsPackedFills) {
     auto rs = must(build_resources(node, c));
     const Resource& r = rs[0];
     Allocator spread(r, node.topology, SharedAllocationPolicy::distributed);
-    EXPECT_EQ(must(spread.prefer(ids_of(r), {}, 3)), (std::vector<std::string>{"0::0", "1::0", "2::0"}));
+    EXPECT_EQ(must(spread.prefer(ids_of(r), {}, 3)), uids({"0::0", "1::0", "2::0"}));
     // GPU 0 already has two replicas in use elsewhere: the others are used twice before it is.
     std::vector<std::string> avail = ids_of(r);
     avail.erase(avail.begin(), avail.begin() + 2);
-    EXPECT_EQ(must(spread.prefer(avail, {}, 4)), (std::vector<std::string>{"1::0", "1::1", "2::0", "3::0"}));
+    EXPECT_EQ(must(spread.prefer(avail, {}, 4)), uids({"1::0", "1::1", "2::0", "3::0"}));
     EXPECT_EQ(must(spread.prefer(avail, {}, 7)),
-              (std::vector<std::string>{"0::2", "1::0", "1::1", "2::0", "2::1", "3::0", "3::1"}));
-    EXPECT_EQ(must(spread.prefer(avail, {"1::2"}, 2)), (std::vector<std::string>{"1::2", "2::0"}));
+              uids({"0::2", "1::0", "1::1", "2::0", "2::1", "3::0", "3::1"}));
+    EXPECT_EQ(must(spread.prefer(avail, uids({"1::2"}), 2)), uids({"1::2", "2::0"}));
 
     Allocator pack(r, node.topology, SharedAllocationPolicy::packed);
-    EXPECT_EQ(must(pack.prefer(ids_of(r), {}, 3)), (std::vector<std::string>{"0::0", "0::1", "0::2"}));
+    EXPECT_EQ(must(pack.prefer(ids_of(r), {}, 3)), uids({"0::0", "0::1", "0::2"}));
     // The busiest GPU with a free replica first: GPU 0 (2 in use), then on to GPU 1.
-    EXPECT_EQ(must(pack.prefer(avail, {}, 3)), (std::vector<std::string>{"0::2", "0::3", "1::0"}));
+    EXPECT_EQ(must(pack.prefer(avail, {}, 3)), uids({"0::2", "0::3", "1::0"}));
     // Same validation as for whole GPUs.
-    EXPECT_FALSE(pack.prefer(avail, {"0::0"}, 1).has_value());
+    EXPECT_FALSE(pack.prefer(avail, uids({"0::0"}), 1).has_value());
     EXPECT_FALSE(pack.prefer(avail, {}, 100).has_value());
 }
 
@@ -321,8 +339,8 @@ TEST(DevicePluginSharedAllocation, MigDevicesSpreadOverParentGpus) {
     const Resource& r = rs[1];
     ASSERT_EQ(r.name, "nvidia.com/mig-1g.10gb");
     Allocator a(r, node.topology);
-    EXPECT_EQ(must(a.prefer(ids_of(r), {}, 2)), (std::vector<std::string>{"0:0", "1:2"}));
-    EXPECT_EQ(must(a.prefer(ids_of(r), {}, 4)), (std::vector<std::string>{"0:0", "0:1", "1:2", "1:3"}));
+    EXPECT_EQ(must(a.prefer(ids_of(r), {}, 2)), uids({"0:0", "1:2"}));
+    EXPECT_EQ(must(a.prefer(ids_of(r), {}, 4)), uids({"0:0", "0:1", "1:2", "1:3"}));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -373,29 +391,29 @@ TEST_F(DevicePluginSharedAllocate, MigDeviceGetsParentAndCapabilityNodes) {
     auto refused = allocate(r, {node.gpus[0].mig_devices[0].uuid}, c, {}, DevRootView(root_));
     ASSERT_FALSE(refused.has_value());
     EXPECT_THAT(refused.error().message, HasSubstr("gi7/access"));
-    // Index IDs name the device i:j.
+    // With deviceIDStrategy index the container is handed i:j (the ID stays the MIG UUID).
     Config ci = strategy(MigStrategy::mixed, DeviceIdStrategy::index);
     auto ri = must(build_resources(node, ci));
-    EXPECT_EQ(must(allocate(ri[1], {"1:3"}, ci, {}, DevRootView(root_))).envs["NVIDIA_VISIBLE_DEVICES"], "1:3");
+    EXPECT_EQ(must(allocate(ri[1], {uid("1:3")}, ci, {}, DevRootView(root_))).envs["NVIDIA_VISIBLE_DEVICES"], "1:3");
 }
 
 TEST_F(DevicePluginSharedAllocate, ReplicasMapToPhysicalGpusOnce) {
     auto c = sharing("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: gpu\n      replicas: 4\n");
     c.pass_device_specs = true;
     auto rs = must(build_resources(a100_mig(), c));
-    auto answer = must(allocate(rs[0], {"1::3", "0::0", "1::0"}, c, {}, DevRootView(root_)));
+    auto answer = must(allocate(rs[0], uids({"1::3", "0::0", "1::0"}), c, {}, DevRootView(root_)));
     EXPECT_EQ(answer.envs["NVIDIA_VISIBLE_DEVICES"], "1,0");
     std::vector<std::string> paths;
     for (const auto& d : answer.devices) paths.push_back(d.container_path);
     EXPECT_EQ(paths, (std::vector<std::string>{"/dev/nvidiactl", "/dev/nvidia1", "/dev/nvidia0"}));
-    EXPECT_FALSE(allocate(rs[0], {"1::3", "1::3"}, c, {}, DevRootView(root_)).has_value());
+    EXPECT_FALSE(allocate(rs[0], uids({"1::3", "1::3"}), c, {}, DevRootView(root_)).has_value());
 
     c.sharing.time_slicing->fail_requests_greater_than_one = true;
     auto strict = must(build_resources(a100_mig(), c));
-    auto refused = allocate(strict[0], {"1::3", "0::0"}, c, {}, DevRootView(root_));
+    auto refused = allocate(strict[0], uids({"1::3", "0::0"}), c, {}, DevRootView(root_));
     ASSERT_FALSE(refused.has_value());
     EXPECT_THAT(refused.error().message, HasSubstr("maximum request size for shared resources is 1"));
-    EXPECT_TRUE(allocate(strict[0], {"1::3"}, c, {}, DevRootView(root_)).has_value());
+    EXPECT_TRUE(allocate(strict[0], {uid("1::3")}, c, {}, DevRootView(root_)).has_value());
 }
 
 TEST(DevicePluginMigCaps, ReadsAccessFilesThenTheTableAndNamesWhatItTried) {

@@ -15,6 +15,8 @@
 #include "doctor/devchar.h"
 #include "doctor/host.h"
 #include "fake_host.h"
+#include "support/fake_device_plugin.h"
+#include "support/fake_kubelet.h"
 
 using kgpu::doctor::CheckResult;
 using kgpu::doctor::Report;
@@ -410,6 +412,63 @@ TEST(DoctorChecks, DevicePluginSockets) {
     EXPECT_EQ(get(r, "deviceplugin.dir").status, Status::fail);
     EXPECT_EQ(get(r, "deviceplugin.kubelet_socket").status, Status::skipped);
     EXPECT_EQ(get(r, "deviceplugin.plugin_socket").status, Status::skipped);
+}
+
+// Issue #12 item 7: two plugin sockets answering for nvidia.com/gpu, then kgpu cut off by a
+// kubelet that behaves like v1.26 (the other plugin's stream ended).
+TEST(DoctorChecks, TwoPluginsForOneResourceAndKgpuCutOff) {
+    using namespace std::chrono_literals;
+    FakeHost host;
+    const std::string dp = host.path("/var/lib/kubelet/device-plugins");
+    std::filesystem::create_directories(dp);
+    std::filesystem::create_directories(host.path("/var/lib/kubelet/pod-resources"));
+    kgpu::test::FakeKubelet kubelet(dp);
+    ASSERT_TRUE(kubelet.start());
+    ASSERT_TRUE(kubelet.serve_pod_resources(host.path("/var/lib/kubelet/pod-resources/kubelet.sock")));
+    kgpu::deviceplugin::ResourceServer kgpu("nvidia.com/gpu", dp + "/kgpu-nvidia-com-gpu.sock", {});
+    v1beta1::ListAndWatchResponse list;
+    for (const char* id : {"GPU-0", "GPU-1"}) {
+        auto* d = list.add_devices();
+        d->set_id(id);
+        d->set_health("Healthy");
+    }
+    kgpu.publish(list);
+    ASSERT_TRUE(kgpu.start());
+    ASSERT_TRUE(kgpu::deviceplugin::register_with_kubelet(kubelet.socket_path(), "kgpu-nvidia-com-gpu.sock",
+                                                          "nvidia.com/gpu"));
+    ASSERT_TRUE(kubelet.wait_until([&] { return kubelet.allocatable("nvidia.com/gpu") == 2; }, 20s));
+    auto r = Doc{host}();
+    EXPECT_EQ(get(r, "deviceplugin.one_plugin_per_resource").status, Status::ok)
+        << get(r, "deviceplugin.one_plugin_per_resource").evidence;
+    EXPECT_EQ(get(r, "kubelet.allocatable").status, Status::ok) << get(r, "kubelet.allocatable").evidence;
+    EXPECT_THAT(get(r, "kubelet.allocatable").evidence,
+                HasSubstr("nvidia.com/gpu: the kubelet's 2 allocatable = the 2 healthy device(s) kgpu serves"));
+
+    // NVIDIA's plugin registers the same resource: the kubelet now uses it.
+    kgpu::test::FakeDevicePlugin nvidia(dp, "nvidia.com/gpu", {"GPU-a", "GPU-b"});
+    ASSERT_TRUE(nvidia.start());
+    ASSERT_TRUE(nvidia.register_with(kubelet.socket_path()).ok());
+    ASSERT_TRUE(kubelet.wait_devices(
+        "nvidia.com/gpu", [](const auto& d) { return d.contains("GPU-a") && d.size() == 2; }, 20s));
+    r = Doc{host}();
+    const auto& two = get(r, "deviceplugin.one_plugin_per_resource");
+    EXPECT_EQ(two.status, Status::warn) << two.evidence;
+    EXPECT_THAT(two.evidence, HasSubstr("nvidia.com/gpu is served by 2 plugin sockets"));
+    EXPECT_THAT(two.fix, HasSubstr("one device plugin per resource"));
+    EXPECT_EQ(get(r, "kubelet.allocatable").status, Status::warn) << get(r, "kubelet.allocatable").evidence;
+    EXPECT_THAT(get(r, "kubelet.allocatable").evidence, HasSubstr("not kgpu's: GPU-a, GPU-b"));
+
+    // NVIDIA's plugin goes away: its stream ends and the kubelet drops the resource's client.
+    nvidia.stop();
+    ASSERT_TRUE(kubelet.wait_until([&] { return kubelet.allocatable("nvidia.com/gpu") == 0; }, 20s));
+    r = Doc{host}();
+    EXPECT_EQ(get(r, "deviceplugin.one_plugin_per_resource").status, Status::ok);
+    const auto& alloc = get(r, "kubelet.allocatable");
+    EXPECT_EQ(alloc.status, Status::fail) << alloc.evidence;
+    EXPECT_THAT(alloc.evidence, HasSubstr("kgpu serves 2 healthy device(s)"));
+    EXPECT_THAT(alloc.evidence, HasSubstr("the kubelet has 0 allocatable"));
+    EXPECT_THAT(alloc.fix, HasSubstr("Restart the kgpu pod"));
+    EXPECT_EQ(r.exit_code(), 1);
 }
 
 TEST(DoctorChecks, EmptyRootGivesAUsefulReport) {

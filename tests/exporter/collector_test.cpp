@@ -9,10 +9,12 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <set>
 #include <thread>
 
 #include "exporter/catalogue.h"
 #include "exporter/collector.h"
+#include "exporter/counters.h"
 #include "exporter/exporter.h"
 #include "metrics_text.h"
 #include "nvml/library.h"
@@ -77,6 +79,9 @@ void check_fixture(const std::string& fixture) {
     SCOPED_TRACE(fixture);
     const YAML::Node yaml = YAML::LoadFile(fixture_path(fixture));
     Collector c(sim_session(fixture), options());
+    c.collect();
+    // Profiling metrics need a second GPM sample at least 100 ms after the first.
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
     const ParsedMetrics m = collect(c);
     const std::string driver = yaml["driver_version"].as<std::string>();
     unsigned index = 0;
@@ -95,7 +100,12 @@ void check_fixture(const std::string& fixture) {
             // Labels in dcgm-exporter's order, with the fixture's values.
             std::vector<std::string> names;
             for (const auto& [k, v] : found[0]->labels) names.push_back(k);
-            EXPECT_EQ(names, kDcgmLabels) << found[0]->line;
+            auto want = kDcgmLabels;
+            if (metric == Metric::xid_errors) {
+                want.push_back("err_code");
+                want.push_back("err_msg");
+            }
+            EXPECT_EQ(names, want) << found[0]->line;
             EXPECT_EQ(found[0]->label("pci_bus_id"), g["pci_bus_id"].as<std::string>());
             EXPECT_EQ(found[0]->label("device"), "nvidia" + std::to_string(index));
             EXPECT_EQ(found[0]->label("modelName"), g["name"].as<std::string>());
@@ -124,6 +134,35 @@ void check_fixture(const std::string& fixture) {
         expect_near(Metric::enc_util, tel("enc_util", 0), 0);
         expect_near(Metric::dec_util, tel("dec_util", 0), 0);
         expect_near(Metric::xid_errors, 0, 0);
+        auto xid = m.find("DCGM_FI_DEV_XID_ERRORS", sel);
+        ASSERT_EQ(xid.size(), 1u);
+        EXPECT_EQ(xid[0]->label("err_code"), "0");
+        EXPECT_EQ(xid[0]->label("err_msg"), "No Error") << "dcgm-exporter labels the 0 of no XID too";
+        // Profiling metrics: Hopper only (GPM); idle GPUs are 0, PCIe traffic is the fixture's.
+        const bool hopper = g["architecture"].as<std::string>() == "hopper";
+        const bool nvlink = g["nvlink"] || g["nvswitch_links"];
+        if (hopper && !mig) {
+            expect_near(Metric::prof_gr_engine_active, util / 100, 0.06);
+            expect_near(Metric::prof_sm_active, 0.9 * util / 100, 0.06);
+            expect_near(Metric::prof_pipe_tensor_active, 0.45 * util / 100, 0.06);
+            expect_near(Metric::prof_dram_active, mem_util / 100, 0.06);
+            expect_near(Metric::prof_pcie_tx_bytes, tel("pcie_tx_kbps", 0) * 1024, 1);
+            expect_near(Metric::prof_pcie_rx_bytes, tel("pcie_rx_kbps", 0) * 1024, 1);
+            ASSERT_TRUE(value(Metric::prof_sm_occupancy));
+            ASSERT_TRUE(value(Metric::prof_nvlink_tx_bytes));
+            ASSERT_TRUE(value(Metric::prof_nvlink_rx_bytes));
+        } else {
+            for (const auto& d : catalogue())
+                if (d.read == Read::gpm) {
+                    EXPECT_TRUE(m.find(d.name, sel).empty()) << d.name << ": no GPM before Hopper, never a sentinel";
+                }
+        }
+        if (nvlink) {
+            ASSERT_TRUE(value(Metric::nvlink_bandwidth_total)) << "NVLink bandwidth on a GPU with NVLink";
+            if (util == 0) expect_near(Metric::nvlink_bandwidth_total, 0, 0);
+        } else {
+            EXPECT_FALSE(value(Metric::nvlink_bandwidth_total)) << "no NVLink, no series";
+        }
         expect_near(Metric::ecc_sbe_vol_total, 0, 0);
         expect_near(Metric::ecc_dbe_vol_total, 0, 0);
         expect_near(Metric::correctable_remapped_rows, 0, 0);
@@ -158,14 +197,18 @@ void check_fixture(const std::string& fixture) {
         EXPECT_EQ(m.value("kgpu_gpu_xid_events_total", sel), 0.0);
         ++index;
     }
-    EXPECT_EQ(m.value("kgpu_collections_total"), 1.0);
+    EXPECT_EQ(m.value("kgpu_collections_total"), 2.0);
     EXPECT_TRUE(m.value("kgpu_collection_duration_seconds"));
     EXPECT_TRUE(m.find("kgpu_nvml_errors_total").empty()) << "no NVML call failed";
     EXPECT_TRUE(m.find("kgpu_exporter_pod_attribution_up").empty()) << "only with --kubernetes";
-    // Every catalogue metric of the GPU kinds appears.
+    // Every catalogue metric of the GPU kinds appears, where the GPUs have what it measures.
+    const std::string arch = yaml["gpus"][0]["architecture"].as<std::string>();
     for (const auto& d : catalogue()) {
         const bool per_gpu = d.scope == Scope::gpu || d.scope == Scope::instance || d.scope == Scope::kgpu_gpu;
-        if (per_gpu && (d.id != Metric::memory_temp || fixture != "t4x4.yaml")) {
+        const bool absent = (d.id == Metric::memory_temp && fixture == "t4x4.yaml") ||
+                            (d.read == Read::gpm && arch != "hopper") ||
+                            (d.id == Metric::nvlink_bandwidth_total && fixture == "t4x4.yaml");
+        if (per_gpu && !absent) {
             EXPECT_FALSE(m.find(d.name).empty()) << d.name;
         }
     }
@@ -232,7 +275,9 @@ TEST(Collector, SimEventsShowAtTheNextInterval) {
     append(events, "xid 1 31");
     EXPECT_TRUE(wait_for(c, [](const ParsedMetrics& m) {
         return m.value("DCGM_FI_DEV_XID_ERRORS", gpu(1)) == 31.0 && m.value("kgpu_gpu_last_xid", gpu(1)) == 31.0 &&
-               m.value("kgpu_gpu_xid_events_total", gpu(1)) == 1.0 && m.value("DCGM_FI_DEV_XID_ERRORS", gpu(0)) == 0.0;
+               m.value("kgpu_gpu_xid_events_total", gpu(1)) == 1.0 && m.value("DCGM_FI_DEV_XID_ERRORS", gpu(0)) == 0.0 &&
+               m.value("DCGM_FI_DEV_XID_ERRORS", {{"gpu", "1"}, {"err_code", "31"}, {"err_msg", "GPU memory page fault"}}) ==
+                   31.0;
     }));
 
     append(events, "lost 5");
@@ -252,6 +297,114 @@ TEST(Collector, SimEventsShowAtTheNextInterval) {
                m.value("kgpu_gpu_health", {{"gpu", "5"}, {"state", "ok"}}) == 1.0;
     }));
     c.stop();
+}
+
+TEST(Collector, ProfilingMetricsFromGpmFollowTheGpuOnHopperOnly) {
+  {  // (the simulator loads a new node only once the last session is gone)
+    test::TempDir dir;
+    const std::string events = dir.write("events", "");
+    Collector c(sim_session("dgx-h100.yaml", events), options());
+    auto first = collect(c);
+    EXPECT_TRUE(first.find("DCGM_FI_PROF_GR_ENGINE_ACTIVE").empty()) << "one sample is not a rate yet";
+    c.start();
+    append(events, "util 4 80 40");
+    append(events, "gpm 4 tensor_util=12.5 pcie_tx=10 nvlink_rx=3");
+    EXPECT_TRUE(wait_for(c, [](const ParsedMetrics& m) {
+        auto near = [&](const char* name, double want) {
+            auto v = m.value(name, gpu(4));
+            return v && std::abs(*v - want) < 1e-6 * std::max(1.0, want);
+        };
+        return near("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 0.8) && near("DCGM_FI_PROF_SM_ACTIVE", 0.72) &&
+               near("DCGM_FI_PROF_SM_OCCUPANCY", 0.48) && near("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 0.125) &&
+               near("DCGM_FI_PROF_DRAM_ACTIVE", 0.4) && near("DCGM_FI_PROF_PCIE_TX_BYTES", 10 * 1048576.0) &&
+               near("DCGM_FI_PROF_NVLINK_RX_BYTES", 3 * 1048576.0) &&
+               near("DCGM_FI_PROF_NVLINK_TX_BYTES", 0.8 * 18 * 1000 * 1048576.0) &&
+               near("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 0.8) && m.value("DCGM_FI_PROF_GR_ENGINE_ACTIVE", gpu(3)) == 0.0;
+    })) << "NVML percent -> DCGM ratio, MiB/s -> bytes/s";
+    // NVLink bandwidth as DCGM computes it: (KiB now - KiB before) / s / 1000, TX + RX.
+    EXPECT_TRUE(wait_for(c, [](const ParsedMetrics& m) {
+        auto v = m.value("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", gpu(4));
+        const double want = (0.8 * 18 * 1000 + 3) * 1024 / 1000;  // MiB/s TX + RX, in KiB/s / 1000
+        return v && *v > want * 0.85 && *v < want * 1.15 && *v == std::floor(*v) &&
+               m.value("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", gpu(3)) == 0.0;
+    }));
+    c.stop();
+  }
+
+    Collector t4(sim_session("t4x4.yaml"), options());
+    t4.collect();
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    for (const auto& s : collect(t4).samples) {
+        EXPECT_FALSE(s.name.starts_with("DCGM_FI_PROF_")) << s.line;
+        EXPECT_NE(s.name, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL") << s.line;
+    }
+}
+
+TEST(Collector, ProfilingMetricsPerMigInstance) {
+    ::setenv("KGPU_SIM_NODE", (std::string(KGPU_SOURCE_DIR) + "/tests/exporter/h100-mig.yaml").c_str(), 1);
+    test::TempDir dir;
+    const std::string events = dir.write("events", "util 0 50 20\ngpm 0:0 sm_util=33\n");
+    ::setenv("KGPU_SIM_EVENTS", events.c_str(), 1);
+    auto s = nvml::open_session({KGPU_SIM_LIBRARY, "/"});
+    ASSERT_TRUE(s) << s.error().message;
+    Collector c(std::move(*s), options());
+    c.collect();
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    auto m = collect(c);
+    // The simulator integrates rates over time: equal up to rounding.
+    auto near = [&](const char* name, const std::map<std::string, std::string>& sel, double want) {
+        auto v = m.value(name, sel);
+        ASSERT_TRUE(v) << name;
+        EXPECT_NEAR(*v, want, 1e-9) << name;
+    };
+    near("DCGM_FI_PROF_SM_ACTIVE", {{"gpu", "0"}, {"GPU_I_ID", "1"}, {"GPU_I_PROFILE", "3g.40gb"}}, 0.33);
+    near("DCGM_FI_PROF_SM_ACTIVE", {{"gpu", "0"}, {"GPU_I_ID", "9"}}, 0.45);
+    near("DCGM_FI_PROF_GR_ENGINE_ACTIVE", {{"gpu", "0"}, {"GPU_I_ID", "9"}}, 0.5);
+    EXPECT_EQ(m.find("DCGM_FI_PROF_SM_ACTIVE", gpu(0)).size(), 2u) << "per instance only on a MIG GPU";
+    EXPECT_EQ(m.find("DCGM_FI_PROF_SM_ACTIVE", gpu(1)).size(), 1u) << "the whole GPU without MIG";
+    EXPECT_TRUE(m.find("kgpu_nvml_errors_total").empty());
+    // A pass sooner than NVML's 100 ms keeps the baseline and serves the last rates again.
+    m = collect(c);
+    near("DCGM_FI_PROF_SM_ACTIVE", {{"gpu", "0"}, {"GPU_I_ID", "1"}}, 0.33);
+    EXPECT_EQ(m.find("DCGM_FI_PROF_SM_ACTIVE").size(), 3u);
+}
+
+TEST(Collector, ACountersFileLimitsWhatIsServedWithItsTypesAndHelp) {
+    const std::string csv =
+        "# field, type, help\n"
+        "DCGM_FI_DEV_GPU_TEMP, gauge, Temperature as we call it.\n"
+        "DCGM_FI_DEV_POWER_USAGE, counter, Power.\n"
+        "DCGM_FI_PROF_DRAM_ACTIVE, gauge, DRAM.\n"
+        "DCGM_FI_DEV_VGPU_LICENSE_STATUS, gauge, vGPU License status\n";
+    auto lines = parse_counters_csv(csv, "custom.csv");
+    ASSERT_TRUE(lines) << lines.error().message;
+    auto o = options();
+    o.counters = select_counters(*lines);
+    EXPECT_EQ(o.counters.unknown, std::vector<std::string>{"DCGM_FI_DEV_VGPU_LICENSE_STATUS"});
+    Collector c(sim_session("dgx-h100.yaml"), o);
+    c.collect();
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    c.collect();
+    const std::string text = *c.snapshot()->text();
+    auto m = test::parse_metrics(text);
+    ASSERT_TRUE(m.errors.empty()) << m.errors[0];
+    std::set<std::string> dcgm;
+    for (const auto& s : m.samples)
+        if (s.name.starts_with("DCGM_")) dcgm.insert(s.name);
+    EXPECT_EQ(dcgm, (std::set<std::string>{"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_PROF_DRAM_ACTIVE"}));
+    EXPECT_EQ(m.help["DCGM_FI_DEV_GPU_TEMP"], "Temperature as we call it.");
+    EXPECT_EQ(m.type["DCGM_FI_DEV_POWER_USAGE"], "counter") << "the file's type";
+    EXPECT_FALSE(m.find("DCGM_FI_DEV_GPU_TEMP")[0]->label("DCGM_FI_DRIVER_VERSION"))
+        << "the driver label only when listed as a label row";
+    EXPECT_FALSE(m.find("kgpu_gpu_health").empty()) << "kgpu's own metrics stay";
+}
+
+TEST(Collector, ReplaceBlanksInModelName) {
+    auto o = options();
+    o.replace_blanks_in_model_name = true;
+    Collector c(sim_session("dgx-h100.yaml"), o);
+    auto m = collect(c);
+    EXPECT_EQ(m.find("DCGM_FI_DEV_GPU_TEMP", gpu(0))[0]->label("modelName"), "NVIDIA-H100-80GB-HBM3");
 }
 
 TEST(Collector, MigReconfigurationIsPickedUp) {
@@ -302,6 +455,68 @@ TEST(Collector, AnNvmlErrorOnOneGpuLeavesTheOthersIntact) {
     EXPECT_EQ(m.value("kgpu_collections_total"), 2.0);
 }
 
+TEST(Collector, GpmFailuresAreCountedAndADriverWithoutGpmBuffersIsNoError) {
+    test::fake_node() = {};
+    test::fake_node().gpus.resize(2);
+    test::fake_node().gpus[1].uuid = "GPU-11111111-1111-1111-1111-111111111111";
+    test::fake_node().gpus[1].bus_id = "00000000:02:00.0";
+    auto table = test::fake_table();
+    table.DeviceGetTemperature = [](nvmlDevice_t, nvmlTemperatureSensors_t, unsigned* t) {
+        *t = 40;
+        return NVML_SUCCESS;
+    };
+    table.GpmQueryDeviceSupport = [](nvmlDevice_t, nvmlGpmSupport_t* s) {
+        s->isSupportedDevice = 1;
+        return NVML_SUCCESS;
+    };
+    {
+        // No nvmlGpmSampleAlloc (an old driver): no profiling series, no error.
+        auto lib = nvml::Library::from_table(table, "fake");
+        ASSERT_TRUE(lib);
+        auto session = nvml::Session::open(*lib);
+        ASSERT_TRUE(session);
+        Collector c(std::move(*session), options());
+        c.collect();
+        std::this_thread::sleep_for(std::chrono::milliseconds(120));
+        auto m = collect(c);
+        EXPECT_TRUE(m.find("DCGM_FI_PROF_SM_ACTIVE").empty());
+        EXPECT_TRUE(m.find("kgpu_nvml_errors_total").empty());
+        EXPECT_EQ(m.value("kgpu_gpu_health", {{"gpu", "0"}, {"state", "ok"}}), 1.0);
+    }
+    // Sampling fails on GPU 1: counted by function, GPU 1 in state error, GPU 0's metrics intact.
+    static int buffers = 0;
+    table.GpmSampleAlloc = [](nvmlGpmSample_t* s) {
+        s->handle = reinterpret_cast<nvmlGpmSample_st*>(static_cast<std::uintptr_t>(0x1000 + ++buffers));
+        return NVML_SUCCESS;
+    };
+    table.GpmSampleFree = [](nvmlGpmSample_t) { return NVML_SUCCESS; };
+    table.GpmSampleGet = [](nvmlDevice_t d, nvmlGpmSample_t) {
+        return reinterpret_cast<std::uintptr_t>(d) == 2 ? NVML_ERROR_UNKNOWN : NVML_SUCCESS;
+    };
+    table.GpmMetricsGet = [](nvmlGpmMetricsGet_t* g) {
+        for (unsigned i = 0; i < g->numMetrics; ++i) {
+            g->metrics[i].nvmlReturn = NVML_SUCCESS;
+            g->metrics[i].value = 50;
+        }
+        return NVML_SUCCESS;
+    };
+    auto lib = nvml::Library::from_table(table, "fake");
+    ASSERT_TRUE(lib);
+    auto session = nvml::Session::open(*lib);
+    ASSERT_TRUE(session);
+    Collector c(std::move(*session), options());
+    c.collect();
+    std::this_thread::sleep_for(std::chrono::milliseconds(120));
+    auto m = collect(c);
+    EXPECT_EQ(m.value("DCGM_FI_PROF_SM_ACTIVE", gpu(0)), 0.5);
+    EXPECT_EQ(m.value("DCGM_FI_PROF_PCIE_TX_BYTES", gpu(0)), 50.0 * 1048576);
+    EXPECT_FALSE(m.value("DCGM_FI_PROF_SM_ACTIVE", gpu(1)));
+    EXPECT_EQ(m.value("DCGM_FI_DEV_GPU_TEMP", gpu(1)), 40.0);
+    EXPECT_EQ(m.value("kgpu_nvml_errors_total", {{"function", "nvmlGpmSampleGet"}}), 2.0) << "one per pass";
+    EXPECT_EQ(m.value("kgpu_gpu_health", {{"gpu", "1"}, {"state", "error"}}), 1.0);
+    EXPECT_EQ(m.value("kgpu_gpu_health", {{"gpu", "0"}, {"state", "ok"}}), 1.0);
+}
+
 // A GPU-holding pod's cgroup under the systemd driver.
 std::string cgroup_of(const std::string& container_id) {
     return "0::/kubepods.slice/kubepods-burstable.slice/"
@@ -340,9 +555,11 @@ TEST(Collector, PodLabelsFromPodResourcesAndPodsOfProcessesFromCri) {
     EXPECT_EQ(m.value("kgpu_exporter_pod_attribution_up"), 1.0);
     EXPECT_EQ(m.find("DCGM_FI_DEV_GPU_TEMP", {{"gpu", "0"}, {"pod", "trainer-0"}, {"namespace", "ml"}, {"container", "main"}}).size(), 1u);
     EXPECT_EQ(m.find("DCGM_FI_DEV_GPU_TEMP", gpu(0)).size(), 1u);
-    // A time-sliced GPU: one series per pod.
-    EXPECT_EQ(m.find("DCGM_FI_DEV_GPU_TEMP", gpu(1)).size(), 2u);
-    EXPECT_EQ(m.find("DCGM_FI_DEV_GPU_TEMP", {{"gpu", "1"}, {"pod", "shared-b"}}).size(), 1u);
+    // A time-sliced GPU: labelled with one of its pods, as dcgm-exporter does without
+    // --kubernetes-virtual-gpus (so sums over series count each GPU once).
+    EXPECT_EQ(m.find("DCGM_FI_DEV_GPU_TEMP", gpu(1)).size(), 1u);
+    EXPECT_EQ(m.find("DCGM_FI_DEV_GPU_TEMP", {{"gpu", "1"}, {"pod", "shared-a"}}).size(), 1u);
+    EXPECT_FALSE(m.find("DCGM_FI_DEV_GPU_TEMP", gpu(1))[0]->label("vgpu")) << "vgpu only with --kubernetes-virtual-gpus";
     EXPECT_EQ(m.find("DCGM_FI_DEV_GPU_TEMP", {{"gpu", "2"}, {"pod", "by-index"}, {"namespace", "web"}}).size(), 1u);
     auto s3 = m.find("DCGM_FI_DEV_GPU_TEMP", gpu(3));
     ASSERT_EQ(s3.size(), 1u);
@@ -373,6 +590,101 @@ TEST(Collector, PodLabelsFromPodResourcesAndPodsOfProcessesFromCri) {
         }
     }
     EXPECT_EQ(m.find("DCGM_FI_DEV_GPU_TEMP").size(), 8u);
+}
+
+// The pods of PodLabelsFromPodResourcesAndPodsOfProcessesFromCri with --kubernetes-virtual-gpus,
+// pod UIDs and pod labels, and the per-pod compute share.
+TEST(Collector, VirtualGpusPodUidsPodLabelsAndComputeShares) {
+    test::TempDir dir;
+    const YAML::Node yaml = YAML::LoadFile(fixture_path("dgx-h100.yaml"));
+    const std::string uuid1 = yaml["gpus"][1]["uuid"].as<std::string>();
+    test::FakePodResources pr(dir.path() + "/pod-resources.sock");
+    ASSERT_TRUE(pr.start());
+    pr.add_pod("ml", "trainer-0", "main", "nvidia.com/gpu", {yaml["gpus"][0]["uuid"].as<std::string>()});
+    pr.add_pod("ml", "shared-a", "worker", "nvidia.com/gpu", {uuid1 + "::0"});
+    pr.add_pod("ml", "shared-b", "worker", "nvidia.com/gpu", {uuid1 + "::3"});
+
+    test::FakeCri cri(dir.path() + "/cri.sock");
+    ASSERT_TRUE(cri.start());
+    const std::string a(64, 'a'), b(64, 'b'), x(64, 'c');
+    cri.add_container(a, "ml", "shared-a", "worker");
+    cri.add_container(b, "ml", "shared-b", "worker");
+    cri.add_container(x, "web", "sneaky", "app");  // not allocated a GPU, but its process runs on GPU 5
+    cri.add_sandbox("ml", "trainer-0", "0b1c2d3e-0000-4000-8000-000000000001",
+                    {{"app.kubernetes.io/name", "trainer"}, {"team", "vision"}, {"gpu", "collides"}});
+    cri.add_sandbox("ml", "shared-a", "old-uid", {}, /*ready=*/false);
+    cri.add_sandbox("ml", "shared-a", "0b1c2d3e-0000-4000-8000-00000000000a", {{"team", "nlp"}});
+    cri.add_sandbox("ml", "shared-b", "0b1c2d3e-0000-4000-8000-00000000000b");
+    dir.write("proc/4242/cgroup", cgroup_of(a));
+    dir.write("proc/4343/cgroup", cgroup_of(b));
+    dir.write("proc/5151/cgroup", cgroup_of(x));
+    const std::string events = dir.write("events",
+                                         "proc 1 4242 1073741824 train.py sm=30 mem=7\n"
+                                         "proc 1 4343 10485760 idle.py\n"
+                                         "proc 5 5151 1048576 mine.py sm=55\n");
+    auto o = options();
+    o.kubernetes = true;
+    o.kubernetes_virtual_gpus = true;
+    o.kubernetes_pod_uid = true;
+    o.kubernetes_pod_labels = true;
+    o.pod_resources.socket = dir.path() + "/pod-resources.sock";
+    o.cri_endpoint = "unix://" + dir.path() + "/cri.sock";
+    o.proc_root = dir.path() + "/proc";
+    Collector c(sim_session("dgx-h100.yaml", events), o);
+    auto m = collect(c);
+
+    // One series per pod sharing GPU 1, each with its replica number.
+    auto temp = m.find("DCGM_FI_DEV_GPU_TEMP", gpu(1));
+    ASSERT_EQ(temp.size(), 2u);
+    EXPECT_EQ(m.find("DCGM_FI_DEV_GPU_TEMP", {{"gpu", "1"}, {"pod", "shared-a"}, {"vgpu", "0"}}).size(), 1u);
+    EXPECT_EQ(m.find("DCGM_FI_DEV_GPU_TEMP", {{"gpu", "1"}, {"pod", "shared-b"}, {"vgpu", "3"}}).size(), 1u);
+    // GPU_UTIL and FB_USED: the GPU's own series plus each pod's share.
+    EXPECT_EQ(m.find("DCGM_FI_DEV_GPU_UTIL", gpu(1)).size(), 3u);
+    std::optional<double> device_util;
+    for (const auto* s : m.find("DCGM_FI_DEV_GPU_UTIL", gpu(1)))
+        if (!s->label("pod")) device_util = s->value;
+    EXPECT_TRUE(device_util) << "the device-level series stays";
+    EXPECT_EQ(m.value("DCGM_FI_DEV_GPU_UTIL", {{"gpu", "1"}, {"pod", "shared-a"}}), 30.0);
+    EXPECT_EQ(m.value("DCGM_FI_DEV_GPU_UTIL", {{"gpu", "1"}, {"pod", "shared-b"}}), 0.0) << "an idle pod is 0";
+    EXPECT_EQ(m.value("DCGM_FI_DEV_FB_USED", {{"gpu", "1"}, {"pod", "shared-a"}}), 1024.0);
+    EXPECT_EQ(m.value("DCGM_FI_DEV_FB_USED", {{"gpu", "1"}, {"pod", "shared-b"}}), 10.0);
+    // pod_uid from the ready sandbox; the pod's labels, sanitised, never replacing a series label.
+    auto t0 = m.find("DCGM_FI_DEV_GPU_TEMP", gpu(0));
+    ASSERT_EQ(t0.size(), 1u);
+    EXPECT_EQ(t0[0]->label("pod_uid"), "0b1c2d3e-0000-4000-8000-000000000001");
+    EXPECT_EQ(t0[0]->label("app_kubernetes_io_name"), "trainer");
+    EXPECT_EQ(t0[0]->label("team"), "vision");
+    EXPECT_EQ(t0[0]->label("gpu"), "0") << "a pod label named like a series label is left out";
+    EXPECT_FALSE(t0[0]->label("vgpu")) << "not a replica";
+    EXPECT_EQ(m.find("DCGM_FI_DEV_GPU_TEMP", {{"pod", "shared-a"}, {"pod_uid", "0b1c2d3e-0000-4000-8000-00000000000a"},
+                                              {"team", "nlp"}})
+                  .size(),
+              1u);
+    // kgpu_pod_*: the pods' share of the SMs and of the memory bandwidth, as ratios.
+    EXPECT_EQ(m.value("kgpu_pod_sm_util_ratio", {{"gpu", "1"}, {"pod", "shared-a"}, {"container", "worker"}}), 0.3);
+    EXPECT_EQ(m.value("kgpu_pod_mem_util_ratio", {{"gpu", "1"}, {"pod", "shared-a"}}), 0.07);
+    EXPECT_EQ(m.value("kgpu_pod_sm_util_ratio", {{"gpu", "1"}, {"pod", "shared-b"}}), 0.0);
+    EXPECT_EQ(m.value("kgpu_pod_sm_util_ratio", {{"gpu", "0"}, {"pod", "trainer-0"}}), 0.0);
+    EXPECT_EQ(m.value("kgpu_pod_sm_util_ratio", {{"gpu", "5"}, {"pod", "sneaky"}, {"namespace", "web"}}), 0.55)
+        << "a process in a pod the kubelet did not give the GPU still counts";
+    EXPECT_EQ(cri.sandbox_calls(), 1);
+    m = collect(c);
+    EXPECT_EQ(cri.sandbox_calls(), 1) << "pod metadata is cached";
+    EXPECT_TRUE(m.find("kgpu_nvml_errors_total").empty());
+
+    // Without the flags: no vgpu, no pod_uid, no pod labels, one pod per GPU; kgpu_pod_* stay.
+    auto plain = options();
+    plain.kubernetes = true;
+    plain.pod_resources = o.pod_resources;
+    plain.cri_endpoint = o.cri_endpoint;
+    plain.proc_root = o.proc_root;
+    Collector d(sim_session("dgx-h100.yaml", events), plain);
+    m = collect(d);
+    EXPECT_EQ(m.find("DCGM_FI_DEV_GPU_UTIL", gpu(1)).size(), 1u);
+    for (const auto& s : m.samples) {
+        EXPECT_FALSE(s.label("vgpu") || s.label("pod_uid") || s.label("team")) << s.line;
+    }
+    EXPECT_EQ(m.value("kgpu_pod_sm_util_ratio", {{"gpu", "1"}, {"pod", "shared-a"}}), 0.3);
 }
 
 TEST(Collector, PodsOnMigDevicesLabelTheirInstance) {

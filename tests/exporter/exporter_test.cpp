@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -131,6 +132,116 @@ TEST(ExporterCli, EnvVarsInDcgmExportersNames) {
     s = named.metrics().find("DCGM_FI_DEV_GPU_TEMP", {{"gpu", "0"}});
     ASSERT_EQ(s.size(), 1u);
     EXPECT_EQ(s[0]->label("hostname"), "gpu-node-3");
+}
+
+// The fields enabled in dcgm-exporter 4.5.3-4.8.2's etc/default-counters.csv (tests/exporter/data/
+// default-counters.csv is a list written in its shape), without DCGM_FI_DEV_VGPU_LICENSE_STATUS
+// (vGPU only) and the DCGM_FI_DRIVER_VERSION label row.
+const std::set<std::string> kDefaultCounterFields = {
+    "DCGM_FI_DEV_SM_CLOCK",          "DCGM_FI_DEV_MEM_CLOCK",
+    "DCGM_FI_DEV_MEMORY_TEMP",       "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE",       "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_MEM_COPY_UTIL",     "DCGM_FI_DEV_ENC_UTIL",
+    "DCGM_FI_DEV_DEC_UTIL",          "DCGM_FI_DEV_XID_ERRORS",
+    "DCGM_FI_DEV_FB_FREE",           "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_FB_RESERVED",       "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE",
+    "DCGM_FI_PROF_PCIE_TX_BYTES",    "DCGM_FI_PROF_PCIE_RX_BYTES",
+};
+
+std::string default_counters() { return std::string(KGPU_SOURCE_DIR) + "/tests/exporter/data/default-counters.csv"; }
+
+// The DCGM_* metric names served once the profiling metrics have had their second sample.
+std::set<std::string> dcgm_names(const Exporter& e) {
+    std::set<std::string> names;
+    e.wait_metrics([](const ParsedMetrics& m) { return m.value("kgpu_collections_total").value_or(0) >= 3; });
+    for (const auto& s : e.metrics().samples)
+        if (s.name.starts_with("DCGM_")) names.insert(s.name);
+    return names;
+}
+
+TEST(ExporterCounters, EveryNonVgpuFieldOfDcgmExportersDefaultsIsServedOnDgxH100) {
+    // Without --collectors: all of them (and more).
+    {
+        Exporter e("dgx-h100.yaml");
+        const auto names = dcgm_names(e);
+        for (const auto& f : kDefaultCounterFields) EXPECT_TRUE(names.contains(f)) << f << " is not served";
+        EXPECT_EQ(e.metrics().find("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE").size(), 8u) << "every H100 has GPM";
+    }
+    // With the list as --collectors: exactly those, with the file's help, the driver label, and
+    // one warning naming the field kgpu does not serve.
+    Exporter e("dgx-h100.yaml", {"-f", default_counters()});
+    EXPECT_EQ(dcgm_names(e), kDefaultCounterFields);
+    const auto m = e.metrics();
+    EXPECT_EQ(m.help.at("DCGM_FI_DEV_GPU_TEMP"), "GPU die temperature (C).");
+    EXPECT_EQ(m.type.at("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"), "counter");
+    ASSERT_FALSE(m.find("DCGM_FI_DEV_GPU_TEMP").empty());
+    EXPECT_TRUE(m.find("DCGM_FI_DEV_GPU_TEMP")[0]->label("DCGM_FI_DRIVER_VERSION"));
+    const std::string err = e.proc().err();
+    EXPECT_NE(err.find("lists 1 field(s) kgpu does not serve, left out: DCGM_FI_DEV_VGPU_LICENSE_STATUS"), std::string::npos)
+        << err;
+}
+
+TEST(ExporterCounters, GpmMetricsOnHopperNotOnT4) {
+    Exporter t4("t4x4.yaml", {"--collectors", default_counters()});
+    const auto names = dcgm_names(t4);
+    for (const auto& n : names) EXPECT_FALSE(n.starts_with("DCGM_FI_PROF_")) << n;
+    EXPECT_FALSE(names.contains("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL")) << "no NVLink on T4 PCIe";
+    EXPECT_TRUE(names.contains("DCGM_FI_DEV_GPU_UTIL"));
+
+    TempDir dir;
+    const std::string events = dir.write("events", "util 3 90 50\n");
+    Exporter h100("dgx-h100.yaml", {}, {{"KGPU_SIM_EVENTS", events}, {"DCGM_EXPORTER_COLLECTORS", default_counters()}});
+    EXPECT_TRUE(h100.wait_metrics([](const ParsedMetrics& m) {
+        auto near = [&](const char* name, double want) {
+            auto v = m.value(name, {{"gpu", "3"}});
+            return v && std::abs(*v - want) < 1e-9;
+        };
+        return near("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 0.9) && near("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 0.405) &&
+               near("DCGM_FI_PROF_DRAM_ACTIVE", 0.5) && m.find("DCGM_FI_PROF_SM_ACTIVE").empty();
+    })) << "GPM values as ratios, and only the fields of DCGM_EXPORTER_COLLECTORS' file";
+}
+
+TEST(ExporterCli, BadCountersFilesExitTwoNamingFileAndLine) {
+    TempDir dir;
+    const std::map<std::string, std::string> env = {{"KGPU_SIM_NODE", fixture("t4x4.yaml")}};
+    const std::string bad = dir.write("bad.csv", "# header\nDCGM_FI_DEV_GPU_TEMP, gauge, ok\nDCGM_FI_DEV_FB_USED, gauge\n");
+    auto r = run_process({KGPU_BINARY, "exporter", "--nvml-library", KGPU_SIM_LIBRARY, "-f", bad}, env);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("--collectors"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(bad + ":3: 2 fields instead of 3"), std::string::npos) << r.err;
+    auto type = dir.write("type.csv", "DCGM_FI_DEV_GPU_TEMP, gage, typo\n");
+    r = run_process({KGPU_BINARY, "exporter", "--nvml-library", KGPU_SIM_LIBRARY, "--collectors", type}, env);
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_NE(r.err.find(type + ":1: unknown Prometheus metric type 'gage'"), std::string::npos) << r.err;
+    r = run_process({KGPU_BINARY, "exporter", "--nvml-library", KGPU_SIM_LIBRARY}, {{"KGPU_SIM_NODE", fixture("t4x4.yaml")},
+                                                                                   {"DCGM_EXPORTER_COLLECTORS", dir.path() + "/none.csv"}});
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_NE(r.err.find(dir.path() + "/none.csv"), std::string::npos) << r.err;
+    r = run_process({KGPU_BINARY, "exporter", "--nvml-library", KGPU_SIM_LIBRARY, "-f", dir.path()}, env);
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_NE(r.err.find("not a regular file"), std::string::npos) << r.err;
+}
+
+TEST(ExporterCli, DcgmExportersKubernetesAndModelNameFlagsAreAccepted) {
+    TempDir dir;
+    Exporter e("dgx-h100.yaml",
+               {"--kubernetes", "--kubernetes-virtual-gpus", "--kubernetes-enable-pod-uid", "--kubernetes-enable-pod-labels",
+                "--pod-resources-kubelet-socket", dir.path() + "/none.sock", "--container-runtime-endpoint",
+                "unix://" + dir.path() + "/none-cri.sock"},
+               {{"DCGM_EXPORTER_REPLACE_BLANKS_IN_MODEL_NAME", "true"}});
+    ASSERT_NE(e.port(), 0);
+    const auto m = e.metrics();
+    auto s = m.find("DCGM_FI_DEV_GPU_TEMP", {{"gpu", "0"}});
+    ASSERT_EQ(s.size(), 1u);
+    EXPECT_EQ(s[0]->label("modelName"), "NVIDIA-H100-80GB-HBM3");
+    Exporter rbmn("t4x4.yaml", {"--rbmn"}, {{"KUBERNETES_VIRTUAL_GPUS", "true"}});
+    const auto t4 = rbmn.metrics();
+    EXPECT_EQ(t4.find("DCGM_FI_DEV_GPU_TEMP", {{"gpu", "0"}})[0]->label("modelName"), "Tesla-T4");
+    EXPECT_NE(rbmn.proc().err().find("have no effect without --kubernetes"), std::string::npos) << rbmn.proc().err();
 }
 
 TEST(ExporterServe, EndpointsContentTypesAndGzip) {
@@ -323,6 +434,135 @@ TEST(ExporterPrometheus, ARealPrometheusScrapesGpuMetricsWithPodLabels) {
     // The scrape itself was healthy.
     auto up = http_request(prom_port, "GET", "/api/v1/query?query=up", {}, 5000);
     EXPECT_NE(up.body.find("\"1\""), std::string::npos) << up.body;
+    prom.signal(SIGTERM);
+    prom.wait(30000);
+}
+
+// grafana/dcgm-exporter-dashboard.json of dcgm-exporter 4.5.3-4.8.2: its two template variables and
+// every panel's expression, written here from the dashboard's shape. Graph panels are range
+// queries; the "instant" gauge an instant query.
+struct Panel {
+    std::string title, expr;
+    bool instant = false;
+};
+const std::vector<Panel> kDashboardPanels = {
+    {"GPU Temperature", "DCGM_FI_DEV_GPU_TEMP{instance=~\"$instance\", gpu=~\"$gpu\"}"},
+    {"GPU Avg. Temp", "avg(DCGM_FI_DEV_GPU_TEMP{instance=~\"$instance\", gpu=~\"$gpu\"})"},
+    {"GPU Power Usage", "DCGM_FI_DEV_POWER_USAGE{instance=~\"$instance\", gpu=~\"$gpu\"}"},
+    {"GPU Power Total", "sum(DCGM_FI_DEV_POWER_USAGE{instance=~\"$instance\", gpu=~\"$gpu\"})", true},
+    {"GPU SM Clocks", "DCGM_FI_DEV_SM_CLOCK{instance=~\"$instance\", gpu=~\"$gpu\"} * 1000000"},
+    {"GPU Utilization", "DCGM_FI_DEV_GPU_UTIL{instance=~\"$instance\", gpu=~\"$gpu\"}"},
+    {"GPU Framebuffer Mem Used", "DCGM_FI_DEV_FB_USED{instance=~\"$instance\", gpu=~\"$gpu\"}"},
+    {"Tensor Core Utilization", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{instance=~\"$instance\", gpu=~\"$gpu\"}"},
+};
+
+// Grafana's value for a multi-value variable set to "All" without a custom all value, in a
+// Prometheus query: every value regex-escaped, joined as (a|b|c).
+std::string grafana_all(const std::vector<std::string>& values) {
+    std::string out = "(";
+    for (std::size_t i = 0; i < values.size(); ++i) {
+        if (i) out += "|";
+        for (char c : values[i]) {
+            if (std::string_view("\\^$*+?.()|{}[]/").find(c) != std::string_view::npos) out += "\\\\";
+            out += c;
+        }
+    }
+    return out + ")";
+}
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+    for (std::size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size())) s.replace(p, from.size(), to);
+    return s;
+}
+
+// A Prometheus HTTP API answer's data, or null when the call failed.
+nlohmann::json prometheus_api(int port, const std::string& path) {
+    auto r = http_request(port, "GET", path, {}, 5000);
+    if (r.status != 200) return nullptr;
+    auto j = nlohmann::json::parse(r.body, nullptr, false);
+    if (j.is_discarded() || j["status"] != "success") return nullptr;
+    return j["data"];
+}
+
+TEST(ExporterPrometheus, EveryPanelOfDcgmExportersGrafanaDashboardHasData) {
+    if (::access("/usr/bin/prometheus", X_OK) != 0) GTEST_SKIP() << "/usr/bin/prometheus is missing (Debian package prometheus)";
+    TempDir dir;
+    // Busy GPUs, so the tensor panel shows work (the panel needs a series either way).
+    const std::string events = dir.write("events", "util 0 90 60\nutil 5 40 20\ngpm 6 tensor_util=70\n");
+    Exporter e("dgx-h100.yaml", {}, {{"KGPU_SIM_EVENTS", events}});
+    ASSERT_NE(e.port(), 0);
+    const int prom_port = free_port();
+    const std::string config = dir.write("prometheus.yml",
+                                         "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+                                         "scrape_configs:\n  - job_name: dcgm\n    static_configs:\n"
+                                         "      - targets: ['127.0.0.1:" + std::to_string(e.port()) + "']\n");
+    ChildProcess prom({"/usr/bin/prometheus", "--config.file=" + config, "--storage.tsdb.path=" + dir.path() + "/tsdb",
+                       "--web.listen-address=127.0.0.1:" + std::to_string(prom_port), "--log.level=warn"});
+
+    // The template variables, as Grafana fills them: label_values(DCGM_FI_DEV_GPU_TEMP, instance|gpu).
+    auto label_values = [&](const std::string& label) {
+        std::vector<std::string> values;
+        auto data = prometheus_api(prom_port, "/api/v1/label/" + label + "/values?match[]=DCGM_FI_DEV_GPU_TEMP");
+        if (data.is_array())
+            for (const auto& v : data) values.push_back(v.get<std::string>());
+        std::ranges::sort(values);  // the variables' "sort": 1
+        return values;
+    };
+    std::vector<std::string> instances, gpus;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    std::map<std::string, nlohmann::json> results;
+    while (std::chrono::steady_clock::now() < deadline && prom.running()) {
+        instances = label_values("instance");
+        gpus = label_values("gpu");
+        results.clear();
+        if (!instances.empty() && gpus.size() == 8) {
+            const auto now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+            for (const auto& p : kDashboardPanels) {
+                const std::string expr = replace_all(replace_all(p.expr, "$instance", grafana_all(instances)), "$gpu",
+                                                     grafana_all(gpus));
+                const std::string q = url_encode(expr);
+                auto data = p.instant ? prometheus_api(prom_port, "/api/v1/query?query=" + q)
+                                      : prometheus_api(prom_port, fmt::format("/api/v1/query_range?query={}&start={:.3f}"
+                                                                              "&end={:.3f}&step=1",
+                                                                              q, now - 60, now));
+                if (!data.is_null() && !data["result"].empty()) results[p.title] = data["result"];
+            }
+            // The tensor panel has a sample with work in it for every GPU.
+            bool tensor = false;
+            if (auto it = results.find("Tensor Core Utilization"); it != results.end() && it->second.size() == 8)
+                for (const auto& series : it->second)
+                    if (series["metric"]["gpu"] == "6" && !series["values"].empty() &&
+                        std::stod(series["values"].back()[1].get<std::string>()) > 0.69)
+                        tensor = true;
+            if (results.size() == kDashboardPanels.size() && tensor) break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+    EXPECT_EQ(instances, std::vector<std::string>{"127.0.0.1:" + std::to_string(e.port())});
+    EXPECT_EQ(gpus, (std::vector<std::string>{"0", "1", "2", "3", "4", "5", "6", "7"}));
+    for (const auto& p : kDashboardPanels) {
+        auto it = results.find(p.title);
+        ASSERT_NE(it, results.end()) << "panel '" << p.title << "' has no data: " << p.expr << "\nPrometheus log:\n"
+                                     << prom.err();
+        if (p.expr.starts_with("avg(") || p.expr.starts_with("sum(")) {
+            EXPECT_EQ(it->second.size(), 1u) << p.title;
+        } else {
+            EXPECT_EQ(it->second.size(), 8u) << p.title << ": one series per GPU";
+        }
+    }
+    const auto& tensor = results["Tensor Core Utilization"];
+    for (const auto& series : tensor) {
+        ASSERT_FALSE(series["values"].empty());
+        const double last = std::stod(series["values"].back()[1].get<std::string>());
+        const std::string g = series["metric"]["gpu"];
+        if (g == "6") {
+            EXPECT_NEAR(last, 0.70, 1e-6);
+        } else if (g == "0") {
+            EXPECT_NEAR(last, 0.405, 1e-6) << "0.45 x 90 % HMMA from the simulator's model";
+        }
+        EXPECT_GE(last, 0.0);
+        EXPECT_LE(last, 1.0) << "a ratio, as DCGM serves it";
+    }
     prom.signal(SIGTERM);
     prom.wait(30000);
 }

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <toml++/toml.h>
+
 #include "runtime/containerd.h"
 #include "runtime/diff.h"
 #include "common/strings.h"
@@ -133,17 +135,20 @@ TEST(RuntimeConfigure, InlineTablesAreNotEditedInPlace) {
         "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  runtimes = { nvidia = { runtime_type = \"x\" } }\n",
         "inline.toml", {});
     ASSERT_FALSE(edited);
-    EXPECT_THAT(edited.error().message, HasSubstr("--drop-in"));
+    EXPECT_THAT(edited.error().message, HasSubstr("--drop-in-config"));
 }
 
-TEST(RuntimeDropIn, MainGetsImportsAndDropInCarriesTheWholeCriTable) {
+TEST(RuntimeDropIn, MainImportsTheDirectoryAndDropInCarriesTheWholeCriTable) {
     const std::string before = slurp(kDir + "fixtures/v2-systemd.toml");
     runtime::ContainerdOptions o;
     o.enable_cdi = true;
     auto r = runtime::configure_drop_in(before, "/etc/containerd/config.toml", "/etc/containerd/conf.d/99-nvidia.toml", o);
     ASSERT_TRUE(r) << r.error().message;
+    EXPECT_EQ(r->import, "/etc/containerd/conf.d/*.toml");
     expect_file("v2-systemd.main-with-imports.toml", r->main.text);
     expect_file("v2-systemd.99-nvidia.toml", r->drop_in);
+    expect_comments_kept(before, r->main.text);
+    EXPECT_THAT(r->main.text, HasSubstr("imports = [\"/etc/containerd/conf.d/*.toml\"]"));
     EXPECT_THAT(r->drop_in, HasSubstr("sandbox_image = \"registry.k8s.io/pause:3.9\""));
     EXPECT_THAT(r->drop_in, HasSubstr("enable_cdi = true"));
     auto again = runtime::configure_drop_in(r->main.text, "/etc/containerd/config.toml",
@@ -151,11 +156,68 @@ TEST(RuntimeDropIn, MainGetsImportsAndDropInCarriesTheWholeCriTable) {
     ASSERT_TRUE(again);
     EXPECT_FALSE(again->main.changed);
     EXPECT_EQ(again->drop_in, r->drop_in);
-    // A glob already in imports covers the drop-in.
+    // The pattern already imported: the main config is left alone.
     auto glob = runtime::configure_drop_in("version = 2\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n", "c",
                                            "/etc/containerd/conf.d/99-nvidia.toml", o);
     ASSERT_TRUE(glob);
     EXPECT_FALSE(glob->main.changed);
+    // imports that is not a list of paths is refused.
+    auto bad = runtime::configure_drop_in("version = 2\nimports = \"x\"\n", "c.toml", "/etc/containerd/conf.d/99-nvidia.toml", o);
+    ASSERT_FALSE(bad);
+    EXPECT_THAT(bad.error().message, HasSubstr("imports"));
+}
+
+TEST(RuntimeConfigure, PrivilegedWithoutHostDevicesAndEveryOptionSurvive) {
+    // The security setting an operator chose on runc carries over to the nvidia runtime.
+    const std::string before =
+        "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n"
+        "  runtime_type = \"io.containerd.runc.v2\"\n  privileged_without_host_devices = true\n  pod_annotations = [\"a.b/*\"]\n"
+        "  [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n    SystemdCgroup = true\n"
+        "    Root = \"/run/runc\"\n";
+    auto edited = runtime::configure(before, "c.toml", {});
+    ASSERT_TRUE(edited) << edited.error().message;
+    const auto doc = toml::parse(edited->text);
+    const auto nv = doc["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["nvidia"];
+    EXPECT_EQ(nv["privileged_without_host_devices"].value<bool>(), true);
+    EXPECT_EQ(nv["pod_annotations"][0].value<std::string>(), "a.b/*");
+    EXPECT_EQ(nv["options"]["Root"].value<std::string>(), "/run/runc");
+    EXPECT_EQ(nv["options"]["SystemdCgroup"].value<bool>(), true);
+    EXPECT_EQ(nv["options"]["BinaryName"].value<std::string>(), "/usr/bin/nvidia-container-runtime");
+}
+
+TEST(RuntimeConfigure, ContainerdDumpIsChecked) {
+    runtime::ContainerdOptions o;
+    o.set_as_default = true;
+    const std::string good =
+        "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\ndefault_runtime_name = \"nvidia\"\n"
+        "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\n"
+        "BinaryName = \"/usr/bin/nvidia-container-runtime\"\n";
+    EXPECT_TRUE(runtime::check_dump(good, o));
+    auto v3 = runtime::check_dump("version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd]\n"
+                                  "default_runtime_name = \"runc\"\n"
+                                  "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia.options]\n"
+                                  "BinaryName = \"/usr/bin/nvidia-container-runtime\"\n",
+                                  o);
+    ASSERT_FALSE(v3);
+    EXPECT_THAT(v3.error().message, HasSubstr("default_runtime_name runc"));
+    auto none = runtime::check_dump("version = 2\n", o);
+    ASSERT_FALSE(none);
+    EXPECT_THAT(none.error().message, HasSubstr("no runtime named nvidia"));
+    EXPECT_EQ(runtime::parse_containerd_version("containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1\n"),
+              (std::pair{1, 6}));
+    EXPECT_EQ(runtime::parse_containerd_version("containerd containerd.io v2.0.2 c507a0257\n"), (std::pair{2, 0}));
+    EXPECT_FALSE(runtime::parse_containerd_version(""));
+}
+
+TEST(RuntimeConfigure, StagedMainConfigPointsTheImportAtTheScratchCopy) {
+    auto staged = runtime::staged_main_config(
+        "version = 2 # c\nimports = [\"/etc/containerd/conf.d/*.toml\", \"extra/*.toml\", \"/opt/x.toml\"]\n",
+        "config.toml", "/etc/containerd", "/etc/containerd/conf.d/99-nvidia.toml", "/tmp/s/conf.d/99-nvidia.toml");
+    ASSERT_TRUE(staged) << staged.error().message;
+    const auto doc = toml::parse(*staged);
+    EXPECT_EQ(doc["imports"][0].value<std::string>(), "/tmp/s/conf.d/*.toml");
+    EXPECT_EQ(doc["imports"][1].value<std::string>(), "/etc/containerd/extra/*.toml");
+    EXPECT_EQ(doc["imports"][2].value<std::string>(), "/opt/x.toml");
 }
 
 TEST(RuntimeDiff, ShowsAddedLinesWithContext) {

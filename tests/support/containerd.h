@@ -1,8 +1,10 @@
-// Debian's containerd started by a test as root, with its root, state dir and sockets in a temp
-// dir (shared by the CRI client test and the container toolkit's end-to-end test), and `ctr`
-// against it.
+// Debian's containerd (scripts/setup installs it) started by a test as root, with its own root,
+// state dir and sockets in a temp dir: nothing is shared with a containerd the machine runs.
+// Used by the CRI client test (tests/attribution), the image test (tests/image) and the container
+// toolkit's end-to-end test (tests/toolkit).
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
@@ -12,32 +14,40 @@
 
 namespace kgpu::test {
 
-// The containerd binary (/usr/bin, /usr/local/bin, /usr/sbin), or "" when not installed.
-std::string find_containerd();
-
-class Containerd {
+class TestContainerd {
 public:
+    // Why containerd cannot run here (no containerd or ctr binary, not root), or "" when it can.
+    static std::string unavailable_reason();
+
     struct Options {
-        std::string extra_config;                  // TOML appended to the generated config
-        std::map<std::string, std::string> env;    // containerd's (and so its shims' and runtimes') environment
-        bool cri = true;                           // false: the CRI plugin is disabled (faster start)
+        std::map<std::string, std::string> env;  // containerd's environment (its shims and runtimes inherit it)
+        bool cri = true;                         // false: the CRI plugin is disabled (a faster start)
+        std::chrono::seconds timeout{30};
     };
 
-    // Starts containerd in `dir` and waits (up to 30 s) for its socket. The returned string is
-    // empty on success, else what went wrong with containerd's stderr.
-    std::string start(const std::string& dir, const Options& options);
-    ~Containerd();
+    // Starts containerd with everything under `dir` and waits (up to `timeout`) for its socket.
+    // started() says whether the socket appeared; error() has containerd's log when not.
+    explicit TestContainerd(const std::string& dir, std::chrono::seconds timeout = std::chrono::seconds(30));
+    TestContainerd(const std::string& dir, const Options& options);
+    ~TestContainerd();
+    TestContainerd(const TestContainerd&) = delete;
+    TestContainerd& operator=(const TestContainerd&) = delete;
 
+    bool started() const { return started_; }
+    std::string error() const;
     const std::string& socket() const { return socket_; }
-    std::string log() const { return process_ ? process_->err() : std::string(); }
-    // `ctr --address <socket> --namespace kgpu-test <args...>`.
+    std::string endpoint() const { return "unix://" + socket_; }
+    ChildProcess& process() { return *process_; }
+
+    // `ctr --address <socket> --namespace kgpu-test <args...>` to completion.
     RunResult ctr(const std::vector<std::string>& args) const;
-    // SIGTERM, then the exit code (or -1 when it did not exit in 20 s).
+    // SIGTERM, then the exit code once it exits (-1 after 20 s).
     int stop();
 
 private:
-    std::unique_ptr<ChildProcess> process_;
     std::string socket_;
+    std::unique_ptr<ChildProcess> process_;
+    bool started_ = false;
 };
 
 }  // namespace kgpu::test

@@ -18,10 +18,20 @@ public:
         *out = list;
         return grpc::Status::OK;
     }
+    grpc::Status ListPodSandbox(grpc::ServerContext*, const runtime::v1::ListPodSandboxRequest*,
+                                runtime::v1::ListPodSandboxResponse* out) override {
+        std::lock_guard lk(mu);
+        ++sandbox_calls;
+        if (status != 0) return grpc::Status(static_cast<grpc::StatusCode>(status), "fake CRI failure");
+        *out = sandboxes;
+        return grpc::Status::OK;
+    }
     mutable std::mutex mu;
     runtime::v1::ListContainersResponse list;
+    runtime::v1::ListPodSandboxResponse sandboxes;
     int status = 0;
     int calls = 0;
+    int sandbox_calls = 0;
 };
 
 FakeCri::FakeCri(std::string socket_path) : path_(std::move(socket_path)), service_(std::make_unique<Service>()) {}
@@ -65,6 +75,28 @@ void FakeCri::add_container(const std::string& id, const std::string& ns, const 
     labels["io.kubernetes.pod.namespace"] = ns;
     labels["io.kubernetes.pod.uid"] = "uid-" + pod;
     labels["io.kubernetes.container.name"] = container;
+}
+
+void FakeCri::add_sandbox(const std::string& ns, const std::string& pod, const std::string& uid,
+                          const std::map<std::string, std::string>& pod_labels, bool ready) {
+    std::lock_guard lk(service_->mu);
+    auto* s = service_->sandboxes.add_items();
+    s->set_id("sandbox-" + pod + "-" + std::to_string(service_->sandboxes.items_size()));
+    s->mutable_metadata()->set_name(pod);
+    s->mutable_metadata()->set_namespace_(ns);
+    s->mutable_metadata()->set_uid(uid);
+    s->set_state(ready ? runtime::v1::SANDBOX_READY : runtime::v1::SANDBOX_NOTREADY);
+    auto& labels = *s->mutable_labels();
+    for (const auto& [k, v] : pod_labels) labels[k] = v;
+    // What the kubelet adds to every sandbox.
+    labels["io.kubernetes.pod.name"] = pod;
+    labels["io.kubernetes.pod.namespace"] = ns;
+    labels["io.kubernetes.pod.uid"] = uid;
+}
+
+int FakeCri::sandbox_calls() const {
+    std::lock_guard lk(service_->mu);
+    return service_->sandbox_calls;
 }
 
 void FakeCri::add_unlabelled_container(const std::string& id) {

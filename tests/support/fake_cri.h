@@ -1,7 +1,9 @@
-// A CRI runtime (runtime.v1 RuntimeService) on a unix socket that answers ListContainers with a
-// list the test sets, and counts the calls (tests check that callers cache). For exporter tests.
+// A CRI runtime (runtime.v1 RuntimeService) on a unix socket that answers ListContainers and
+// ListPodSandbox with lists the test sets, and counts the calls (tests check that callers cache).
+// For exporter tests.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -27,6 +29,11 @@ public:
     // Adds a running container with the labels the kubelet sets.
     void add_container(const std::string& id, const std::string& ns, const std::string& pod,
                        const std::string& container);
+    // Adds a pod sandbox with the pod's labels and those the kubelet adds (io.kubernetes.pod.*).
+    void add_sandbox(const std::string& ns, const std::string& pod, const std::string& uid,
+                     const std::map<std::string, std::string>& pod_labels = {}, bool ready = true);
+    // ListPodSandbox calls answered so far.
+    int sandbox_calls() const;
     // Adds a container without io.kubernetes.* labels (made by ctr or nerdctl, not the kubelet).
     void add_unlabelled_container(const std::string& id);
     // From now on ListContainers answers with this gRPC status code (OK = answer normally).

@@ -24,7 +24,7 @@
 #include "test_image.h"
 
 namespace fs = std::filesystem;
-using kgpu::test::Containerd;
+using kgpu::test::TestContainerd;
 using kgpu::test::RunResult;
 using kgpu::test::TempDir;
 using ::testing::HasSubstr;
@@ -45,7 +45,7 @@ std::string slurp(const std::string& p) {
 // Everything the suite shares: the driver root, the runtime configs, containerd, the image.
 struct World {
     TempDir dir;
-    Containerd containerd;
+    std::unique_ptr<TestContainerd> containerd;
     std::string driver, bin, skip, failure;
     int runs = 0;
 
@@ -55,12 +55,8 @@ struct World {
     }
 
     void setup() {
-        if (kgpu::test::find_containerd().empty() || ::access("/usr/bin/ctr", X_OK) != 0) {
-            skip = "no containerd/ctr (scripts/setup installs Debian's containerd)";
-            return;
-        }
-        if (::geteuid() != 0) {
-            skip = "containerd, runc and mknod need root: this end-to-end test runs only as root";
+        if (auto why = TestContainerd::unavailable_reason(); !why.empty()) {
+            skip = why + " (runc and mknod too): this end-to-end test runs only as root";
             return;
         }
         // The driver root: device nodes, the simulator as the driver's NVML, nvidia-smi -> kgpu.
@@ -100,12 +96,13 @@ struct World {
         ::chmod(wrapper.c_str(), 0755);
         const std::string config = dir.write("runtime.toml", common);
 
-        Containerd::Options o;
+        TestContainerd::Options o;
         o.cri = false;
         o.env = {{"KGPU_RUNTIME_CONFIG", config},
                  {"KGPU_SIM_NODE", std::string(KGPU_SOURCE_DIR) + "/sim/nodes/dgx-h100.yaml"}};
-        if (auto e = containerd.start(dir.path() + "/containerd", o); !e.empty()) {
-            failure = e;
+        containerd = std::make_unique<TestContainerd>(dir.path() + "/containerd", o);
+        if (!containerd->started()) {
+            failure = containerd->error();
             return;
         }
         // The image: busybox + glibc + what the simulator and kgpu link, and the node fixture.
@@ -119,7 +116,13 @@ struct World {
             failure = error;
             return;
         }
-        auto imported = containerd.ctr({"images", "import", image});
+        // The socket appears before every service is registered: retry the import briefly.
+        kgpu::test::RunResult imported;
+        for (int i = 0; i < 100; ++i) {
+            imported = containerd->ctr({"images", "import", image});
+            if (imported.exit_code == 0) break;
+            ::usleep(50000);
+        }
         if (imported.exit_code != 0) failure = "ctr images import: " + imported.err;
     }
 
@@ -134,7 +137,7 @@ struct World {
         args.insert(args.end(), flags.begin(), flags.end());
         for (const std::string& a : {std::string(kImage), id, std::string("/bin/sh"), std::string("-c"), script}) args.push_back(a);
         last_id = id;
-        return containerd.ctr(args);
+        return containerd->ctr(args);
     }
     // Whether the recorder in front of runc saw `create ... <id>`.
     bool runc_created(const std::string& id) const {
@@ -229,13 +232,13 @@ TEST(ContainerdE2E, GpusThroughKgpusRuntime) {
     World w;
     w.setup();
     if (!w.skip.empty()) GTEST_SKIP() << w.skip;
-    ASSERT_EQ(w.failure, "") << w.containerd.log();
+    ASSERT_EQ(w.failure, "") << (w.containerd ? w.containerd->process().err() : "");
     one_gpu_by_uuid(w);
     all_gives_eight(w);
     no_variable_no_change(w);
     unmet_requirement_stops_create_before_runc(w);
     secure_mode(w);
-    EXPECT_EQ(w.containerd.stop(), 0) << w.containerd.log();
+    EXPECT_EQ(w.containerd->stop(), 0) << w.containerd->process().err();
 }
 
 }  // namespace

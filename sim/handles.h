@@ -1,0 +1,61 @@
+// Handle helpers shared by the simulator's entry points (api.cpp, gpm.cpp): every entry point
+// takes the global mutex through withState, checks init, and resolves device handles through
+// withDevice, so the common contract of api.cpp holds for all of them.
+#pragma once
+
+#include "model.h"
+
+#include <mutex>
+
+namespace kgpu_sim {
+
+template <class H>
+H toHandle(Object* o) {
+    return reinterpret_cast<H>(o);
+}
+
+struct DevRef {
+    Gpu* gpu = nullptr;
+    MigDevice* mig = nullptr;  // set when the handle is a MIG device (gpu is then its parent)
+};
+
+enum class On {
+    Gpu,  // full GPUs only: a MIG device handle gets NOT_SUPPORTED
+    Any,  // GPUs and MIG devices
+};
+
+// Runs f(State&) with the global mutex held, after the init check.
+template <class F>
+nvmlReturn_t withState(F&& f) {
+    State& st = state();
+    std::lock_guard lk(st.mutex);
+    if (st.refcount == 0) return NVML_ERROR_UNINITIALIZED;
+    return f(st);
+}
+
+// Resolves a device handle (no lost check).
+inline nvmlReturn_t resolve(State& st, const void* h, DevRef& d) {
+    if (Gpu* g = st.lookup<Gpu>(h, Kind::Gpu)) {
+        d = {g, nullptr};
+        return NVML_SUCCESS;
+    }
+    if (MigDevice* m = st.lookup<MigDevice>(h, Kind::Mig)) {
+        d = {m->parent, m};
+        return NVML_SUCCESS;
+    }
+    return NVML_ERROR_INVALID_ARGUMENT;
+}
+
+// Runs f(State&, DevRef) for a valid device handle on a GPU that is not lost.
+template <class F>
+nvmlReturn_t withDevice(nvmlDevice_t h, On on, F&& f) {
+    return withState([&](State& st) -> nvmlReturn_t {
+        DevRef d;
+        if (nvmlReturn_t r = resolve(st, h, d)) return r;
+        if (d.gpu->lost) return NVML_ERROR_GPU_IS_LOST;
+        if (d.mig && on == On::Gpu) return NVML_ERROR_NOT_SUPPORTED;
+        return f(st, d);
+    });
+}
+
+}  // namespace kgpu_sim

@@ -1,0 +1,52 @@
+// The createContainer hooks of a CDI spec: the one place that decides which binary runs them
+// and with which argv, so a spec can point at NVIDIA's nvidia-cdi-hook (or `nvidia-ctk hook`)
+// today and at an installed kgpu (`kgpu hook <name>`) alike (nvidia-ctk v1.20's
+// internal/discover/hooks.go: argv[0] is the binary's name, then `hook` for nvidia-ctk and
+// kgpu, then the hook's name and arguments; every hook carries NVIDIA_CTK_DEBUG=<debug>).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace kgpu::cdi {
+
+// The hooks nvidia-ctk v1.20 knows, by their CLI names.
+inline constexpr std::string_view kCreateSymlinks = "create-symlinks";
+inline constexpr std::string_view kEnableCudaCompat = "enable-cuda-compat";
+inline constexpr std::string_view kUpdateLdcache = "update-ldcache";
+inline constexpr std::string_view kDisableDeviceNodeModification = "disable-device-node-modification";
+inline constexpr std::string_view kUpdateApplicationProfile = "update-application-profile";
+inline constexpr std::string_view kChmod = "chmod";  // off unless enabled (deprecated upstream)
+
+struct HookOptions {
+    std::string path = "/usr/bin/nvidia-cdi-hook";  // absolute (see resolve_hook_path)
+    std::vector<std::string> disabled;              // hook names, or "all"
+    std::vector<std::string> enabled;               // wins over disabled (for chmod)
+    std::string ldconfig_path;                      // update-ldcache --ldconfig-path, when set
+    bool debug = false;                             // NVIDIA_CTK_DEBUG
+};
+
+// --nvidia-cdi-hook-path as nvidia-ctk resolves it: an absolute path is used as given; a name
+// (default nvidia-cdi-hook) is looked up in PATH, falling back to /usr/bin/<name>.
+std::string resolve_hook_path(std::string_view given);
+
+class HookCreator {
+public:
+    explicit HookCreator(HookOptions options) : o_(std::move(options)) {}
+
+    // The hook `name` with `args` (create-symlinks: --link per arg; update-ldcache: --folder
+    // per arg; chmod: --mode 755 --path per arg), or nullopt when it is disabled or, for
+    // create-symlinks and chmod, has no arguments.
+    std::optional<nlohmann::ordered_json> create(std::string_view name, const std::vector<std::string>& args = {}) const;
+
+    bool disabled(std::string_view name) const;
+
+private:
+    HookOptions o_;
+};
+
+}  // namespace kgpu::cdi

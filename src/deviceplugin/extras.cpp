@@ -1,0 +1,181 @@
+#include "deviceplugin/extras.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "cdi/driver_files.h"
+#include "cdi/spec.h"
+#include "common/files.h"
+#include "deviceplugin/allocate.h"
+
+namespace kgpu::deviceplugin {
+namespace {
+
+namespace fs = std::filesystem;
+using ojson = nlohmann::ordered_json;
+
+bool is_char_device(const fs::path& p) {
+    struct stat st {};
+    return ::stat(p.c_str(), &st) == 0 && S_ISCHR(st.st_mode);
+}
+
+// /dev paths under the dev root matching `dir`/`prefix`* (or exactly `dir`/`prefix` when not
+// `glob`), sorted, as container paths.
+std::vector<std::string> find_nodes(const fs::path& dev_root, const std::string& dir, const std::string& prefix,
+                                    bool glob) {
+    std::vector<std::string> out;
+    const fs::path host_dir = files::under_root(dev_root, dir);
+    std::error_code ec;
+    if (!glob) {
+        if (fs::exists(host_dir / prefix, ec)) out.push_back(dir + "/" + prefix);
+        return out;
+    }
+    for (const auto& e : fs::directory_iterator(host_dir, ec)) {
+        const std::string name = e.path().filename().string();
+        if (name.starts_with(prefix)) out.push_back(dir + "/" + name);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+ojson node_json(const fs::path& dev_root, const std::string& path) {
+    ojson j;
+    j["path"] = path;
+    if (auto n = cdi::find_device_node(dev_root, path)) {
+        if (n->host_path != path) j["hostPath"] = n->host_path;
+        if (n->major && n->minor) {
+            j["type"] = "c";
+            j["major"] = *n->major;
+            j["minor"] = *n->minor;
+        }
+    } else {
+        const std::string host = files::under_root(dev_root, path).string();
+        if (host != path) j["hostPath"] = host;
+    }
+    return j;
+}
+
+ojson spec_of(std::string_view kind, ojson devices) {
+    ojson spec;
+    spec["cdiVersion"] = "0.3.0";
+    spec["kind"] = std::string(kind);
+    spec["devices"] = std::move(devices);
+    spec["cdiVersion"] = cdi::minimum_version(spec);
+    return spec;
+}
+
+Status write_spec(const Config& c, std::string_view kind, const ojson& spec) {
+    if (auto st = files::create_directories(c.cdi_spec_dir); !st) return st;
+    return files::write_atomic(fs::path(c.cdi_spec_dir) / cdi_spec_file_name(kind), cdi::to_yaml(spec));
+}
+
+void remove_spec(const Config& c, std::string_view kind) {
+    std::error_code ec;
+    fs::remove(fs::path(c.cdi_spec_dir) / cdi_spec_file_name(kind), ec);
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> prepare_container_extras(const Config& c) {
+    std::vector<std::string> warnings;
+    const fs::path dev_root = c.dev_root();
+    const bool cdi = c.uses(DeviceListStrategy::cdi_annotations) || c.uses(DeviceListStrategy::cdi_cri);
+
+    // IMEX channels.
+    std::vector<unsigned> present;
+    for (unsigned ch : c.imex.channel_ids) {
+        const std::string node = imex_channel_node(ch);
+        const fs::path host = files::under_root(dev_root, node);
+        if (is_char_device(host)) {
+            present.push_back(ch);
+            continue;
+        }
+        std::error_code ec;
+        const std::string why = fs::exists(host, ec) ? "is not a character device" : "does not exist";
+        if (c.imex.required)
+            return fail(Code::not_found, "requested IMEX channel {} is required (imex.required) but {} {}", ch,
+                        host.string(), why);
+        warnings.push_back(fmt::format("IMEX channel {}: {} {}; containers get no IMEX channel (set imex.required to "
+                                       "fail instead)",
+                                       ch, host.string(), why));
+    }
+    if (cdi && !present.empty()) {
+        ojson devices = ojson::array();
+        for (unsigned ch : present) {
+            ojson d;
+            d["name"] = std::to_string(ch);
+            d["containerEdits"]["deviceNodes"] = ojson::array({node_json(dev_root, imex_channel_node(ch))});
+            devices.push_back(std::move(d));
+        }
+        if (auto st = write_spec(c, kImexChannelKind, spec_of(kImexChannelKind, std::move(devices))); !st)
+            return std::unexpected(st.error());
+    } else {
+        remove_spec(c, kImexChannelKind);
+    }
+
+    // GPUDirect sets: one "all" device each.
+    struct Set {
+        bool enabled;
+        const char* kind;
+        const char* flag;
+        std::vector<std::string> nodes;
+        std::vector<std::string> mounts;  // container paths, found under the driver root
+    };
+    auto nodes = [&](std::initializer_list<std::tuple<const char*, const char*, bool>> wanted) {
+        std::vector<std::string> out;
+        for (auto [dir, prefix, glob] : wanted) {
+            auto found = find_nodes(dev_root, dir, prefix, glob);
+            out.insert(out.end(), found.begin(), found.end());
+        }
+        return out;
+    };
+    Set sets[] = {
+        {c.gdrcopy_enabled, "nvidia.com/gdrcopy", "gdrcopyEnabled", nodes({{"/dev", "gdrdrv", false}}), {}},
+        {c.gds_enabled, "nvidia.com/gds", "gdsEnabled", nodes({{"/dev", "nvidia-fs", true}}), {"/run/udev", "/etc/cufile.json"}},
+        {c.mofed_enabled, "nvidia.com/mofed", "mofedEnabled",
+         nodes({{"/dev/infiniband", "uverbs", true}, {"/dev/infiniband", "rdma_cm", false}}), {}},
+    };
+    for (auto& s : sets) {
+        if (!s.enabled || !cdi) {
+            remove_spec(c, s.kind);
+            continue;
+        }
+        if (s.nodes.empty()) {
+            remove_spec(c, s.kind);
+            warnings.push_back(fmt::format("flags.{}: no device node of {} under {}; containers get the environment "
+                                           "variable but no CDI device {}=all",
+                                           s.flag, s.kind, dev_root.string(), s.kind));
+            continue;
+        }
+        ojson edits;
+        ojson node_list = ojson::array();
+        for (const auto& n : s.nodes) node_list.push_back(node_json(dev_root, n));
+        edits["deviceNodes"] = std::move(node_list);
+        ojson mounts = ojson::array();
+        for (const auto& m : s.mounts) {
+            const fs::path host = files::under_root(c.nvidia_driver_root, m);
+            std::error_code ec;
+            if (!fs::exists(host, ec)) continue;
+            ojson j;
+            j["hostPath"] = host.string();
+            j["containerPath"] = m;
+            j["options"] = ojson::array({"ro", "nosuid", "nodev", "rbind", "rprivate"});
+            mounts.push_back(std::move(j));
+        }
+        if (!mounts.empty()) edits["mounts"] = std::move(mounts);
+        ojson d;
+        d["name"] = "all";
+        d["containerEdits"] = std::move(edits);
+        if (auto st = write_spec(c, s.kind, spec_of(s.kind, ojson::array({std::move(d)}))); !st)
+            return std::unexpected(st.error());
+    }
+    return warnings;
+}
+
+}  // namespace kgpu::deviceplugin

@@ -1,0 +1,32 @@
+// Devices besides the GPUs that NVIDIA's plugin (v0.15+) hands every container: IMEX channels
+// (imex.channelIDs) and the GPUDirect sets gdsEnabled / mofedEnabled / gdrcopyEnabled.
+// allocate() names them; this prepares what those names refer to.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "deviceplugin/config.h"
+
+namespace kgpu::deviceplugin {
+
+// At start and after every reload:
+//  - IMEX: each channel of imex.channelIDs should exist under the dev root as
+//    /dev/nvidia-caps-imex-channels/channel<N>. A missing one is an error when imex.required
+//    (as NVIDIA's plugin fails to start), else a warning (Allocate leaves it out).
+//  - With a CDI device-list strategy, writes a CDI spec into cdiSpecDir for each extra kind that
+//    is in use and present on the node, so the names allocate() hands out resolve:
+//      nvidia.com/imex-channel  device "<N>" per present channel (its node);
+//      nvidia.com/gdrcopy       device "all": /dev/gdrdrv;
+//      nvidia.com/gds           device "all": /dev/nvidia-fs*, plus /run/udev and /etc/cufile.json
+//                               (under the driver root) mounted read-only when present;
+//      nvidia.com/mofed         device "all": /dev/infiniband/uverbs*, /dev/infiniband/rdma_cm
+//    (what nvidia-container-toolkit's gated CDI modes hold). An enabled set with none of its
+//    nodes present gets no spec (CDI refuses a device without edits) and a warning; a spec left
+//    from before for a kind no longer in use is removed.
+// Returns one sentence per thing worth a warning. Errors: not_found for a required IMEX channel
+// (naming the path); io when a spec cannot be written.
+Result<std::vector<std::string>> prepare_container_extras(const Config& config);
+
+}  // namespace kgpu::deviceplugin

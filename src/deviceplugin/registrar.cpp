@@ -1,0 +1,321 @@
+#include "deviceplugin/registrar.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <utility>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/log.h"
+
+namespace kgpu::deviceplugin {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+std::string foreign_socket_name(const std::string& resource) {
+    const auto slash = resource.find('/');
+    if (slash == std::string::npos || slash == 0 || slash + 1 == resource.size()) return {};
+    const std::string domain = resource.substr(0, slash);
+    return domain.substr(0, domain.find('.')) + "-" + resource.substr(slash + 1) + ".sock";
+}
+
+std::optional<SocketId> socket_id(const std::string& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) return std::nullopt;
+    return SocketId{static_cast<unsigned long>(st.st_dev), static_cast<unsigned long>(st.st_ino),
+                    static_cast<long>(st.st_ctim.tv_sec), static_cast<long>(st.st_ctim.tv_nsec)};
+}
+
+Registrar::Registrar(Options options) : opts_(std::move(options)) {}
+
+Registrar::~Registrar() { stop(); }
+
+void Registrar::start() {
+    std::lock_guard lk(mu_);
+    if (thread_.joinable()) return;
+    stop_ = false;
+    thread_ = std::thread([this] { run(); });
+}
+
+void Registrar::stop() {
+    {
+        std::lock_guard lk(mu_);
+        stop_ = true;
+        cv_.notify_all();
+    }
+    {
+        std::lock_guard lk(ctx_mu_);
+        if (ctx_) ctx_->TryCancel();
+    }
+    if (thread_.joinable()) thread_.join();
+}
+
+void Registrar::due_now_locked(Entry& e) {
+    e.want = true;
+    e.next_try = Clock::now();
+    e.backoff = opts_.min_backoff;
+    cv_.notify_all();
+}
+
+void Registrar::add(std::shared_ptr<ResourceServer> server) {
+    std::lock_guard lk(mu_);
+    const std::string name = server->resource_name();
+    Entry& e = entries_[name];
+    e = Entry{};
+    e.server = std::move(server);
+    e.backoff = opts_.min_backoff;
+    check_foreign_locked(name, e);
+    due_now_locked(e);
+}
+
+void Registrar::remove(const std::string& resource) {
+    std::lock_guard lk(mu_);
+    entries_.erase(resource);
+    if (in_flight_ == resource) {
+        std::lock_guard c(ctx_mu_);
+        if (ctx_) ctx_->TryCancel();
+    }
+}
+
+void Registrar::served_again(const std::string& resource) {
+    std::lock_guard lk(mu_);
+    auto it = entries_.find(resource);
+    if (it == entries_.end()) return;
+    Entry& e = it->second;
+    // A Register running now, or one made since the server came back (its stream is on the new
+    // server), holds: it is the one Register of this kubelet restart. If the kubelet's stream was
+    // on the old server after all, the stream check in run() registers again.
+    if (in_flight_ == resource) {
+        log::debug("{} served again while its Register runs", resource);
+        e.poked = true;
+        return;
+    }
+    if (e.registered && e.stream >= e.server->first_stream_of_start()) {
+        log::debug("{} served again: its registration (stream {}) is on the new server", resource, e.stream);
+        return;
+    }
+    e.registered = false;
+    due_now_locked(e);
+}
+
+void Registrar::kubelet_changed() {
+    std::lock_guard lk(mu_);
+    const auto id = socket_id(opts_.kubelet_socket);
+    for (auto& [name, e] : entries_) {
+        if (name == in_flight_) {
+            // Its outcome is checked against kubelet.sock when it returns; a Register stuck on a
+            // kubelet that has gone away is cancelled.
+            if (in_flight_kubelet_ != id) {
+                e.poked = true;
+                std::lock_guard c(ctx_mu_);
+                if (ctx_) ctx_->TryCancel();
+            }
+            continue;
+        }
+        if (e.registered && e.kubelet == id) continue;  // the other event of the same restart
+        if (e.registered) log::info("{} changed (kubelet restart): registering {} again", opts_.kubelet_socket, name);
+        e.registered = false;
+        due_now_locked(e);
+        // A socket file appears at bind(), a moment before listen(): retry a refused connection soon.
+        if (id) e.backoff = opts_.new_kubelet_backoff;
+    }
+}
+
+bool Registrar::check_foreign_locked(const std::string& name, Entry& e) {
+    const std::string other = foreign_socket_name(name);
+    if (other.empty()) return false;
+    const std::string path = (fs::path(opts_.plugin_dir) / other).string();
+    const bool present = socket_id(path).has_value();
+    if (present && !e.foreign) {
+        log::warn("another device plugin serves {} on {} (NVIDIA's device plugin?): the kubelet keeps only the "
+                  "latest registration of a resource and drops it when either plugin's stream ends. kgpu registers "
+                  "again when that happens; remove the other plugin (docs/migration.md)",
+                  name, path);
+    }
+    e.foreign = present;
+    return present;
+}
+
+void Registrar::directory_changed(const std::string& file) {
+    std::lock_guard lk(mu_);
+    for (auto& [name, e] : entries_) {
+        if (foreign_socket_name(name) != file) continue;
+        const bool was = e.foreign;
+        if (check_foreign_locked(name, e)) continue;
+        // Gone, or came and went between two looks: if that plugin registered last, the kubelet
+        // dropped the resource when its stream ended, and nothing tells us (our older stream stays
+        // open). A Register running now goes after it left; if the kubelet drops that one all the
+        // same, its stream ends and we register again.
+        log::info("the other device plugin's socket for {} {}: registering {} again", name,
+                  was ? "is gone" : "came and went", name);
+        if (in_flight_ != name) {
+            e.registered = false;
+            due_now_locked(e);
+        } else {
+            e.poked = true;
+        }
+    }
+}
+
+void Registrar::stream_ended(const std::string& resource, std::uint64_t stream, bool by_peer) {
+    std::lock_guard lk(mu_);
+    auto it = entries_.find(resource);
+    if (it == entries_.end()) return;
+    Entry& e = it->second;
+    log::debug("{}: stream {} ended{}", resource, stream, by_peer ? " by the peer" : "");
+    if (!by_peer || !e.registered || stream != e.stream) return;
+    const auto now = Clock::now();
+    if (now - e.registered_at >= opts_.stable_after) e.backoff = opts_.min_backoff;
+    log::info("the kubelet ended the ListAndWatch stream of {}: registering again in {} ms", resource,
+              e.backoff.count());
+    e.registered = false;
+    e.want = true;
+    e.next_try = now + e.backoff;
+    e.backoff = std::min(e.backoff * 2, opts_.max_backoff);
+    cv_.notify_all();
+}
+
+bool Registrar::registered(const std::string& resource) const {
+    std::lock_guard lk(mu_);
+    auto it = entries_.find(resource);
+    return it != entries_.end() && it->second.registered;
+}
+
+void Registrar::run() {
+    std::unique_lock lk(mu_);
+    while (!stop_) {
+        const auto now = Clock::now();
+        auto wake = now + 60s;
+        std::string due;
+        Clock::time_point due_at = Clock::time_point::max();
+        for (auto& [name, e] : entries_) {
+            if (e.registered && !e.server->stream_open(e.stream)) {
+                // The kubelet opens the stream right after Register; none open (never opened, or
+                // ended before we knew its number) means the registration did not take.
+                if (now - e.registered_at >= opts_.stream_grace) {
+                    log::info("no ListAndWatch stream from the kubelet for {}: registering again", name);
+                    e.registered = false;
+                    e.want = true;
+                    e.next_try = now + e.backoff;
+                    e.backoff = std::min(e.backoff * 2, opts_.max_backoff);
+                } else {
+                    wake = std::min(wake, e.registered_at + opts_.stream_grace);
+                }
+            }
+            if (!e.want) continue;
+            if (e.next_try <= now && e.next_try < due_at) {
+                due = name;
+                due_at = e.next_try;
+            }
+            wake = std::min(wake, e.next_try);
+        }
+        if (!due.empty()) {
+            lk.unlock();
+            register_one(due);
+            lk.lock();
+            continue;
+        }
+        cv_.wait_until(lk, wake);
+    }
+}
+
+void Registrar::register_one(const std::string& name) {
+    std::shared_ptr<ResourceServer> server;
+    bool same_kubelet = false;  // the previous registration went to the kubelet there is now
+    {
+        std::lock_guard lk(mu_);
+        auto it = entries_.find(name);
+        if (it == entries_.end() || stop_) return;
+        server = it->second.server;
+        it->second.want = false;
+        in_flight_ = name;
+        in_flight_kubelet_ = socket_id(opts_.kubelet_socket);
+        same_kubelet = it->second.kubelet && it->second.kubelet == in_flight_kubelet_;
+    }
+    // Our socket deleted (a kubelet restarting removes every socket in the directory, in no
+    // particular order): the control loop serves it again and tells us (served_again); a Register
+    // now would let the kubelet dial the old server, which is about to go.
+    if (!socket_id(server->socket_path())) {
+        std::lock_guard lk(mu_);
+        in_flight_.clear();
+        auto it = entries_.find(name);
+        if (it == entries_.end()) return;
+        Entry& e = it->second;
+        e.want = true;
+        if (std::exchange(e.poked, false)) {
+            e.next_try = Clock::now();  // served again meanwhile
+        } else {
+            e.next_try = Clock::now() + e.backoff;
+            e.backoff = std::min(e.backoff * 2, opts_.max_backoff);
+        }
+        log::debug("{}: {} is not served right now: registering once it is", name, server->socket_path());
+        return;
+    }
+    // Streams of earlier registrations still open: end them first and, when they belong to the
+    // kubelet we are about to register with, give it a moment to see that, so that their end does
+    // not drop the client this Register creates. (After a kubelet restart they belong to the old
+    // process: no wait.)
+    if (server->end_streams_before(server->next_stream_id(), 200ms) > 0 && same_kubelet) {
+        std::unique_lock lk(mu_);
+        cv_.wait_for(lk, opts_.settle, [&] { return stop_; });
+    }
+    const std::uint64_t stream = server->next_stream_id();
+    const std::string endpoint = fs::path(server->socket_path()).filename().string();
+    std::optional<SocketId> before;
+    {
+        std::lock_guard lk(mu_);
+        before = in_flight_kubelet_ = socket_id(opts_.kubelet_socket);
+    }
+    log::debug("{}: Register (stream {} and later belong to it)", name, stream);
+    auto st = register_with_kubelet(opts_.kubelet_socket, endpoint, name,
+                                    static_cast<int>(opts_.register_timeout.count()), &ctx_, &ctx_mu_);
+    const auto id = socket_id(opts_.kubelet_socket);
+
+    std::lock_guard lk(mu_);
+    in_flight_.clear();
+    auto it = entries_.find(name);
+    if (it == entries_.end() || stop_ || it->second.server != server) return;
+    Entry& e = it->second;
+    const auto now = Clock::now();
+    const bool poked = std::exchange(e.poked, false);
+    if (st) {
+        // Registered with the kubelet.sock there is now: a restart during the call shows as a
+        // different identity at the next kubelet_changed.
+        e.registered = true;
+        e.kubelet = id;
+        e.stream = stream;
+        e.registered_at = now;
+        e.last_error.clear();
+        e.want = false;
+        log::info("registered {} with the kubelet at {} (endpoint {})", name, opts_.kubelet_socket, endpoint);
+        if (server->next_stream_id() > stream && !server->stream_open(stream)) {
+            // Its stream opened and already ended (the kubelet dropped the new client at once,
+            // e.g. another plugin's stream ended meanwhile): register again after the backoff.
+            log::info("the kubelet already ended the ListAndWatch stream of {}: registering again in {} ms", name,
+                      e.backoff.count());
+            e.registered = false;
+            e.want = true;
+            e.next_try = now + e.backoff;
+            e.backoff = std::min(e.backoff * 2, opts_.max_backoff);
+        }
+        return;
+    }
+    e.registered = false;
+    e.want = true;
+    if ((id != before && id) || poked) {
+        e.next_try = now;  // a new kubelet came up, or our socket was served again, during the call
+        e.backoff = opts_.new_kubelet_backoff;
+    } else {
+        e.next_try = now + e.backoff;
+        e.backoff = std::min(e.backoff * 2, opts_.max_backoff);
+    }
+    if (st.error().message != e.last_error) {
+        log::warn("{}; retrying with backoff until the kubelet answers", st.error().message);
+        e.last_error = st.error().message;
+    }
+}
+
+}  // namespace kgpu::deviceplugin

@@ -1,0 +1,295 @@
+// Drop-in behaviour of `kgpu device-plugin` against NVIDIA's plugin (v0.14-v0.20), end to end:
+// device IDs under --device-id-strategy index, missing device nodes with --pass-device-specs,
+// every documented config shape through --check-config, the v0.17+ keys (GPUDirect, IMEX)
+// in Allocate, naming patterns behind the opt-in, and the start-up dump.
+#include <gmock/gmock.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "deviceplugin/plugin_fixture.h"
+
+using namespace std::chrono_literals;
+using kgpu::test::Devices;
+using kgpu::test::PluginFixture;
+using kgpu::test::run_process;
+using kgpu::test::sim_fixture;
+using kgpu::test::TempDir;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kGpu = "nvidia.com/gpu";
+
+std::string slurp(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+size_t count(const std::string& text, const std::string& needle) {
+    size_t n = 0;
+    for (size_t pos = text.find(needle); pos != std::string::npos; pos = text.find(needle, pos + 1)) ++n;
+    return n;
+}
+
+// A dev root whose nodes are symlinks to /dev/null: character devices to stat(), no root needed.
+class DevRoot {
+public:
+    void node(const std::string& dev_path) {
+        const fs::path p = fs::path(dir_.path()) / dev_path.substr(1);
+        fs::create_directories(p.parent_path());
+        fs::create_symlink("/dev/null", p);
+    }
+    const std::string& path() const { return dir_.path(); }
+
+private:
+    TempDir dir_;
+};
+
+class CompatTest : public PluginFixture {};
+
+// NVIDIA keeps UUIDs (MIG UUIDs) as the ListAndWatch IDs under --device-id-strategy index and
+// uses indices only in what it hands the container.
+TEST_F(CompatTest, IndexStrategyAdvertisesUuidsAndHandsIndicesToTheContainer) {
+    start("t4x4.yaml", {"--device-id-strategy", "index", "--device-list-strategy", "envvar,volume-mounts,cdi-cri"});
+    const Devices d = registered(kGpu, 4);
+    for (const char* i : {"0", "1", "2", "3"}) EXPECT_TRUE(d.contains(sim_.uuid(i))) << "GPU " << i;
+    EXPECT_FALSE(d.contains("1"));
+    v1beta1::AllocateResponse resp;
+    auto st = kubelet_->allocate(kGpu, {sim_.uuids({"3", "1"})}, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    const auto& c = resp.container_responses(0);
+    EXPECT_EQ(c.envs().at("NVIDIA_VISIBLE_DEVICES"), "/var/run/nvidia-container-devices");
+    ASSERT_EQ(c.mounts_size(), 2);
+    EXPECT_EQ(c.mounts(0).container_path(), "/var/run/nvidia-container-devices/3");
+    EXPECT_EQ(c.mounts(1).container_path(), "/var/run/nvidia-container-devices/1");
+    ASSERT_EQ(c.cdi_devices_size(), 2);
+    EXPECT_EQ(c.cdi_devices(0).name(), "nvidia.com/gpu=3");
+    EXPECT_EQ(c.cdi_devices(1).name(), "nvidia.com/gpu=1");
+    // An index is not an advertised ID.
+    EXPECT_EQ(kubelet_->allocate(kGpu, {{"1"}}, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(CompatTest, IndexStrategyMigDevicesAdvertiseMigUuids) {
+    start("a100-mig.yaml", {"--mig-strategy", "mixed", "--device-id-strategy", "index"});
+    const Devices d = registered("nvidia.com/mig-1g.10gb", 9);
+    EXPECT_TRUE(d.contains(sim_.uuid("1:3")));
+    EXPECT_TRUE(sim_.uuid("1:3").starts_with("MIG-"));
+    v1beta1::AllocateResponse resp;
+    ASSERT_TRUE(kubelet_->allocate("nvidia.com/mig-1g.10gb", {sim_.uuids({"1:3", "0:2"})}, &resp).ok());
+    EXPECT_EQ(resp.container_responses(0).envs().at("NVIDIA_VISIBLE_DEVICES"), "1:3,0:2");
+}
+
+// Switching the strategy changes what containers are handed, not the IDs: the kubelet's
+// checkpoint and PodResources keep naming the same devices, and nothing re-registers.
+TEST_F(CompatTest, SwitchingTheIdStrategyOnSighupKeepsTheIds) {
+    const std::string cfg = config("version: v1\nflags:\n  plugin:\n    deviceIDStrategy: uuid\n");
+    start("t4x4.yaml", {"--config-file", cfg});
+    const Devices before = registered(kGpu, 4);
+    config("version: v1\nflags:\n  plugin:\n    deviceIDStrategy: index\n");
+    plugin_->signal(SIGHUP);
+    ASSERT_TRUE(kgpu::test::eventually([&] { return plugin_->err().find("SIGHUP: reloading") != std::string::npos; }));
+    v1beta1::AllocateResponse resp;
+    ASSERT_TRUE(kgpu::test::eventually([&] {
+        return kubelet_->allocate(kGpu, {{sim_.uuid("2")}}, &resp).ok() &&
+               resp.container_responses(0).envs().at("NVIDIA_VISIBLE_DEVICES") == "2";
+    }));
+    EXPECT_EQ(kubelet_->devices(kGpu).size(), before.size());
+    for (const auto& [id, s] : before) EXPECT_TRUE(kubelet_->devices(kGpu).contains(id)) << id;
+    EXPECT_FALSE(kubelet_->wait_registered(kGpu, 2, 300ms).has_value());
+}
+
+// --pass-device-specs with /dev/nvidia2 missing: one warning at start naming it, and Allocate
+// refuses GPU 2 naming the path (it used to hand out the spec; the pod then failed at container
+// creation with "lstat /dev/nvidia2").
+TEST_F(CompatTest, PassDeviceSpecsWithAMissingNodeWarnsOnceAndRefusesNamingThePath) {
+    DevRoot root;
+    for (const char* n : {"/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia3"}) root.node(n);
+    start("t4x4.yaml", {"--pass-device-specs", "--nvidia-dev-root", root.path()});
+    registered(kGpu, 4);
+    const std::string missing = root.path() + "/dev/nvidia2";
+    v1beta1::AllocateResponse resp;
+    auto st = kubelet_->allocate(kGpu, {{sim_.uuid("2")}}, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(st.error_message(), HasSubstr(missing + " does not exist"));
+    st = kubelet_->allocate(kGpu, {{sim_.uuid("1")}}, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    std::vector<std::string> paths;
+    for (const auto& d : resp.container_responses(0).devices()) paths.push_back(d.container_path());
+    EXPECT_EQ(paths, (std::vector<std::string>{"/dev/nvidiactl", "/dev/nvidia1"}));
+    const std::string err = plugin_->err();
+    EXPECT_EQ(count(err, "device nodes missing under the dev root"), 1u) << err;
+    EXPECT_THAT(err, HasSubstr(missing + " (GPU 2, " + sim_.uuid("2") + ")"));
+    EXPECT_THAT(err, HasSubstr(root.path() + "/dev/nvidia-uvm: CUDA needs it"));  // a missing control node
+}
+
+// Every config shape NVIDIA's README and Helm chart document (v0.14-v0.20) passes --check-config
+// (with MPS_ROOT set, as the chart does for its MPS examples).
+TEST(CompatConfigs, EveryNvidiaExampleConfigPassesCheckConfig) {
+    const fs::path dir = fs::path(KGPU_SOURCE_DIR) / "tests/deviceplugin/nvidia-configs";
+    size_t n = 0;
+    for (const auto& e : fs::directory_iterator(dir)) {
+        const std::string ext = e.path().extension().string();
+        if (ext != ".yaml" && ext != ".json") continue;
+        ++n;
+        auto r = run_process({KGPU_BINARY, "device-plugin", "--check-config", "--config-file", e.path().string()},
+                             {{"MPS_ROOT", "/run/nvidia/mps"}});
+        EXPECT_EQ(r.exit_code, 0) << e.path().filename() << "\n" << r.err << r.out;
+        EXPECT_THAT(r.out, HasSubstr("configFile: " + e.path().string())) << e.path().filename();
+    }
+    EXPECT_GE(n, 15u);
+}
+
+// A v0.17+ values file with every flag: accepted, and each key the plugin does not use is
+// said once, with why (it used to exit 2 on flags.gdrcopyEnabled).
+TEST(CompatConfigs, CheckConfigSaysOnceWhatIsIgnoredAndWhy) {
+    const std::string file = std::string(KGPU_SOURCE_DIR) + "/tests/deviceplugin/nvidia-configs/api-v1-every-flag.yaml";
+    auto r = run_process({KGPU_BINARY, "device-plugin", "--check-config", "--config-file", file});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(count(r.out, "warning: "), 3u) << r.out;
+    EXPECT_EQ(count(r.out, "warning: flags.gfd"), 1u) << r.out;
+    EXPECT_EQ(count(r.out, "warning: flags.useNodeFeatureAPI"), 1u) << r.out;
+    EXPECT_EQ(count(r.out, "warning: flags.plugin.containerDriverRoot"), 1u) << r.out;
+    EXPECT_THAT(r.out, HasSubstr("flags.plugin.nvidiaCTKPath: /usr/bin/nvidia-ctk\n"));
+    const std::string patterns =
+        std::string(KGPU_SOURCE_DIR) + "/tests/deviceplugin/nvidia-configs/api-v1-resources-and-sharing.yaml";
+    auto p = run_process({KGPU_BINARY, "device-plugin", "--check-config", "--config-file", patterns});
+    ASSERT_EQ(p.exit_code, 0) << p.err;
+    EXPECT_THAT(p.out, HasSubstr("warning: resources.gpus / resources.mig are ignored"));
+    EXPECT_THAT(p.out, HasSubstr("resources.mig: \"1g.10gb\" -> nvidia.com/mig-1g.10gb (ignored"));
+    // Both spellings of the dev root, and NVIDIA_DEV_ROOT.
+    for (const char* flag : {"--dev-root", "--nvidia-dev-root"}) {
+        auto d = run_process({KGPU_BINARY, "device-plugin", "--check-config", flag, "/run/nvidia/driver"});
+        EXPECT_EQ(d.exit_code, 0) << flag << d.err;
+        EXPECT_THAT(d.out, HasSubstr("flags.nvidiaDevRoot: /run/nvidia/driver\n")) << flag;
+    }
+    auto env_root = run_process({KGPU_BINARY, "device-plugin", "--check-config"}, {{"NVIDIA_DEV_ROOT", "/devroot"}});
+    EXPECT_THAT(env_root.out, HasSubstr("flags.nvidiaDevRoot: /devroot\n"));
+    auto opted = run_process({KGPU_BINARY, "device-plugin", "--check-config", "--apply-resource-patterns",
+                              "--config-file", patterns});
+    ASSERT_EQ(opted.exit_code, 0) << opted.err;
+    EXPECT_THAT(opted.out, Not(HasSubstr("warning: resources")));
+    // MPS parses; serving it is refused until it is implemented, at start only.
+    const std::string mps = std::string(KGPU_SOURCE_DIR) + "/tests/deviceplugin/nvidia-configs/readme-mps.yaml";
+    auto m = run_process({KGPU_BINARY, "device-plugin", "--check-config", "--config-file", mps},
+                         {{"MPS_ROOT", "/run/nvidia/mps"}});
+    ASSERT_EQ(m.exit_code, 0) << m.err;
+    EXPECT_THAT(m.out, HasSubstr("sharing.mps.failRequestsGreaterThanOne: true"));
+    EXPECT_THAT(m.out, HasSubstr("MPS sharing is not implemented yet"));
+    TempDir dp;
+    auto serve = run_process({KGPU_BINARY, "device-plugin", "--config-file", mps, "--device-plugin-path", dp.path()},
+                             {{"MPS_ROOT", "/run/nvidia/mps"}});
+    EXPECT_EQ(serve.exit_code, 2);
+    EXPECT_THAT(serve.err, HasSubstr(mps + ":4: key 'sharing.mps': MPS sharing is not implemented yet"));
+}
+
+// gdsEnabled / mofedEnabled / gdrcopyEnabled and IMEX channels, handed to the container as
+// NVIDIA's plugin does, with CDI specs for what exists on the node.
+TEST_F(CompatTest, GpuDirectAndImexChannelsInAllocate) {
+    DevRoot root;
+    for (const char* n : {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2",
+                          "/dev/nvidia3", "/dev/nvidia-caps-imex-channels/channel0", "/dev/gdrdrv", "/dev/nvidia-fs0",
+                          "/dev/nvidia-fs1"})
+        root.node(n);
+    TempDir cdi;
+    const std::string cfg = config(
+        "version: v1\nflags:\n  gdrcopyEnabled: true\n  gdsEnabled: true\n  mofedEnabled: true\n"
+        "  plugin:\n    passDeviceSpecs: true\n    deviceListStrategy: [envvar, cdi-cri]\nimex:\n  channelIDs: [0]\n");
+    start("t4x4.yaml", {"--config-file", cfg, "--nvidia-dev-root", root.path(), "--cdi-spec-dir", cdi.path()});
+    registered(kGpu, 4);
+    v1beta1::AllocateResponse resp;
+    auto st = kubelet_->allocate(kGpu, {{sim_.uuid("0")}}, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    const auto& c = resp.container_responses(0);
+    EXPECT_EQ(c.envs().at("NVIDIA_GDRCOPY"), "enabled");
+    EXPECT_EQ(c.envs().at("NVIDIA_GDS"), "enabled");
+    EXPECT_EQ(c.envs().at("NVIDIA_MOFED"), "enabled");
+    EXPECT_EQ(c.envs().at("NVIDIA_IMEX_CHANNELS"), "0");
+    std::vector<std::string> names;
+    for (const auto& d : c.cdi_devices()) names.push_back(d.name());
+    // No /dev/infiniband here: no MOFED CDI device (and a warning says so).
+    EXPECT_EQ(names, (std::vector<std::string>{"nvidia.com/gpu=" + sim_.uuid("0"), "nvidia.com/imex-channel=0",
+                                               "nvidia.com/gdrcopy=all", "nvidia.com/gds=all"}));
+    EXPECT_EQ(c.devices(c.devices_size() - 1).container_path(), "/dev/nvidia-caps-imex-channels/channel0");
+    EXPECT_THAT(plugin_->err(), HasSubstr("flags.mofedEnabled: no device node of nvidia.com/mofed"));
+    // The specs the names refer to.
+    const std::string gds = slurp(cdi.path() + "/kgpu-nvidia-gds.yaml");
+    EXPECT_THAT(gds, HasSubstr("kind: nvidia.com/gds"));
+    EXPECT_THAT(gds, HasSubstr("path: /dev/nvidia-fs1"));
+    EXPECT_THAT(slurp(cdi.path() + "/kgpu-nvidia-imex-channel.yaml"),
+                HasSubstr("path: /dev/nvidia-caps-imex-channels/channel0"));
+    EXPECT_THAT(slurp(cdi.path() + "/kgpu-nvidia-gdrcopy.yaml"), HasSubstr("path: /dev/gdrdrv"));
+    EXPECT_FALSE(fs::exists(cdi.path() + "/kgpu-nvidia-mofed.yaml"));
+    for (const std::string& schema : {std::string(KGPU_SOURCE_DIR) + "/../shared/facts/cdi-schema",
+                                      std::string("/work/shared/facts/cdi-schema")}) {
+        if (!fs::exists(schema + "/schema.json")) continue;
+        auto v = run_process({"/usr/bin/python3", std::string(KGPU_SOURCE_DIR) + "/tests/cdi/validate_cdi.py", schema,
+                              cdi.path() + "/kgpu-nvidia-gds.yaml", cdi.path() + "/kgpu-nvidia-imex-channel.yaml",
+                              cdi.path() + "/kgpu-nvidia-gdrcopy.yaml"});
+        EXPECT_EQ(v.exit_code, 0) << v.out << v.err;
+        break;
+    }
+}
+
+TEST_F(CompatTest, RequiredImexChannelMissingFailsTheStartNamingIt) {
+    DevRoot root;
+    root.node("/dev/nvidiactl");
+    const std::string cfg = config("version: v1\nimex:\n  channelIDs: [0]\n  required: true\n");
+    auto r = run_process({KGPU_BINARY, "device-plugin", "--device-plugin-path", dir_.path(), "--nvml-library",
+                          KGPU_SIM_LIBRARY, "--config-file", cfg, "--nvidia-dev-root", root.path()},
+                         {{"KGPU_SIM_NODE", sim_fixture("t4x4.yaml")}});
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_THAT(r.err, HasSubstr(root.path() + "/dev/nvidia-caps-imex-channels/channel0 does not exist"));
+    // Not required: served, with a warning, and no channel in Allocate.
+    const std::string optional = config("version: v1\nimex:\n  channelIDs: [0]\n");
+    start("t4x4.yaml", {"--config-file", optional, "--nvidia-dev-root", root.path()});
+    registered(kGpu, 4);
+    v1beta1::AllocateResponse resp;
+    ASSERT_TRUE(kubelet_->allocate(kGpu, {{sim_.uuid("0")}}, &resp).ok());
+    EXPECT_FALSE(resp.container_responses(0).envs().contains("NVIDIA_IMEX_CHANNELS"));
+    EXPECT_THAT(plugin_->err(), HasSubstr("IMEX channel 0:"));
+}
+
+// resources.gpus naming: ignored (with a warning) unless opted in; then served under that name.
+TEST_F(CompatTest, NamingPatternsApplyOnlyWithTheOptIn) {
+    const std::string cfg = config("version: v1\nresources:\n  gpus:\n  - pattern: \"*T4*\"\n    name: t4\n");
+    start("t4x4.yaml", {"--config-file", cfg, "--apply-resource-patterns"});
+    registered("nvidia.com/t4", 4);
+    EXPECT_THAT(plugin_->err(), HasSubstr("nvidia.com/t4    4 devices <- GPU 0, 1, 2, 3"));
+}
+
+// Better than NVIDIA: a 1-GPU request keeps NVLink pairs whole (the lowest free GPU used to be
+// taken, breaking the pair a later 2-GPU pod needs).
+TEST_F(CompatTest, PreferredAllocationKeepsNvlinkPairsWhole) {
+    start("pcie-nvlink-pairs.yaml");
+    registered(kGpu, 4);
+    std::vector<std::string> out;
+    auto st = kubelet_->prefer(kGpu, sim_.uuids({"0", "1", "3"}), {}, 1, &out);  // GPU 2 is taken
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(sim_.indices(out), std::vector<std::string>{"3"});
+    st = kubelet_->prefer(kGpu, sim_.uuids({"1", "2", "3"}), {}, 1, &out);  // GPU 0 is taken
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(sim_.indices(out), std::vector<std::string>{"1"});
+}
+
+// The start-up dump says what a user needs: resources, devices per resource, strategy, sharing.
+TEST_F(CompatTest, StartupDumpNamesResourcesDevicesStrategyAndSharing) {
+    const std::string cfg = config("version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+                                   "    - {name: gpu, rename: t4-shared, devices: [1, 2], replicas: 3}\n");
+    start("t4x4.yaml", {"--config-file", cfg});
+    registered("nvidia.com/t4-shared", 6);
+    const std::string err = plugin_->err();
+    EXPECT_THAT(err, HasSubstr("serving 2 resources (MIG strategy none, containers see devices by uuid, device list "
+                               "envvar, sharing time-slicing):"));
+    EXPECT_THAT(err, HasSubstr("nvidia.com/gpu          2 devices <- GPU 0, 3\n"));
+    EXPECT_THAT(err, HasSubstr("nvidia.com/t4-shared    6 devices <- GPU 1, 2 x 3 replicas (time-slicing)\n"));
+    EXPECT_THAT(err, HasSubstr("resources.gpus: (none)"));
+}
+
+}  // namespace

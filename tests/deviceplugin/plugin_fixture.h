@@ -1,0 +1,163 @@
+// Shared pieces of the `kgpu device-plugin` end-to-end tests: the built binary against the
+// simulator (real dlopen), a fake kubelet over unix sockets in a temp directory, and the
+// simulator's events file.
+//
+// SimIds maps the index spellings tests like to write ("1", "0:2", "1::3") to the UUID IDs the
+// plugin advertises (ListAndWatch IDs are UUIDs under every --device-id-strategy, as NVIDIA's
+// plugin does), and back. It asks `kgpu info --json` on the same simulated node (and the same
+// events file, so MIG layouts created by `mig` commands resolve too).
+#pragma once
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "support/fake_kubelet.h"
+#include "support/process.h"
+
+namespace kgpu::test {
+
+inline std::string sim_fixture(const std::string& name) {
+    return std::string(KGPU_SOURCE_DIR) + "/sim/nodes/" + name;
+}
+
+using Devices = std::map<std::string, FakeKubelet::DeviceState>;
+
+class SimIds {
+public:
+    // Reads the node; an empty `events` file path means none.
+    void load(const std::string& node, const std::string& events = "") {
+        std::map<std::string, std::string> env{{"KGPU_SIM_NODE", sim_fixture(node)}};
+        if (!events.empty()) env["KGPU_SIM_EVENTS"] = events;
+        auto r = run_process({KGPU_BINARY, "info", "--json", "--nvml-library", KGPU_SIM_LIBRARY}, env);
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        const auto info = nlohmann::json::parse(r.out);
+        to_uuid_.clear();
+        to_index_.clear();
+        for (const auto& g : info.at("gpus")) {
+            add(std::to_string(g.at("index").get<int>()), g.at("uuid").get<std::string>());
+            for (const auto& m : g.at("mig").at("devices")) add(m.at("id").get<std::string>(), m.at("uuid").get<std::string>());
+        }
+    }
+    // "1" -> "GPU-…", "0:2" -> "MIG-…", "1::3" -> "GPU-…::3". Unknown spellings are returned as given.
+    std::string uuid(const std::string& index_id) const {
+        const auto sep = index_id.find("::");
+        const std::string base = index_id.substr(0, sep);
+        auto it = to_uuid_.find(base);
+        const std::string u = it == to_uuid_.end() ? base : it->second;
+        return sep == std::string::npos ? u : u + index_id.substr(sep);
+    }
+    std::vector<std::string> uuids(const std::vector<std::string>& index_ids) const {
+        std::vector<std::string> out;
+        for (const auto& i : index_ids) out.push_back(uuid(i));
+        return out;
+    }
+    // The reverse: "GPU-…::3" -> "1::3".
+    std::string index(const std::string& uuid_id) const {
+        const auto sep = uuid_id.find("::");
+        const std::string base = uuid_id.substr(0, sep);
+        auto it = to_index_.find(base);
+        const std::string i = it == to_index_.end() ? base : it->second;
+        return sep == std::string::npos ? i : i + uuid_id.substr(sep);
+    }
+    std::vector<std::string> indices(const std::vector<std::string>& uuid_ids) const {
+        std::vector<std::string> out;
+        for (const auto& u : uuid_ids) out.push_back(index(u));
+        return out;
+    }
+    // The IDs of a device list in index spelling.
+    std::set<std::string> ids(const Devices& d) const {
+        std::set<std::string> out;
+        for (const auto& [id, s] : d) out.insert(index(id));
+        return out;
+    }
+    std::set<std::string> unhealthy(const Devices& d) const {
+        std::set<std::string> out;
+        for (const auto& [id, s] : d)
+            if (s.health == "Unhealthy") out.insert(index(id));
+        return out;
+    }
+
+private:
+    void add(const std::string& index_id, const std::string& uuid) {
+        to_uuid_[index_id] = uuid;
+        to_index_[uuid] = index_id;
+    }
+    std::map<std::string, std::string> to_uuid_, to_index_;
+};
+
+// Polls `pred` until it holds or the (generous) deadline passes.
+inline bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+        if (pred()) return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return pred();
+}
+
+// A plugin under test with its fake kubelet and events file.
+class PluginFixture : public ::testing::Test {
+protected:
+    void SetUp() override {
+        kubelet_ = std::make_unique<FakeKubelet>(dir_.path());
+        ASSERT_TRUE(kubelet_->start());
+        events_ = aux_.path() + "/events";
+        std::ofstream(events_).flush();
+    }
+    void TearDown() override {
+        if (plugin_ && plugin_->running()) {
+            plugin_->signal(SIGTERM);
+            plugin_->wait(10000);
+        }
+        if (HasFailure() && plugin_) std::cerr << "---- plugin stderr ----\n" << plugin_->err();
+        kubelet_.reset();
+    }
+    // Starts the plugin on `node` and loads its IDs (after the events already in the file).
+    void start(const std::string& node, std::vector<std::string> extra = {},
+               std::map<std::string, std::string> env = {}) {
+        std::vector<std::string> argv = {KGPU_BINARY, "device-plugin", "--device-plugin-path", dir_.path(),
+                                         "--nvml-library", KGPU_SIM_LIBRARY};
+        argv.insert(argv.end(), extra.begin(), extra.end());
+        env.emplace("KGPU_SIM_NODE", sim_fixture(node));
+        env.emplace("KGPU_SIM_EVENTS", events_);
+        plugin_ = std::make_unique<ChildProcess>(argv, env);
+        node_ = node;
+        sim_.load(node, events_);
+    }
+    std::string config(const std::string& yaml) { return aux_.write("config.yaml", yaml); }
+    void event(const std::string& line) { std::ofstream(events_, std::ios::app) << line << "\n"; }
+    Devices registered(const std::string& resource, size_t count, int generation = 1) {
+        auto reg = kubelet_->wait_registered(resource, generation, std::chrono::seconds(20));
+        EXPECT_TRUE(reg.has_value()) << resource << " not registered";
+        EXPECT_TRUE(kubelet_->wait_devices(resource, [&](const Devices& d) { return d.size() == count; },
+                                           std::chrono::seconds(20)))
+            << resource << " has " << kubelet_->devices(resource).size() << " devices, expected " << count;
+        return kubelet_->devices(resource);
+    }
+    // Waits until the Unhealthy devices of `resource` (index spelling) are exactly `want`.
+    bool unhealthy_becomes(const std::string& resource, const std::set<std::string>& want,
+                           std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+        return kubelet_->wait_devices(resource, [&](const Devices& d) { return sim_.unhealthy(d) == want; }, timeout);
+    }
+
+    TempDir dir_, aux_;
+    std::string events_, node_;
+    SimIds sim_;
+    std::unique_ptr<FakeKubelet> kubelet_;
+    std::unique_ptr<ChildProcess> plugin_;
+};
+
+}  // namespace kgpu::test
