@@ -64,6 +64,17 @@ std::string capability_of(std::string_view file) {
     return "compute";
 }
 
+namespace {
+
+// The file name a create-symlinks --link argument ("target::link") is about.
+std::string link_file(const std::string& arg) {
+    auto sep = arg.find("::");
+    std::string link = sep == std::string::npos ? arg : arg.substr(sep + 2);
+    return link.substr(link.rfind('/') + 1);
+}
+
+}  // namespace
+
 Result<ojson> container_edits(const inventory::Node& node, const Selection& sel, const EditOptions& o) {
     cdi::SpecOptions so;
     auto slash = o.kind.find('/');
@@ -74,15 +85,28 @@ Result<ojson> container_edits(const inventory::Node& node, const Selection& sel,
     so.driver_root = o.driver_root;
     so.dev_root = o.dev_root;
     so.proc_root = o.proc_root;
-    so.hook_path = o.hook_path;
+    so.hooks.path = o.hook_path;
+    if (!o.ldconfig_path.empty()) so.hooks.ldconfig_path = o.ldconfig_path;
+    // Only the selected devices are generated (the spec-wide edits are the same either way).
+    std::vector<std::string> names;
+    so.device_ids.clear();
+    if (sel.all) {
+        so.device_ids = {"all"};
+        names.push_back("all");
+    } else if (sel.none && sel.gpus.empty() && sel.migs.empty()) {
+        so.device_ids = {"none"};
+    }
+    for (unsigned g : sel.gpus) {
+        so.device_ids.push_back(std::to_string(node.gpus[g].index));
+        names.push_back(so.device_ids.back());
+    }
+    for (const auto& m : sel.migs) {
+        so.device_ids.push_back(fmt::format("{}:{}", node.gpus[m.gpu].index, node.gpus[m.gpu].mig_devices[m.mig].index));
+        names.push_back(so.device_ids.back());
+    }
+    so.all_device = sel.all;
     auto spec = cdi::generate(node, so);
     if (!spec) return std::unexpected(spec.error());
-
-    std::vector<std::string> names;
-    if (sel.all) names.push_back("all");
-    for (unsigned g : sel.gpus) names.push_back(std::to_string(node.gpus[g].index));
-    for (const auto& m : sel.migs)
-        names.push_back(fmt::format("{}:{}", node.gpus[m.gpu].index, node.gpus[m.gpu].mig_devices[m.mig].index));
 
     ojson edits = ojson::object();
     if (auto common = spec->find("containerEdits"); common != spec->end()) merge(edits, *common);
@@ -94,13 +118,13 @@ Result<ojson> container_edits(const inventory::Node& node, const Selection& sel,
         if (auto e = it->find("containerEdits"); e != it->end()) merge(edits, *e);
     }
 
-    // Driver files outside the requested capabilities stay out; so do the hooks for them.
+    // Driver files outside the requested capabilities stay out, and so do their symlinks.
     if (auto mounts = edits.find("mounts"); mounts != edits.end()) {
         ojson kept = ojson::array();
         for (const auto& m : *mounts) {
             std::string path = m.value("containerPath", std::string());
             std::string file = path.substr(path.rfind('/') + 1);
-            // Libraries and binaries; the GSP firmware and the persistenced socket always go in.
+            // Libraries and binaries; the GSP firmware and the IPC sockets always go in.
             bool driver_file = (path.starts_with("/usr/") || path.starts_with("/lib") || path.starts_with("/bin") ||
                                 path.starts_with("/sbin")) &&
                                !path.starts_with("/lib/firmware/");
@@ -108,20 +132,25 @@ Result<ojson> container_edits(const inventory::Node& node, const Selection& sel,
         }
         *mounts = std::move(kept);
     }
-    const bool libcuda = wanted(o.capabilities, "compute");
     if (auto hooks = edits.find("hooks"); hooks != edits.end()) {
         ojson kept = ojson::array();
         for (auto h : *hooks) {
             auto args = h.value("args", ojson::array());
-            bool symlinks_for_libcuda = false;
-            for (const auto& a : args)
-                if (a.is_string() && a.get_ref<const std::string&>().find("libcuda.so") != std::string::npos) symlinks_for_libcuda = true;
-            if (symlinks_for_libcuda && !libcuda) continue;
-            // The hook binary is kgpu itself: its hooks are a subcommand (`kgpu hook <name>`).
-            const std::string path = h.value("path", std::string());
-            if (path.substr(path.rfind('/') + 1) == "kgpu" && args.size() >= 2 && args[1] != "hook") {
-                args.insert(args.begin() + 1, "hook");
-                h["args"] = args;
+            if (std::find(args.begin(), args.end(), "create-symlinks") != args.end()) {
+                ojson narrowed = ojson::array();
+                bool any_link = false;
+                for (size_t i = 0; i < args.size(); ++i) {
+                    if (args[i] == "--link" && i + 1 < args.size() && args[i + 1].is_string()) {
+                        if (!wanted(o.capabilities, capability_of(link_file(args[i + 1].get<std::string>())))) {
+                            ++i;
+                            continue;
+                        }
+                        any_link = true;
+                    }
+                    narrowed.push_back(args[i]);
+                }
+                if (!any_link) continue;
+                h["args"] = narrowed;
             }
             kept.push_back(std::move(h));
         }

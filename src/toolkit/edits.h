@@ -22,10 +22,13 @@ struct EditOptions {
     std::filesystem::path dev_root;      // "" = the driver root
     std::filesystem::path proc_root = "/proc";
     std::string hook_path;               // absolute host path of the hooks' binary
+    std::string ldconfig_path;           // update-ldcache --ldconfig-path ("" = the hook's default)
     std::set<std::string> capabilities = {"utility", "compute"};  // NVIDIA_DRIVER_CAPABILITIES; "all" = all
 };
 
-// The merged CDI containerEdits object (env, deviceNodes, mounts, hooks) for `sel`.
+// The merged CDI containerEdits object (env, deviceNodes, mounts, hooks) for `sel`: cdi::generate
+// for just the selected devices (device_ids), their edits merged with the spec-wide ones, then the
+// libraries, binaries and SONAME links of capabilities not requested dropped.
 // Errors: those of cdi::generate (bad kind or hook path, MIG minors unreadable); a selected
 // device missing from the generated spec (a lost GPU).
 Result<nlohmann::ordered_json> container_edits(const inventory::Node& node, const Selection& sel, const EditOptions& options);

@@ -87,7 +87,7 @@ TEST_F(Runtime, InjectsTheRequestedGpuAndExecsRuncWithTheSameArguments) {
     auto s = nlohmann::json::parse(slurp(dir.path() + "/runc.config.json"));
     std::vector<std::string> nodes;
     for (const auto& d : s["linux"]["devices"]) nodes.push_back(d["path"]);
-    EXPECT_THAT(nodes, ::testing::ElementsAre("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia3"));
+    EXPECT_THAT(nodes, ::testing::UnorderedElementsAre("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia3"));
     EXPECT_EQ(s["hooks"]["createContainer"][0]["path"], "/usr/local/kgpu/nvidia-cdi-hook");
     EXPECT_EQ(r.err, "");  // the container's stderr stays clean
 }

@@ -21,7 +21,10 @@ struct FakeDriverRoot {
         for (const char* lib : {"libcuda.so.550.54.15", "libnvidia-ml.so.550.54.15", "libnvidia-ptxjitcompiler.so.550.54.15",
                                 "libnvidia-encode.so.550.54.15", "libGLX_nvidia.so.550.54.15", "libnvidia-future.so.550.54.15"})
             file("usr/lib64/" + std::string(lib));
-        for (const char* bin : {"nvidia-smi", "nvidia-cuda-mps-control"}) file("usr/bin/" + std::string(bin));
+        for (const char* bin : {"nvidia-smi", "nvidia-cuda-mps-control"}) {
+            file("usr/bin/" + std::string(bin));
+            std::filesystem::permissions(dir.path() + "/usr/bin/" + bin, std::filesystem::perms(0755));
+        }
         std::filesystem::create_directories(dir.path() + "/dev/nvidia-caps");
         link("dev/nvidiactl", "/dev/null");
         link("dev/nvidia-uvm", "/dev/zero");

@@ -14,6 +14,7 @@ using namespace kgpu;
 using namespace kgpu::toolkit;
 using ojson = nlohmann::ordered_json;
 using ::testing::ElementsAre;
+using ::testing::UnorderedElementsAre;
 using ::testing::HasSubstr;
 
 namespace {
@@ -64,7 +65,7 @@ TEST_F(Modify, InjectsTheRequestedGpu) {
     ojson s = ojson::parse((*r)->text);
     std::vector<std::string> paths;
     for (const auto& d : s["linux"]["devices"]) paths.push_back(d["path"]);
-    EXPECT_THAT(paths, ElementsAre("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia3"));
+    EXPECT_THAT(paths, UnorderedElementsAre("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia3"));
     EXPECT_THAT((*r)->summary, HasSubstr("GPU-2fbe396f"));
     EXPECT_TRUE(s["hooks"].contains("createContainer"));
 }
