@@ -8,6 +8,7 @@
 
 #include "driver_root.h"
 #include "node_fixture.h"
+#include "cdi/hooks.h"
 #include "toolkit/runtime.h"
 
 using namespace kgpu;
@@ -158,6 +159,32 @@ TEST(Brand, NamesAsLibnvidiaContainerSpellsThem) {
     EXPECT_EQ(brand_name(14), "nvidia");
     EXPECT_EQ(brand_name(13), "nvidiartx");
     EXPECT_EQ(brand_name(99), "unknown");
+}
+
+}  // namespace
+
+namespace {
+
+// A spec's hook on a node without NVIDIA's toolkit: the kgpu that `kgpu runtime install` put in
+// /usr/local/kgpu (cdi::resolve_hook_path, used by `kgpu cdi generate` and the device plugin).
+TEST(HookPath, CdiFindsTheInstalledKgpu) {
+    if (::geteuid() != 0) GTEST_SKIP() << "writes /usr/local/kgpu";
+    const std::string hook = "/usr/local/kgpu/nvidia-cdi-hook";
+    if (std::filesystem::exists(hook)) GTEST_SKIP() << hook << " exists on this machine; not touching it";
+    const char* saved = std::getenv("PATH");
+    const std::string path = saved ? saved : "";
+    ::setenv("PATH", "/nonexistent", 1);
+    const bool nvidia = std::filesystem::exists("/usr/bin/nvidia-cdi-hook") || std::filesystem::exists("/usr/local/bin/nvidia-cdi-hook");
+    std::filesystem::create_directories("/usr/local/kgpu");
+    std::filesystem::create_symlink(KGPU_BINARY, hook);
+    const std::string resolved = kgpu::cdi::resolve_hook_path("");
+    std::filesystem::remove(hook);
+    std::error_code ec;
+    std::filesystem::remove("/usr/local/kgpu", ec);  // only when empty
+    ::setenv("PATH", path.c_str(), 1);
+    if (!nvidia) {
+        EXPECT_EQ(resolved, hook);
+    }
 }
 
 }  // namespace
