@@ -167,14 +167,27 @@ Result<InstallReport> install(const InstallOptions& o) {
     report.lines.push_back(linked.empty() ? fmt::format("unchanged: {}/{{kgpu-container-runtime,nvidia-cdi-hook}} -> kgpu", o.install_dir)
                                           : fmt::format("linked {} -> kgpu in {}", fmt::join(linked, ", "), o.install_dir));
 
-    // 2. The runtime's config.
+    // 2. It runs on the host, before anything points at it.
+    if (o.verify) {
+        if (o.host_root != "/" && ::geteuid() != 0) {
+            report.lines.push_back("not verified: running it inside --host-root needs root (chroot)");
+        } else {
+            auto v = run_on_host(o.host_root, binary);
+            if (!v)
+                return fail(v.error().code, "{}; kgpu needs the host's glibc to be at least the build's ({}); nothing "
+                            "points at the copy yet, so containerd and the runtime's config were left as they were",
+                            v.error().message, "2.36 for Debian 12 builds");
+            report.lines.push_back(fmt::format("verified: {} --version runs on the host: {}", binary, *v));
+        }
+    }
+    // 3. The runtime's config.
     RuntimeConfig rc = o.runtime;
     if (rc.hook_path.empty()) rc.hook_path = join_path(o.install_dir, "nvidia-cdi-hook");
     auto wrote = write_if_changed(host(o.runtime_config_path), render_config(rc), 0644, true);
     if (!wrote) return std::unexpected(wrote.error());
     report.lines.push_back(fmt::format("{} {}", *wrote ? "wrote" : "unchanged:", o.runtime_config_path));
 
-    // 3. containerd.
+    // 4. containerd.
     runtime::ContainerdOptions co;
     co.runtime_name = o.runtime_name;
     co.runtime_path = join_path(o.install_dir, "kgpu-container-runtime");
@@ -203,7 +216,7 @@ Result<InstallReport> install(const InstallOptions& o) {
                                : fmt::format("unchanged: {} already runs {} as {}", o.containerd_config, co.runtime_path,
                                              o.runtime_name));
 
-    // 4. Restart containerd, only for a changed config.
+    // 5. Restart containerd, only for a changed config.
     if (!report.containerd_changed) {
         report.lines.push_back("containerd not restarted: its config did not change");
     } else if (o.restart == RestartMode::none) {
@@ -218,7 +231,7 @@ Result<InstallReport> install(const InstallOptions& o) {
         report.lines.push_back(fmt::format("restarted {} through systemd (D-Bus job {})", o.containerd_unit, *job));
     }
 
-    // 5. /dev/char links.
+    // 6. /dev/char links.
     if (o.dev_char_links) {
         const fs::path dev_root = o.runtime.dev_root.empty() ? fs::path(o.runtime.driver_root) : fs::path(o.runtime.dev_root);
         auto made = doctor::create_dev_char_links(o.host_root, dev_root);
@@ -229,16 +242,6 @@ Result<InstallReport> install(const InstallOptions& o) {
                                                : fmt::format("created {} /dev/char links", made->size()));
     }
 
-    // 6. It runs on the host.
-    if (o.verify) {
-        if (o.host_root != "/" && ::geteuid() != 0) {
-            report.lines.push_back("not verified: running it inside --host-root needs root (chroot)");
-        } else {
-            auto v = run_on_host(o.host_root, binary);
-            if (!v) return std::unexpected(v.error());
-            report.lines.push_back(fmt::format("verified: {} --version runs on the host: {}", binary, *v));
-        }
-    }
     return report;
 }
 

@@ -3,12 +3,13 @@
 // from the DaemonSet's init container with the host's / mounted at --host-root:
 //   1. copies this binary to <install-dir>/kgpu, with the links kgpu-container-runtime and
 //      nvidia-cdi-hook next to it;
-//   2. writes the container runtime's config (toolkit/config.h);
-//   3. points containerd's `nvidia` runtime at <install-dir>/kgpu-container-runtime
+//   2. runs the copy inside the host's root (chroot), to prove it runs there before anything
+//      points at it;
+//   3. writes the container runtime's config (toolkit/config.h);
+//   4. points containerd's `nvidia` runtime at <install-dir>/kgpu-container-runtime
 //      (src/runtime, as `kgpu runtime configure --kgpu-runtime`);
-//   4. restarts containerd, only when its config changed, by the chosen mode;
-//   5. creates the /dev/char links of the NVIDIA device nodes (doctor/devchar.h);
-//   6. runs the installed binary inside the host's root, to prove it runs there.
+//   5. restarts containerd, only when its config changed, by the chosen mode;
+//   6. creates the /dev/char links of the NVIDIA device nodes (doctor/devchar.h).
 // Idempotent: what is already right is not rewritten, and says so.
 #pragma once
 

@@ -166,6 +166,21 @@ TEST(RuntimeInstall, RestartModes) {
     EXPECT_THAT(signal.err, HasSubstr(third.path("/run/containerd/containerd.sock")));
 }
 
+TEST(RuntimeInstall, ACopyThatCannotRunChangesNothingElse) {
+    if (::geteuid() != 0) GTEST_SKIP() << "chroot and mknod need root";
+    Host host;
+    fs::remove_all(host.path("/lib64"));  // no dynamic loader: nothing dynamic runs there
+    const std::string before = slurp(host.path("/etc/containerd/config.toml"));
+    FakeContainerd containerd(host.path("/run/containerd/containerd.sock"));
+    auto r = run_process({KGPU_BINARY, "runtime", "install", "--host-root", host.root()});
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_THAT(r.err, HasSubstr("does not run on this host"));
+    EXPECT_THAT(r.err, HasSubstr("left as they were"));
+    EXPECT_EQ(slurp(host.path("/etc/containerd/config.toml")), before);
+    EXPECT_FALSE(fs::exists(host.path("/etc/kgpu/container-runtime.toml")));
+    EXPECT_EQ(containerd.ended_by(), 0);
+}
+
 TEST(RuntimeConfigure, KgpuRuntimeFlag) {
     TempDir dir;
     const std::string cfg = dir.write("config.toml", "version = 2\n");
