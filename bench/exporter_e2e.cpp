@@ -7,8 +7,13 @@
 //
 // Figures: scrape latency p50/p99 (plain and gzip), concurrent scrape throughput, RSS after N
 // collections at a 10 ms interval, CPU per collection (utime+stime of the process over those
-// passes, with nobody scraping), and what that is at a 1 s interval.
+// passes, with nobody scraping), and what that is at a 1 s interval. Then the floods of issue #14:
+// scrape latency with 2000 idle connections and with 1000 clients trickling a request head one
+// byte a second (from other loopback addresses than the scraper), and RSS, scrape size and CPU
+// per collection with 100k pods on one GPU.
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
 #include "metrics_text.h"
@@ -189,6 +195,98 @@ int main(int argc, char** argv) {
                     "counted them) = %.3f %% of a core at a 1 s interval\n",
                     interval == std::string("10") ? "collection CPU" : "collection CPU, GPM sampled every pass",
                     per * 1e6, n, us(Clock::now() - t0) / 1e6, per * 100.0);
+        p.signal(SIGTERM);
+        p.wait(30000);
+    }
+
+    // 3. Floods (issue #14): scrape latency while other clients hold connections.
+    auto source = [](int i) { return fmt::format("127.0.0.{}", 2 + i / 100); };
+    {
+        rlimit rl{};
+        ::getrlimit(RLIMIT_NOFILE, &rl);
+        rl.rlim_cur = rl.rlim_max;
+        ::setrlimit(RLIMIT_NOFILE, &rl);
+        auto argv3 = common;
+        argv3.insert(argv3.end(), {"--collect-interval", "1000", "--http-idle-timeout", "300", "--http-request-timeout", "300"});
+        ChildProcess p(argv3, {{"KGPU_SIM_NODE", node}});
+        const int port = start_port(p);
+        if (!port) {
+            std::cerr << "exporter did not start\n" << p.err();
+            return 1;
+        }
+        auto scrapes = [&](int n) {
+            std::vector<double> v;
+            for (int i = 0; i < n; ++i) {
+                auto t = Clock::now();
+                auto r = kgpu::test::http_request(port, "GET", "/metrics", {"Accept-Encoding: gzip"}, 20000);
+                v.push_back(r.status == 200 ? us(Clock::now() - t) : 20e6);
+                std::this_thread::sleep_for(10ms);
+            }
+            return v;
+        };
+        std::vector<int> idle;
+        for (int i = 0; i < 2000; ++i) idle.push_back(kgpu::test::connect_loopback(port, source(i).c_str()));
+        report("scrape (gzip) with 2000 idle connections", scrapes(200));
+        for (int fd : idle)
+            if (fd >= 0) ::close(fd);
+
+        const std::string head = "GET /metrics HTTP/1.1\r\nX-Slow: " + std::string(200, 'z');
+        std::vector<int> slow(1000);
+        for (int i = 0; i < 1000; ++i) slow[static_cast<size_t>(i)] = kgpu::test::connect_loopback(port, source(i).c_str());
+        std::atomic<bool> stop{false};
+        std::thread trickle([&] {
+            for (size_t n = 0; !stop; ++n) {
+                for (size_t i = 0; i < slow.size() && !stop; ++i) {
+                    if (slow[i] >= 0 && ::send(slow[i], head.data() + n % head.size(), 1, MSG_NOSIGNAL | MSG_DONTWAIT) == 1)
+                        continue;
+                    if (slow[i] >= 0) ::close(slow[i]);
+                    slow[i] = kgpu::test::connect_loopback(port, source(static_cast<int>(i)).c_str());
+                }
+                std::this_thread::sleep_for(1s);
+            }
+        });
+        std::this_thread::sleep_for(1500ms);
+        report("scrape (gzip) with 1000 slow-header clients", scrapes(200));
+        stop = true;
+        trickle.join();
+        for (int fd : slow)
+            if (fd >= 0) ::close(fd);
+        p.signal(SIGTERM);
+        p.wait(30000);
+    }
+
+    // 4. 100k pods on GPU 0 (issue #14): memory and scrape size stay bounded.
+    if (!uuids.empty()) {
+        v1::ListPodResourcesResponse many;
+        for (int i = 0; i < 100000; ++i) {
+            auto* pod = many.add_pod_resources();
+            pod->set_name(fmt::format("inference-{:06}", i));
+            pod->set_namespace_(fmt::format("team-{}", i % 50));
+            auto* c = pod->add_containers();
+            c->set_name("server");
+            auto* d = c->add_devices();
+            d->set_resource_name("nvidia.com/gpu");
+            d->add_device_ids(fmt::format("{}::{}", uuids[0], i));
+        }
+        std::printf("%-44s %zu bytes\n", "PodResources answer, 100k pods", many.ByteSizeLong());
+        pr.set(std::move(many));
+        auto argv4 = common;
+        argv4.insert(argv4.end(), {"--collect-interval", "1000"});
+        ChildProcess p(argv4, {{"KGPU_SIM_NODE", node}});
+        const int port = start_port(p);
+        if (!port) {
+            std::cerr << "exporter did not start\n" << p.err();
+            return 1;
+        }
+        const double c0 = collections(port), cpu0 = cpu_seconds(p.pid());
+        while (collections(port) < c0 + 20 && p.running()) std::this_thread::sleep_for(200ms);
+        const double c1 = collections(port), cpu1 = cpu_seconds(p.pid());
+        auto r = kgpu::test::http_request(port, "GET", "/metrics");
+        std::printf("%-44s %zu bytes, %zu series; RSS %ld KiB (peak %ld KiB) after %.0f collections; %.1f ms CPU per "
+                    "collection\n",
+                    "100k pods on one GPU", r.body.size(), kgpu::test::parse_metrics(r.body).samples.size(),
+                    status_kib(p.pid(), "VmRSS:"), status_kib(p.pid(), "VmHWM:"), c1,
+                    (cpu1 - cpu0) / (c1 - c0) * 1e3);
         p.signal(SIGTERM);
         p.wait(30000);
     }

@@ -69,6 +69,23 @@ CLI::App* add_exporter_command(CLI::App& app, ExporterFlags& f) {
         ->envname("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS");
     cmd->add_option("--http-idle-timeout", f.http_idle_timeout, "Seconds before an idle HTTP connection is closed")
         ->capture_default_str();
+    cmd->add_option("--http-request-timeout", f.http_request_timeout,
+                    "Seconds a client has to send a whole request head (from its first byte), and to take the answer")
+        ->capture_default_str();
+    cmd->add_option("--http-max-connections", f.http_max_connections,
+                    "Open HTTP connections; at the limit the oldest idle or slowest one makes room for a new one")
+        ->capture_default_str();
+    cmd->add_option("--http-max-connections-per-client", f.http_max_connections_per_client,
+                    "Open HTTP connections per client address (IPv6: per /64); beyond it the client's own oldest closes")
+        ->capture_default_str();
+    cmd->add_option("--web-config-file", f.web_config_file,
+                    "TLS and basic auth: a web config file in Prometheus exporter-toolkit format (as dcgm-exporter)")
+        ->envname("DCGM_EXPORTER_WEB_CONFIG_FILE");
+    cmd->add_option("--max-pods-per-gpu", f.max_pods_per_gpu,
+                    "With --kubernetes: containers that get series per GPU; more are counted in "
+                    "kgpu_exporter_pods_over_limit")
+        ->envname("KGPU_EXPORTER_MAX_PODS_PER_GPU")
+        ->capture_default_str();
     cmd->add_flag("--print-metrics-markdown", f.print_metrics_markdown, "Print docs/metrics.md and exit")
         ->group("");
     add_nvml_options(*cmd, f.nvml);
@@ -144,6 +161,28 @@ int run_exporter(const ExporterFlags& f) {
         return usage("--http-idle-timeout",
                      fmt::format("expected a number of seconds between 1 and 3600, got '{}'", f.http_idle_timeout));
     opts.http.idle_timeout = std::chrono::seconds(idle);
+    long request = 0;
+    if (!parse_positive(f.http_request_timeout, 3600, request))
+        return usage("--http-request-timeout",
+                     fmt::format("expected a number of seconds between 1 and 3600, got '{}'", f.http_request_timeout));
+    opts.http.request_timeout = std::chrono::seconds(request);
+    long conns = 0, per_client = 0;
+    if (!parse_positive(f.http_max_connections, 1000000, conns))
+        return usage("--http-max-connections",
+                     fmt::format("expected a number between 1 and 1000000, got '{}'", f.http_max_connections));
+    if (!parse_positive(f.http_max_connections_per_client, 1000000, per_client))
+        return usage("--http-max-connections-per-client",
+                     fmt::format("expected a number between 1 and 1000000, got '{}'", f.http_max_connections_per_client));
+    opts.http.connection_limit = static_cast<unsigned>(conns);
+    opts.http.peer_connection_limit = static_cast<unsigned>(per_client);
+    opts.http.web_config_file = f.web_config_file;
+    if (!f.web_config_file.empty()) {
+        if (auto s = exporter::check_web_config(f.web_config_file); !s) return usage("--web-config-file", s.error().message);
+    }
+    long pods = 0;
+    if (!parse_positive(f.max_pods_per_gpu, 100000, pods))
+        return usage("--max-pods-per-gpu", fmt::format("expected a number between 1 and 100000, got '{}'", f.max_pods_per_gpu));
+    opts.collector.pod_resources.max_pods_per_gpu = static_cast<unsigned>(pods);
 
     if (f.hostname_label != "Hostname" && f.hostname_label != "hostname")
         return usage("--hostname-label", fmt::format("expected Hostname or hostname, got '{}'", f.hostname_label));

@@ -2,7 +2,8 @@
 // --collect-interval, --collectors, --kubernetes, --kubernetes-virtual-gpus,
 // --kubernetes-enable-pod-uid, --kubernetes-enable-pod-labels, --pod-resources-kubelet-socket,
 // --no-hostname, --replace-blanks-in-model-name, --nvidia-resource-names), plus --hostname-label, --proc-root, --container-runtime-endpoint,
-// --http-idle-timeout and the shared NVML options. Precedence: flag > env var > default.
+// --http-idle-timeout, --http-request-timeout, --http-max-connections[-per-client],
+// --web-config-file (dcgm-exporter's), --max-pods-per-gpu and the shared NVML options. Precedence: flag > env var > default.
 #pragma once
 
 #include <optional>
@@ -33,6 +34,11 @@ struct ExporterFlags {
     bool kubernetes_enable_pod_uid = false;
     bool kubernetes_enable_pod_labels = false;
     std::string http_idle_timeout = "10";
+    std::string http_request_timeout = "10";
+    std::string http_max_connections = "1000";
+    std::string http_max_connections_per_client = "256";
+    std::string web_config_file;          // exporter-toolkit web config: TLS, basic auth
+    std::string max_pods_per_gpu = "64";  // containers attributed per GPU (--kubernetes)
     bool print_metrics_markdown = false;  // hidden: docs/metrics.md
     NvmlOptions nvml;
 };

@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <compare>
+#include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
@@ -59,7 +61,49 @@ struct PodResourcesOptions {
     std::string socket = "/var/lib/kubelet/pod-resources/kubelet.sock";  // a path, or unix://path
     std::chrono::milliseconds timeout{2000};
     std::vector<std::string> extra_resources;  // see is_gpu_resource
+    // Containers attributed per GPU (its MIG instances included); the others are counted in
+    // PodResourcesMap::overflow. Each attributed container multiplies the GPU's series, so this
+    // bounds the exporter's memory and scrape size whatever the kubelet lists (issue #14).
+    unsigned max_pods_per_gpu = 64;
+    // The largest List answer accepted (Kubernetes' own PodResources client allows 16 MiB; 100k
+    // pods are about 8 MiB). A larger one is an "over-size" failure.
+    std::size_t max_message_bytes = 16u << 20;
 };
+
+// Containers on one GPU beyond PodResourcesOptions::max_pods_per_gpu.
+struct PodOverflow {
+    unsigned gpu_index = 0;
+    std::size_t attributed = 0;      // containers that got series (= max_pods_per_gpu)
+    std::size_t left_out = 0;        // containers that did not
+    std::vector<PodRef> examples;    // the first few left out, in sort order (at most 8)
+    bool operator==(const PodOverflow&) const = default;
+};
+
+// A summary of the entries a List answer had that could not be used, for one log line.
+struct SkippedEntries {
+    std::size_t count = 0;
+    std::vector<std::string> examples;  // the first few, described for a log line (at most 5)
+    std::uint64_t digest = 0;           // changes when the set of skipped entries changes
+};
+
+// What one List answer maps to.
+struct PodResourcesMap {
+    // Sorted and de-duplicated (two replicas of one GPU in one container give one DeviceUse); at
+    // most max_pods_per_gpu containers per GPU: the first in (pod, namespace, container) order.
+    std::vector<DeviceUse> uses;
+    std::vector<PodOverflow> overflow;  // GPUs over the limit, by index
+    SkippedEntries unknown_ids;         // device IDs of GPU resources that name nothing on `node`
+    SkippedEntries bad_names;           // pod, namespace or container names no Kubernetes object has
+};
+
+// Maps a serialized v1.ListPodResourcesResponse onto `node` in one pass over the bytes, without
+// building the message (so 100k pods cost their 8 MiB of wire bytes, not a parsed tree). Only
+// GPU resources count (is_gpu_resource with options.extra_resources); entries whose pod,
+// namespace or container name is empty, longer than 253 bytes, not UTF-8 or holds control
+// characters are skipped (they would become label values). Errors: Code::parse when the bytes
+// are not a valid message ("garbage"), naming the byte offset and what was expected there.
+Result<PodResourcesMap> map_pod_resources(std::string_view serialized, const inventory::Node& node,
+                                          const PodResourcesOptions& options);
 
 // A PodResources v1 client that keeps its channel between calls.
 class PodResourcesClient {
@@ -69,12 +113,17 @@ public:
     PodResourcesClient(const PodResourcesClient&) = delete;
     PodResourcesClient& operator=(const PodResourcesClient&) = delete;
 
-    // Calls List and maps every GPU-resource device ID onto `node`, sorted and de-duplicated
-    // (two replicas of one GPU in one container give one DeviceUse, named by the lower replica
-    // number as the text sorts). IDs that resolve to nothing
-    // are skipped and logged once each. An error (socket missing, timeout, UNIMPLEMENTED) names
-    // the socket; the caller keeps going without pod labels.
-    Result<std::vector<DeviceUse>> list(const inventory::Node& node);
+    // Calls List and maps the answer (map_pod_resources). Skipped IDs and names, and GPUs over
+    // max_pods_per_gpu, are logged in one line each when what is skipped changes, not at every
+    // call. An error names the socket and what went wrong (failure() says which kind); the
+    // caller keeps going without pod labels.
+    Result<PodResourcesMap> list(const inventory::Node& node);
+
+    // The kind of the last call's failure, for /health: "" after a good answer; "unreachable"
+    // (no socket, connection refused), "hung" (no answer within the timeout), "garbage" (not a
+    // ListPodResourcesResponse), "over-size" (larger than max_message_bytes), "unimplemented"
+    // (the socket serves something else), "denied", "misconfigured" (no socket path).
+    std::string_view failure() const;
 
 private:
     struct Impl;

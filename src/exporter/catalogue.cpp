@@ -137,6 +137,18 @@ constexpr std::array<MetricDef, kMetricCount> kCatalogue{{
     {pod_attribution_up, "kgpu_exporter_pod_attribution_up", MT::gauge, "0/1",
      "Whether the last kubelet PodResources List succeeded (only with --kubernetes).",
      "PodResources v1 List on --pod-resources-kubelet-socket", S::exporter},
+    {pods_over_limit, "kgpu_exporter_pods_over_limit", MT::gauge, "containers",
+     "Containers holding this GPU that got no series of their own in the last pass because more than "
+     "--max-pods-per-gpu hold it (only with --kubernetes, and absent while PodResources fails).",
+     "PodResources v1 List on --pod-resources-kubelet-socket", S::kgpu_gpu},
+    {http_connections, "kgpu_exporter_http_connections", MT::gauge, "connections",
+     "HTTP connections open at the last collection pass.", "the HTTP server", S::exporter},
+    {http_connections_closed_total, "kgpu_exporter_http_connections_closed_total", MT::counter, "connections",
+     "HTTP connections the server closed before they were done, by reason: evicted (the connection limit was "
+     "reached: the oldest idle or slowest one made room), peer_limit (one client address held too many), timeout "
+     "(no complete request head, or response not taken, within --http-request-timeout), oversize (request head "
+     "over 8 KiB or a body over 64 KiB), malformed (not HTTP/1.x), tls (handshake failed).",
+     "the HTTP server", S::exporter, R::none, 0, 1.0, false, "reason"},
     {collection_duration_seconds, "kgpu_collection_duration_seconds", MT::gauge, "s",
      "Time the last collection pass spent reading NVML and the kubelet.", "the collector thread", S::exporter},
     {collections_total, "kgpu_collections_total", MT::counter, "passes",
@@ -243,7 +255,7 @@ std::string metrics_markdown() {
       "reported per MIG instance only (NVML answers them per instance); the device-wide ones (clocks,\n"
       "temperatures, power, energy, ECC, XID, remapped rows, NVLink) stay on the GPU's series.\n\n");
     w("`kgpu_*` metrics use lint-clean labels only: `gpu`, `UUID`, `GPU_I_ID`, `state`, `pid`, `process`, `pod`,\n"
-      "`namespace`, `container`, `function`.\n\n");
+      "`namespace`, `container`, `function`, `reason`.\n\n");
     w("## Profiling metrics without DCGM\n\n");
     w("The `DCGM_FI_PROF_*` metrics come from NVML's GPU performance monitoring (GPM) on GPUs that support it\n"
       "(Hopper and newer; `nvmlGpmQueryDeviceSupport`), not from DCGM's host engine: each collection pass takes\n"

@@ -251,6 +251,12 @@ struct Collector::Impl {
     // Publishing.
     mutable std::mutex snap_mu;
     std::shared_ptr<const Snapshot> snap;
+    std::function<HttpServerStats()> http_stats;  // set before the thread starts
+    std::string attribution_problem;  // guarded by snap_mu; "" while pod attribution works
+    void set_attribution_problem(std::string p) {
+        std::lock_guard lk(snap_mu);
+        attribution_problem = std::move(p);
+    }
     std::atomic<std::int64_t> last_end_ns{0};
     std::atomic<bool> running{false};
 
@@ -540,12 +546,16 @@ struct Collector::Impl {
         std::map<DeviceKey, std::vector<PodSlot>> pods;      // what labels the DCGM series
         std::map<DeviceKey, std::vector<PodSlot>> all_pods;  // every container using it
         std::optional<bool> podres_up;
+        std::map<unsigned, std::size_t> pods_over_limit;  // GPU index -> containers left out
         if (podres) {
             auto uses = podres->list(node);
             // The client logs a failure once (and the recovery); here it only turns the labels off.
             podres_up = uses.has_value();
+            set_attribution_problem(uses ? std::string()
+                                         : fmt::format("{}: {}", podres->failure(), uses.error().message));
             if (uses) {
-                for (const auto& u : *uses) {
+                for (const auto& o : uses->overflow) pods_over_limit[o.gpu_index] = o.left_out;
+                for (const auto& u : uses->uses) {
                     auto& v = all_pods[{u.target.gpu_index, u.target.gpu_instance_id}];
                     if (std::ranges::find(v, u.pod, &PodSlot::pod) == v.end()) v.push_back(PodSlot{u.pod, u.replica});
                 }
@@ -783,7 +793,28 @@ struct Collector::Impl {
             l.add("function", function);
             add(Metric::nvml_errors_total, l, double(n));
         }
-        if (podres_up) add(Metric::pod_attribution_up, LabelSet{}, *podres_up ? 1.0 : 0.0);
+        if (podres_up) {
+            add(Metric::pod_attribution_up, LabelSet{}, *podres_up ? 1.0 : 0.0);
+            for (const auto& g : gpus) {
+                if (!*podres_up) break;  // unknown while the kubelet does not answer
+                auto it = pods_over_limit.find(g.info.index);
+                add(Metric::pods_over_limit, g.kgpu, it == pods_over_limit.end() ? 0.0 : double(it->second));
+            }
+        }
+        if (http_stats) {
+            const HttpServerStats h = http_stats();
+            add(Metric::http_connections, LabelSet{}, double(h.open));
+            for (auto [reason, n] : {std::pair<std::string_view, std::uint64_t>{"evicted", h.evicted},
+                                     {"peer_limit", h.peer_limit},
+                                     {"timeout", h.timeout},
+                                     {"oversize", h.oversize},
+                                     {"malformed", h.malformed},
+                                     {"tls", h.tls}}) {
+                LabelSet l;
+                l.add("reason", reason);
+                add(Metric::http_connections_closed_total, l, double(n));
+            }
+        }
         add(Metric::collection_duration_seconds, LabelSet{}, std::chrono::duration<double>(t1 - t0).count());
         add(Metric::collections_total, LabelSet{}, double(passes));
         add(Metric::last_collection_timestamp_seconds, LabelSet{},
@@ -904,6 +935,13 @@ void Collector::stop() {
 std::shared_ptr<const Snapshot> Collector::snapshot() const {
     std::lock_guard lk(impl_->snap_mu);
     return impl_->snap;
+}
+
+void Collector::set_http_stats(std::function<HttpServerStats()> stats) { impl_->http_stats = std::move(stats); }
+
+std::string Collector::attribution_problem() const {
+    std::lock_guard lk(impl_->snap_mu);
+    return impl_->attribution_problem;
 }
 
 Status Collector::health(std::chrono::steady_clock::time_point now) const {

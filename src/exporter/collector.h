@@ -21,6 +21,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -31,6 +32,7 @@
 #include "common/error.h"
 #include "exporter/attribution.h"
 #include "exporter/counters.h"
+#include "exporter/http.h"
 #include "nvml/device.h"
 
 namespace kgpu::exporter {
@@ -92,6 +94,12 @@ public:
 
     // The latest snapshot; null before the first pass.
     std::shared_ptr<const Snapshot> snapshot() const;
+    // Where kgpu_exporter_http_* come from; without it they are not served. Set before start().
+    void set_http_stats(std::function<HttpServerStats()> stats);
+    // With --kubernetes, why the last pass had no pod labels ("" when they worked or attribution
+    // is off): "<kind>: <message>", kind as PodResourcesClient::failure() says (hung, garbage,
+    // over-size, ...). The same pass set kgpu_exporter_pod_attribution_up to 0.
+    std::string attribution_problem() const;
     // For /health: ok while the collector thread runs and its last pass ended within three
     // intervals; otherwise the reason. `now` is steady_clock time.
     Status health(std::chrono::steady_clock::time_point now) const;

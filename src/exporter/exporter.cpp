@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
@@ -23,6 +24,24 @@ constexpr std::string_view kLanding = R"(<!DOCTYPE html>
 <li><a href="/health">/health</a></li></ul>
 </body></html>
 )";
+
+// Each HTTP connection is a file descriptor: lift the soft limit to the hard one (as Go programs
+// like dcgm-exporter do at start), so --http-max-connections is not cut short by a soft limit of
+// 1024. Where even the hard limit is too low, say what the server will run into.
+void raise_fd_limit(const HttpOptions& http) {
+    rlimit rl{};
+    if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        ::setrlimit(RLIMIT_NOFILE, &rl);
+        ::getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    const rlim_t need = static_cast<rlim_t>(http.connection_limit) + 128;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need)
+        log::warn("exporter: the file descriptor limit is {}, below --http-max-connections {} plus what the exporter "
+                  "itself needs; past it the oldest idle connections are closed early",
+                  rl.rlim_cur, http.connection_limit);
+}
 
 }  // namespace
 
@@ -49,9 +68,13 @@ HttpResponse route(const HttpRequest& req, const Collector& collector, std::chro
         return r;
     }
     if (req.path == "/health") {
+        // Liveness: 200 while the collector runs, whatever the kubelet does (a kubelet restart
+        // must not get the exporter restarted). What is degraded is said in the body.
         auto h = collector.health(now);
-        if (h) return HttpResponse::text(200, "OK\n");
-        return HttpResponse::text(503, h.error().message + "\n");
+        if (!h) return HttpResponse::text(503, h.error().message + "\n");
+        std::string body = "OK\n";
+        if (auto p = collector.attribution_problem(); !p.empty()) body += fmt::format("pod attribution: {}\n", p);
+        return HttpResponse::text(200, std::move(body));
     }
     if (req.path == "/") {
         auto r = HttpResponse::text(200, std::string(kLanding));
@@ -75,6 +98,8 @@ int run_exporter(const ExporterOptions& options, const std::function<Result<nvml
         return 1;
     }
 
+    raise_fd_limit(options.http);
+
     auto session = open_nvml();
     if (!session) {
         log::error("exporter: {}", session.error().message);
@@ -89,8 +114,9 @@ int run_exporter(const ExporterOptions& options, const std::function<Result<nvml
         ::close(sfd);
         return 1;
     }
+    collector.set_http_stats([s = server->get()] { return s->stats(); });
     collector.start();
-    log::info("exporter: listening on {}", (*server)->bound_address());
+    log::info("exporter: listening on {}{}", (*server)->bound_address(), (*server)->tls() ? " (TLS)" : "");
 
     int code = 0;
     for (;;) {
@@ -105,8 +131,8 @@ int run_exporter(const ExporterOptions& options, const std::function<Result<nvml
         code = 1;
         break;
     }
-    server->reset();  // stop serving first, then the collector
-    collector.stop();
+    collector.stop();  // first: its passes read the server's counters
+    server->reset();
     ::close(sfd);
     return code;
 }

@@ -2,7 +2,8 @@
 //
 // Endpoints: GET/HEAD /metrics (the latest snapshot, text format 0.0.4, gzip when accepted),
 // /health (200 "OK" while the collector runs and its last pass ended within three intervals,
-// else 503 with the reason; a broken GPU shows in the metrics, never here), / (a landing page).
+// else 503 with the reason; a broken GPU shows in the metrics, never here; a failing PodResources
+// socket is named on a second line and the status stays 200), / (a landing page).
 // Other paths 404; other methods 405 with Allow: GET, HEAD.
 #pragma once
 

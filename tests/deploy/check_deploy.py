@@ -509,6 +509,9 @@ FINAL_COPY = "COPY --from=build /out/rootfs/ /"
 IMAGE_EXTRA_FILES = {"/etc/passwd", "/etc/group"}
 # glibc libraries staged for the driver's libnvidia-ml.so.1 (DRIVER_NEEDS in deploy/image-rootfs).
 DRIVER_NEEDS = {"libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1"}
+# Loaded by kgpu with dlopen (ldd cannot see them), staged with what they link (DLOPENED in
+# deploy/image-rootfs): the exporter's TLS and basic auth for --web-config-file.
+DLOPENED = {"libssl.so.3": "the exporter's TLS", "libcrypt.so.1": "the exporter's basic auth"}
 IMAGE_BUDGET = 40 * 1000 * 1000  # bytes, uncompressed
 
 
@@ -658,6 +661,19 @@ def check_dockerfile():
                 problem(f"image: {name} (glibc, linked by the driver's libnvidia-ml.so.1) is missing")
             else:
                 wanted.add(f)
+        for name, why in DLOPENED.items():
+            path = os.path.join(os.path.dirname(libc), name)
+            f = in_image(root, path)
+            if f is None:
+                problem(f"image: {name} ({why}, loaded with dlopen) is missing")
+                continue
+            wanted.add(f)
+            for dep in re.findall(r"=> (/\S+)", run(["ldd", path]).stdout):
+                d = in_image(root, dep)
+                if d is None:
+                    problem(f"image: {dep} (linked by {name}) is missing")
+                else:
+                    wanted.add(d)
         kgpu = in_image(root, "/usr/bin/kgpu")
         if kgpu is None:
             problem("image: /usr/bin/kgpu is missing")

@@ -207,7 +207,8 @@ void check_fixture(const std::string& fixture) {
         const bool per_gpu = d.scope == Scope::gpu || d.scope == Scope::instance || d.scope == Scope::kgpu_gpu;
         const bool absent = (d.id == Metric::memory_temp && fixture == "t4x4.yaml") ||
                             (d.read == Read::gpm && arch != "hopper") ||
-                            (d.id == Metric::nvlink_bandwidth_total && fixture == "t4x4.yaml");
+                            (d.id == Metric::nvlink_bandwidth_total && fixture == "t4x4.yaml") ||
+                            d.id == Metric::pods_over_limit /* only with --kubernetes */;
         if (per_gpu && !absent) {
             EXPECT_FALSE(m.find(d.name).empty()) << d.name;
         }
@@ -735,6 +736,88 @@ TEST(Collector, HealthAndRoutes) {
     EXPECT_EQ(landing.status, 200u);
     EXPECT_NE(landing.body->find("/metrics"), std::string::npos);
     c.stop();
+}
+
+TEST(Collector, PodsBeyondThePerGpuLimitAreCountedNotServed) {
+    test::TempDir dir;
+    const YAML::Node yaml = YAML::LoadFile(fixture_path("dgx-h100.yaml"));
+    const std::string uuid0 = yaml["gpus"][0]["uuid"].as<std::string>();
+    test::FakePodResources pr(dir.path() + "/pr.sock");
+    ASSERT_TRUE(pr.start());
+    for (int i = 0; i < 5; ++i) pr.add_pod("ml", fmt::format("shared-{}", i), "main", "nvidia.com/gpu", {fmt::format("{}::{}", uuid0, i)});
+    pr.add_pod("ml", "alone", "main", "nvidia.com/gpu", {"1"});
+    auto o = options();
+    o.kubernetes = true;
+    o.pod_resources.socket = dir.path() + "/pr.sock";
+    o.pod_resources.max_pods_per_gpu = 2;
+    o.kubernetes_virtual_gpus = true;  // one series per pod: what the limit bounds
+    o.cri_endpoint = "unix://" + dir.path() + "/none.sock";
+    Collector c(sim_session("dgx-h100.yaml"), o);
+    auto m = collect(c);
+    auto temps = m.find("DCGM_FI_DEV_GPU_TEMP", gpu(0));
+    ASSERT_EQ(temps.size(), 2u);
+    EXPECT_EQ(temps[0]->label("pod"), "shared-0");
+    EXPECT_EQ(temps[1]->label("pod"), "shared-1");
+    EXPECT_EQ(m.value("kgpu_exporter_pods_over_limit", {{"gpu", "0"}}), 3.0);
+    EXPECT_EQ(m.value("kgpu_exporter_pods_over_limit", {{"gpu", "1"}}), 0.0);
+    EXPECT_EQ(m.find("kgpu_exporter_pods_over_limit").size(), 8u) << "every GPU, 0 when under the limit";
+}
+
+TEST(Collector, HealthStaysUpButNamesWhatIsWrongWithPodResources) {
+    test::TempDir dir;
+    test::FakePodResources pr(dir.path() + "/pr.sock");
+    ASSERT_TRUE(pr.start());
+    pr.add_pod("ml", "p", "main", "nvidia.com/gpu", {"1"});
+    auto o = options();
+    o.kubernetes = true;
+    o.pod_resources.socket = dir.path() + "/pr.sock";
+    o.pod_resources.timeout = std::chrono::milliseconds(300);
+    o.cri_endpoint = "unix://" + dir.path() + "/none.sock";
+    o.interval = std::chrono::hours(1);  // the thread runs (for /health) but the test makes the passes
+    Collector c(sim_session("t4x4.yaml"), o);
+    c.collect();
+    c.start();
+    auto health = [&] { return route({"GET", "/health", false}, c); };
+    EXPECT_EQ(*health().body, "OK\n");
+    struct Case {
+        std::function<void()> breakit;
+        std::string word;
+    };
+    for (const auto& k : std::vector<Case>{{[&] { pr.set_raw("\x0a\x7f"); }, "garbage"},
+                                           {[&] { pr.set_hang(true); }, "hung"},
+                                           {[&] { pr.set_raw(std::string((16u << 20) + 1, 'x')); }, "over-size"}}) {
+        pr.reset();
+        k.breakit();
+        auto m = collect(c);
+        EXPECT_EQ(m.value("kgpu_exporter_pod_attribution_up"), 0.0) << k.word;
+        EXPECT_TRUE(m.find("kgpu_exporter_pods_over_limit").empty()) << "unknown while the kubelet fails";
+        auto h = health();
+        EXPECT_EQ(h.status, 200u) << "liveness: a broken kubelet must not get the exporter restarted";
+        EXPECT_TRUE(h.body->starts_with("OK\npod attribution: " + k.word + ": PodResources List on ")) << *h.body;
+        EXPECT_NE(h.body->find(dir.path() + "/pr.sock"), std::string::npos) << *h.body;
+    }
+    pr.reset();
+    auto m = collect(c);
+    EXPECT_EQ(m.value("kgpu_exporter_pod_attribution_up"), 1.0);
+    EXPECT_EQ(*health().body, "OK\n");
+    c.stop();
+}
+
+TEST(Collector, HttpServerCountersWhenGiven) {
+    Collector c(sim_session("t4x4.yaml"), options());
+    auto m = collect(c);
+    EXPECT_TRUE(m.find("kgpu_exporter_http_connections").empty());
+    c.set_http_stats([] {
+        HttpServerStats s;
+        s.open = 7;
+        s.evicted = 3;
+        return s;
+    });
+    m = collect(c);
+    EXPECT_EQ(m.value("kgpu_exporter_http_connections"), 7.0);
+    EXPECT_EQ(m.value("kgpu_exporter_http_connections_closed_total", {{"reason", "evicted"}}), 3.0);
+    EXPECT_EQ(m.value("kgpu_exporter_http_connections_closed_total", {{"reason", "timeout"}}), 0.0);
+    EXPECT_EQ(m.find("kgpu_exporter_http_connections_closed_total").size(), 6u);
 }
 
 TEST(Snapshot, GzipIsMadeOnceAndShared) {

@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <nlohmann/json.hpp>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include <thread>
 
 #include "metrics_text.h"
+#include "tls_client.h"
 #include "support/fake_pod_resources.h"
 #include "support/process.h"
 
@@ -96,6 +98,11 @@ TEST(ExporterCli, BadFlagsExitTwoNamingTheFlag) {
                                            {{"--kubernetes-gpu-id-type", "serial"}, "--kubernetes-gpu-id-type"},
                                            {{"--resource-name", "gpu"}, "--resource-name"},
                                            {{"--http-idle-timeout", "-1"}, "--http-idle-timeout"},
+                                           {{"--http-request-timeout", "0"}, "--http-request-timeout"},
+                                           {{"--http-max-connections", "many"}, "--http-max-connections"},
+                                           {{"--http-max-connections-per-client", "0"}, "--http-max-connections-per-client"},
+                                           {{"--max-pods-per-gpu", "0"}, "--max-pods-per-gpu"},
+                                           {{"--web-config-file", "/nonexistent/web.yml"}, "/nonexistent/web.yml"},
                                            {{"--no-such-flag"}, "--no-such-flag"}}) {
         std::vector<std::string> argv = {KGPU_BINARY, "exporter", "--nvml-library", KGPU_SIM_LIBRARY};
         argv.insert(argv.end(), c.args.begin(), c.args.end());
@@ -565,6 +572,267 @@ TEST(ExporterPrometheus, EveryPanelOfDcgmExportersGrafanaDashboardHasData) {
     }
     prom.signal(SIGTERM);
     prom.wait(30000);
+}
+
+
+// ---- Floods of idle and slow clients (issue #14) ------------------------------------------------
+
+int count(const std::string& text, std::string_view what) {
+    int n = 0;
+    for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+    return n;
+}
+
+// The test holds thousands of sockets: lift its own soft limit (as the exporter does).
+bool enough_fds(rlim_t need) {
+    rlimit rl{};
+    ::getrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        ::setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    ::getrlimit(RLIMIT_NOFILE, &rl);
+    return rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need;
+}
+
+// Scrapes from 127.0.0.1 (the flood comes from other addresses) and returns the slowest, in ms;
+// a failed scrape counts as 1e9.
+double slowest_scrape(int port, int scrapes, std::chrono::milliseconds gap) {
+    double worst = 0;
+    for (int i = 0; i < scrapes; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        auto r = http_request(port, "GET", "/metrics", {"Accept-Encoding: gzip"}, 20000);
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        worst = std::max(worst, r.status == 200 && !r.body.empty() ? ms : 1e9);
+        std::this_thread::sleep_for(gap);
+    }
+    return worst;
+}
+
+std::string source_ip(int i, int per_address) { return fmt::format("127.0.0.{}", 2 + i / per_address); }
+
+TEST(ExporterFlood, TwoThousandIdleConnectionsFromOtherClientsDoNotDelayAScrape) {
+    if (!enough_fds(2500)) GTEST_SKIP() << "needs 2500 file descriptors";
+    // Timeouts far beyond the test: only taking connections and making room can keep scrapes fast.
+    Exporter e("dgx-h100.yaml", {"--http-idle-timeout", "300", "--http-request-timeout", "300"});
+    ASSERT_NE(e.port(), 0);
+    std::vector<int> idle;
+    for (int i = 0; i < 2000; ++i) {
+        const int fd = connect_loopback(e.port(), source_ip(i, 100).c_str());
+        ASSERT_GE(fd, 0) << "connection " << i;
+        idle.push_back(fd);
+    }
+    const double worst = slowest_scrape(e.port(), 20, std::chrono::milliseconds(50));
+    RecordProperty("slowest_scrape_ms", std::to_string(worst));
+    EXPECT_LT(worst, 1000.0) << "a scrape waited behind 2000 idle connections";
+    EXPECT_TRUE(e.wait_metrics([](const ParsedMetrics& m) {
+        return m.value("kgpu_exporter_http_connections_closed_total", {{"reason", "evicted"}}).value_or(0) >= 1000;
+    })) << "the oldest idle connections made room, and the metric says so";
+    EXPECT_EQ(count(e.proc().err(), "the limit: closing the oldest"), 1) << "logged once:\n" << e.proc().err();
+    for (int fd : idle) ::close(fd);
+}
+
+TEST(ExporterFlood, AThousandClientsSendingAHeaderByteASecondDoNotDelayAScrape) {
+    if (!enough_fds(2500)) GTEST_SKIP() << "needs 2500 file descriptors";
+    Exporter e("dgx-h100.yaml", {"--http-idle-timeout", "300", "--http-request-timeout", "300"});
+    ASSERT_NE(e.port(), 0);
+    constexpr int kSlow = 1000;
+    const std::string head = "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: " + std::string(100, 'z');
+    std::vector<int> fds(kSlow, -1);
+    std::vector<size_t> sent(kSlow, 0);
+    std::atomic<bool> stop{false};
+    std::atomic<int> reconnects{0};
+    auto connect_one = [&](int i) {
+        fds[static_cast<size_t>(i)] = connect_loopback(e.port(), source_ip(i, 100).c_str());
+        sent[static_cast<size_t>(i)] = 0;
+    };
+    for (int i = 0; i < kSlow; ++i) connect_one(i);
+    // Every second, one more byte of the head on every connection; a connection the server
+    // closed is opened again (an attacker would).
+    std::thread trickle([&] {
+        while (!stop) {
+            for (int i = 0; i < kSlow && !stop; ++i) {
+                int& fd = fds[static_cast<size_t>(i)];
+                size_t& n = sent[static_cast<size_t>(i)];
+                if (fd < 0 || ::send(fd, head.data() + n % head.size(), 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1) {
+                    if (fd >= 0) ::close(fd);
+                    connect_one(i);
+                    ++reconnects;
+                    continue;
+                }
+                ++n;
+            }
+            std::this_thread::sleep_for(std::chrono::seconds(1));
+        }
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    const double worst = slowest_scrape(e.port(), 20, std::chrono::milliseconds(200));
+    stop = true;
+    trickle.join();
+    for (int fd : fds)
+        if (fd >= 0) ::close(fd);
+    RecordProperty("slowest_scrape_ms", std::to_string(worst));
+    EXPECT_LT(worst, 1000.0) << "a scrape waited behind " << kSlow << " slow clients";
+    EXPECT_EQ(e.get("/health").status, 200);
+}
+
+// ---- Bounded pod attribution (issue #14) --------------------------------------------------------
+
+long status_kib(int pid, const char* key) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+    std::string line;
+    while (std::getline(in, line))
+        if (line.rfind(key, 0) == 0) return std::stol(line.substr(std::string(key).size()));
+    return -1;
+}
+
+TEST(ExporterPods, AHundredThousandPodsOnOneGpuStayWithinMemoryAndScrapeBudgets) {
+    TempDir dir;
+    FakePodResources pr(dir.path() + "/kubelet.sock");
+    ASSERT_TRUE(pr.start());
+    const std::string uuid0 = "GPU-64bbca15-1776-feaf-35c7-c0761cd05691";  // dgx-h100.yaml's GPU 0
+    v1::ListPodResourcesResponse list;
+    for (int i = 0; i < 100000; ++i) {
+        auto* p = list.add_pod_resources();
+        p->set_name(fmt::format("inference-{:06}", i));
+        p->set_namespace_(fmt::format("team-{}", i % 50));
+        auto* c = p->add_containers();
+        c->set_name("server");
+        auto* d = c->add_devices();
+        d->set_resource_name("nvidia.com/gpu");
+        d->add_device_ids(fmt::format("{}::{}", uuid0, i));
+    }
+    pr.set(std::move(list));
+    Exporter e("dgx-h100.yaml",
+               {"--kubernetes", "--kubernetes-virtual-gpus", "--pod-resources-kubelet-socket", dir.path() + "/kubelet.sock",
+                "--container-runtime-endpoint", "unix://" + dir.path() + "/no-cri.sock", "--proc-root", dir.path()});
+    ASSERT_NE(e.port(), 0);
+    ASSERT_TRUE(e.wait_metrics([](const ParsedMetrics& m) {
+        return m.value("kgpu_exporter_pods_over_limit", {{"gpu", "0"}}) == 100000.0 - 64 &&
+               m.value("kgpu_collections_total").value_or(0) >= 5;
+    }, 120)) << e.proc().err().substr(0, 4000);
+    const auto r = e.get("/metrics");
+    ASSERT_EQ(r.status, 200);
+    const auto m = parse_metrics(r.body);
+    EXPECT_EQ(m.find("DCGM_FI_DEV_GPU_TEMP", {{"gpu", "0"}}).size(), 64u);
+    const long rss = status_kib(e.proc().pid(), "VmRSS:"), peak = status_kib(e.proc().pid(), "VmHWM:");
+    RecordProperty("scrape_bytes", std::to_string(r.body.size()));
+    RecordProperty("rss_kib", std::to_string(rss));
+    RecordProperty("peak_rss_kib", std::to_string(peak));
+    EXPECT_LT(r.body.size(), 20u << 20) << "scrape size";
+    EXPECT_LT(rss, 96 * 1024) << "RSS in KiB";
+    EXPECT_LT(peak, 96 * 1024) << "peak RSS in KiB";
+    // One line names the GPU over the limit and some of its pods, however many passes ran.
+    const std::string err = e.proc().err();
+    EXPECT_EQ(count(err, "more than 64 containers hold a GPU"), 1) << err.substr(0, 4000);
+    EXPECT_NE(err.find("GPU 0: 99936 left out (team-"), std::string::npos) << err.substr(0, 4000);
+    EXPECT_LT(err.size(), 20000u) << "no flood of log lines";
+}
+
+TEST(ExporterPods, HealthNamesAPodResourcesSocketThatDoesNotAnswer) {
+    TempDir dir;
+    FakePodResources pr(dir.path() + "/kubelet.sock");
+    ASSERT_TRUE(pr.start());
+    pr.set_hang(true);
+    Exporter e("t4x4.yaml", {"--kubernetes", "--pod-resources-kubelet-socket", dir.path() + "/kubelet.sock",
+                             "--container-runtime-endpoint", "unix://" + dir.path() + "/no-cri.sock", "--proc-root",
+                             dir.path()});
+    ASSERT_NE(e.port(), 0);
+    auto h = e.get("/health");
+    EXPECT_EQ(h.status, 200);
+    EXPECT_NE(h.body.find("pod attribution: hung: PodResources List on " + dir.path() + "/kubelet.sock"),
+              std::string::npos)
+        << h.body;
+    EXPECT_EQ(e.metrics().value("kgpu_exporter_pod_attribution_up"), 0.0);
+}
+
+// ---- TLS and basic auth (--web-config-file, as dcgm-exporter) ------------------------------------
+
+std::string mapped_libraries(int pid) {
+    std::string out;
+    std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
+    std::string line;
+    while (std::getline(in, line))
+        for (const char* lib : {"libssl", "libcrypto", "libgnutls", "libmicrohttpd", "libcrypt.so"})
+            if (line.find(lib) != std::string::npos && out.find(lib) == std::string::npos) out += std::string(lib) + " ";
+    return out;
+}
+
+TEST(ExporterTls, NoTlsLibraryIsLinkedOrMappedWithoutAWebConfig) {
+    auto ldd = run_process({"/usr/bin/ldd", KGPU_BINARY});
+    ASSERT_EQ(ldd.exit_code, 0) << ldd.err;
+    for (const char* lib : {"libgnutls", "libmicrohttpd", "libssl", "libcrypto", "libcrypt.so"})
+        EXPECT_EQ(ldd.out.find(lib), std::string::npos) << lib << " is linked:\n" << ldd.out;
+    Exporter e("t4x4.yaml");
+    ASSERT_EQ(e.get("/metrics").status, 200);
+    EXPECT_EQ(mapped_libraries(e.proc().pid()), "");
+}
+
+TEST(ExporterTls, APrometheusWithTlsAndBasicAuthScrapesAndAWrongPasswordDoesNot) {
+    if (::access("/usr/bin/prometheus", X_OK) != 0) GTEST_SKIP() << "/usr/bin/prometheus is missing (Debian package prometheus)";
+    if (::access("/usr/bin/openssl", X_OK) != 0) GTEST_SKIP() << "/usr/bin/openssl is missing (Debian package openssl)";
+    TempDir dir;
+    std::string err;
+    auto pki = make_pki(dir.path(), err);
+    ASSERT_TRUE(pki) << err;
+    const std::string web = dir.write("web-config.yml", "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
+                                                        "basic_auth_users:\n  alice: " + bcrypt_hash("secret", 6) + "\n");
+    // The env var dcgm-exporter's Helm chart sets.
+    Exporter e("dgx-h100.yaml", {}, {{"DCGM_EXPORTER_WEB_CONFIG_FILE", web}});
+    ASSERT_NE(e.port(), 0);
+    EXPECT_NE(e.proc().err().find("(TLS)"), std::string::npos) << e.proc().err();
+    EXPECT_NE(mapped_libraries(e.proc().pid()).find("libssl"), std::string::npos) << "OpenSSL is loaded for TLS";
+    EXPECT_EQ(http_request(e.port(), "GET", "/metrics").status, 400) << "plain HTTP on the TLS port";
+
+    const int prom_port = free_port();
+    auto job = [&](const std::string& name, const std::string& password) {
+        return "  - job_name: " + name + "\n    scheme: https\n    tls_config:\n      ca_file: " + pki->ca_cert +
+               "\n    basic_auth:\n      username: alice\n      password: " + password +
+               "\n    static_configs:\n      - targets: ['127.0.0.1:" + std::to_string(e.port()) + "']\n";
+    };
+    const std::string config = dir.write("prometheus.yml", "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+                                                           "scrape_configs:\n" + job("kgpu", "secret") + job("intruder", "guess"));
+    ChildProcess prom({"/usr/bin/prometheus", "--config.file=" + config, "--storage.tsdb.path=" + dir.path() + "/tsdb",
+                       "--web.listen-address=127.0.0.1:" + std::to_string(prom_port), "--log.level=warn"});
+    std::map<std::string, std::string> up;
+    std::size_t temps = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (std::chrono::steady_clock::now() < deadline && prom.running()) {
+        auto r = http_request(prom_port, "GET", "/api/v1/query?query=up", {}, 5000);
+        auto t = http_request(prom_port, "GET", "/api/v1/query?query=" + url_encode("DCGM_FI_DEV_GPU_TEMP{job=\"kgpu\"}"), {}, 5000);
+        if (r.status == 200 && t.status == 200) {
+            auto j = nlohmann::json::parse(r.body, nullptr, false);
+            auto jt = nlohmann::json::parse(t.body, nullptr, false);
+            up.clear();
+            if (!j.is_discarded())
+                for (const auto& s : j["data"]["result"]) up[s["metric"]["job"].get<std::string>()] = s["value"][1].get<std::string>();
+            temps = jt.is_discarded() ? 0 : jt["data"]["result"].size();
+            if (up.size() == 2 && temps == 8) break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+    EXPECT_EQ(up["kgpu"], "1") << prom.err();
+    EXPECT_EQ(up["intruder"], "0") << "a wrong password must not scrape";
+    EXPECT_EQ(temps, 8u);
+    prom.signal(SIGTERM);
+    prom.wait(30000);
+}
+
+TEST(ExporterTls, ABadWebConfigExitsTwoNamingFileAndLine) {
+    TempDir dir;
+    const std::string web = dir.write("web.yml", "tls_server_config:\n  cert_file: a.crt\n  key_file: a.key\n  min_version: TLS9\n");
+    dir.write("a.crt", "x");
+    dir.write("a.key", "y");
+    auto r = run_process({KGPU_BINARY, "exporter", "--nvml-library", KGPU_SIM_LIBRARY, "--web-config-file", web},
+                         {{"KGPU_SIM_NODE", fixture("t4x4.yaml")}});
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_NE(r.err.find(web + ":4: key 'tls_server_config.min_version'"), std::string::npos) << r.err;
+    // Parses, but the certificate does not load.
+    const std::string web2 = dir.write("web2.yml", "tls_server_config:\n  cert_file: a.crt\n  key_file: a.key\n");
+    r = run_process({KGPU_BINARY, "exporter", "--nvml-library", KGPU_SIM_LIBRARY, "--web-config-file", web2},
+                    {{"KGPU_SIM_NODE", fixture("t4x4.yaml")}});
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_NE(r.err.find("a.crt"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -6,9 +6,13 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <functional>
 #include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "exporter/http.h"
 #include "metrics_text.h"
@@ -56,13 +60,17 @@ TEST(AcceptEncoding, GzipWhenNamedOrStarWithNonZeroQ) {
 
 class ServerTest : public ::testing::Test {
 protected:
-    void start(std::chrono::seconds idle_timeout = std::chrono::seconds(60)) {
+    void start(std::chrono::seconds idle_timeout = std::chrono::seconds(60),
+               const std::function<void(HttpOptions&)>& more = {}) {
         HttpOptions o;
         o.address = "127.0.0.1:0";
         o.idle_timeout = idle_timeout;
+        o.request_timeout = idle_timeout;
+        if (more) more(o);
         auto body = std::make_shared<const std::string>(std::string(100000, 'x'));
         auto s = HttpServer::start(o, [this, body](const HttpRequest& r) {
             ++requests_;
+            if (r.path == "/echo") return HttpResponse::text(200, fmt::format("{} {} gzip={}", r.method, r.path, r.accepts_gzip));
             if (r.path != "/data") return HttpResponse::text(404, "no\n");
             HttpResponse resp;
             resp.body = body;
@@ -130,7 +138,7 @@ TEST_F(ServerTest, IdleClientsAreClosedAfterTheTimeout) {
 }
 
 TEST_F(ServerTest, ServesHundredsOfConcurrentRequests) {
-    start();
+    start(std::chrono::seconds(60), [](HttpOptions& o) { o.peer_connection_limit = 1000; });
     constexpr int kConns = 300;
     std::vector<int> fds;
     const std::string req = "GET /data HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
@@ -155,6 +163,217 @@ TEST_F(ServerTest, ServesHundredsOfConcurrentRequests) {
         ::close(fd);
     }
     EXPECT_EQ(ok, kConns);
+}
+
+
+// ---- Our own server: what libmicrohttpd could not do (issue #14) --------------------------------
+
+// Sends `req` on a connection and reads until the server closes it or `timeout_ms` passes.
+std::string talk(int fd, std::string_view req, int timeout_ms = 10000) {
+    if (!req.empty()) {
+        EXPECT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+    }
+    std::string data;
+    char buf[65536];
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (;;) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+        if (left <= 0) break;
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, static_cast<int>(left)) <= 0) break;
+        const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        data.append(buf, static_cast<size_t>(n));
+    }
+    return data;
+}
+
+// Whether the server closed `fd` (EOF or reset) within `timeout_ms`, reading and dropping any data.
+bool closed_by_server(int fd, int timeout_ms) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    static char buf[1 << 20];
+    while (std::chrono::steady_clock::now() < deadline) {
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, 100) <= 0) continue;
+        if (::recv(fd, buf, sizeof buf, MSG_DONTWAIT) <= 0) return true;
+    }
+    return false;
+}
+
+int count_of(const std::string& text, std::string_view what) {
+    int n = 0;
+    for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+    return n;
+}
+
+TEST_F(ServerTest, AtTheConnectionLimitTheOldestIdleConnectionMakesRoom) {
+    start(std::chrono::seconds(60), [](HttpOptions& o) { o.connection_limit = 20; });
+    std::vector<int> idle;
+    for (int i = 0; i < 20; ++i) idle.push_back(test::connect_loopback(port_, "127.0.0.2"));
+    for (int fd : idle) ASSERT_GE(fd, 0);
+    // A request from another client is answered at once, and the oldest idle connection went.
+    auto r = test::http_request(port_, "GET", "/data", {}, 5000);
+    EXPECT_EQ(r.status, 200);
+    EXPECT_TRUE(closed_by_server(idle.front(), 5000)) << "the oldest idle connection should have been closed";
+    EXPECT_FALSE(closed_by_server(idle.back(), 300)) << "the newest idle one stays";
+    EXPECT_GE(server_->stats().evicted, 1u);
+    for (int fd : idle) ::close(fd);
+}
+
+TEST_F(ServerTest, ConnectionsStillSendingTheirHeadGoAfterIdleOnes) {
+    start(std::chrono::seconds(60), [](HttpOptions& o) { o.connection_limit = 10; });
+    std::vector<int> slow, idle;
+    for (int i = 0; i < 5; ++i) {
+        slow.push_back(test::connect_loopback(port_, "127.0.0.2"));
+        ASSERT_GT(::send(slow.back(), "GET /da", 7, MSG_NOSIGNAL), 0);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (int i = 0; i < 5; ++i) idle.push_back(test::connect_loopback(port_, "127.0.0.3"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_EQ(test::http_request(port_, "GET", "/data", {}, 5000).status, 200);
+    EXPECT_TRUE(closed_by_server(idle.front(), 5000)) << "an idle connection goes first, even a younger one";
+    for (int fd : slow) EXPECT_FALSE(closed_by_server(fd, 50));
+    for (int fd : slow) ::close(fd);
+    for (int fd : idle) ::close(fd);
+}
+
+TEST_F(ServerTest, OneClientOverItsLimitLosesItsOwnOldestConnection) {
+    start(std::chrono::seconds(60), [](HttpOptions& o) { o.peer_connection_limit = 5; });
+    const int other = test::connect_loopback(port_, "127.0.0.3");
+    std::vector<int> mine;
+    for (int i = 0; i < 6; ++i) {
+        mine.push_back(test::connect_loopback(port_, "127.0.0.2"));
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_TRUE(closed_by_server(mine.front(), 5000));
+    EXPECT_FALSE(closed_by_server(other, 300)) << "another client's connection is never the one closed";
+    EXPECT_NE(talk(mine.back(), "GET /echo HTTP/1.1\r\nConnection: close\r\n\r\n").find("GET /echo"), std::string::npos);
+    EXPECT_EQ(server_->stats().peer_limit, 1u);
+    for (int fd : mine) ::close(fd);
+    ::close(other);
+}
+
+TEST_F(ServerTest, TheRequestHeadHasAnAbsoluteDeadline) {
+    // A byte every 100 ms would keep a per-read idle timer alive forever.
+    start(std::chrono::seconds(60), [](HttpOptions& o) { o.request_timeout = std::chrono::seconds(1); });
+    const int fd = test::connect_loopback(port_);
+    const std::string head = "GET /data HTTP/1.1\r\nX-Padding: " + std::string(200, 'a');
+    bool closed = false;
+    for (char c : head) {
+        if (::send(fd, &c, 1, MSG_NOSIGNAL) != 1) {
+            closed = true;
+            break;
+        }
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, 100) == 1) {
+            char buf[64];
+            if (::recv(fd, buf, sizeof buf, MSG_DONTWAIT) <= 0) {
+                closed = true;
+                break;
+            }
+        }
+    }
+    EXPECT_TRUE(closed) << "a head trickling in for 20 s was not cut off by a 1 s deadline";
+    EXPECT_GE(server_->stats().timeout, 1u);
+    ::close(fd);
+}
+
+TEST_F(ServerTest, KeepAlivePipeliningHttp10AndHead) {
+    start();
+    int fd = test::connect_loopback(port_);
+    // Two pipelined requests on one connection, then one that closes.
+    std::string all = talk(fd,
+                               "GET /echo HTTP/1.1\r\nAccept-Encoding: gzip\r\n\r\n"
+                               "HEAD /data HTTP/1.1\r\n\r\n"
+                               "GET /%65cho?x=1 HTTP/1.1\r\nConnection: close\r\n\r\n");
+    ::close(fd);
+    EXPECT_EQ(count_of(all, "HTTP/1.1 200 OK"), 3) << all;
+    EXPECT_NE(all.find("GET /echo gzip=true"), std::string::npos) << all;
+    EXPECT_NE(all.find("Content-Length: 100000\r\n"), std::string::npos) << "HEAD says the length";
+    EXPECT_EQ(all.find("xxxx"), std::string::npos) << "but sends no body";
+    EXPECT_NE(all.find("GET /echo gzip=false"), std::string::npos) << "percent-decoded, query dropped";
+    EXPECT_NE(all.find("Connection: close"), std::string::npos);
+    // HTTP/1.0 closes unless asked to keep alive.
+    fd = test::connect_loopback(port_);
+    all = talk(fd, "GET /echo HTTP/1.0\r\n\r\nGET /echo HTTP/1.0\r\n\r\n");
+    ::close(fd);
+    EXPECT_EQ(count_of(all, "HTTP/1.1 200"), 1) << all;
+    fd = test::connect_loopback(port_);
+    all = talk(fd, "GET /echo HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /echo HTTP/1.0\r\n\r\n");
+    ::close(fd);
+    EXPECT_EQ(count_of(all, "HTTP/1.1 200"), 2) << all;
+    EXPECT_NE(all.find("Connection: keep-alive"), std::string::npos) << all;
+    // A long pipeline on one connection is answered in order, without piling up stack frames.
+    fd = test::connect_loopback(port_);
+    std::string pipeline;
+    for (int i = 0; i < 2000; ++i) pipeline += "GET /echo HTTP/1.1\r\n\r\n";
+    pipeline += "GET /echo HTTP/1.1\r\nConnection: close\r\n\r\n";
+    all = talk(fd, pipeline, 30000);
+    ::close(fd);
+    EXPECT_EQ(count_of(all, "HTTP/1.1 200 OK"), 2001);
+    // LF-only line ends, as Go's server accepts.
+    fd = test::connect_loopback(port_);
+    all = talk(fd, "GET /echo HTTP/1.1\nConnection: close\n\n");
+    ::close(fd);
+    EXPECT_TRUE(all.starts_with("HTTP/1.1 200 OK")) << all;
+}
+
+TEST_F(ServerTest, BadRequestsGetTheirStatusAndTheConnectionCloses) {
+    start();
+    struct Case {
+        std::string request;
+        std::string status;
+    };
+    for (const auto& c : std::vector<Case>{
+             {"GARBAGE\r\n\r\n", "400"},
+             {"GET /echo HTTP/2.0\r\n\r\n", "505"},
+             {"GET /echo SPDY/3\r\n\r\n", "400"},
+             {"GET echo HTTP/1.1\r\n\r\n", "400"},
+             {"GET /%zz HTTP/1.1\r\n\r\n", "400"},
+             {"GET /echo HTTP/1.1\r\nBad Header: x\r\n\r\n", "400"},
+             {"GET /echo HTTP/1.1\r\n folded\r\n\r\n", "400"},
+             {"GET /echo HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", "400"},
+             {"GET /echo HTTP/1.1\r\nX: " + std::string(9000, 'a') + "\r\n\r\n", "431"},
+         }) {
+        const int fd = test::connect_loopback(port_);
+        const std::string got = talk(fd, c.request);
+        ::close(fd);
+        EXPECT_TRUE(got.starts_with("HTTP/1.1 " + c.status)) << c.request.substr(0, 60) << " -> " << got.substr(0, 80);
+        EXPECT_NE(got.find("Connection: close"), std::string::npos) << got;
+    }
+    // A body is not read as the next request: the answer closes the connection.
+    const int fd = test::connect_loopback(port_);
+    const std::string got = talk(fd, "POST /echo HTTP/1.1\r\nContent-Length: 25\r\n\r\nGET /data HTTP/1.1\r\n\r\n");
+    ::close(fd);
+    EXPECT_EQ(count_of(got, "HTTP/1.1 "), 1) << got;
+    EXPECT_NE(got.find("POST /echo"), std::string::npos);
+    EXPECT_GE(server_->stats().malformed, 8u);
+    EXPECT_EQ(server_->stats().oversize, 1u);
+    EXPECT_EQ(test::http_request(port_, "GET", "/data").status, 200) << "still serving";
+}
+
+TEST_F(ServerTest, StopsWithConnectionsInEveryPhase) {
+    start();
+    const int idle = test::connect_loopback(port_);
+    const int half = test::connect_loopback(port_);
+    ASSERT_GT(::send(half, "GET /da", 7, MSG_NOSIGNAL), 0);
+    // A reader that does not read: 20 MB of answers do not fit in the socket buffers, so the
+    // server is in the middle of writing.
+    const int stuck = test::connect_loopback(port_);
+    const std::string many = [] {
+        std::string r;
+        for (int i = 0; i < 200; ++i) r += "GET /data HTTP/1.1\r\n\r\n";
+        return r;
+    }();
+    ASSERT_GT(::send(stuck, many.data(), many.size(), MSG_NOSIGNAL), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    server_.reset();
+    EXPECT_TRUE(closed_by_server(idle, 2000));
+    EXPECT_TRUE(closed_by_server(half, 2000));
+    EXPECT_TRUE(closed_by_server(stuck, 2000));
+    ::close(idle);
+    ::close(half);
+    ::close(stuck);
 }
 
 }  // namespace

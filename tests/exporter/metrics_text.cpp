@@ -159,9 +159,18 @@ ParsedMetrics parse_metrics(std::string_view text) {
     return out;
 }
 
-int connect_loopback(int port) {
+int connect_loopback(int port, const char* source_ip) {
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return -1;
+    if (source_ip) {
+        sockaddr_in src{};
+        src.sin_family = AF_INET;
+        if (::inet_pton(AF_INET, source_ip, &src.sin_addr) != 1 ||
+            ::bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof src) != 0) {
+            ::close(fd);
+            return -1;
+        }
+    }
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(static_cast<uint16_t>(port));
@@ -219,7 +228,7 @@ HttpResult http_request(int port, std::string_view method, std::string_view path
         p = q;
     }
     r.body = data.substr(end + 4);
-    // Chunked bodies (MHD uses them only without a known size, which kgpu never sends).
+    // Chunked bodies (kgpu always sends Content-Length; other servers may not).
     if (r.headers["transfer-encoding"] == "chunked") {
         std::string out;
         size_t i = 0;

@@ -47,8 +47,9 @@ struct HttpResult {
 HttpResult http_request(int port, std::string_view method, std::string_view path,
                         const std::vector<std::string>& extra_headers = {}, int timeout_ms = 30000);
 
-// Connects to 127.0.0.1:port; -1 on failure.
-int connect_loopback(int port);
+// Connects to 127.0.0.1:port, from `source_ip` when given (another loopback address such as
+// 127.0.0.2: the server sees another client); -1 on failure.
+int connect_loopback(int port, const char* source_ip = nullptr);
 
 // gunzip; nullopt on a malformed stream.
 std::optional<std::string> gunzip(std::string_view data);

@@ -1,0 +1,65 @@
+// TLS for the exporter's HTTP server, with OpenSSL 3 (libssl.so.3) loaded by dlopen the first
+// time a web config asks for TLS: the kgpu binary does not link it, so the device plugin and an
+// exporter without TLS never map it (issue #13's RSS, issue #14). The entry points are declared
+// from OpenSSL's own headers (decltype), so a mismatch is a compile error, as for NVML.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "common/error.h"
+#include "exporter/web_config.h"
+
+namespace kgpu::exporter {
+
+class TlsStream;
+
+// One server configuration (certificate, key, client CAs, versions, ciphers).
+class TlsContext {
+public:
+    // Loads libssl.so.3 when not loaded yet and builds the context. Errors: not_found (OpenSSL 3
+    // is not installed; the message names the Debian package), parse (a certificate or key does
+    // not load, or they do not match; the message names the file and OpenSSL's reason).
+    static Result<std::shared_ptr<TlsContext>> create(const TlsServerConfig& config);
+    ~TlsContext();
+    TlsContext(const TlsContext&) = delete;
+    TlsContext& operator=(const TlsContext&) = delete;
+
+    // A server-side session on a connected, non-blocking socket (the caller keeps the fd).
+    std::unique_ptr<TlsStream> accept(int fd) const;
+
+private:
+    TlsContext() = default;
+    friend class TlsStream;
+    void* ctx_ = nullptr;  // SSL_CTX*
+    std::shared_ptr<const TlsServerConfig> config_;
+};
+
+class TlsStream {
+public:
+    enum class Io { ok, want_read, want_write, closed, error };
+    ~TlsStream();
+    TlsStream(const TlsStream&) = delete;
+    TlsStream& operator=(const TlsStream&) = delete;
+
+    // Drives the handshake; ok once done (client_allowed_sans checked). error(): why it failed.
+    Io handshake();
+    // Up to `cap` bytes into `buf`; `n` set when ok. closed: the peer closed (close_notify or EOF).
+    Io read(char* buf, std::size_t cap, std::size_t& n);
+    // Writes up to `len` bytes; `n` set when ok (may be less than len).
+    Io write(const char* buf, std::size_t len, std::size_t& n);
+    // Sends close_notify, best effort.
+    void shutdown();
+    const std::string& error() const { return error_; }
+
+private:
+    friend class TlsContext;
+    TlsStream() = default;
+    Io result(int ret, const char* what);
+    void* ssl_ = nullptr;  // SSL*
+    std::shared_ptr<const TlsServerConfig> config_;
+    std::string error_;
+};
+
+}  // namespace kgpu::exporter

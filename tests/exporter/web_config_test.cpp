@@ -1,0 +1,296 @@
+// --web-config-file: the exporter-toolkit format (web_config.h), and the HTTP server with it:
+// TLS (OpenSSL loaded on demand), client certificates, basic auth with bcrypt, headers, rate limit.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <thread>
+
+#include "exporter/http.h"
+#include "exporter/web_config.h"
+#include "support/process.h"
+#include "tls_client.h"
+
+namespace kgpu::exporter {
+namespace {
+
+using testing::HasSubstr;
+
+TEST(WebConfig, AnEmptyFileOrAnEmptyTlsSectionIsPlainHttp) {
+    test::TempDir dir;
+    for (const char* text : {"", "tls_server_config: {}\n", "tls_server_config:\nhttp_server_config:\n  http2: false\n"}) {
+        auto c = load_web_config(dir.write("web.yml", text));
+        ASSERT_TRUE(c) << text << ": " << c.error().message;
+        EXPECT_FALSE(c->tls);
+        EXPECT_TRUE(c->users.empty());
+    }
+}
+
+TEST(WebConfig, ReadsEverySectionTheToolkitHas) {
+    test::TempDir dir;
+    dir.write("certs/tls.crt", "CERT");
+    dir.write("certs/tls.key", "KEY");
+    const std::string hash = "$2y$10$" + std::string(53, 'a');
+    auto c = load_web_config(dir.write("web.yml",
+                                       "tls_server_config:\n"
+                                       "  cert_file: certs/tls.crt\n"  // relative to the config's directory
+                                       "  key_file: " + dir.path() + "/certs/tls.key\n"
+                                       "  client_auth_type: RequireAndVerifyClientCert\n"
+                                       "  client_ca: INLINE-CA\n"
+                                       "  client_allowed_sans: [a.example, spiffe://x]\n"
+                                       "  min_version: TLS13\n"
+                                       "  max_version: TLS13\n"
+                                       "  cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, TLS_AES_128_GCM_SHA256]\n"
+                                       "  curve_preferences: [X25519, CurveP256]\n"
+                                       "  prefer_server_cipher_suites: false\n"
+                                       "http_server_config:\n"
+                                       "  http2: false\n"
+                                       "  headers:\n"
+                                       "    X-Frame-Options: deny\n"
+                                       "    Strict-Transport-Security: max-age=31536000\n"
+                                       "rate_limit:\n"
+                                       "  interval: 1m30s\n"
+                                       "  burst: 5\n"
+                                       "basic_auth_users:\n"
+                                       "  alice: " + hash + "\n"));
+    ASSERT_TRUE(c) << c.error().message;
+    ASSERT_TRUE(c->tls);
+    EXPECT_EQ(c->tls->cert_pem, "CERT");
+    EXPECT_EQ(c->tls->key_pem, "KEY");
+    EXPECT_EQ(c->tls->cert_file, dir.path() + "/certs/tls.crt");
+    EXPECT_EQ(c->tls->client_ca_pem, "INLINE-CA");
+    EXPECT_EQ(c->tls->client_auth, ClientAuth::require_and_verify);
+    EXPECT_EQ(c->tls->client_allowed_sans, (std::vector<std::string>{"a.example", "spiffe://x"}));
+    EXPECT_EQ(c->tls->min_version, 0x0304);
+    EXPECT_EQ(c->tls->cipher_suites, (std::vector<std::string>{"ECDHE-RSA-AES128-GCM-SHA256"}));
+    EXPECT_EQ(c->tls->curves, (std::vector<std::string>{"X25519", "P-256"}));
+    EXPECT_FALSE(c->tls->prefer_server_cipher_suites);
+    EXPECT_FALSE(c->http2);
+    EXPECT_EQ(c->headers.size(), 2u);
+    EXPECT_EQ(c->rate_interval, std::chrono::seconds(90));
+    EXPECT_EQ(c->rate_burst, 5u);
+    EXPECT_EQ(c->users.at("alice"), hash);
+    EXPECT_EQ(c->files.size(), 3u) << "the config, the cert and the key are watched";
+}
+
+TEST(WebConfig, MistakesNameTheFileLineAndKey) {
+    test::TempDir dir;
+    dir.write("c.crt", "C");
+    dir.write("c.key", "K");
+    struct Case {
+        std::string text;
+        std::string want;
+    };
+    for (const auto& c : std::vector<Case>{
+             {"tls_server_config:\n  cert_file: c.crt\n  key_file: c.key\n  certfile: x\n", ":4: key 'tls_server_config.certfile': unknown key"},
+             {"tsl_server_config: {}\n", ":1: key 'tsl_server_config': unknown key"},
+             {"tls_server_config:\n  key_file: c.key\n", "missing one of cert or cert_file"},
+             {"tls_server_config:\n  cert_file: c.crt\n", "missing one of key or key_file"},
+             {"tls_server_config:\n  cert_file: c.crt\n  key_file: c.key\n  min_version: TLS14\n", ":4: key 'tls_server_config.min_version': unknown TLS version 'TLS14'"},
+             {"tls_server_config:\n  cert_file: c.crt\n  key_file: c.key\n  client_auth_type: Maybe\n", "invalid ClientAuth 'Maybe'"},
+             {"tls_server_config:\n  cert_file: c.crt\n  key_file: c.key\n  client_ca_file: c.crt\n", "without a Client Auth Policy"},
+             {"tls_server_config:\n  cert_file: c.crt\n  key_file: c.key\n  cipher_suites: [RC4]\n", "unknown cipher 'RC4'"},
+             {"tls_server_config:\n  cert_file: c.crt\n  key_file: c.key\n  curve_preferences: [P256]\n", "unknown curve 'P256'"},
+             {"tls_server_config:\n  cert_file: nope.crt\n  key_file: c.key\n", "nope.crt"},
+             {"http_server_config:\n  headers:\n    X-Powered-By: kgpu\n", "HTTP header \"X-Powered-By\" can not be configured"},
+             {"http_server_config:\n  headers:\n    X-Frame-Options: allow\n", "Expected one of: deny, sameorigin"},
+             {"basic_auth_users:\n  alice: password\n", ":2: key 'basic_auth_users.alice': expected a bcrypt hash"},
+             {"rate_limit:\n  interval: soon\n", "expected a duration"},
+             {"tls_server_config: [1]\n", "expected a map"},
+             {"basic_auth_users: {a: [1]}\n", "expected a string"},
+             {"x: [\n", "not YAML"},
+         }) {
+        const std::string path = dir.write("web.yml", c.text);
+        auto r = load_web_config(path);
+        ASSERT_FALSE(r) << c.text;
+        EXPECT_THAT(r.error().message, HasSubstr(c.want)) << c.text;
+        EXPECT_THAT(r.error().message, HasSubstr("web.yml")) << r.error().message;
+    }
+    auto missing = load_web_config(dir.path() + "/none.yml");
+    ASSERT_FALSE(missing);
+    EXPECT_THAT(missing.error().message, HasSubstr("none.yml"));
+}
+
+TEST(WebConfig, GoDurationsAndBcryptShapes) {
+    EXPECT_EQ(parse_go_duration("0"), std::chrono::nanoseconds(0));
+    EXPECT_EQ(parse_go_duration("250ms"), std::chrono::milliseconds(250));
+    EXPECT_EQ(parse_go_duration("1h2m3s"), std::chrono::seconds(3723));
+    EXPECT_EQ(parse_go_duration("1.5s"), std::chrono::milliseconds(1500));
+    for (const char* bad : {"", "1", "s", "1x", "-1s", "1s2"}) EXPECT_FALSE(parse_go_duration(bad)) << bad;
+    const std::string tail(53, 'A');
+    EXPECT_TRUE(is_bcrypt_hash("$2y$10$" + tail));
+    EXPECT_TRUE(is_bcrypt_hash("$2a$04$" + tail));
+    EXPECT_TRUE(is_bcrypt_hash("$2b$31$" + tail));
+    EXPECT_FALSE(is_bcrypt_hash("$2y$03$" + tail));
+    EXPECT_FALSE(is_bcrypt_hash("$2y$10$" + tail.substr(1)));
+    EXPECT_FALSE(is_bcrypt_hash("$1$10$" + tail));
+    EXPECT_FALSE(is_bcrypt_hash("$2y$10$" + tail.substr(1) + "!"));
+}
+
+TEST(WebConfig, BcryptMatchesWhatLibcryptAndHtpasswdMake) {
+    const std::string h = test::bcrypt_hash("s3cret");
+    ASSERT_TRUE(is_bcrypt_hash(h)) << h;
+    EXPECT_EQ(bcrypt_matches("s3cret", h), true);
+    EXPECT_EQ(bcrypt_matches("s3cre", h), false);
+    EXPECT_EQ(bcrypt_matches("", h), false);
+    // htpasswd -B and the toolkit's docs write $2y$: the same algorithm.
+    const std::string y = "$2y$" + h.substr(4);
+    EXPECT_EQ(bcrypt_matches("s3cret", y), true);
+}
+
+// ---- The server with a web config ---------------------------------------------------------------
+
+class WebServerTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (::access("/usr/bin/openssl", X_OK) != 0) GTEST_SKIP() << "/usr/bin/openssl is missing (Debian package openssl)";
+        std::string err;
+        auto p = test::make_pki(dir.path(), err);
+        ASSERT_TRUE(p) << err;
+        pki = *p;
+    }
+    void start(const std::string& config) {
+        HttpOptions o;
+        o.address = "127.0.0.1:0";
+        o.web_config_file = dir.write("web.yml", config);
+        ASSERT_TRUE(check_web_config(o.web_config_file)) << check_web_config(o.web_config_file).error().message;
+        auto s = HttpServer::start(o, [](const HttpRequest& r) {
+            if (r.path == "/big") return HttpResponse::text(200, std::string(4 << 20, 'b'));
+            return HttpResponse::text(200, "hello " + std::string(r.path));
+        });
+        ASSERT_TRUE(s) << s.error().message;
+        server = std::move(*s);
+    }
+    std::string tls_section(const std::string& extra = "") const {
+        return "tls_server_config:\n  cert_file: " + pki.server_cert + "\n  key_file: " + pki.server_key + "\n" + extra;
+    }
+    test::TempDir dir;
+    test::TestPki pki;
+    std::unique_ptr<HttpServer> server;
+};
+
+TEST_F(WebServerTest, TlsWithBasicAuthAsDcgmExportersTestChecksIt) {
+    const std::string hash = test::bcrypt_hash("password");
+    start(tls_section() + "basic_auth_users:\n  alice: " + hash + "\n" +
+          "http_server_config:\n  headers:\n    X-Content-Type-Options: nosniff\n");
+    ASSERT_TRUE(server->tls());
+    const int port = server->port();
+    // Plain HTTP on the TLS port: 400, as Go's server answers it.
+    auto plain = test::http_request(port, "GET", "/metrics", {}, 5000);
+    EXPECT_EQ(plain.status, 400);
+    EXPECT_THAT(plain.body, HasSubstr("HTTP request to an HTTPS server"));
+
+    test::TlsClientOptions o;
+    o.ca_file = pki.ca_cert;  // the server's certificate verifies for 127.0.0.1
+    auto r = test::https_request(port, "GET", "/metrics", o);
+    ASSERT_EQ(r.error, "");
+    EXPECT_EQ(r.http.status, 401);
+    EXPECT_EQ(r.http.headers["www-authenticate"], "Basic");
+    EXPECT_EQ(r.http.headers["x-content-type-options"], "nosniff");
+
+    o.headers = {"Authorization: " + test::basic_auth("alice", "password")};
+    // Pipelined over TLS: every one answered, in one connection (the first waits for the password check, the rest follow).
+    o.pipelined = 50;
+    r = test::https_request(port, "GET", "/metrics", o);
+    EXPECT_EQ(r.error, "");
+    size_t answers = 0;
+    for (size_t p = r.http.body.find("hello /metrics"); p != std::string::npos; p = r.http.body.find("hello /metrics", p + 1)) ++answers;
+    EXPECT_EQ(answers, 50u);
+    o.pipelined = 1;
+    r = test::https_request(port, "GET", "/metrics", o);
+    EXPECT_EQ(r.http.status, 200) << r.error;
+    EXPECT_EQ(r.http.body, "hello /metrics");
+    // Cached now: the same again, and a wrong password and an unknown user are refused.
+    EXPECT_EQ(test::https_request(port, "GET", "/health", o).http.status, 200);
+    o.headers = {"Authorization: " + test::basic_auth("alice", "bad password")};
+    EXPECT_EQ(test::https_request(port, "GET", "/metrics", o).http.status, 401);
+    o.headers = {"Authorization: " + test::basic_auth("bob", "password")};
+    EXPECT_EQ(test::https_request(port, "GET", "/metrics", o).http.status, 401);
+    o.headers = {"Authorization: Basic not-base64!"};
+    EXPECT_EQ(test::https_request(port, "GET", "/metrics", o).http.status, 401);
+    EXPECT_GE(server->stats().tls, 1u) << "the plain HTTP request counts as a TLS failure";
+}
+
+TEST_F(WebServerTest, AClientHangingUpDuringATlsAnswerDoesNotStopTheServer) {
+    start(tls_section());
+    test::TlsClientOptions o;
+    o.read_answer = false;
+    for (int i = 0; i < 5; ++i) test::https_request(server->port(), "GET", "/big", o);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    o.read_answer = true;
+    auto r = test::https_request(server->port(), "GET", "/x", o);
+    EXPECT_EQ(r.http.status, 200) << r.error;
+}
+
+TEST_F(WebServerTest, ClientCertificatesAndAllowedSans) {
+    start(tls_section("  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: " + pki.ca_cert +
+                      "\n  client_allowed_sans: [spiffe://test/client]\n"));
+    const int port = server->port();
+    test::TlsClientOptions o;
+    o.ca_file = pki.ca_cert;
+    auto r = test::https_request(port, "GET", "/x", o);
+    EXPECT_NE(r.http.status, 200) << "no client certificate";
+    o.cert_file = pki.client_cert;
+    o.key_file = pki.client_key;
+    r = test::https_request(port, "GET", "/x", o);
+    EXPECT_EQ(r.http.status, 200) << r.error;
+    // The server's own certificate is signed by the same CA but has none of the allowed SANs.
+    o.cert_file = pki.server_cert;
+    o.key_file = pki.server_key;
+    r = test::https_request(port, "GET", "/x", o);
+    EXPECT_NE(r.http.status, 200);
+    EXPECT_GE(server->stats().tls, 2u);
+}
+
+TEST_F(WebServerTest, RateLimitAnswers429) {
+    start("rate_limit:\n  interval: 1h\n  burst: 2\n");
+    EXPECT_FALSE(server->tls());
+    const int port = server->port();
+    EXPECT_EQ(test::http_request(port, "GET", "/a").status, 200);
+    EXPECT_EQ(test::http_request(port, "GET", "/a").status, 200);
+    EXPECT_EQ(test::http_request(port, "GET", "/a").status, 429);
+}
+
+TEST_F(WebServerTest, ACertificateThatDoesNotLoadIsRefusedAtStart) {
+    dir.write("bad.crt", "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n");
+    const std::string path = dir.write("web.yml", "tls_server_config:\n  cert_file: bad.crt\n  key_file: " + pki.server_key + "\n");
+    auto s = check_web_config(path);
+    ASSERT_FALSE(s);
+    EXPECT_THAT(s.error().message, HasSubstr("bad.crt"));
+    // A key that is not the certificate's.
+    const std::string mismatch = dir.write("web2.yml", "tls_server_config:\n  cert_file: " + pki.server_cert +
+                                                           "\n  key_file: " + pki.client_key + "\n");
+    s = check_web_config(mismatch);
+    ASSERT_FALSE(s);
+    EXPECT_THAT(s.error().message, HasSubstr("does not match"));
+}
+
+TEST_F(WebServerTest, ARotatedCertificateIsPickedUpWithoutARestart) {
+    start(tls_section());
+    const int port = server->port();
+    test::TlsClientOptions o;
+    o.ca_file = pki.ca_cert;
+    EXPECT_EQ(test::https_request(port, "GET", "/x", o).http.status, 200);
+    // Rotate to a certificate from another CA: clients trusting the old CA must now fail.
+    test::TempDir other;
+    std::string err;
+    auto p2 = test::make_pki(other.path(), err);
+    ASSERT_TRUE(p2) << err;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // mtime granularity and the 1 s check
+    {
+        std::ifstream c(p2->server_cert), k(p2->server_key);
+        std::ofstream(pki.server_cert) << c.rdbuf();
+        std::ofstream(pki.server_key) << k.rdbuf();
+    }
+    bool rotated = false;
+    for (int i = 0; i < 50 && !rotated; ++i) {
+        test::TlsClientOptions n;
+        n.ca_file = p2->ca_cert;
+        rotated = test::https_request(port, "GET", "/x", n).http.status == 200;
+        if (!rotated) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_TRUE(rotated) << "the new certificate was never served";
+}
+
+}  // namespace
+}  // namespace kgpu::exporter
