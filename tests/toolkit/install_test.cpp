@@ -117,7 +117,10 @@ TEST(RuntimeInstall, OntoAHostWithOnlyGlibcThenIdempotent) {
     EXPECT_THAT(rc, HasSubstr("hook-path = \"/usr/local/kgpu/nvidia-cdi-hook\""));
     const std::string cfg = slurp(host.path("/etc/containerd/config.toml"));
     EXPECT_THAT(cfg, HasSubstr("BinaryName = \"/usr/local/kgpu/kgpu-container-runtime\""));
-    EXPECT_THAT(cfg, HasSubstr("runtimes.nvidia.options]\n  BinaryName = \"/usr/local/kgpu/kgpu-container-runtime\"\n  SystemdCgroup = true"));
+    // The runc runtime's options are copied (SystemdCgroup), as nvidia-ctk does.
+    const auto nvidia = cfg.find("runtimes.nvidia.options]");
+    ASSERT_NE(nvidia, std::string::npos) << cfg;
+    EXPECT_THAT(cfg.substr(nvidia), HasSubstr("SystemdCgroup = true"));
     EXPECT_TRUE(fs::exists(host.path("/etc/containerd/config.toml.bak")));
     EXPECT_THAT(r.out, HasSubstr("restarted containerd: SIGHUP to pid"));
     for (int i = 0; i < 200 && containerd.pid > 0; ++i) {
