@@ -72,9 +72,9 @@ int run(int argc, char** argv) {
     add_exporter_command(app, exporter_flags);
     DemoCliOptions demo_opts;
     add_demo_command(app, demo_opts);
-    add_container_runtime_command(app);
+    CLI::App* container_runtime_cmd = add_container_runtime_command(app);
     HookOptions hook_opts;  // `kgpu hook` runs before this parser (run_hook_argv); here for --help
-    add_hook_command(app, hook_opts);
+    CLI::App* hook_cmd = add_hook_command(app, hook_opts);
     SmiOptions smi_opts;
     add_smi_command(app, smi_opts);
 
@@ -101,6 +101,10 @@ int run(int argc, char** argv) {
     if (runtime_cmd->got_subcommand("install")) return run_install(install_opts);
     if (app.got_subcommand("labels")) return run_labels(labels_opts);
     if (app.got_subcommand("smi")) return run_smi(smi_opts);
+    // Reached only behind a global flag (`kgpu --log-level debug hook ...`): the fast paths above
+    // take the plain spellings.
+    if (app.got_subcommand("hook")) return run_hook(*hook_cmd, hook_opts);
+    if (app.got_subcommand("container-runtime")) return run_container_runtime(container_runtime_cmd->remaining());
     return 2;
 }
 

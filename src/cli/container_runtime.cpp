@@ -8,7 +8,7 @@
 
 namespace kgpu::cli {
 
-void add_container_runtime_command(CLI::App& app) {
+CLI::App* add_container_runtime_command(CLI::App& app) {
     auto* c = app.add_subcommand(
         "container-runtime",
         "OCI runtime wrapper with runc's command line (also run as kgpu-container-runtime): for create and run it "
@@ -19,6 +19,7 @@ void add_container_runtime_command(CLI::App& app) {
         "low-level-runtime, driver-root, dev-root, nvml-library, proc-root, log-file, log-level, "
         "accept-nvidia-visible-devices-envvar-when-unprivileged, accept-nvidia-visible-devices-as-volume-mounts, "
         "annotation-prefixes, default-kind, hook-path, ldconfig-path, disable-require). See docs/container-runtime.md.");
+    return c;
 }
 
 int run_container_runtime(const std::vector<std::string>& args) { return toolkit::container_runtime_main(args, KGPU_VERSION); }

@@ -10,7 +10,8 @@
 
 namespace kgpu::cli {
 
-void add_container_runtime_command(CLI::App& app);
+// Returns the command (its remaining() arguments are runc's when parsed behind a global flag).
+CLI::App* add_container_runtime_command(CLI::App& app);
 
 // `args`: runc's arguments. Execs the low-level runtime; returns only on failure.
 int run_container_runtime(const std::vector<std::string>& args);

@@ -166,6 +166,10 @@ TEST_F(Runtime, NvidiaCdiHookIsKgpusHook) {
     EXPECT_EQ(fs::read_symlink(bundle + "/rootfs/usr/lib64/libcuda.so"), "libcuda.so.1");
     auto k = run_process({KGPU_BINARY, "hook", "create-symlinks", "--link", "x::/y", "--container-spec", state});
     EXPECT_EQ(k.exit_code, 0) << k.err;
+    // Behind a global flag the main parser takes it, with the same result.
+    auto g = run_process({KGPU_BINARY, "--log-level", "debug", "hook", "create-symlinks", "--link", "z::/w", "--container-spec", state});
+    EXPECT_EQ(g.exit_code, 0) << g.err;
+    EXPECT_EQ(fs::read_symlink(bundle + "/rootfs/w"), "z");
     auto unknown = run_process({bin + "/nvidia-cdi-hook", "no-such-hook"});
     EXPECT_NE(unknown.exit_code, 0);
 }
