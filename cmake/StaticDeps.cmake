@@ -6,7 +6,7 @@
 #    Debian has no libfmt.a, and FMT_HEADER_ONLY everywhere costs ~2 s of compile per file.
 #  - yaml-cpp: Debian's libyaml-cpp.a. It is built position-independent for executables only,
 #    so shared libraries (the simulator) keep linking the shared one: KGPU_YAML_CPP_SHARED.
-#  - toml++: header-only (its default; Debian's CMake file asks for the shared library).
+#  - toml++: compiled once into a static library (src/common/toml_static.cpp) from its headers.
 #  - zlib: libz.a.
 #  - libstdc++ and libgcc: -static-libstdc++ -static-libgcc on the kgpu executable
 #    (src/CMakeLists.txt).
@@ -47,8 +47,11 @@ function(kgpu_relocate_imported target file)
 endfunction()
 kgpu_relocate_imported(yaml-cpp ${KGPU_YAML_CPP_STATIC})
 
+add_library(kgpu_toml STATIC ${PROJECT_SOURCE_DIR}/src/common/toml_static.cpp)
+target_compile_definitions(kgpu_toml PUBLIC TOML_HEADER_ONLY=0)
+set_target_properties(kgpu_toml PROPERTIES POSITION_INDEPENDENT_CODE ON)
 add_library(tomlplusplus::tomlplusplus INTERFACE IMPORTED GLOBAL)
-target_compile_definitions(tomlplusplus::tomlplusplus INTERFACE TOML_HEADER_ONLY=1)
+target_link_libraries(tomlplusplus::tomlplusplus INTERFACE kgpu_toml)
 
 find_package(ZLIB REQUIRED)
 find_library(KGPU_ZLIB_STATIC NAMES libz.a)
