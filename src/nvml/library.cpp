@@ -101,7 +101,7 @@ Result<std::shared_ptr<const Library>> Library::load(const LoadOptions& options)
         }
         // RTLD_NOW: a library with unresolved dependencies fails here, with a message, rather
         // than at the first call. RTLD_LOCAL: its symbols do not leak into other libraries.
-        void* h = ::dlopen(path.c_str(), RTLD_LAZY | RTLD_LOCAL);
+        void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
         if (h == nullptr) {
             const char* why = ::dlerror();
             tried.push_back(path + " (" + (why ? why : "dlopen failed") + ")");
