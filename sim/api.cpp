@@ -61,6 +61,8 @@ nvmlReturn_t initImpl() {
     if (spec->initError) return *spec->initError;
     {
         std::lock_guard lk(st.mutex);
+        const char* devRoot = std::getenv("KGPU_SIM_DEV_ROOT");
+        st.devRoot = devRoot && *devRoot ? devRoot : spec->devRoot;
         buildFromSpec(st, std::move(*spec));
         st.refcount = 1;
     }
@@ -250,10 +252,19 @@ const char* errorText(nvmlReturn_t r) {
     }
 }
 
+// The GPUs the driver shows (State::devRoot hides the others), in order.
+std::vector<Gpu*> visibleGpus(const State& st) {
+    std::vector<Gpu*> out;
+    for (Gpu* g : st.gpus)
+        if (!g->hidden) out.push_back(g);
+    return out;
+}
+
 nvmlReturn_t handleByIndex(unsigned index, nvmlDevice_t* device) {
     return withState([&](State& st) -> nvmlReturn_t {
-        if (!device || index >= st.gpus.size()) return NVML_ERROR_INVALID_ARGUMENT;
-        *device = toHandle<nvmlDevice_t>(st.gpus[index]);  // a lost GPU still has a handle
+        auto gpus = visibleGpus(st);
+        if (!device || index >= gpus.size()) return NVML_ERROR_INVALID_ARGUMENT;
+        *device = toHandle<nvmlDevice_t>(gpus[index]);  // a lost GPU still has a handle
         return NVML_SUCCESS;
     });
 }
@@ -263,7 +274,7 @@ nvmlReturn_t handleByPciBusId(const char* busId, nvmlDevice_t* device) {
         if (!busId || !device) return NVML_ERROR_INVALID_ARGUMENT;
         auto a = parsePciAddr(busId);
         if (!a) return NVML_ERROR_INVALID_ARGUMENT;
-        for (Gpu* g : st.gpus) {
+        for (Gpu* g : visibleGpus(st)) {
             const PciAddr& p = g->spec.pci;
             if (p.domain == a->domain && p.bus == a->bus && p.device == a->device && p.function == a->function) {
                 *device = toHandle<nvmlDevice_t>(g);
@@ -287,7 +298,7 @@ nvmlReturn_t pciOld(nvmlDevice_t device, nvmlPciInfo_v2_t* pci) {
 nvmlReturn_t deviceCount(unsigned* count) {
     return withState([&](State& st) -> nvmlReturn_t {
         if (!count) return NVML_ERROR_INVALID_ARGUMENT;
-        *count = static_cast<unsigned>(st.gpus.size());
+        *count = static_cast<unsigned>(visibleGpus(st).size());
         return NVML_SUCCESS;
     });
 }
@@ -384,13 +395,13 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int i, nvmlDevice_t* d) { retur
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t* device) {
     return withState([&](State& st) -> nvmlReturn_t {
         if (!uuid || !device) return NVML_ERROR_INVALID_ARGUMENT;
-        for (Gpu* g : st.gpus) {
+        for (Gpu* g : visibleGpus(st)) {
             if (equalsIgnoreCase(g->spec.uuid, uuid)) {
                 *device = toHandle<nvmlDevice_t>(g);
                 return NVML_SUCCESS;
             }
             for (MigDevice* m : g->migs)
-                if (equalsIgnoreCase(m->uuid, uuid)) {
+                if (!m->hidden && equalsIgnoreCase(m->uuid, uuid)) {
                     *device = toHandle<nvmlDevice_t>(m);
                     return NVML_SUCCESS;
                 }
@@ -403,9 +414,10 @@ nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char* b, nvmlDevice_t* d) { 
 nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char* b, nvmlDevice_t* d) { return handleByPciBusId(b, d); }
 
 nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int* index) {
-    return withDevice(device, On::Gpu, [&](State&, DevRef d) -> nvmlReturn_t {
+    return withDevice(device, On::Gpu, [&](State& st, DevRef d) -> nvmlReturn_t {
         if (!index) return NVML_ERROR_INVALID_ARGUMENT;
-        *index = d.gpu->index;
+        auto gpus = visibleGpus(st);
+        *index = static_cast<unsigned>(std::find(gpus.begin(), gpus.end(), d.gpu) - gpus.begin());
         return NVML_SUCCESS;
     });
 }
@@ -900,7 +912,7 @@ nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned i
         if (!migDevice) return NVML_ERROR_INVALID_ARGUMENT;
         if (!d.gpu->spec.migCapable) return NVML_ERROR_NOT_SUPPORTED;
         if (index >= d.gpu->spec.maxMigDevices) return NVML_ERROR_INVALID_ARGUMENT;
-        if (!d.gpu->migEnabled || index >= d.gpu->migs.size()) return NVML_ERROR_NOT_FOUND;
+        if (!d.gpu->migEnabled || index >= d.gpu->migs.size() || d.gpu->migs[index]->hidden) return NVML_ERROR_NOT_FOUND;
         *migDevice = toHandle<nvmlDevice_t>(d.gpu->migs[index]);
         return NVML_SUCCESS;
     });

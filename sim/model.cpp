@@ -2,6 +2,8 @@
 // node: GPUs, MIG devices, telemetry as a function of time since init.
 #include "model.h"
 
+#include <sys/stat.h>
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -456,12 +458,13 @@ GpuSpec readGpu(const YAML::Node& n, const std::string& path, PendingLinks& link
 }
 
 NodeSpec readNode(const YAML::Node& root) {
-    checkKeys(root, "", {"driver_version", "cuda_driver_version", "nvml_version", "init_error", "nvswitches", "gpus"});
+    checkKeys(root, "", {"driver_version", "cuda_driver_version", "nvml_version", "init_error", "nvswitches", "gpus", "dev_root"});
     NodeSpec node;
     node.driverVersion = asString(required(root, "driver_version", ""), "driver_version");
     node.cudaDriverVersion = static_cast<int>(asInt(required(root, "cuda_driver_version", ""), "cuda_driver_version", 1000, 99999));
     node.nvmlVersion = "12." + node.driverVersion;
     if (root["nvml_version"].IsDefined()) node.nvmlVersion = asString(root["nvml_version"], "nvml_version");
+    if (root["dev_root"].IsDefined()) node.devRoot = asString(root["dev_root"], "dev_root");
     if (root["init_error"].IsDefined()) {
         std::string s = asString(root["init_error"], "init_error");
         auto it = std::find_if(std::begin(kErrorNames), std::end(kErrorNames), [&](auto& e) { return s == e.first; });
@@ -666,6 +669,8 @@ void recreateMig(State& st, Gpu& gpu, const std::vector<MigSpec>& specs) {
         m->placementSize = memorySlices(m->giProfileId);
         m->placementStart = s.placementStart.value_or(cursor);
         cursor = std::max(cursor, m->placementStart + m->placementSize);
+        m->hidden = !devNodeVisible(st, "dev/nvidia-caps/nvidia-cap" + std::to_string(migCapMinor(gpu.spec.minor, m->giId, kNoId))) ||
+                    !devNodeVisible(st, "dev/nvidia-caps/nvidia-cap" + std::to_string(migCapMinor(gpu.spec.minor, m->giId, m->ciId)));
         m->gi = st.make<GpuInstanceObj>();
         m->gi->mig = m;
         m->ci = st.make<ComputeInstanceObj>();
@@ -698,6 +703,7 @@ void buildFromSpec(State& st, NodeSpec spec) {
         Gpu* g = st.make<Gpu>();
         g->index = static_cast<unsigned>(i);
         g->spec = st.node.gpus[i];
+        g->hidden = !devNodeVisible(st, "dev/nvidia" + std::to_string(g->spec.minor));
         g->lost = g->spec.lost;
         g->migEnabled = g->spec.migEnabled;
         g->migPendingEnabled = g->spec.migPendingEnabled;
@@ -712,6 +718,16 @@ unsigned long long usedBytes(const Gpu& gpu, const MigDevice* mig) {
     for (auto& [pid, p] : gpu.procs)
         if (!mig || p.giId == mig->giId) b += p.bytes;
     return b;
+}
+
+unsigned migCapMinor(unsigned gpuMinor, unsigned giId, unsigned ciId) {
+    return 3 + gpuMinor * 135 + giId * 9 + (ciId == kNoId ? 0 : 1 + ciId);
+}
+
+bool devNodeVisible(const State& st, const std::string& node) {
+    if (st.devRoot.empty()) return true;
+    struct stat sb {};
+    return ::stat((st.devRoot + "/" + node).c_str(), &sb) == 0;
 }
 
 unsigned long long usedMib(const Gpu& gpu) { return (usedBytes(gpu, nullptr) + (1 << 20) - 1) >> 20; }

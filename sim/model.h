@@ -112,6 +112,7 @@ struct GpuSpec {
 
 struct NodeSpec {
     std::string driverVersion, nvmlVersion;
+    std::string devRoot;  // fixture key dev_root (env KGPU_SIM_DEV_ROOT wins): see State::devRoot
     int cudaDriverVersion = 0;
     std::optional<nvmlReturn_t> initError;
     std::vector<PciAddr> nvswitches;
@@ -144,6 +145,7 @@ struct MigDevice : Object {
     unsigned long long memoryMib = 0;
     unsigned smCount = 0;
     unsigned placementStart = 0, placementSize = 0;
+    bool hidden = false;  // no capability nodes under the dev root: not enumerated
     GpuInstanceObj* gi = nullptr;
     ComputeInstanceObj* ci = nullptr;
 };
@@ -157,7 +159,8 @@ struct Process {
 
 struct Gpu : Object {
     Gpu() : Object(Kind::Gpu) {}
-    unsigned index = 0;
+    unsigned index = 0;  // position in the fixture (events-file commands use it)
+    bool hidden = false; // no <devRoot>/dev/nvidia<minor>: not enumerated (see State::devRoot)
     GpuSpec spec;
     // Mutable state (events file commands).
     bool lost = false;
@@ -200,7 +203,12 @@ struct State {
     std::mutex lifecycle;  // serialises init/shutdown (held while the watcher thread is joined)
     int refcount = 0;
     NodeSpec node;
-    std::vector<Gpu*> gpus;
+    std::vector<Gpu*> gpus;  // every GPU of the fixture, hidden ones included
+    // KGPU_SIM_DEV_ROOT (or the fixture's dev_root): when set, the driver shows only the GPUs whose
+    // <devRoot>/dev/nvidia<minor> exists and the MIG devices whose capability nodes
+    // <devRoot>/dev/nvidia-caps/nvidia-cap<N> exist, as the real driver shows a container only
+    // the devices whose nodes it can open. Enumeration indices count visible GPUs only.
+    std::string devRoot;
     std::vector<EventSet*> sets;
     std::chrono::steady_clock::time_point loadedAt;
 
@@ -243,6 +251,12 @@ Sample sample(const State& st, const Gpu& gpu);
 unsigned long long usedMib(const Gpu& gpu);                        // fixture fb_used + processes
 unsigned long long usedBytes(const Gpu& gpu, const MigDevice* mig);  // processes (+ fb_used for GPU)
 std::string migUuidFor(const std::string& parentUuid, unsigned giId);
+// The capability minor of a MIG GPU instance's access node (ci == kNoId) or of a compute
+// instance's, as the driver's /proc/driver/nvidia-caps/mig-minors numbers them: config 1,
+// monitor 2, then per GPU minor 15 GPU instances of 9 (the GI's node, then its 8 CIs').
+unsigned migCapMinor(unsigned gpuMinor, unsigned giId, unsigned ciId);
+// Whether a device node exists under st.devRoot (always true when devRoot is empty).
+bool devNodeVisible(const State& st, const std::string& node);
 
 // Events (events.cpp).
 void deliver(State& st, const Gpu& gpu, Object* device, unsigned long long type, unsigned long long data,

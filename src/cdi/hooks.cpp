@@ -21,6 +21,8 @@ std::string resolve_hook_path(std::string_view given) {
         for (auto d : strings::split(path, ':'))
             if (!d.empty()) dirs.emplace_back(d);
     for (const char* d : {"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}) dirs.emplace_back(d);
+    // Last, where `kgpu runtime install` puts kgpu's hook (a node without NVIDIA's toolkit).
+    dirs.emplace_back("/usr/local/kgpu");
     for (const auto& d : dirs) {
         const fs::path p = fs::path(d) / name;
         std::error_code ec;

@@ -31,7 +31,8 @@ struct HookOptions {
 };
 
 // --nvidia-cdi-hook-path as nvidia-ctk resolves it: an absolute path is used as given; a name
-// (default nvidia-cdi-hook) is looked up in PATH, falling back to /usr/bin/<name>.
+// (default nvidia-cdi-hook) is looked up in PATH, then in /usr/local/kgpu (kgpu's hook from
+// `kgpu runtime install`), falling back to /usr/bin/<name>.
 std::string resolve_hook_path(std::string_view given);
 
 class HookCreator {

@@ -5,6 +5,10 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/cdi.h"
+#include "cli/container_runtime.h"
+#include "cli/hook.h"
+#include "cli/install.h"
+#include "cli/smi.h"
 #include "cli/labels.h"
 #include "cli/runtime.h"
 #include "cli/device_plugin.h"
@@ -21,7 +25,28 @@
 
 namespace kgpu::cli {
 
+namespace {
+
+std::string_view base_name(const char* argv0) {
+    std::string_view s = argv0 ? argv0 : "";
+    if (auto slash = s.rfind('/'); slash != std::string_view::npos) s.remove_prefix(slash + 1);
+    return s;
+}
+
+}  // namespace
+
 int run(int argc, char** argv) {
+    // Commands that take another program's command line are dispatched before the flag parser
+    // (and before it is built: a container start waits for them).
+    const std::string_view invoked_as = base_name(argc > 0 ? argv[0] : nullptr);
+    if (invoked_as == "kgpu-container-runtime") return run_container_runtime({argv + 1, argv + argc});
+    if (argc > 1 && std::string_view(argv[1]) == "container-runtime" &&
+        !(argc == 3 && (std::string_view(argv[2]) == "--help" || std::string_view(argv[2]) == "-h")))
+        return run_container_runtime({argv + 2, argv + argc});
+    if (invoked_as == "nvidia-smi") return run_smi_argv({argv + 1, argv + argc});
+    if (invoked_as == "nvidia-cdi-hook") return run_hook_argv("nvidia-cdi-hook", {argv + 1, argv + argc});
+    if (argc > 1 && std::string_view(argv[1]) == "hook") return run_hook_argv("kgpu hook", {argv + 2, argv + argc});
+
     CLI::App app{"kgpu: the node side of NVIDIA GPUs in Kubernetes"};
     app.require_subcommand(1);
     app.fallthrough();  // global options (--log-level) may also follow the subcommand
@@ -35,6 +60,9 @@ int run(int argc, char** argv) {
     CLI::App* cdi_cmd = add_cdi_command(app, cdi);
     RuntimeOptions runtime_opts;
     CLI::App* runtime_cmd = add_runtime_command(app, runtime_opts);
+    InstallCliOptions install_opts;
+    add_install_command(*runtime_cmd, install_opts);
+    add_kgpu_runtime_flag(*runtime_cmd, runtime_opts.runtime_path);
     LabelsOptions labels_opts;
     add_labels_command(app, labels_opts);
     DevicePluginFlags device_plugin;
@@ -47,6 +75,11 @@ int run(int argc, char** argv) {
     add_demo_command(app, demo_opts);
     MpsControlDaemonFlags mps_flags;
     CLI::App* mount_shm_cmd = add_mps_control_daemon_command(app, mps_flags);
+    CLI::App* container_runtime_cmd = add_container_runtime_command(app);
+    HookOptions hook_opts;  // `kgpu hook` runs before this parser (run_hook_argv); here for --help
+    CLI::App* hook_cmd = add_hook_command(app, hook_opts);
+    SmiOptions smi_opts;
+    add_smi_command(app, smi_opts);
 
     try {
         app.parse(argc, argv);
@@ -68,9 +101,15 @@ int run(int argc, char** argv) {
     if (app.got_subcommand("demo")) return run_demo(demo_opts);
     if (cdi_cmd->got_subcommand("generate")) return run_cdi_generate(cdi);
     if (runtime_cmd->got_subcommand("configure")) return run_runtime_configure(runtime_opts);
+    if (runtime_cmd->got_subcommand("install")) return run_install(install_opts);
     if (app.got_subcommand("labels")) return run_labels(labels_opts);
     if (mount_shm_cmd->parsed()) return run_mps_mount_shm(mps_flags);
     if (app.got_subcommand("mps-control-daemon")) return run_mps_control_daemon(mps_flags);
+    if (app.got_subcommand("smi")) return run_smi(smi_opts);
+    // Reached only behind a global flag (`kgpu --log-level debug hook ...`): the fast paths above
+    // take the plain spellings.
+    if (app.got_subcommand("hook")) return run_hook(*hook_cmd, hook_opts);
+    if (app.got_subcommand("container-runtime")) return run_container_runtime(container_runtime_cmd->remaining());
     return 2;
 }
 

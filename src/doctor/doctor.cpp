@@ -16,6 +16,7 @@
 #include "common/files.h"
 #include "common/strings.h"
 #include "doctor/compat.h"
+#include "doctor/devchar.h"
 #include "doctor/grpc_probe.h"
 #include "doctor/host.h"
 #include "nvml/xid.h"
@@ -362,6 +363,29 @@ void check_device_nodes(State& s, CheckResult& r) {
                              "NVreg_DeviceFileMode=0666 in /etc/modprobe.d/nvidia.conf; non-root containers cannot open them otherwise.");
 }
 
+void check_dev_char(State& s, CheckResult& r) {
+    const fs::path dev_root = s.opt.driver_root.empty() ? fs::path("/") : fs::path(s.opt.driver_root);
+    auto links = nvidia_dev_char_links(s.root, dev_root);
+    if (links.empty() && dev_root != "/") links = nvidia_dev_char_links(s.root, "/");
+    if (links.empty()) {
+        note(r, "no NVIDIA character device under {}", s.host("/dev").string());
+        set(r, Status::skipped);
+        return;
+    }
+    std::vector<std::string> missing, wrong;
+    for (const auto& l : links) {
+        if (l.state == DevCharLink::State::missing) missing.push_back(fmt::format("{} ({})", l.link, l.node));
+        if (l.state == DevCharLink::State::wrong) wrong.push_back(fmt::format("{} (not {})", l.link, l.node));
+    }
+    note(r, "{} NVIDIA device node(s), {} with a /dev/char link", links.size(), links.size() - missing.size() - wrong.size());
+    for (const auto& m : missing) note(r, "missing: {}", m);
+    for (const auto& w : wrong) note(r, "points elsewhere: {}", w);
+    if (!missing.empty() || !wrong.empty())
+        set(r, Status::warn, "Without /dev/char/<major>:<minor> links a `systemctl daemon-reload` drops the GPUs from running "
+                             "containers' device rules (\"Failed to initialize NVML: Unknown Error\"): `kgpu runtime install` "
+                             "creates them (or `nvidia-ctk system create-dev-char-symlinks --create-all`).");
+}
+
 // ---- NVML -----------------------------------------------------------------------------------
 
 void check_nvml_load(State& s, CheckResult& r) {
@@ -665,8 +689,15 @@ void check_containerd(State& s, CheckResult& r) {
         std::error_code ec;
         if (!c->nvidia_binary.empty() && !fs::exists(s.host(c->nvidia_binary), ec)) {
             note(r, "{}: missing", s.host(c->nvidia_binary).string());
-            set(r, Status::fail, "The nvidia runtime points at a binary that does not exist: install "
-                                 "nvidia-container-toolkit (apt-get install -y nvidia-container-toolkit).");
+            if (c->nvidia_binary.ends_with("kgpu-container-runtime"))
+                set(r, Status::fail, "The nvidia runtime points at kgpu's runtime, which is not installed: `kgpu runtime "
+                                     "install` (the DaemonSet's init container does it).");
+            else
+                set(r, Status::fail, "The nvidia runtime points at a binary that does not exist: install "
+                                     "nvidia-container-toolkit (apt-get install -y nvidia-container-toolkit), or kgpu's "
+                                     "runtime (`kgpu runtime install`).");
+        } else if (c->nvidia_binary.ends_with("kgpu-container-runtime")) {
+            note(r, "{} is kgpu's container runtime (no NVIDIA container toolkit needed)", c->nvidia_binary);
         }
     } else {
         note(r, "no nvidia runtime");
@@ -739,6 +770,14 @@ void check_cdi_spec(State& s, CheckResult& r) {
 }
 
 void check_toolkit(State& s, CheckResult& r) {
+    if (s.containerd && s.containerd->nvidia_runtime && s.containerd->nvidia_binary.ends_with("kgpu-container-runtime")) {
+        std::error_code ec;
+        const bool present = fs::exists(s.host(s.containerd->nvidia_binary), ec);
+        note(r, "containerd's {} runtime is kgpu's: {} ({})", s.containerd->nvidia_runtime_name, s.containerd->nvidia_binary,
+             present ? "present" : "missing");
+        if (!present) set(r, Status::fail, "Install kgpu's runtime on the host: `kgpu runtime install`.");
+        return;
+    }
     const std::vector<std::string> dirs = {"/usr/bin", "/usr/local/bin", "/usr/local/nvidia/toolkit", "/bin"};
     bool any = false;
     for (const char* b : {"nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-ctk", "nvidia-container-cli"}) {
@@ -995,6 +1034,8 @@ std::vector<Check> registry() {
         {"nvml.gpu_reachable", Layer::hardware, "every GPU answers (not lost)", nvml_dev, check_gpu_reachable},
         {"driver.device_nodes", Layer::driver, "/dev/nvidia* present with sane modes", {"driver.modules"},
          check_device_nodes},
+        {"driver.dev_char", Layer::driver, "/dev/char links for the NVIDIA device nodes", {"driver.device_nodes"},
+         check_dev_char},
         {"nvml.persistence_mode", Layer::driver, "persistence mode on", nvml_dev, check_persistence},
         {"nvml.ecc", Layer::hardware, "ECC mode (no change pending)", nvml_dev, check_ecc},
         {"nvml.remapped_rows", Layer::hardware, "no remapped rows pending or failed", nvml_dev, check_remapped_rows},

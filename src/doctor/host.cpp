@@ -177,7 +177,9 @@ void apply(const toml::table& t, ContainerdConfig& c, bool is_main) {
         const toml::table* rt = node.as_table();
         if (!rt) continue;
         std::string binary = (*rt)["options"]["BinaryName"].value_or<std::string>("");
-        bool is_nvidia = name.str() == "nvidia" || binary.find("nvidia-container-runtime") != std::string::npos;
+        // kgpu's runtime (`kgpu runtime install`) is a valid GPU runtime too.
+        bool is_nvidia = name.str() == "nvidia" || binary.find("nvidia-container-runtime") != std::string::npos ||
+                         binary.ends_with("kgpu-container-runtime");
         if (is_nvidia && (!c.nvidia_runtime || name.str() == "nvidia")) {
             c.nvidia_runtime = true;
             c.nvidia_runtime_name = std::string(name.str());

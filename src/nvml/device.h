@@ -155,6 +155,10 @@ public:
     Status gpm_sample(GpmSample& into) const;
     Status gpm_mig_sample(unsigned gpu_instance_id, GpmSample& into) const;
 
+    // For `kgpu smi` and the container runtime's brand requirement (defined in smi.cpp).
+    Result<unsigned> brand() const;             // nvmlBrandType_t (2 Tesla, 14 NVIDIA, ...)
+    Result<unsigned> performance_state() const; // P-state number, 0..15 (32 unknown)
+
 private:
     friend class Session;
     friend class EventSet;

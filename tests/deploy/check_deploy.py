@@ -168,6 +168,10 @@ def pod_spec(doc):
 # with Bidirectional propagation, which Kubernetes allows privileged containers only) and its
 # daemon (compute mode, MPS servers on every GPU).
 MPS_PRIVILEGED = {"mps-control-daemon"}
+# And the container-toolkit install (`kgpu runtime install`, kgpu-runtime-install DaemonSet): it
+# writes the host's /usr/local/kgpu, /etc/containerd and /dev/char, and restarts containerd, as the
+# GPU Operator's toolkit container does (privileged there too).
+INSTALL_PRIVILEGED = (["runtime", "install"],)
 
 
 def check_pod_spec(where, spec, plain_kgpu):
@@ -219,6 +223,8 @@ def check_pod_spec(where, spec, plain_kgpu):
             sc = c.get("securityContext", {})
             if sc.get("privileged") and (c.get("args") or [None])[0] in MPS_PRIVILEGED:
                 continue  # mount(2) with Bidirectional propagation, compute mode: see check_mps
+            if sc.get("privileged") and (c.get("args") or [])[:2] in INSTALL_PRIVILEGED:
+                continue  # host files and containerd: see the comment at INSTALL_PRIVILEGED
             if sc.get("privileged"):
                 problem(f"{cw}: privileged")
             if sc.get("allowPrivilegeEscalation") is not False:

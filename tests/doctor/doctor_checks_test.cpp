@@ -3,11 +3,16 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include "doctor/doctor.h"
+#include "doctor/devchar.h"
 #include "doctor/host.h"
 #include "fake_host.h"
 #include "support/fake_device_plugin.h"
@@ -65,8 +70,9 @@ TEST(DoctorChecks, HealthySimulatedNodeIsAllOk) {
     auto r = Doc{host}();
     EXPECT_EQ(r.exit_code(), 0) << dump(r);
     for (const auto& c : r.checks) {
-        if (c.id == "driver.build_tools" || c.id == "runtime.cdi_spec") {
-            EXPECT_EQ(c.status, Status::skipped) << c.id;  // driver loaded; CDI off
+        if (c.id == "driver.build_tools" || c.id == "runtime.cdi_spec" || c.id == "driver.dev_char") {
+            // driver loaded; CDI off; the fake host's device nodes are regular files, not devices
+            EXPECT_EQ(c.status, Status::skipped) << c.id;
             continue;
         }
         EXPECT_EQ(c.status, Status::ok) << c.id << ": " << c.evidence << "\n" << c.fix;
@@ -527,6 +533,72 @@ TEST(DoctorHost, Parsers) {
     EXPECT_EQ(classify_xid(94), XidClass::recoverable);
     EXPECT_EQ(classify_xid(79), XidClass::reset_required);
     EXPECT_EQ(classify_xid(1), XidClass::unknown);
+}
+
+}  // namespace
+
+namespace {
+
+// /dev/char links (driver.dev_char) need real character devices: mknod, so root only.
+TEST(DoctorChecks, DevCharLinksForTheNvidiaNodes) {
+    if (::geteuid() != 0) GTEST_SKIP() << "mknod needs root";
+    FakeHost host;
+    for (const auto& e : std::filesystem::directory_iterator(host.path("/dev")))
+        if (e.path().filename().string().starts_with("nvidia")) std::filesystem::remove(e.path());
+    auto mknod = [&](const std::string& p, unsigned maj, unsigned min) {
+        std::filesystem::create_directories(std::filesystem::path(host.path(p)).parent_path());
+        ASSERT_EQ(::mknod(host.path(p).c_str(), S_IFCHR | 0666, makedev(maj, min)), 0) << p;
+    };
+    mknod("/dev/nvidiactl", 195, 255);
+    for (unsigned i = 0; i < 4; ++i) mknod("/dev/nvidia" + std::to_string(i), 195, i);
+    mknod("/dev/nvidia-caps/nvidia-cap1", 511, 1);
+    auto r = Doc{host}();
+    const auto& c = get(r, "driver.dev_char");
+    EXPECT_EQ(c.status, Status::warn) << c.evidence;
+    EXPECT_THAT(c.evidence, HasSubstr("missing: /dev/char/195:3 (/dev/nvidia3)"));
+    EXPECT_THAT(c.evidence, HasSubstr("missing: /dev/char/511:1 (/dev/nvidia-caps/nvidia-cap1)"));
+    EXPECT_THAT(c.fix, HasSubstr("kgpu runtime install"));
+    // What `kgpu runtime install` creates, and what udev creates (relative links), both count.
+    auto created = kgpu::doctor::create_dev_char_links(host.root());
+    ASSERT_TRUE(created) << created.error().message;
+    EXPECT_EQ(created->size(), 6u);
+    std::filesystem::remove(host.path("/dev/char/195:0"));
+    std::filesystem::create_symlink("../nvidia0", host.path("/dev/char/195:0"));
+    auto again = Doc{host}();
+    EXPECT_EQ(get(again, "driver.dev_char").status, Status::ok) << get(again, "driver.dev_char").evidence;
+    std::filesystem::remove(host.path("/dev/char/195:1"));
+    std::filesystem::create_symlink("/dev/nvidia2", host.path("/dev/char/195:1"));
+    auto wrong = Doc{host}();
+    EXPECT_THAT(get(wrong, "driver.dev_char").evidence, HasSubstr("points elsewhere: /dev/char/195:1"));
+}
+
+}  // namespace
+
+namespace {
+
+// kgpu's own runtime (`kgpu runtime install`) is a valid setup without NVIDIA's toolkit.
+TEST(DoctorChecks, KgpusRuntimeCountsAsTheGpuRuntime) {
+    FakeHost host;
+    host.live_kubelet();
+    host.write("/etc/containerd/config.toml",
+               "version = 2\n"
+               "[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = \"nvidia\"\n"
+               "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\n  runtime_type = \"io.containerd.runc.v2\"\n"
+               "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\n"
+               "  BinaryName = \"/usr/local/kgpu/kgpu-container-runtime\"\n");
+    for (const char* b : {"/usr/bin/nvidia-container-runtime", "/usr/bin/nvidia-container-runtime-hook", "/usr/bin/nvidia-ctk",
+                          "/usr/bin/nvidia-container-cli"})
+        host.remove(b);
+    auto missing = Doc{host}();
+    EXPECT_EQ(get(missing, "runtime.containerd").status, Status::fail);
+    EXPECT_THAT(get(missing, "runtime.containerd").fix, HasSubstr("kgpu runtime install"));
+    EXPECT_EQ(get(missing, "runtime.toolkit").status, Status::fail);
+    host.write("/usr/local/kgpu/kgpu-container-runtime", "");
+    auto r = Doc{host}();
+    EXPECT_EQ(get(r, "runtime.containerd").status, Status::ok) << get(r, "runtime.containerd").evidence;
+    EXPECT_THAT(get(r, "runtime.containerd").evidence, HasSubstr("kgpu's container runtime"));
+    EXPECT_EQ(get(r, "runtime.toolkit").status, Status::ok) << get(r, "runtime.toolkit").evidence;
+    EXPECT_THAT(get(r, "runtime.toolkit").evidence, HasSubstr("runtime is kgpu's"));
 }
 
 }  // namespace

@@ -161,12 +161,25 @@ PodSettings settings_of(const std::string& container_name, const std::string& im
 }
 
 // What the NVIDIA runtime injects on a GPU node, from the build tree: the driver's library where
-// the runtime mounts it (kgpu finds it there with its default search) and the node fixture.
+// the runtime mounts it (kgpu finds it there with its default search) and the node fixture. The
+// real libnvidia-ml needs only glibc; the simulator also needs the C++ runtime and yaml-cpp,
+// which kgpu (linked statically apart from glibc) does not bring into the image: those are
+// mounted at their host paths too, as part of the stand-in driver.
 std::vector<std::string> simulated_driver() {
-    return {"--mount", std::string("type=bind,src=") + KGPU_SIM_LIBRARY +
-                           ",dst=/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1,options=rbind:ro",
-            "--mount", "type=bind,src=" + kSource + "/sim/nodes,dst=/kgpu-sim/nodes,options=rbind:ro",
-            "--env", "KGPU_SIM_NODE=/kgpu-sim/nodes/dgx-h100.yaml"};
+    std::vector<std::string> flags = {
+        "--mount", std::string("type=bind,src=") + KGPU_SIM_LIBRARY + ",dst=/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1,options=rbind:ro",
+        "--mount", "type=bind,src=" + kSource + "/sim/nodes,dst=/kgpu-sim/nodes,options=rbind:ro",
+        "--env", "KGPU_SIM_NODE=/kgpu-sim/nodes/dgx-h100.yaml"};
+    std::istringstream ldd(run_process({"/usr/bin/ldd", KGPU_SIM_LIBRARY}).out);
+    for (std::string line; std::getline(ldd, line);) {
+        auto arrow = line.find("=> /");
+        if (arrow == std::string::npos) continue;
+        const std::string path = line.substr(arrow + 3, line.find(' ', arrow + 3) - arrow - 3);
+        const std::string name = fs::path(path).filename().string();
+        if (name.starts_with("libc.so") || name.starts_with("libm.so") || name.starts_with("ld-linux")) continue;
+        flags.insert(flags.end(), {"--mount", "type=bind,src=" + path + ",dst=" + path + ",options=rbind:ro"});
+    }
+    return flags;
 }
 
 TEST(Image, BuiltWithoutARegistryImportedIntoContainerdAndRunsLikeTheDaemonSet) {

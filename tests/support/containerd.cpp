@@ -27,19 +27,24 @@ std::string TestContainerd::unavailable_reason() {
     return {};
 }
 
-TestContainerd::TestContainerd(const std::string& dir, std::chrono::seconds timeout) : socket_(dir + "/containerd.sock") {
+TestContainerd::TestContainerd(const std::string& dir, std::chrono::seconds timeout)
+    : TestContainerd(dir, Options{{}, true, timeout}) {}
+
+TestContainerd::TestContainerd(const std::string& dir, const Options& o) : socket_(dir + "/containerd.sock") {
+    const auto timeout = o.timeout;
     std::filesystem::create_directories(dir);
     // restrict_oom_score_adj: this VM does not let a process lower its OOM score (DESIGN.md facts).
     const std::string config = dir + "/containerd.toml";
     std::ofstream(config) << "version = 2\n"
                           << "root = \"" << dir << "/root\"\n"
                           << "state = \"" << dir << "/state\"\n"
+                          << (o.cri ? "" : "disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n")
                           << "[grpc]\n  address = \"" << socket_ << "\"\n"
                           << "[ttrpc]\n  address = \"" << socket_ << ".ttrpc\"\n"
                           << "[plugins.\"io.containerd.grpc.v1.cri\"]\n"
                           << "  restrict_oom_score_adj = true\n"
                           << "  disable_apparmor = true\n";
-    process_ = std::make_unique<ChildProcess>(std::vector<std::string>{find_program("containerd"), "--config", config});
+    process_ = std::make_unique<ChildProcess>(std::vector<std::string>{find_program("containerd"), "--config", config}, o.env);
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (!std::filesystem::exists(socket_) && std::chrono::steady_clock::now() < deadline && process_->running())
         std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -1,9 +1,11 @@
 // Debian's containerd (scripts/setup installs it) started by a test as root, with its own root,
 // state dir and sockets in a temp dir: nothing is shared with a containerd the machine runs.
-// Used by the CRI client test (tests/attribution) and the image test (tests/image).
+// Used by the CRI client test (tests/attribution), the image test (tests/image) and the container
+// toolkit's end-to-end test (tests/toolkit).
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,9 +19,16 @@ public:
     // Why containerd cannot run here (no containerd or ctr binary, not root), or "" when it can.
     static std::string unavailable_reason();
 
+    struct Options {
+        std::map<std::string, std::string> env;  // containerd's environment (its shims and runtimes inherit it)
+        bool cri = true;                         // false: the CRI plugin is disabled (a faster start)
+        std::chrono::seconds timeout{30};
+    };
+
     // Starts containerd with everything under `dir` and waits (up to `timeout`) for its socket.
     // started() says whether the socket appeared; error() has containerd's log when not.
     explicit TestContainerd(const std::string& dir, std::chrono::seconds timeout = std::chrono::seconds(30));
+    TestContainerd(const std::string& dir, const Options& options);
     ~TestContainerd();
     TestContainerd(const TestContainerd&) = delete;
     TestContainerd& operator=(const TestContainerd&) = delete;

@@ -1,0 +1,58 @@
+// The container runtime's configuration (`kgpu container-runtime`, docs/container-runtime.md):
+// a flat TOML file, default /etc/kgpu/container-runtime.toml, or the file named by env
+// KGPU_RUNTIME_CONFIG (DESIGN.md "Fixed interfaces"). The two accept-* keys keep the names and the
+// meaning of NVIDIA's /etc/nvidia-container-runtime/config.toml.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+
+namespace kgpu::toolkit {
+
+inline constexpr std::string_view kDefaultConfigPath = "/etc/kgpu/container-runtime.toml";
+inline constexpr std::string_view kConfigEnv = "KGPU_RUNTIME_CONFIG";
+
+struct RuntimeConfig {
+    // The OCI runtime that does the work: an absolute path, or names searched in PATH in order.
+    std::vector<std::string> low_level_runtime = {"runc", "crun"};
+    std::string driver_root = "/";   // host path of the driver's files (GPU Operator: /run/nvidia/driver)
+    std::string dev_root;            // root under which dev/nvidia* are found; "" = the driver root
+    std::string nvml_library;        // explicit libnvidia-ml path; "" = searched under the driver root
+    std::string proc_root = "/proc"; // the host's /proc (MIG capability minors)
+    std::string log_file;            // appended to; "" = none (errors still reach runc's --log file)
+    std::string log_level = "info";  // debug, info, warn, error
+    // NVIDIA's security settings, with NVIDIA's defaults (drop-in); `kgpu runtime install` writes
+    // the secure pair (false, true).
+    bool accept_envvar_when_unprivileged = true;
+    bool accept_volume_mounts = false;
+    // CDI device requests in annotations whose key starts with one of these.
+    std::vector<std::string> annotation_prefixes = {"cdi.k8s.io/"};
+    // The CDI kind kgpu resolves in memory; other kinds are left to containerd's CDI support.
+    std::string default_kind = "nvidia.com/gpu";
+    // The createContainer hooks' binary (a host path). "" = nvidia-cdi-hook next to this binary
+    // when present (the layout `kgpu runtime install` makes), else this binary itself.
+    std::string hook_path;
+    // The host's ldconfig the update-ldcache hook runs ("@" prefix: a host path, as NVIDIA spells it).
+    std::string ldconfig_path = "@/sbin/ldconfig";
+    // Skip every NVIDIA_REQUIRE_* check (as if each container set NVIDIA_DISABLE_REQUIRE=true).
+    bool disable_require = false;
+
+    std::string source;  // the file read, or "" for built-in defaults
+};
+
+// Parses the file's text; `source` names it in messages. Errors (Code::parse / invalid_argument):
+// not TOML ("<source>:<line>:<col>: ..."), an unknown key or a value of the wrong type or range
+// ("<source>:<line>: key '<k>': expected ...").
+Result<RuntimeConfig> parse_config(std::string_view text, std::string_view source);
+
+// The file named by KGPU_RUNTIME_CONFIG (`env_value`, when non-empty; it must exist), else
+// kDefaultConfigPath (missing = defaults).
+Result<RuntimeConfig> load_config(std::string_view env_value);
+
+// The config as TOML (every key, with a comment each), for `kgpu runtime install`.
+std::string render_config(const RuntimeConfig& config);
+
+}  // namespace kgpu::toolkit

@@ -1,0 +1,466 @@
+#include "toolkit/hooks.h"
+
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <glob.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <iterator>
+#include <regex>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/files.h"
+#include "common/strings.h"
+#include "toolkit/root.h"
+
+namespace kgpu::toolkit {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+Result<std::string> container_root_from_state(std::string_view state_json) {
+    json state;
+    try {
+        state = json::parse(state_json);
+    } catch (const json::parse_error& e) {
+        return fail(Code::parse, "container state (stdin): not JSON: {}", e.what());
+    }
+    if (!state.is_object() || !state.contains("bundle") || !state["bundle"].is_string())
+        return fail(Code::invalid_argument, "container state: no \"bundle\" string (expected the OCI state runc passes to hooks)");
+    const fs::path bundle = state["bundle"].get<std::string>();
+    auto text = files::read(bundle / "config.json");
+    if (!text) return std::unexpected(text.error());
+    json spec;
+    try {
+        spec = json::parse(*text);
+    } catch (const json::parse_error& e) {
+        return fail(Code::parse, "{}: not JSON: {}", (bundle / "config.json").string(), e.what());
+    }
+    std::string root;
+    if (spec.is_object() && spec.contains("root") && spec["root"].is_object() && spec["root"].contains("path") &&
+        spec["root"]["path"].is_string())
+        root = spec["root"]["path"].get<std::string>();
+    if (root.empty()) return fail(Code::invalid_argument, "{}: no root.path", (bundle / "config.json").string());
+    return fs::path(root).is_absolute() ? root : (bundle / root).lexically_normal().string();
+}
+
+Result<std::string> load_container_root(const std::string& container_spec) {
+    std::string text;
+    if (container_spec.empty() || container_spec == "-") {
+        text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+    } else {
+        auto t = files::read(container_spec);
+        if (!t) return std::unexpected(t.error());
+        text = std::move(*t);
+    }
+    return container_root_from_state(text);
+}
+
+// ---- update-ldcache --------------------------------------------------------------------------
+
+namespace {
+
+// The directories glibc's ldconfig searches without configuration, as the image's distribution
+// builds it (NVIDIA's debianSystemSearchPaths / nonDebianSystemSearchPaths for x86_64, aarch64).
+std::vector<std::string> system_dirs(bool debian_like) {
+#if defined(__aarch64__)
+    const char* multiarch = "aarch64-linux-gnu";
+#else
+    const char* multiarch = "x86_64-linux-gnu";
+#endif
+    if (debian_like)
+        return {fmt::format("/lib/{}", multiarch), fmt::format("/usr/lib/{}", multiarch), "/lib", "/usr/lib"};
+#if defined(__aarch64__)
+    return {"/lib", "/usr/lib", "/lib64", "/usr/lib64"};
+#else
+    return {"/lib", "/usr/lib", "/lib64", "/usr/lib64", "/libx32", "/usr/libx32"};
+#endif
+}
+
+bool regular_file(const char* p) {
+    struct stat st {};
+    return ::stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// The directories ld.so.conf (and what it includes) names, read inside the chroot.
+void configured_dirs(const std::string& file, std::set<std::string>& dirs, std::set<std::string>& seen) {
+    if (!seen.insert(file).second) return;
+    auto text = files::read(file);
+    if (!text) return;
+    for (auto line : strings::split(*text, '\n')) {
+        line = strings::trim(line);
+        if (line.empty() || line.starts_with('#')) continue;
+        if (line.starts_with("include ")) {
+            std::string pattern(strings::trim(line.substr(8)));
+            glob_t g{};
+            if (::glob(pattern.c_str(), 0, nullptr, &g) == 0)
+                for (size_t i = 0; i < g.gl_pathc; ++i) configured_dirs(g.gl_pathv[i], dirs, seen);
+            ::globfree(&g);
+            continue;
+        }
+        dirs.emplace(line);
+    }
+}
+
+Status write_new_file(const std::string& path, const std::string& content) {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) return fail(Code::io, "creating {}: {}", path, std::strerror(errno));
+    Fd f(fd);
+    if (::write(fd, content.data(), content.size()) != static_cast<ssize_t>(content.size()) || ::fchmod(fd, 0644) != 0)
+        return fail(Code::io, "writing {}: {}", path, std::strerror(errno));
+    return {};
+}
+
+std::string lines(const std::vector<std::string>& dirs) {
+    std::string out;
+    std::set<std::string> added;
+    for (const auto& d : dirs)
+        if (added.insert(d).second) out += d + "\n";
+    return out;
+}
+
+// Runs in the child, already chrooted into the container: writes the configuration and execs
+// ldconfig from `ldconfig_fd`. Returns only on failure (the message is printed).
+[[noreturn]] void ldconfig_in_root(int ldconfig_fd, const std::vector<std::string>& folders) {
+    auto die = [](const std::string& msg) {
+        std::string line = "update-ldcache: " + msg + "\n";
+        (void)!::write(STDERR_FILENO, line.data(), line.size());
+        ::_exit(1);
+    };
+    ::mkdir("/etc", 0755);
+    ::mkdir("/etc/ld.so.conf.d", 0755);
+    // An image without /etc/ld.so.conf (distroless) gets the usual one.
+    if (int fd = ::open("/etc/ld.so.conf", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644); fd >= 0) {
+        const std::string text = "include /etc/ld.so.conf.d/*.conf\n";
+        (void)!::write(fd, text.data(), text.size());
+        ::close(fd);
+    }
+    const auto system = system_dirs(regular_file("/etc/debian_version"));
+    std::set<std::string> have(system.begin(), system.end()), seen;
+    configured_dirs("/etc/ld.so.conf", have, seen);
+    std::vector<std::string> added;
+    for (const auto& f : folders)
+        if (have.insert(f).second) added.push_back(f);
+    const std::string suffix = random_suffix();
+    if (!added.empty())
+        if (auto st = write_new_file("/etc/ld.so.conf.d/00-kgpu-" + suffix + ".conf", lines(added)); !st) die(st.error().message);
+    // The image's own system directories last (the host's ldconfig may have other built-in ones).
+    if (auto st = write_new_file("/etc/ld.so.conf.d/zz-kgpu-" + suffix + ".conf", lines(system)); !st) die(st.error().message);
+    if (regular_file("/etc/alpine-release")) {
+        // musl reads no cache: its search path file lists the directories.
+#if defined(__aarch64__)
+        const char* path_file = "/etc/ld-musl-aarch64.path";
+#else
+        const char* path_file = "/etc/ld-musl-x86_64.path";
+#endif
+        std::vector<std::string> all = added;
+        all.insert(all.end(), system.begin(), system.end());
+        if (int fd = ::open(path_file, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0644); fd >= 0) {
+            const std::string text = lines(all);
+            (void)!::write(fd, text.data(), text.size());
+            ::close(fd);
+        }
+    }
+    const char* argv[] = {"ldconfig", "-f", "/etc/ld.so.conf", "-C", "/etc/ld.so.cache", nullptr};
+    const char* envp[] = {nullptr};
+    ::syscall(SYS_execveat, ldconfig_fd, "", argv, envp, AT_EMPTY_PATH);
+    die(fmt::format("cannot run the host's ldconfig: {}", std::strerror(errno)));
+    ::_exit(1);
+}
+
+}  // namespace
+
+Status update_ldcache(const std::string& root, const LdcacheOptions& o) {
+    if (root.empty() || root == "/") return fail(Code::invalid_argument, "update-ldcache: container root '{}' is the host's", root);
+    std::string ldconfig = o.ldconfig_path;
+    if (ldconfig.starts_with('@')) ldconfig.erase(0, 1);
+    // Ubuntu's /sbin/ldconfig is a shell script around ldconfig.real.
+    if (regular_file((ldconfig + ".real").c_str())) ldconfig += ".real";
+    int ld = ::open(ldconfig.c_str(), O_RDONLY | O_CLOEXEC);
+    if (ld < 0) return fail(Code::not_found, "update-ldcache: host ldconfig {}: {}", ldconfig, std::strerror(errno));
+    Fd ld_fd(ld);
+    {
+        auto r = RootDir::open(root);  // refuses "/" and checks openat2 before anything runs
+        if (!r) return std::unexpected(r.error());
+    }
+    pid_t pid = ::fork();
+    if (pid < 0) return fail(Code::io, "update-ldcache: fork: {}", std::strerror(errno));
+    if (pid == 0) {
+        // A mount namespace of our own (nothing we do reaches the container's), then the root.
+        if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0) {
+            std::string msg = fmt::format("update-ldcache: new mount namespace: {}\n", std::strerror(errno));
+            (void)!::write(STDERR_FILENO, msg.data(), msg.size());
+            ::_exit(1);
+        }
+        if (::chroot(root.c_str()) != 0 || ::chdir("/") != 0) {
+            std::string msg = fmt::format("update-ldcache: chroot {}: {}\n", root, std::strerror(errno));
+            (void)!::write(STDERR_FILENO, msg.data(), msg.size());
+            ::_exit(1);
+        }
+        ldconfig_in_root(ld_fd.get(), o.folders);
+    }
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return {};
+    return fail(Code::io, "update-ldcache: ldconfig in {} failed ({} {})", root, WIFEXITED(status) ? "exit status" : "signal",
+                WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+}
+
+// ---- create-symlinks -------------------------------------------------------------------------
+
+Status create_symlinks(const std::string& root, const std::vector<std::string>& links) {
+    auto r = RootDir::open(root);
+    if (!r) return std::unexpected(r.error());
+    std::set<std::string> done;
+    for (const auto& spec : links) {
+        if (!done.insert(spec).second) continue;
+        auto sep = spec.find("::");
+        if (sep == std::string::npos || spec.find("::", sep + 2) != std::string::npos || sep == 0 || sep + 2 == spec.size())
+            return fail(Code::invalid_argument, "create-symlinks: --link '{}': expected <target>::<link>", spec);
+        const std::string target = spec.substr(0, sep), link = spec.substr(sep + 2);
+        if (auto current = r->readlink(link); current && *current == target) continue;
+        if (auto st = r->symlink(target, link); !st) return std::unexpected(st.error().context("create-symlinks"));
+    }
+    return {};
+}
+
+// ---- enable-cuda-compat ----------------------------------------------------------------------
+
+namespace {
+
+std::optional<std::vector<unsigned long>> version_of(std::string_view v) {
+    if (v.starts_with('v')) v.remove_prefix(1);
+    if (v.empty()) return std::nullopt;
+    std::vector<unsigned long> out;
+    for (auto p : strings::split(v, '.')) {
+        unsigned long n = 0;
+        auto [ptr, ec] = std::from_chars(p.data(), p.data() + p.size(), n);
+        if (p.empty() || ec != std::errc{} || ptr != p.data() + p.size()) return std::nullopt;
+        out.push_back(n);
+    }
+    return out;
+}
+
+int compare(const std::vector<unsigned long>& a, const std::vector<unsigned long>& b) {
+    for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+        unsigned long x = i < a.size() ? a[i] : 0, y = i < b.size() ? b[i] : 0;
+        if (x != y) return x < y ? -1 : 1;
+    }
+    return 0;
+}
+
+template <class T>
+bool read_at(std::string_view data, size_t off, T& out) {
+    if (off > data.size() || data.size() - off < sizeof(T)) return false;
+    std::memcpy(&out, data.data() + off, sizeof(T));
+    return true;
+}
+
+}  // namespace
+
+std::optional<std::string> cuda_compat_note(std::string_view elf) {
+    // ELF64 little-endian only (x86_64, aarch64).
+    if (elf.size() < 64 || elf.substr(0, 4) != "\x7f" "ELF" || elf[4] != 2 || elf[5] != 1) return std::nullopt;
+    std::uint64_t shoff = 0;
+    std::uint16_t shentsize = 0, shnum = 0, shstrndx = 0;
+    if (!read_at(elf, 0x28, shoff) || !read_at(elf, 0x3A, shentsize) || !read_at(elf, 0x3C, shnum) ||
+        !read_at(elf, 0x3E, shstrndx) || shentsize < 64 || shstrndx >= shnum)
+        return std::nullopt;
+    struct Section {
+        std::uint32_t name, type;
+        std::uint64_t offset, size, align;
+    };
+    auto section = [&](unsigned i, Section& s) {
+        size_t base = shoff + static_cast<size_t>(i) * shentsize;
+        return read_at(elf, base, s.name) && read_at(elf, base + 4, s.type) && read_at(elf, base + 24, s.offset) &&
+               read_at(elf, base + 32, s.size) && read_at(elf, base + 48, s.align);
+    };
+    Section strtab{};
+    if (!section(shstrndx, strtab) || strtab.offset > elf.size() || strtab.size > elf.size() - strtab.offset) return std::nullopt;
+    std::string_view names = elf.substr(strtab.offset, strtab.size);
+    for (unsigned i = 0; i < shnum; ++i) {
+        Section s{};
+        if (!section(i, s) || s.type != 7 /* SHT_NOTE */ || s.name >= names.size()) continue;
+        std::string_view name = names.substr(s.name);
+        name = name.substr(0, name.find('\0'));
+        if (name != ".note.cuda.fwd_compatibility") continue;
+        if (s.offset > elf.size() || s.size > elf.size() - s.offset) return std::nullopt;
+        std::string_view note = elf.substr(s.offset, s.size);
+        std::uint32_t namesz = 0, descsz = 0;
+        if (!read_at(note, 0, namesz) || !read_at(note, 4, descsz) || namesz == 0 || descsz == 0) return std::nullopt;
+        const std::uint64_t align = s.align > 1 ? s.align : 4;
+        const size_t name_at = 12, desc_at = name_at + static_cast<size_t>((namesz + align - 1) & ~(align - 1));
+        if (name_at + namesz > note.size() || desc_at > note.size()) return std::nullopt;
+        std::string_view owner = note.substr(name_at, namesz);
+        while (!owner.empty() && owner.back() == '\0') owner.remove_suffix(1);
+        if (owner != "NVIDIA Corporation") return std::nullopt;
+        std::string_view desc = note.substr(desc_at, std::min<size_t>(descsz, note.size() - desc_at));
+        while (!desc.empty() && desc.back() == '\0') desc.remove_suffix(1);
+        return std::string(desc);
+    }
+    return std::nullopt;
+}
+
+bool use_cuda_compat(const std::string& file_name, const std::optional<std::string>& note, const std::string& driver,
+                     const std::string& cuda) {
+    std::string_view v = file_name;
+    if (v.starts_with("libcuda.so.")) v.remove_prefix(11);
+    auto compat = version_of(v);
+    auto host = version_of(driver);
+    auto host_cuda = version_of(cuda);
+    if (note) {
+        json h;
+        try {
+            h = json::parse(*note);
+        } catch (const json::parse_error&) {
+            h = nullptr;
+        }
+        if (h.is_object()) {
+            if (!compat || !host) {
+                if (!host_cuda) return false;
+                auto want = h.contains("CUDA Version") && h["CUDA Version"].is_string()
+                                ? version_of(h["CUDA Version"].get<std::string>())
+                                : std::nullopt;
+                return want && compare(*want, *host_cuda) > 0;
+            }
+            bool branch = false;
+            if (h.contains("Driver") && h["Driver"].is_array())
+                for (const auto& d : h["Driver"])
+                    if (d.is_number_integer() && d.get<long>() >= 0 && static_cast<unsigned long>(d.get<long>()) == host->front())
+                        branch = true;
+            return branch && compare(*compat, *host) > 0;
+        }
+    }
+    if (!cuda.empty()) return false;
+    if (!compat || !host) return false;
+    return host->front() < compat->front();
+}
+
+Status enable_cuda_compat(const std::string& root, const CudaCompatOptions& o) {
+    if (o.host_driver_version.empty() && o.host_cuda_version.empty()) return {};
+    auto r = RootDir::open(root);
+    if (!r) return std::unexpected(r.error());
+    auto names = r->list(o.compat_dir);
+    if (!names) return {};  // no compat directory in the image
+    std::vector<std::string> libs;
+    for (const auto& n : *names) {
+        if (::fnmatch("libcuda.so.*.*", n.c_str(), 0) != 0) continue;
+        auto fd = r->open_at(o.compat_dir + "/" + n, O_PATH | O_NOFOLLOW);
+        struct stat st {};
+        if (fd && ::fstat(fd->get(), &st) == 0 && S_ISREG(st.st_mode)) libs.push_back(n);
+    }
+    if (libs.size() != 1) return {};  // none, or ambiguous (NVIDIA warns and does nothing)
+    auto fd = r->open_at(o.compat_dir + "/" + libs[0], O_RDONLY);
+    if (!fd) return std::unexpected(fd.error().context("enable-cuda-compat"));
+    auto bytes = files::read(fd_path(fd->get()));
+    if (!bytes) return std::unexpected(bytes.error().context("enable-cuda-compat"));
+    if (!use_cuda_compat(libs[0], cuda_compat_note(*bytes), o.host_driver_version, o.host_cuda_version)) return {};
+    std::string dir = fs::path("/" + o.compat_dir).lexically_normal().string();
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    return r->write_file("/etc/ld.so.conf.d/00-compat-" + random_suffix() + ".conf", dir + "\n", 0644);
+}
+
+// ---- disable-device-node-modification --------------------------------------------------------
+
+std::optional<std::string> params_without_device_modification(std::string_view params) {
+    std::string out;
+    bool changed = false;
+    for (auto line : strings::split(params, '\n')) {
+        if (line.starts_with("ModifyDeviceFiles: ")) {
+            if (line == "ModifyDeviceFiles: 0") return std::nullopt;
+            if (line == "ModifyDeviceFiles: 1") {
+                line = "ModifyDeviceFiles: 0";
+                changed = true;
+            }
+        }
+        out += line;
+        out += '\n';
+    }
+    if (!params.empty() && params.back() == '\n') out.pop_back();  // split's final empty piece
+    if (!changed) return std::nullopt;
+    return out;
+}
+
+Status disable_device_node_modification(const std::string& root, const std::string& params_path) {
+    auto text = files::read(params_path);
+    if (!text) return text.error().code == Code::not_found ? Status{} : std::unexpected(text.error());
+    auto modified = params_without_device_modification(*text);
+    if (!modified) return {};
+    auto r = RootDir::open(root);
+    if (!r) return std::unexpected(r.error());
+    const std::string scratch = "/run/kgpu-hook-" + random_suffix();
+    auto dir = r->mkdir_all(scratch, 0755);
+    if (!dir) return std::unexpected(dir.error());
+    const std::string opts = fmt::format("size={},mode=0755", std::max<size_t>(modified->size(), 4096));
+    if (::mount("tmpfs", fd_path(dir->get()).c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts.c_str()) != 0)
+        return fail(Code::io, "disable-device-node-modification: tmpfs on {}: {}", scratch, std::strerror(errno));
+    if (auto st = r->write_file(scratch + "/params", *modified, 0444); !st) return st;
+    auto src = r->open_at(scratch + "/params", O_PATH);
+    if (!src) return std::unexpected(src.error());
+    auto dst = r->open_at("/proc/driver/nvidia/params", O_PATH);
+    if (!dst) return std::unexpected(dst.error().context("disable-device-node-modification"));
+    if (::mount(fd_path(src->get()).c_str(), fd_path(dst->get()).c_str(), nullptr, MS_BIND, nullptr) != 0)
+        return fail(Code::io, "disable-device-node-modification: bind mount over /proc/driver/nvidia/params: {}",
+                    std::strerror(errno));
+    auto bound = r->open_at("/proc/driver/nvidia/params", O_PATH);
+    if (bound) ::mount(nullptr, fd_path(bound->get()).c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NODEV | MS_NOSUID, nullptr);
+    return {};
+}
+
+// ---- update-application-profile --------------------------------------------------------------
+
+Status update_application_profile(const std::string& root) {
+    auto r = RootDir::open(root);
+    if (!r) return std::unexpected(r.error());
+    auto names = r->list("/dev");
+    if (!names) return {};
+    static const std::regex gpu_node("^nvidia[0-9]+$");
+    std::uint64_t mask = 0;
+    for (const auto& n : *names) {
+        if (!std::regex_match(n, gpu_node)) continue;
+        auto fd = r->open_at("/dev/" + n, O_PATH | O_NOFOLLOW);
+        struct stat st {};
+        if (!fd || ::fstat(fd->get(), &st) != 0 || !S_ISCHR(st.st_mode)) continue;
+        unsigned minor_number = minor(st.st_rdev);
+        if (minor_number < 64) mask |= std::uint64_t{1} << minor_number;
+    }
+    if (mask == 0) return {};
+    const std::string conf = fmt::format(
+        R"({{"profiles":[{{"name":"_container_","settings":["EGLVisibleDGPUDevices",0x{:x}]}}],"rules":[{{"pattern":[],"profile":"_container_"}}]}})",
+        mask);
+    return r->write_file("/etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf", conf, 0444, false, 0555);
+}
+
+// ---- chmod -----------------------------------------------------------------------------------
+
+Status chmod_paths(const std::string& root, const std::vector<std::string>& paths, unsigned mode) {
+    auto r = RootDir::open(root);
+    if (!r) return std::unexpected(r.error());
+    for (const auto& p : paths) {
+        auto fd = r->open_at(p, O_PATH);
+        if (!fd) continue;  // NVIDIA skips paths that do not exist
+        struct stat st {};
+        if (::fstat(fd->get(), &st) == 0 && (st.st_mode & 07777) == mode) continue;
+        if (::fchmodat(AT_FDCWD, fd_path(fd->get()).c_str(), mode, 0) != 0 && errno != EPERM && errno != EACCES)
+            return fail(Code::io, "chmod {} in {}: {}", p, root, std::strerror(errno));
+    }
+    return {};
+}
+
+}  // namespace kgpu::toolkit

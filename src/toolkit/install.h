@@ -1,0 +1,60 @@
+// `kgpu runtime install`: puts kgpu on the node so that a GPU node needs only the driver and
+// kgpu (what the GPU Operator's toolkit container does for NVIDIA's toolkit). Run on the host, or
+// from the DaemonSet's init container with the host's / mounted at --host-root:
+//   1. copies this binary to <install-dir>/kgpu, with the links kgpu-container-runtime and
+//      nvidia-cdi-hook next to it;
+//   2. runs the copy inside the host's root (chroot), to prove it runs there before anything
+//      points at it;
+//   3. writes the container runtime's config (toolkit/config.h);
+//   4. points containerd's `nvidia` runtime at <install-dir>/kgpu-container-runtime
+//      (src/runtime, as `kgpu runtime configure --kgpu-runtime`);
+//   5. restarts containerd, only when its config changed, by the chosen mode;
+//   6. creates the /dev/char links of the NVIDIA device nodes (doctor/devchar.h).
+// Idempotent: what is already right is not rewritten, and says so.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "toolkit/config.h"
+
+namespace kgpu::toolkit {
+
+enum class RestartMode { none, signal, systemd };
+
+struct InstallOptions {
+    std::filesystem::path host_root = "/";
+    std::string install_dir = "/usr/local/kgpu";                      // host paths from here on
+    std::string source_binary;                                         // "" = /proc/self/exe
+    std::string runtime_config_path = std::string(kDefaultConfigPath);
+    RuntimeConfig runtime;                                             // what the config file says
+    std::string containerd_config = "/etc/containerd/config.toml";
+    std::string drop_in;                                               // "" = edit containerd_config in place
+    std::string runtime_name = "nvidia";
+    bool set_as_default = false;
+    bool enable_cdi = false;
+    RestartMode restart = RestartMode::signal;
+    std::string containerd_socket = "/run/containerd/containerd.sock";
+    std::string dbus_socket = "/run/dbus/system_bus_socket";
+    std::string containerd_unit = "containerd.service";
+    bool dev_char_links = true;
+    bool verify = true;
+};
+
+struct InstallReport {
+    std::vector<std::string> lines;  // what was done (or found right), one sentence each
+    bool containerd_changed = false;
+};
+
+// Errors name the step and the path. Whatever was done before a failing step stays done (each
+// step is atomic and idempotent: run it again after fixing the cause).
+Result<InstallReport> install(const InstallOptions& options);
+
+// Sends SIGHUP to the process serving `socket` (its peer credentials): containerd does not handle
+// the signal and exits, and systemd's Restart= brings it back with the new config (NVIDIA's
+// installer does the same). Returns the pid signalled.
+Result<int> signal_socket_owner(const std::string& socket);
+
+}  // namespace kgpu::toolkit

@@ -1,0 +1,193 @@
+// The built binary as kgpu-container-runtime, nvidia-cdi-hook and nvidia-smi, against the
+// simulator, a fake driver root and a stand-in low-level runtime that records how it was called
+// (no root, no containerd: the end-to-end test with both is containerd_e2e_test.cpp).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "driver_root.h"
+#include "support/process.h"
+
+namespace fs = std::filesystem;
+using kgpu::test::run_process;
+using kgpu::test::RunResult;
+using kgpu::test::TempDir;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+namespace {
+
+const char* kGpu3 = "GPU-2fbe396f-df9c-d5a1-4b31-c1658bb71f80";
+
+std::string slurp(const std::string& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+struct Runtime : ::testing::Test {
+    kgpu::test::FakeDriverRoot drv;
+    TempDir dir;
+    std::string bin, fake_runc, config, bundle;
+    std::map<std::string, std::string> env;
+
+    Runtime() {
+        bin = dir.path() + "/bin";
+        fs::create_directories(bin);
+        for (const char* name : {"kgpu-container-runtime", "nvidia-cdi-hook", "nvidia-smi"})
+            fs::create_symlink(KGPU_BINARY, bin + "/" + name);
+        // The low-level runtime: records argv and the spec it was handed.
+        fake_runc = dir.write("fake-runc", "#!/bin/sh\n"
+                                           "printf '%s\\n' \"$@\" > " + dir.path() + "/runc.argv\n"
+                                           "b=.; prev=; for a in \"$@\"; do [ \"$prev\" = --bundle ] && b=$a; prev=$a; done\n"
+                                           "[ -f \"$b/config.json\" ] && cp \"$b/config.json\" " + dir.path() + "/runc.config.json\n"
+                                           "[ \"$1\" = --version ] && echo 'runc version fake'\n"
+                                           "exit 0\n");
+        ::chmod(fake_runc.c_str(), 0755);
+        config = dir.write("rt.toml", "low-level-runtime = \"" + fake_runc + "\"\n"
+                                      "driver-root = \"" + drv.path() + "\"\n"
+                                      "nvml-library = \"" KGPU_SIM_LIBRARY "\"\n"
+                                      "proc-root = \"" + drv.path() + "/proc\"\n"
+                                      "hook-path = \"/usr/local/kgpu/nvidia-cdi-hook\"\n");
+        bundle = dir.path() + "/bundle";
+        env = {{"KGPU_RUNTIME_CONFIG", config}, {"KGPU_SIM_NODE", std::string(KGPU_SOURCE_DIR) + "/sim/nodes/dgx-h100.yaml"}};
+    }
+    void spec(const std::vector<std::string>& extra_env) {
+        nlohmann::json s = nlohmann::json::parse(R"({"ociVersion":"1.0.2","process":{"args":["sh"],"env":["PATH=/bin"],"cwd":"/"},
+            "root":{"path":"rootfs"},"linux":{"resources":{"devices":[{"allow":false,"access":"rwm"}]}}})");
+        for (const auto& e : extra_env) s["process"]["env"].push_back(e);
+        dir.write("bundle/config.json", s.dump());
+    }
+    RunResult create(const std::string& program = "kgpu-container-runtime") {
+        std::vector<std::string> argv;
+        if (program == "kgpu") argv = {KGPU_BINARY, "container-runtime"};
+        else argv = {bin + "/" + program};
+        for (const std::string& a : {std::string("--root"), dir.path() + "/state", std::string("--log"), dir.path() + "/log.json",
+                                     std::string("--log-format"), std::string("json"), std::string("create"),
+                                     std::string("--bundle"), bundle, std::string("c1")})
+            argv.push_back(a);
+        return run_process(argv, env);
+    }
+    bool runc_called() const { return fs::exists(dir.path() + "/runc.argv"); }
+};
+
+TEST_F(Runtime, InjectsTheRequestedGpuAndExecsRuncWithTheSameArguments) {
+    spec({std::string("NVIDIA_VISIBLE_DEVICES=") + kGpu3});
+    auto r = create();
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(slurp(dir.path() + "/runc.argv"), "--root\n" + dir.path() + "/state\n--log\n" + dir.path() +
+                                                   "/log.json\n--log-format\njson\ncreate\n--bundle\n" + bundle + "\nc1\n");
+    auto s = nlohmann::json::parse(slurp(dir.path() + "/runc.config.json"));
+    std::vector<std::string> nodes;
+    for (const auto& d : s["linux"]["devices"]) nodes.push_back(d["path"]);
+    EXPECT_THAT(nodes, ::testing::UnorderedElementsAre("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia3"));
+    EXPECT_EQ(s["hooks"]["createContainer"][0]["path"], "/usr/local/kgpu/nvidia-cdi-hook");
+    EXPECT_EQ(r.err, "");  // the container's stderr stays clean
+}
+
+TEST_F(Runtime, NoRequestLeavesTheSpecByteForByte) {
+    spec({"NVIDIA_VISIBLE_DEVICES=void"});
+    const std::string before = slurp(bundle + "/config.json");
+    struct stat st_before {};
+    ::stat((bundle + "/config.json").c_str(), &st_before);
+    auto r = create();
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(slurp(dir.path() + "/runc.config.json"), before);
+    struct stat st_after {};
+    ::stat((bundle + "/config.json").c_str(), &st_after);
+    EXPECT_EQ(st_before.st_ino, st_after.st_ino);  // not even rewritten
+}
+
+TEST_F(Runtime, UnmetRequirementFailsBeforeRuncWithTheReason) {
+    spec({"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_REQUIRE_CUDA=cuda>=12.8"});
+    const std::string before = slurp(bundle + "/config.json");
+    auto r = create();
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_FALSE(runc_called());
+    EXPECT_THAT(r.err, HasSubstr("NVIDIA_REQUIRE_CUDA=\"cuda>=12.8\""));
+    EXPECT_THAT(r.err, HasSubstr("driver 550.54.15"));
+    EXPECT_THAT(r.err, HasSubstr("570.26"));
+    EXPECT_EQ(slurp(bundle + "/config.json"), before);
+    // containerd quotes the last error of runc's --log file in "OCI runtime create failed: ...".
+    const std::string log = slurp(dir.path() + "/log.json");
+    auto last = nlohmann::json::parse(log.substr(log.rfind('{')));
+    EXPECT_EQ(last["level"], "error");
+    EXPECT_THAT(last["msg"].get<std::string>(), HasSubstr("cuda>=12.8"));
+}
+
+TEST_F(Runtime, UnknownDeviceFailsBeforeRunc) {
+    spec({"NVIDIA_VISIBLE_DEVICES=GPU-ffffffff-0000"});
+    auto r = create("kgpu");  // the subcommand spelling
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_FALSE(runc_called());
+    EXPECT_THAT(r.err, HasSubstr("unknown device 'GPU-ffffffff-0000'"));
+}
+
+TEST_F(Runtime, BrokenConfigFailsCreateButNotDelete) {
+    env["KGPU_RUNTIME_CONFIG"] = dir.write("bad.toml", "low-level-runtime = \"" + fake_runc + "\"\nbogus = 1\n");
+    spec({"NVIDIA_VISIBLE_DEVICES=0"});
+    auto r = create();
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_THAT(r.err, HasSubstr("bad.toml:2: unknown key 'bogus'"));
+    EXPECT_FALSE(runc_called());
+    // A broken config falls back to the defaults (runc in PATH) for everything else.
+    fs::copy_file(fake_runc, bin + "/runc");
+    env["PATH"] = bin;
+    auto del = run_process({bin + "/kgpu-container-runtime", "--log", dir.path() + "/log.json", "delete", "c1"}, env);
+    EXPECT_EQ(del.exit_code, 0) << del.err;
+    EXPECT_EQ(slurp(dir.path() + "/runc.argv"), "--log\n" + dir.path() + "/log.json\ndelete\nc1\n");
+    EXPECT_THAT(slurp(dir.path() + "/log.json"), HasSubstr("\"level\":\"warning\""));
+}
+
+TEST_F(Runtime, VersionAndHelp) {
+    auto v = run_process({bin + "/kgpu-container-runtime", "--version"}, env);
+    EXPECT_EQ(v.exit_code, 0) << v.err;
+    EXPECT_THAT(v.out, HasSubstr("kgpu container runtime"));
+    EXPECT_THAT(v.out, HasSubstr("runc version fake"));
+    auto h = run_process({KGPU_BINARY, "container-runtime", "--help"}, env);
+    EXPECT_EQ(h.exit_code, 0);
+    EXPECT_THAT(h.out, HasSubstr("KGPU_RUNTIME_CONFIG"));
+}
+
+TEST_F(Runtime, NvidiaCdiHookIsKgpusHook) {
+    spec({});
+    fs::create_directories(bundle + "/rootfs");
+    const std::string state = dir.write("state.json", "{\"bundle\":\"" + bundle + "\"}");
+    auto r = run_process({bin + "/nvidia-cdi-hook", "create-symlinks", "--link", "libcuda.so.1::/usr/lib64/libcuda.so",
+                          "--container-spec", state});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(fs::read_symlink(bundle + "/rootfs/usr/lib64/libcuda.so"), "libcuda.so.1");
+    auto k = run_process({KGPU_BINARY, "hook", "create-symlinks", "--link", "x::/y", "--container-spec", state});
+    EXPECT_EQ(k.exit_code, 0) << k.err;
+    // Behind a global flag the main parser takes it, with the same result.
+    auto g = run_process({KGPU_BINARY, "--log-level", "debug", "hook", "create-symlinks", "--link", "z::/w", "--container-spec", state});
+    EXPECT_EQ(g.exit_code, 0) << g.err;
+    EXPECT_EQ(fs::read_symlink(bundle + "/rootfs/w"), "z");
+    auto unknown = run_process({bin + "/nvidia-cdi-hook", "no-such-hook"});
+    EXPECT_NE(unknown.exit_code, 0);
+}
+
+TEST_F(Runtime, NvidiaSmiSeesOnlyTheDevRootsGpus) {
+    TempDir devroot;
+    devroot.write("dev/nvidia3", "");
+    env["KGPU_SIM_DEV_ROOT"] = devroot.path();
+    env["KGPU_NVML_LIBRARY"] = KGPU_SIM_LIBRARY;
+    auto l = run_process({bin + "/nvidia-smi", "-L"}, env);
+    ASSERT_EQ(l.exit_code, 0) << l.err;
+    EXPECT_EQ(l.out, std::string("GPU 0: NVIDIA H100 80GB HBM3 (UUID: ") + kGpu3 + ")\n");
+    auto t = run_process({bin + "/nvidia-smi"}, env);
+    ASSERT_EQ(t.exit_code, 0) << t.err;
+    EXPECT_THAT(t.out, HasSubstr("00000000:5D:00.0"));
+    EXPECT_THAT(t.out, Not(HasSubstr("00000000:18:00.0")));
+    auto s = run_process({KGPU_BINARY, "smi", "-i", "7"}, env);
+    EXPECT_EQ(s.exit_code, 6);
+}
+
+}  // namespace

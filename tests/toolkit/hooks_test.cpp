@@ -1,0 +1,224 @@
+// The createContainer hooks (toolkit/hooks.h) on container roots laid out in temp dirs. The ones
+// that mount, chroot or make device nodes need root and skip without it.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "support/process.h"
+#include "toolkit/hooks.h"
+
+using namespace kgpu;
+using namespace kgpu::toolkit;
+using ::testing::HasSubstr;
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool is_root() { return ::geteuid() == 0; }
+
+std::string slurp(const std::string& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+// A bundle with config.json naming rootfs/ (relative, as containerd writes it).
+struct Bundle {
+    test::TempDir dir;
+    Bundle() {
+        dir.write("config.json", R"({"ociVersion":"1.0.2","root":{"path":"rootfs"}})");
+        fs::create_directories(root());
+    }
+    std::string root() const { return dir.path() + "/rootfs"; }
+    std::string state() const { return R"({"ociVersion":"1.0.2","id":"c1","status":"creating","pid":1,"bundle":")" + dir.path() + "\"}"; }
+};
+
+TEST(HookState, RootFromBundle) {
+    Bundle b;
+    auto r = container_root_from_state(b.state());
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_EQ(*r, b.root());
+    b.dir.write("config.json", R"({"root":{"path":"/abs/root"}})");
+    EXPECT_EQ(*container_root_from_state(b.state()), "/abs/root");
+    EXPECT_THAT(container_root_from_state("{").error().message, HasSubstr("not JSON"));
+    EXPECT_THAT(container_root_from_state("{}").error().message, HasSubstr("bundle"));
+    EXPECT_FALSE(container_root_from_state(R"({"bundle":"/nonexistent/bundle"})"));
+}
+
+TEST(CreateSymlinks, CreatesReplacesAndStaysInsideTheRoot) {
+    Bundle b;
+    test::TempDir outside;
+    // The image's /usr/lib64 is a symlink to an absolute host-looking path: it must resolve inside.
+    fs::create_directories(b.root() + "/usr");
+    fs::create_symlink(outside.path(), b.root() + "/usr/lib64");
+    auto st = create_symlinks(b.root(), {"libcuda.so.1::/usr/lib64/libcuda.so", "libcuda.so.1::/usr/lib64/libcuda.so"});
+    ASSERT_TRUE(st) << st.error().message;
+    EXPECT_TRUE(fs::is_empty(outside.path()));  // nothing written outside the root
+    EXPECT_EQ(fs::read_symlink(b.root() + outside.path() + "/libcuda.so"), "libcuda.so.1");
+    ASSERT_TRUE(create_symlinks(b.root(), {"libcuda.so.2::/usr/lib64/libcuda.so"}));
+    EXPECT_EQ(fs::read_symlink(b.root() + outside.path() + "/libcuda.so"), "libcuda.so.2");
+    ASSERT_TRUE(create_symlinks(b.root(), {"/usr/bin/kgpu::/a/new/dir/link"}));
+    EXPECT_EQ(fs::read_symlink(b.root() + "/a/new/dir/link"), "/usr/bin/kgpu");
+    auto bad = create_symlinks(b.root(), {"no-separator"});
+    ASSERT_FALSE(bad);
+    EXPECT_THAT(bad.error().message, HasSubstr("<target>::<link>"));
+    EXPECT_FALSE(create_symlinks("/", {"a::b"}));  // never the host's root
+}
+
+TEST(DeviceNodeModification, ParamsRewrite) {
+    EXPECT_EQ(params_without_device_modification("ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\nDeviceFileUID: 0\n"),
+              "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 0\nDeviceFileUID: 0\n");
+    EXPECT_FALSE(params_without_device_modification("ModifyDeviceFiles: 0\n"));
+    EXPECT_FALSE(params_without_device_modification("DeviceFileUID: 0\n"));
+}
+
+TEST(CudaCompat, Decision) {
+    // No ELF note: the compat library's driver major must be newer than the host's.
+    EXPECT_TRUE(use_cuda_compat("libcuda.so.570.86.10", std::nullopt, "535.183.01", ""));
+    EXPECT_FALSE(use_cuda_compat("libcuda.so.570.86.10", std::nullopt, "570.26", ""));
+    EXPECT_FALSE(use_cuda_compat("libcuda.so.570.86.10", std::nullopt, "575.51.03", ""));
+    EXPECT_FALSE(use_cuda_compat("libcuda.so.570.86.10", std::nullopt, "535.183.01", "12.2"));
+    // With the note: only on the driver branches it names, and only when newer.
+    const std::string note = R"({"Format":1,"CUDA Version":"12.8","Driver":[535,550],"Device":[]})";
+    EXPECT_TRUE(use_cuda_compat("libcuda.so.570.86.10", note, "550.54.15", ""));
+    EXPECT_FALSE(use_cuda_compat("libcuda.so.570.86.10", note, "560.35.03", ""));
+    EXPECT_TRUE(use_cuda_compat("libcuda.so.570.86.10", note, "", "12.4"));
+    EXPECT_FALSE(use_cuda_compat("libcuda.so.570.86.10", note, "", "12.8"));
+}
+
+// A minimal ELF64 with one SHT_NOTE section named .note.cuda.fwd_compatibility.
+std::string elf_with_note(const std::string& desc) {
+    auto put = [](std::string& s, size_t off, auto v) { std::memcpy(s.data() + off, &v, sizeof v); };
+    const std::string names = std::string("\0.shstrtab\0.note.cuda.fwd_compatibility\0", 41);
+    std::string note(12, '\0');
+    const std::string owner = std::string("NVIDIA Corporation\0", 19);
+    put(note, 0, std::uint32_t(owner.size()));
+    put(note, 4, std::uint32_t(desc.size()));
+    note += owner + std::string((4 - owner.size() % 4) % 4, '\0') + desc;
+    std::string elf(64, '\0');
+    elf.replace(0, 6, std::string("\x7f" "ELF\x02\x01", 6));
+    const size_t names_at = elf.size();
+    elf += names;
+    const size_t note_at = elf.size();
+    elf += note;
+    const size_t sh_at = elf.size();
+    elf += std::string(64 * 3, '\0');
+    put(elf, 0x28, std::uint64_t(sh_at));
+    put(elf, 0x3A, std::uint16_t(64));
+    put(elf, 0x3C, std::uint16_t(3));
+    put(elf, 0x3E, std::uint16_t(1));
+    auto section = [&](unsigned i, std::uint32_t name, std::uint32_t type, std::uint64_t off, std::uint64_t size, std::uint64_t align) {
+        size_t b = sh_at + 64 * i;
+        put(elf, b, name);
+        put(elf, b + 4, type);
+        put(elf, b + 24, off);
+        put(elf, b + 32, size);
+        put(elf, b + 48, align);
+    };
+    section(1, 1, 3 /* SHT_STRTAB */, names_at, names.size(), 1);
+    section(2, 11, 7 /* SHT_NOTE */, note_at, note.size(), 4);
+    return elf;
+}
+
+TEST(CudaCompat, ReadsTheElfNote) {
+    const std::string desc = R"({"CUDA Version":"12.8","Driver":[550]})";
+    EXPECT_EQ(cuda_compat_note(elf_with_note(desc)), desc);
+    EXPECT_FALSE(cuda_compat_note("not an elf at all, but long enough to have a header of sixty-four bytes......"));
+    EXPECT_FALSE(cuda_compat_note(elf_with_note(desc).substr(0, 100)));  // truncated: no crash, no note
+}
+
+TEST(CudaCompat, WritesTheLinkerDropInWhenNeeded) {
+    Bundle b;
+    test::TempDir host;
+    fs::create_directories(b.root() + "/usr/local/cuda/compat");
+    std::ofstream(b.root() + "/usr/local/cuda/compat/libcuda.so.570.86.10") << elf_with_note(R"({"Driver":[550]})");
+    ASSERT_TRUE(enable_cuda_compat(b.root(), {"575.51.03", "", "/usr/local/cuda/compat"}));  // host newer
+    EXPECT_FALSE(fs::exists(b.root() + "/etc/ld.so.conf.d"));
+    auto used = enable_cuda_compat(b.root(), {"550.54.15", "", "/usr/local/cuda/compat"});
+    ASSERT_TRUE(used) << used.error().message;
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(b.root() + "/etc/ld.so.conf.d")) files.push_back(e.path());
+    ASSERT_EQ(files.size(), 1u);
+    EXPECT_TRUE(files[0].filename().string().starts_with("00-compat-"));
+    EXPECT_EQ(slurp(files[0]), "/usr/local/cuda/compat\n");
+    EXPECT_TRUE(enable_cuda_compat(b.root(), {"550.54.15", "", "/no/such/dir"}));  // no compat libs: nothing to do
+}
+
+TEST(ApplicationProfile, MasksTheContainersGpus) {
+    if (!is_root()) GTEST_SKIP() << "mknod needs root";
+    Bundle b;
+    fs::create_directories(b.root() + "/dev");
+    ASSERT_EQ(::mknod((b.root() + "/dev/nvidia3").c_str(), S_IFCHR | 0666, makedev(195, 3)), 0);
+    ASSERT_EQ(::mknod((b.root() + "/dev/nvidia7").c_str(), S_IFCHR | 0666, makedev(195, 7)), 0);
+    ASSERT_EQ(::mknod((b.root() + "/dev/nvidiactl").c_str(), S_IFCHR | 0666, makedev(195, 255)), 0);
+    auto st = update_application_profile(b.root());
+    ASSERT_TRUE(st) << st.error().message;
+    EXPECT_EQ(slurp(b.root() + "/etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf"),
+              R"({"profiles":[{"name":"_container_","settings":["EGLVisibleDGPUDevices",0x88]}],"rules":[{"pattern":[],"profile":"_container_"}]})");
+}
+
+TEST(Chmod, SetsModesInsideTheRoot) {
+    Bundle b;
+    fs::create_directories(b.root() + "/dev/dri");
+    ASSERT_TRUE(chmod_paths(b.root(), {"/dev/dri", "/missing"}, 0755));
+    EXPECT_EQ(fs::status(b.root() + "/dev/dri").permissions(), fs::perms(0755));
+}
+
+TEST(UpdateLdcache, TheContainersCacheFindsTheMountedLibrary) {
+    if (!is_root()) GTEST_SKIP() << "unshare and chroot need root";
+    Bundle b;
+    fs::create_directories(b.root() + "/opt/nvidia/lib");
+    // A real shared object whose SONAME is libnvidia-ml.so.1: the simulator.
+    fs::copy_file(KGPU_SIM_LIBRARY, b.root() + "/opt/nvidia/lib/libnvidia-ml.so.550.54.15");
+    auto st = update_ldcache(b.root(), {{"/opt/nvidia/lib"}, "/sbin/ldconfig"});
+    ASSERT_TRUE(st) << st.error().message;
+    EXPECT_EQ(fs::read_symlink(b.root() + "/opt/nvidia/lib/libnvidia-ml.so.1"), "libnvidia-ml.so.550.54.15");
+    auto cache = test::run_process({"/sbin/ldconfig", "-p", "-C", b.root() + "/etc/ld.so.cache"});
+    EXPECT_THAT(cache.out, HasSubstr("libnvidia-ml.so.1 (libc6,x86-64) => /opt/nvidia/lib/libnvidia-ml.so.1"));
+    bool dropin = false;
+    for (const auto& e : fs::directory_iterator(b.root() + "/etc/ld.so.conf.d"))
+        if (e.path().filename().string().starts_with("00-kgpu-")) dropin = slurp(e.path()) == "/opt/nvidia/lib\n";
+    EXPECT_TRUE(dropin);
+    EXPECT_EQ(slurp(b.root() + "/etc/ld.so.conf"), "include /etc/ld.so.conf.d/*.conf\n");
+    EXPECT_FALSE(update_ldcache(b.root(), {{}, "/nonexistent/ldconfig"}));
+}
+
+TEST(DeviceNodeModification, BindMountsTheRewrittenParams) {
+    if (!is_root()) GTEST_SKIP() << "mounting needs root";
+    Bundle b;
+    test::TempDir host;
+    const std::string params = host.write("params", "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\n");
+    fs::create_directories(b.root() + "/proc/driver/nvidia");
+    std::ofstream(b.root() + "/proc/driver/nvidia/params") << "ModifyDeviceFiles: 1\n";
+    // In a child with its own mount namespace, so nothing stays mounted.
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) ::_exit(10);
+        if (auto st = disable_device_node_modification(b.root(), params); !st) {
+            std::fprintf(stderr, "%s\n", st.error().message.c_str());
+            ::_exit(11);
+        }
+        ::_exit(slurp(b.root() + "/proc/driver/nvidia/params") == "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 0\n" ? 0 : 12);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0);
+    EXPECT_EQ(slurp(b.root() + "/proc/driver/nvidia/params"), "ModifyDeviceFiles: 1\n");  // outside: untouched
+    EXPECT_TRUE(disable_device_node_modification(b.root(), host.path() + "/absent"));      // no driver: nothing to do
+}
+
+}  // namespace

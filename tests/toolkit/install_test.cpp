@@ -1,0 +1,197 @@
+// `kgpu runtime install` with the built binary, into a fake host root that has nothing but glibc
+// (the dynamic loader, libc, libm): the installed kgpu must run there (the install runs it under
+// chroot), containerd's config gets kgpu's runtime, a stand-in containerd is restarted by SIGHUP
+// only when its config changed, /dev/char links appear, and a second run changes nothing.
+// Root only (chroot, mknod).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "support/process.h"
+
+namespace fs = std::filesystem;
+using kgpu::test::run_process;
+using kgpu::test::TempDir;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+namespace {
+
+std::string slurp(const std::string& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+// A process listening on a unix socket that, like containerd, does not handle SIGHUP.
+struct FakeContainerd {
+    pid_t pid = -1;
+    explicit FakeContainerd(const std::string& socket) {
+        fs::create_directories(fs::path(socket).parent_path());
+        fs::remove(socket);
+        int ready[2];
+        if (::pipe(ready) != 0) return;
+        pid = ::fork();
+        if (pid == 0) {
+            int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+            sockaddr_un a{};
+            a.sun_family = AF_UNIX;
+            std::strncpy(a.sun_path, socket.c_str(), sizeof a.sun_path - 1);
+            if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 16) != 0) ::_exit(2);
+            (void)!::write(ready[1], "x", 1);
+            for (;;) ::pause();
+        }
+        char c;
+        (void)!::read(ready[0], &c, 1);
+        ::close(ready[0]);
+        ::close(ready[1]);
+    }
+    // The signal that ended it, 0 while it runs.
+    int ended_by() {
+        int status = 0;
+        if (::waitpid(pid, &status, WNOHANG) != pid) return 0;
+        pid = -1;
+        return WIFSIGNALED(status) ? WTERMSIG(status) : -1;
+    }
+    ~FakeContainerd() {
+        if (pid > 0) {
+            ::kill(pid, SIGKILL);
+            ::waitpid(pid, nullptr, 0);
+        }
+    }
+};
+
+struct Host {
+    TempDir dir;
+    std::string root() const { return dir.path(); }
+    std::string path(const std::string& p) const { return dir.path() + p; }
+    Host() {
+        // Only glibc: the loader and the libraries of libc6 the binary may use.
+        for (const char* lib : {"/lib64/ld-linux-x86-64.so.2", "/lib/x86_64-linux-gnu/libc.so.6", "/lib/x86_64-linux-gnu/libm.so.6"}) {
+            fs::create_directories(fs::path(path(lib)).parent_path());
+            fs::copy_file(lib, path(lib));
+        }
+        dir.write("etc/containerd/config.toml", "version = 2\n"
+                                                "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n"
+                                                "  runtime_type = \"io.containerd.runc.v2\"\n"
+                                                "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n"
+                                                "  SystemdCgroup = true\n");
+        fs::create_directories(path("/dev/nvidia-caps"));
+        for (unsigned i = 0; i < 2; ++i) node("/dev/nvidia" + std::to_string(i), 195, i);
+        node("/dev/nvidiactl", 195, 255);
+        node("/dev/nvidia-caps/nvidia-cap1", 511, 1);
+    }
+    void node(const std::string& p, unsigned maj, unsigned min) const {
+        ::mknod(path(p).c_str(), S_IFCHR | 0666, makedev(maj, min));
+    }
+};
+
+TEST(RuntimeInstall, OntoAHostWithOnlyGlibcThenIdempotent) {
+    if (::geteuid() != 0) GTEST_SKIP() << "chroot and mknod need root";
+    Host host;
+    FakeContainerd containerd(host.path("/run/containerd/containerd.sock"));
+    auto r = run_process({KGPU_BINARY, "runtime", "install", "--host-root", host.root()});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_THAT(r.out, HasSubstr("installed /usr/local/kgpu/kgpu"));
+    // The copy runs inside the host's root, with only glibc there.
+    EXPECT_THAT(r.out, HasSubstr("verified: /usr/local/kgpu/kgpu --version runs on the host"));
+    EXPECT_EQ(slurp(host.path("/usr/local/kgpu/kgpu")), slurp(KGPU_BINARY));
+    EXPECT_EQ(fs::read_symlink(host.path("/usr/local/kgpu/kgpu-container-runtime")), "kgpu");
+    EXPECT_EQ(fs::read_symlink(host.path("/usr/local/kgpu/nvidia-cdi-hook")), "kgpu");
+    const std::string rc = slurp(host.path("/etc/kgpu/container-runtime.toml"));
+    EXPECT_THAT(rc, HasSubstr("accept-nvidia-visible-devices-envvar-when-unprivileged = false"));
+    EXPECT_THAT(rc, HasSubstr("accept-nvidia-visible-devices-as-volume-mounts = true"));
+    EXPECT_THAT(rc, HasSubstr("hook-path = \"/usr/local/kgpu/nvidia-cdi-hook\""));
+    const std::string cfg = slurp(host.path("/etc/containerd/config.toml"));
+    EXPECT_THAT(cfg, HasSubstr("BinaryName = \"/usr/local/kgpu/kgpu-container-runtime\""));
+    // The runc runtime's options are copied (SystemdCgroup), as nvidia-ctk does.
+    const auto nvidia = cfg.find("runtimes.nvidia.options]");
+    ASSERT_NE(nvidia, std::string::npos) << cfg;
+    EXPECT_THAT(cfg.substr(nvidia), HasSubstr("SystemdCgroup = true"));
+    EXPECT_TRUE(fs::exists(host.path("/etc/containerd/config.toml.bak")));
+    EXPECT_THAT(r.out, HasSubstr("restarted containerd: SIGHUP to pid"));
+    for (int i = 0; i < 200 && containerd.pid > 0; ++i) {
+        if (containerd.ended_by() == SIGHUP) break;
+        ::usleep(10000);
+    }
+    EXPECT_EQ(containerd.pid, -1) << "the stand-in containerd got no SIGHUP";
+    EXPECT_EQ(fs::read_symlink(host.path("/dev/char/195:1")), "/dev/nvidia1");
+    EXPECT_EQ(fs::read_symlink(host.path("/dev/char/511:1")), "/dev/nvidia-caps/nvidia-cap1");
+    EXPECT_THAT(r.out, HasSubstr("created 4 /dev/char links"));
+
+    // Again: nothing to do, and containerd is left alone.
+    FakeContainerd again(host.path("/run/containerd/containerd.sock"));
+    struct stat before {};
+    ::stat(host.path("/usr/local/kgpu/kgpu").c_str(), &before);
+    auto r2 = run_process({KGPU_BINARY, "runtime", "install", "--host-root", host.root()});
+    ASSERT_EQ(r2.exit_code, 0) << r2.out << r2.err;
+    EXPECT_THAT(r2.out, HasSubstr("unchanged: /usr/local/kgpu/kgpu"));
+    EXPECT_THAT(r2.out, HasSubstr("unchanged: /etc/kgpu/container-runtime.toml"));
+    EXPECT_THAT(r2.out, HasSubstr("containerd not restarted: its config did not change"));
+    EXPECT_THAT(r2.out, HasSubstr("unchanged: /dev/char links for 4 NVIDIA device nodes"));
+    EXPECT_THAT(r2.out, Not(HasSubstr("SIGHUP")));
+    struct stat after {};
+    ::stat(host.path("/usr/local/kgpu/kgpu").c_str(), &after);
+    EXPECT_EQ(before.st_ino, after.st_ino);
+    ::usleep(50000);
+    EXPECT_EQ(again.ended_by(), 0);
+}
+
+TEST(RuntimeInstall, RestartModes) {
+    if (::geteuid() != 0) GTEST_SKIP() << "chroot and mknod need root";
+    Host host;
+    auto none = run_process({KGPU_BINARY, "runtime", "install", "--host-root", host.root(), "--restart-mode", "none", "--no-verify"});
+    ASSERT_EQ(none.exit_code, 0) << none.err;
+    EXPECT_THAT(none.out, HasSubstr("containerd not restarted (--restart-mode none): restart it to apply"));
+    // systemd through the host's D-Bus socket: none here, so a clear error, after the config was written.
+    Host other;
+    auto systemd = run_process({KGPU_BINARY, "runtime", "install", "--host-root", other.root(), "--restart-mode", "systemd", "--no-verify"});
+    EXPECT_EQ(systemd.exit_code, 1);
+    EXPECT_THAT(systemd.err, HasSubstr("restarting containerd through systemd"));
+    EXPECT_THAT(systemd.err, HasSubstr(other.path("/run/dbus/system_bus_socket")));
+    // signal with no containerd listening: the error names the socket.
+    Host third;
+    auto signal = run_process({KGPU_BINARY, "runtime", "install", "--host-root", third.root(), "--no-verify"});
+    EXPECT_EQ(signal.exit_code, 1);
+    EXPECT_THAT(signal.err, HasSubstr(third.path("/run/containerd/containerd.sock")));
+}
+
+TEST(RuntimeInstall, ACopyThatCannotRunChangesNothingElse) {
+    if (::geteuid() != 0) GTEST_SKIP() << "chroot and mknod need root";
+    Host host;
+    fs::remove_all(host.path("/lib64"));  // no dynamic loader: nothing dynamic runs there
+    const std::string before = slurp(host.path("/etc/containerd/config.toml"));
+    FakeContainerd containerd(host.path("/run/containerd/containerd.sock"));
+    auto r = run_process({KGPU_BINARY, "runtime", "install", "--host-root", host.root()});
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_THAT(r.err, HasSubstr("does not run on this host"));
+    EXPECT_THAT(r.err, HasSubstr("left as they were"));
+    EXPECT_EQ(slurp(host.path("/etc/containerd/config.toml")), before);
+    EXPECT_FALSE(fs::exists(host.path("/etc/kgpu/container-runtime.toml")));
+    EXPECT_EQ(containerd.ended_by(), 0);
+}
+
+TEST(RuntimeConfigure, KgpuRuntimeFlag) {
+    TempDir dir;
+    const std::string cfg = dir.write("config.toml", "version = 2\n");
+    auto r = run_process({KGPU_BINARY, "runtime", "configure", "--config", cfg, "--kgpu-runtime", "--dry-run"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr("/usr/local/kgpu/kgpu-container-runtime"));
+    auto d = run_process({KGPU_BINARY, "runtime", "configure", "--config", cfg, "--dry-run"});
+    EXPECT_THAT(d.out, Not(HasSubstr("kgpu-container-runtime")));  // the default stays NVIDIA's
+}
+
+}  // namespace

@@ -1,0 +1,190 @@
+// The container runtime's decision and edit (toolkit/runtime.h) with an in-memory node, and its
+// command-line handling.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <nlohmann/json.hpp>
+
+#include "driver_root.h"
+#include "node_fixture.h"
+#include "cdi/hooks.h"
+#include "toolkit/runtime.h"
+
+using namespace kgpu;
+using namespace kgpu::toolkit;
+using ojson = nlohmann::ordered_json;
+using ::testing::ElementsAre;
+using ::testing::UnorderedElementsAre;
+using ::testing::HasSubstr;
+
+namespace {
+
+class FakeNodes : public NodeSource {
+public:
+    int node_calls = 0;
+    Result<inventory::Node> node() override {
+        ++node_calls;
+        return test::toolkit_node();
+    }
+    Result<std::string> brand(const std::string&) override { return std::string("tesla"); }
+};
+
+std::string spec_with_env(std::vector<std::string> env) {
+    ojson s = ojson::parse(R"({"ociVersion":"1.0.2","process":{"env":["PATH=/bin"]},"root":{"path":"rootfs"},
+                               "linux":{"resources":{"devices":[{"allow":false,"access":"rwm"}]}}})");
+    for (auto& e : env) s["process"]["env"].push_back(e);
+    return s.dump();
+}
+
+struct Modify : ::testing::Test {
+    test::FakeDriverRoot root;
+    RuntimeConfig config;
+    FakeNodes nodes;
+    std::vector<std::string> log;
+    Modify() {
+        config.driver_root = root.path();
+        config.proc_root = root.path() + "/proc";
+    }
+    Result<std::optional<Modified>> run(const std::string& spec) {
+        return modify_spec(spec, config, {"/usr/local/kgpu/nvidia-cdi-hook"}, nodes, log);
+    }
+};
+
+TEST_F(Modify, NoRequestLeavesTheSpecAloneWithoutAskingNvml) {
+    auto r = run(spec_with_env({"NVIDIA_VISIBLE_DEVICES=void"}));
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_FALSE(*r);
+    EXPECT_EQ(nodes.node_calls, 0);
+    EXPECT_FALSE(*run(spec_with_env({})));
+}
+
+TEST_F(Modify, InjectsTheRequestedGpu) {
+    auto r = run(spec_with_env({"NVIDIA_VISIBLE_DEVICES=GPU-2fbe396f-df9c-d5a1-4b31-c1658bb71f80"}));
+    ASSERT_TRUE(r) << r.error().message;
+    ASSERT_TRUE(*r);
+    ojson s = ojson::parse((*r)->text);
+    std::vector<std::string> paths;
+    for (const auto& d : s["linux"]["devices"]) paths.push_back(d["path"]);
+    EXPECT_THAT(paths, UnorderedElementsAre("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia3"));
+    EXPECT_THAT((*r)->summary, HasSubstr("GPU-2fbe396f"));
+    EXPECT_TRUE(s["hooks"].contains("createContainer"));
+}
+
+TEST_F(Modify, UnmetRequirementFailsWithTheFix) {
+    auto r = run(spec_with_env({"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_REQUIRE_CUDA=cuda>=12.8"}));
+    ASSERT_FALSE(r);
+    EXPECT_THAT(r.error().message, HasSubstr("NVIDIA_REQUIRE_CUDA=\"cuda>=12.8\""));
+    EXPECT_THAT(r.error().message, HasSubstr("driver 550.54.15"));
+    EXPECT_THAT(r.error().message, HasSubstr("570.26"));
+    // Met through the brand clause, as on NVIDIA's own CUDA images.
+    EXPECT_TRUE(run(spec_with_env({"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=12.8 brand=tesla,driver>=550,driver<551"})));
+    // Switched off per container, or for the node.
+    EXPECT_TRUE(run(spec_with_env({"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=12.8", "NVIDIA_DISABLE_REQUIRE=true"})));
+    config.disable_require = true;
+    EXPECT_TRUE(run(spec_with_env({"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=12.8"})));
+}
+
+TEST_F(Modify, UnknownDeviceIsAnError) {
+    auto r = run(spec_with_env({"NVIDIA_VISIBLE_DEVICES=9"}));
+    ASSERT_FALSE(r);
+    EXPECT_THAT(r.error().message, HasSubstr("unknown device '9'"));
+}
+
+TEST_F(Modify, SecureModeIgnoresTheVariableInUnprivilegedContainers) {
+    config.accept_envvar_when_unprivileged = false;
+    config.accept_volume_mounts = true;
+    auto r = run(spec_with_env({"NVIDIA_VISIBLE_DEVICES=all"}));
+    ASSERT_TRUE(r);
+    EXPECT_FALSE(*r);
+    ASSERT_EQ(log.size(), 1u);
+    EXPECT_THAT(log[0], HasSubstr("ignoring NVIDIA_VISIBLE_DEVICES=all"));
+}
+
+TEST(RuncArgs, CommandBundleAndLog) {
+    auto a = parse_runc_args({"--root", "/run/runc", "--log", "/b/log.json", "--log-format=json", "--systemd-cgroup",
+                              "create", "--bundle", "/b", "--pid-file", "/b/pid", "c1"});
+    EXPECT_EQ(a.command, "create");
+    EXPECT_TRUE(a.modifies);
+    EXPECT_EQ(a.bundle, "/b");
+    EXPECT_EQ(a.log_file, "/b/log.json");
+    EXPECT_EQ(a.log_format, "json");
+    auto run = parse_runc_args({"run", "-b=/x", "c2"});
+    EXPECT_TRUE(run.modifies);
+    EXPECT_EQ(run.bundle, "/x");
+    auto del = parse_runc_args({"--root", "create", "delete", "c1"});  // "create" is --root's value here
+    EXPECT_EQ(del.command, "delete");
+    EXPECT_FALSE(del.modifies);
+    EXPECT_TRUE(parse_runc_args({"--version"}).version);
+    EXPECT_EQ(parse_runc_args({"start", "c1"}).command, "start");
+}
+
+TEST(LowLevelRuntime, SearchesPathAndNeverPicksItself) {
+    test::TempDir dir;
+    auto exe = [&](const std::string& rel) {
+        auto p = dir.write(rel, "#!/bin/sh\n");
+        ::chmod(p.c_str(), 0755);
+        return p;
+    };
+    const std::string self = exe("a/runc");  // kgpu installed under the name runc, first in PATH
+    const std::string runc = exe("b/runc");
+    exe("b/crun");
+    dir.write("c/runc", "not executable");
+    RuntimeConfig c;
+    auto found = find_low_level_runtime(c, dir.path() + "/c:" + dir.path() + "/a:" + dir.path() + "/b", self);
+    ASSERT_TRUE(found) << found.error().message;
+    EXPECT_EQ(*found, runc);
+    c.low_level_runtime = {"crun"};
+    EXPECT_EQ(*find_low_level_runtime(c, dir.path() + "/b", self), dir.path() + "/b/crun");
+    c.low_level_runtime = {"/nowhere/runc", "missing"};
+    auto none = find_low_level_runtime(c, dir.path() + "/b", self);
+    ASSERT_FALSE(none);
+    EXPECT_THAT(none.error().message, HasSubstr("/nowhere/runc"));
+    EXPECT_THAT(none.error().message, HasSubstr(dir.path() + "/b/missing"));
+}
+
+TEST(HookPath, ConfigThenSiblingThenSelf) {
+    test::TempDir dir;
+    const std::string self = dir.write("kgpu", "");
+    RuntimeConfig c;
+    EXPECT_EQ(resolve_hook_path(c, self), self);
+    std::filesystem::create_symlink("kgpu", dir.path() + "/nvidia-cdi-hook");
+    EXPECT_EQ(resolve_hook_path(c, self), dir.path() + "/nvidia-cdi-hook");
+    c.hook_path = "/usr/bin/nvidia-cdi-hook";
+    EXPECT_EQ(resolve_hook_path(c, self), "/usr/bin/nvidia-cdi-hook");
+}
+
+TEST(Brand, NamesAsLibnvidiaContainerSpellsThem) {
+    EXPECT_EQ(brand_name(2), "tesla");
+    EXPECT_EQ(brand_name(14), "nvidia");
+    EXPECT_EQ(brand_name(13), "nvidiartx");
+    EXPECT_EQ(brand_name(99), "unknown");
+}
+
+}  // namespace
+
+namespace {
+
+// A spec's hook on a node without NVIDIA's toolkit: the kgpu that `kgpu runtime install` put in
+// /usr/local/kgpu (cdi::resolve_hook_path, used by `kgpu cdi generate` and the device plugin).
+TEST(HookPath, CdiFindsTheInstalledKgpu) {
+    if (::geteuid() != 0) GTEST_SKIP() << "writes /usr/local/kgpu";
+    const std::string hook = "/usr/local/kgpu/nvidia-cdi-hook";
+    if (std::filesystem::exists(hook)) GTEST_SKIP() << hook << " exists on this machine; not touching it";
+    const char* saved = std::getenv("PATH");
+    const std::string path = saved ? saved : "";
+    ::setenv("PATH", "/nonexistent", 1);
+    const bool nvidia = std::filesystem::exists("/usr/bin/nvidia-cdi-hook") || std::filesystem::exists("/usr/local/bin/nvidia-cdi-hook");
+    std::filesystem::create_directories("/usr/local/kgpu");
+    std::filesystem::copy_file("/bin/true", hook);  // any executable (the asan build has no kgpu binary)
+    const std::string resolved = kgpu::cdi::resolve_hook_path("");
+    std::filesystem::remove(hook);
+    std::error_code ec;
+    std::filesystem::remove("/usr/local/kgpu", ec);  // only when empty
+    ::setenv("PATH", path.c_str(), 1);
+    if (!nvidia) {
+        EXPECT_EQ(resolved, hook);
+    }
+}
+
+}  // namespace
