@@ -14,6 +14,15 @@ execute_process(
           ${WORK}/corpus/${NAME} ${SEEDS}
   RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
+  # The run above hides the target's output (-close_fd_mask); replay what it wrote so the report
+  # (the sanitizer's or the check's) is in the log.
+  file(GLOB _found ${WORK}/artifacts/${NAME}-*)
+  foreach(f IN LISTS _found)
+    execute_process(COMMAND ${FUZZER} ${f} ERROR_VARIABLE _report OUTPUT_QUIET)
+    string(REGEX MATCHALL "[^\n]*(runtime error|ERROR|SUMMARY|Assertion|kgpu fuzz)[^\n]*" _lines "${_report}")
+    list(JOIN _lines "\n" _lines)
+    message(STATUS "${f}:\n${_lines}")
+  endforeach()
   message(FATAL_ERROR "fuzz target ${NAME} found a problem (exit ${rc}): the input is in ${WORK}/artifacts/; "
                       "reproduce with ${FUZZER} <file>, then add it to fuzz/corpus/${NAME}/ and a test (fuzz/README.md)")
 endif()

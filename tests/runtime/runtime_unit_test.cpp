@@ -127,6 +127,35 @@ TEST(RuntimeConfigure, BrokenTomlIsReportedWithItsLine) {
     EXPECT_THAT(edited.error().message, HasSubstr("/etc/containerd/config.toml:4:"));
 }
 
+// toml++ 3.3 asserts that a table header starts with a key character before checking it; a
+// header like `[*a]` must be the parse error, not an abort (fuzz/containerd_config found it).
+TEST(RuntimeConfigure, TableHeaderWithoutAKeyIsAParseError) {
+    for (const char* header : {"[*plugins.cri]", "[=plugins]", "[>plugins.runc]"}) {
+        auto edited = runtime::configure(std::string("version = 2\n\n") + header + "\n  x = 1\n",
+                                         "/etc/containerd/config.toml", {});
+        ASSERT_FALSE(edited) << header;
+        EXPECT_EQ(edited.error().code, Code::parse) << header;
+        EXPECT_THAT(edited.error().message, HasSubstr("/etc/containerd/config.toml:3:2")) << header;
+        EXPECT_THAT(edited.error().message, HasSubstr("expected bare key starting character")) << header;
+    }
+}
+
+// toml++ 3.3 reaches __builtin_unreachable() when it asks whether `é` is whitespace (src/common/
+// toml_static.cpp): after the line-ending backslash of a valid multi-line string, and where a key
+// may start. The first is a config like any other, the second a parse error naming the line.
+TEST(RuntimeConfigure, NonAsciiAfterALineEndingBackslashOrAtAKeyIsParsed) {
+    auto edited = runtime::configure("version = 2\n[x]\n  note = \"\"\"caf \\\n    \u00e9clair\"\"\"\n",
+                                     "/etc/containerd/config.toml", {});
+    ASSERT_TRUE(edited) << edited.error().message;
+    EXPECT_THAT(edited->text, HasSubstr("\u00e9clair"));
+    for (const char* key : {"\u00e9", "\u3001", "\ufef5"}) {
+        auto broken = runtime::configure(std::string("version = 2\n") + key + " = 1\n", "/etc/containerd/config.toml", {});
+        ASSERT_FALSE(broken) << key;
+        EXPECT_EQ(broken.error().code, Code::parse) << key;
+        EXPECT_THAT(broken.error().message, HasSubstr("/etc/containerd/config.toml:2:1")) << key;
+    }
+}
+
 TEST(RuntimeConfigure, EmptyFileBecomesVersion2AndUnknownVersionIsRefused) {
     auto edited = runtime::configure("", "new", {});
     ASSERT_TRUE(edited) << edited.error().message;
