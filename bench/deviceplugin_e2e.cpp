@@ -57,7 +57,8 @@ long rss_kib(int pid) {
 }
 
 struct Plugin {
-    kgpu::test::TempDir dir;
+    kgpu::test::TempDir dir;    // the device plugin directory
+    kgpu::test::TempDir files;  // the events file
     std::string events;
     std::unique_ptr<kgpu::test::FakeKubelet> kubelet;
     std::unique_ptr<kgpu::test::ChildProcess> process;
@@ -68,7 +69,7 @@ struct Plugin {
     // `new_kubelet` false: a kubelet the caller started already serves the directory.
     bool start(const std::string& node, const std::vector<std::string>& extra, const std::string& preload,
                const std::string& resource, size_t count, bool new_kubelet = true) {
-        events = dir.path() + "-events";
+        events = files.path() + "/events";
         std::ofstream(events) << preload;
         if (new_kubelet) {
             kubelet = std::make_unique<kgpu::test::FakeKubelet>(dir.path());
@@ -94,7 +95,6 @@ struct Plugin {
             process->wait(10000);
         }
         kubelet.reset();
-        std::remove(events.c_str());
     }
 };
 
@@ -175,8 +175,8 @@ bool lifecycle(const std::string& node) {
     // A kubelet that accepts the connection and never answers Register: health changes still
     // reach ListAndWatch (our own client on the plugin socket).
     {
-        kgpu::test::TempDir dir;
-        const std::string events = dir.path() + "-events";
+        kgpu::test::TempDir dir, files;
+        const std::string events = files.path() + "/events";
         std::ofstream(events).flush();
         kgpu::test::FakeKubelet kubelet(dir.path());
         kubelet.hang_register(true);
@@ -199,7 +199,6 @@ bool lifecycle(const std::string& node) {
         proc.signal(SIGTERM);
         proc.wait(10000);
         kubelet.hang_register(false);
-        std::remove(events.c_str());
     }
 
     // NVIDIA's plugin goes away -> kgpu serves the resource again (the kubelet's client is kgpu's,
