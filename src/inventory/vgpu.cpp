@@ -42,7 +42,8 @@ Result<std::optional<std::string>> vendor_capability(std::string_view config, st
                     what, config.size(), kFullConfig);
     if ((byte_at(config, kStatus) & kStatusCapList) == 0) return std::nullopt;
     std::array<bool, 256> visited{};
-    // Offsets are one byte, as the list's pointers are; the first 256 bytes are always there.
+    // Offsets are one byte, as the list's pointers are (the next pointer and length of a
+    // capability at 0xfe or 0xff wrap to the start, as in GFD); the first 256 bytes are there.
     std::uint8_t pos = byte_at(config, kCapPointer);
     while (pos != 0 && !visited[pos]) {
         const std::uint8_t id = byte_at(config, pos);
@@ -50,9 +51,14 @@ Result<std::optional<std::string>> vendor_capability(std::string_view config, st
         const std::uint8_t length = byte_at(config, static_cast<std::uint8_t>(pos + 2));
         if (id == kCapChainBroken) break;
         if (id == kCapVendorSpecific) {
-            if (size_t(pos) + length > config.size())
-                return fail(Code::parse, "{}: the vendor-specific capability at 0x{:02x} has {} bytes, past the end",
-                            what, pos, length);
+            // The list lives in the first 256 bytes; a capability running past them (into a
+            // PCIe function's extended space, or with a header that wraps) is malformed (GFD's
+            // one-byte offsets wrap there and it panics).
+            if (size_t(pos) + length > kFullConfig)
+                return fail(Code::parse,
+                            "{}: the vendor-specific capability at 0x{:02x} has {} bytes, past the {}-byte "
+                            "configuration header",
+                            what, pos, length, kFullConfig);
             return std::string(config.substr(pos, length));
         }
         visited[pos] = true;

@@ -34,7 +34,8 @@ struct VgpuDevice {
 // capability id to its length byte's count. nullopt when the status register has no capability
 // list or the list (followed until it ends, loops or meets id 0xff) has no vendor-specific entry.
 // Errors: `config` shorter than 256 bytes (what an unprivileged read of sysfs returns: 64), or a
-// capability that runs past the configuration space. `what` names the device in the message.
+// vendor-specific capability that runs past the first 256 bytes, where the capability list lives
+// (a PCIe function's 4096-byte space included). `what` names the device in the message.
 Result<std::optional<std::string>> vendor_capability(std::string_view config, std::string_view what);
 
 // Whether a vendor-specific capability is a vGPU's ("VF" at bytes 3 and 4).

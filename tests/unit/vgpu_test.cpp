@@ -98,6 +98,23 @@ TEST(VgpuCapability, ACapabilityPastTheEndIsAnError) {
     EXPECT_THAT(r.error().message, HasSubstr("0xf0"));
 }
 
+// Found by fuzz/targets/pci_config.cpp (corpus crash-6f02767…): in a PCIe function's 4096-byte
+// space a capability list entry near 0xff ran on into the extended space.
+TEST(VgpuCapability, ACapabilityCrossingIntoTheExtendedSpaceIsAnError) {
+    PciConfig c = nvidia_gpu_config(4096);
+    c.capability(0xf8, 0x09, vendor_specific(vgpu_body("550.54.16", "r550_00")));  // 27 bytes from 0xf8
+    auto r = inventory::vendor_capability(c.bytes(), "dev");
+    ASSERT_FALSE(r);
+    EXPECT_THAT(r.error().message, HasSubstr("0xf8"));
+    EXPECT_THAT(r.error().message, HasSubstr("256-byte"));
+    // The same capability inside the header is fine in a 4096-byte space.
+    PciConfig ok = nvidia_gpu_config(4096);
+    ok.capability(0xc8, 0x09, vendor_specific(vgpu_body("550.54.16", "r550_00")));
+    auto cap = cap_of(ok);
+    ASSERT_TRUE(cap);
+    EXPECT_TRUE(inventory::is_vgpu_capability(*cap));
+}
+
 TEST(VgpuCapability, MalformedRecordsHaveNoHostDriver) {
     auto cap = [](std::string body) { return std::string("\x09\x00", 2) + vendor_specific(body); };
     EXPECT_FALSE(inventory::vgpu_host_driver(cap("VF")));                        // no record at all
