@@ -6,8 +6,9 @@
 //
 // Scenarios: whole GPUs on the fixture (default dgx-h100.yaml: registration, Allocate,
 // GetPreferredAllocation, XID -> Unhealthy, kubelet restart, RSS); 8 GPUs x 48 replicas
-// (time-slicing, 384 devices); 56 MIG devices (8 GPUs x 7 1g.10gb, mixed strategy); the
-// lifecycle of issue #12 against a fake kubelet that behaves like v1.26: process start ->
+// (time-slicing, 384 devices); 56 MIG devices (8 GPUs x 7 1g.10gb, mixed strategy: the fixture's
+// GPUs must be MIG capable, as dgx-h100.yaml's are); the lifecycle of issue #12 against a fake
+// kubelet that behaves like v1.26: process start ->
 // registered with health known, SIGTERM -> exit, health change -> ListAndWatch while the kubelet
 // never answers Register, and NVIDIA's plugin going away -> kgpu serving again, both orders.
 #include <signal.h>
@@ -18,7 +19,6 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -57,7 +57,8 @@ long rss_kib(int pid) {
 }
 
 struct Plugin {
-    kgpu::test::TempDir dir;
+    kgpu::test::TempDir dir;    // the device plugin directory
+    kgpu::test::TempDir files;  // the events file
     std::string events;
     std::unique_ptr<kgpu::test::FakeKubelet> kubelet;
     std::unique_ptr<kgpu::test::ChildProcess> process;
@@ -68,7 +69,7 @@ struct Plugin {
     // `new_kubelet` false: a kubelet the caller started already serves the directory.
     bool start(const std::string& node, const std::vector<std::string>& extra, const std::string& preload,
                const std::string& resource, size_t count, bool new_kubelet = true) {
-        events = dir.path() + "-events";
+        events = files.path() + "/events";
         std::ofstream(events) << preload;
         if (new_kubelet) {
             kubelet = std::make_unique<kgpu::test::FakeKubelet>(dir.path());
@@ -94,7 +95,6 @@ struct Plugin {
             process->wait(10000);
         }
         kubelet.reset();
-        std::remove(events.c_str());
     }
 };
 
@@ -128,20 +128,6 @@ bool measure(Plugin& p, const std::string& label, const std::string& resource, i
     report(label + ": GetPreferredAllocation (" + std::to_string(size) + " of " + std::to_string(ids.size()) + ")",
            prefer);
     return true;
-}
-
-// The fixture with every GPU MIG-capable (MIG disabled in the file; `mig` commands enable it).
-std::string mig_capable(const std::string& fixture, const std::string& dir) {
-    std::ifstream in(fixture);
-    std::stringstream out;
-    std::string line;
-    while (std::getline(in, line)) {
-        out << line << "\n";
-        if (line.rfind("    uuid:", 0) == 0) out << "    mig: {mode: disabled, max_devices: 7}\n";
-    }
-    const std::string path = dir + "/mig-node.yaml";
-    std::ofstream(path) << out.str();
-    return path;
 }
 
 bool running_for(kgpu::test::ChildProcess& p, std::chrono::milliseconds timeout) {
@@ -189,8 +175,8 @@ bool lifecycle(const std::string& node) {
     // A kubelet that accepts the connection and never answers Register: health changes still
     // reach ListAndWatch (our own client on the plugin socket).
     {
-        kgpu::test::TempDir dir;
-        const std::string events = dir.path() + "-events";
+        kgpu::test::TempDir dir, files;
+        const std::string events = files.path() + "/events";
         std::ofstream(events).flush();
         kgpu::test::FakeKubelet kubelet(dir.path());
         kubelet.hang_register(true);
@@ -213,7 +199,6 @@ bool lifecycle(const std::string& node) {
         proc.signal(SIGTERM);
         proc.wait(10000);
         kubelet.hang_register(false);
-        std::remove(events.c_str());
     }
 
     // NVIDIA's plugin goes away -> kgpu serves the resource again (the kubelet's client is kgpu's,
@@ -318,12 +303,10 @@ int main(int argc, char** argv) {
     }
     {
         Plugin p;
-        kgpu::test::TempDir node_dir;
+        // dgx-h100's GPUs are MIG capable with MIG off; the events file's history turns it on.
         std::string preload;
         for (int g = 0; g < 8; ++g) preload += "mig " + std::to_string(g) + " 1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb\n";
-        if (!p.start(mig_capable(node, node_dir.path()), {"--mig-strategy", "mixed"}, preload, "nvidia.com/mig-1g.10gb",
-                     56))
-            return 1;
+        if (!p.start(node, {"--mig-strategy", "mixed"}, preload, "nvidia.com/mig-1g.10gb", 56)) return 1;
         std::printf("%-52s %.1f ms\n", "56 MIG devices: registered after start", p.registered_ms);
         if (!measure(p, "56 MIG devices", "nvidia.com/mig-1g.10gb", 4)) return 1;
     }

@@ -167,3 +167,36 @@ put("web_config", b"basic_auth_users:\n  alice: $2y$10$abcdefghijklmnopqrstuu5Q3
 put("web_config", b"http_server_config: {}\n")
 for s in raw_strings("tests/exporter/web_config_test.cpp", ":"):
     put("web_config", s)
+
+# PCI configuration spaces for the vGPU scan, from the PCI layout (tests/support/pci_config.h
+# builds the same in C++): a GPU, a vGPU, records before the host driver record, a loop, a short
+# read, a capability past the end.
+def pci_config(caps, size=256, status_caps=True):
+    b = bytearray(size)
+    b[0:4] = bytes([0xde, 0x10, 0xb8, 0x1e])
+    b[0x0a:0x0c] = bytes([0x02, 0x03])
+    if size < 256:
+        return bytes(b)
+    if status_caps:
+        b[0x06] = 0x10
+    prev = 0x34
+    for off, cid, data in caps:
+        b[prev if prev == 0x34 else prev + 1] = off
+        b[off] = cid
+        b[off + 2:off + 2 + len(data)] = data
+        prev = off
+    return bytes(b)
+
+
+def vgpu_cap(version, branch, before=b""):
+    body = b"VF" + before + bytes([0, 22]) + version.ljust(10, b"\0") + branch.ljust(10, b"\0")
+    return bytes([3 + len(body)]) + body
+
+
+gpu_caps = [(0x60, 0x01, b"\x03\x06"), (0x68, 0x05, b""), (0x78, 0x10, b"\x02\x00")]
+put("pci_config", pci_config(gpu_caps))
+put("pci_config", pci_config(gpu_caps + [(0xc8, 0x09, vgpu_cap(b"550.54.16", b"r550_00"))]))
+put("pci_config", pci_config(gpu_caps + [(0xa0, 0x09, vgpu_cap(b"535.161.05", b"r535_14", b"\x03\x06abcd\x07\x02"))]))
+put("pci_config", pci_config([(0x60, 0x01, b""), (0x68, 0x05, b""), (0x60, 0x01, b"")]))
+put("pci_config", pci_config(gpu_caps, size=64))
+put("pci_config", pci_config(gpu_caps + [(0xf0, 0x09, bytes([27]) + b"VF\0\x16")]))

@@ -71,3 +71,7 @@ kgpu_fuzz_target(web_config
   SOURCES src/exporter/web_config.cpp
   PACKAGES yaml-cpp
   LIBS kgpu_exporter)
+
+kgpu_fuzz_target(pci_config
+  SOURCES src/inventory/vgpu.cpp
+  LIBS kgpu_inventory)

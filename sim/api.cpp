@@ -192,24 +192,32 @@ bool giProfileSupported(unsigned id) {
 }
 
 // The engines of a GPU instance of `slices` slices and GI profile `giProfileId`, as NVIDIA's MIG
-// user guide lists them ("Supported MIG Profiles"): one copy engine per slice, no encoders; on
+// user guide lists them ("Supported MIG Profiles"): a product with a known table (H100, see
+// knownGiProfile) as listed there; otherwise one copy engine per slice, no encoders; on
 // Ampere (A100) NVDECs 0/1/2/2/5 for 1/2/3/4/7 slices with JPEG and OFA only on 7g and the
-// media-extension profile (+me, id 7); later parts (H100) one NVDEC and one JPEG per slice, OFA
-// on 7g and +me. The double-memory 1g profile (id 9) has one NVDEC. A compute instance shares
-// its GPU instance's engines.
+// media-extension profile (+me, id 7); later parts one NVDEC and one JPEG per slice, OFA on 7g
+// and +me. The double-memory 1g profile (id 9) has one NVDEC. A compute instance shares its GPU
+// instance's engines.
 struct MigEngines {
     unsigned copy = 0, decoders = 0, encoders = 0, jpeg = 0, ofa = 0;
 };
 MigEngines migEngines(const Gpu& gpu, unsigned slices, unsigned giProfileId) {
     const bool mediaExt = giProfileId == 7;
     MigEngines e;
+    if (const KnownGiProfile* k = knownGiProfile(gpu, giProfileId)) {
+        e.copy = k->copyEngines;
+        e.decoders = k->decoders;
+        e.jpeg = k->jpeg;
+        e.ofa = k->ofa;
+        return e;
+    }
     e.copy = slices;
     if (gpu.spec.architecture <= NVML_DEVICE_ARCH_AMPERE) {
         static constexpr unsigned kAmpereDecoders[8] = {0, 0, 1, 2, 2, 2, 4, 5};  // by slices
         e.decoders = mediaExt || giProfileId == 9 ? 1 : kAmpereDecoders[std::min(slices, 7u)];
         e.jpeg = slices == 7 || mediaExt ? 1 : 0;
     } else {
-        e.decoders = mediaExt ? 7 : slices;
+        e.decoders = slices;  // +me: the 1g slice's own NVDEC and JPEG, plus the OFA
         e.jpeg = e.decoders;
     }
     e.ofa = slices == 7 || mediaExt ? 1 : 0;
@@ -986,7 +994,7 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, unsigned i
         i.isP2pSupported = 0;
         i.sliceCount = slices;
         i.instanceCount = profile == 7 ? 1 : profile == 9 ? 4 : 7 / slices;
-        i.multiprocessorCount = smPerSlice(st, *d.gpu) * slices;
+        i.multiprocessorCount = fig->second;
         const MigEngines e = migEngines(*d.gpu, slices, profile);
         i.copyEngineCount = e.copy;
         i.decoderCount = e.decoders;

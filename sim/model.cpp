@@ -595,7 +595,40 @@ void forFixtureMigs(const State& st, const Gpu& gpu, F&& f) {
 }
 }  // namespace
 
+// Products whose profile tables differ from what the fixture's MIG devices and the per-slice
+// rules give. H100 SXM5 80GB (0x2330) from `nvidia-smi mig -lgip` on that part (memory in MiB:
+// 9.75, 19.62, 39.50 and 79.25 GiB), consistent with NVIDIA's MIG user guide ("H100 MIG
+// Profiles": one NVDEC and one JPEG per slice, 7g with 8 copy engines and the OFA, +me with the
+// OFA); the SM counts are not slices x 16 (1g.20gb 26, 3g 60, 7g 132).
+const KnownGiProfile* knownGiProfile(const Gpu& gpu, unsigned id, bool* known) {
+    struct Product {
+        unsigned pciDeviceId;
+        std::vector<KnownGiProfile> profiles;
+    };
+    // GI profile ids: 0 1g, 7 1g+me, 9 1g with twice the memory, 1 2g, 2 3g, 3 4g, 4 7g.
+    static const std::vector<Product> kProducts = {
+        {0x233010DE,
+         {{0, 9984, 16, 1, 1, 1, 0},
+          {7, 9984, 16, 1, 1, 1, 1},
+          {9, 20096, 26, 1, 1, 1, 0},
+          {1, 20096, 32, 2, 2, 2, 0},
+          {2, 40448, 60, 3, 3, 3, 0},
+          {3, 40448, 64, 4, 4, 4, 0},
+          {4, 81152, 132, 8, 7, 7, 1}}},
+    };
+    if (known) *known = false;
+    for (const Product& p : kProducts) {
+        if (p.pciDeviceId != gpu.spec.pciDeviceId) continue;
+        if (known) *known = true;
+        for (const KnownGiProfile& k : p.profiles)
+            if (k.id == id) return &k;
+        return nullptr;
+    }
+    return nullptr;
+}
+
 unsigned smPerSlice(const State& st, const Gpu& gpu) {
+    if (const KnownGiProfile* k = knownGiProfile(gpu, 0)) return k->smCount;
     unsigned bestSlices = 0, sm = 0;
     forFixtureMigs(st, gpu, [&](const Gpu&, const MigSpec& m, const MigProfile& p) {
         if (p.slices > bestSlices) {
@@ -608,6 +641,9 @@ unsigned smPerSlice(const State& st, const Gpu& gpu) {
 }
 
 std::optional<std::pair<unsigned long long, unsigned>> profileFigures(const State& st, const Gpu& gpu, unsigned id) {
+    bool known = false;
+    if (const KnownGiProfile* k = knownGiProfile(gpu, id, &known)) return std::make_pair(k->memoryMib, k->smCount);
+    if (known) return std::nullopt;  // the product has no such profile
     std::optional<std::pair<unsigned long long, unsigned>> exact;
     unsigned long long perMemSlice = 0;
     forFixtureMigs(st, gpu, [&](const Gpu& g, const MigSpec& m, const MigProfile& p) {

@@ -244,6 +244,16 @@ std::optional<MigSpec> migSpecFor(const State& st, const Gpu& gpu, const std::st
                                   unsigned giId, std::string* why);
 unsigned giProfileIdFor(const Gpu& gpu, const MigProfile& p);
 unsigned smPerSlice(const State& st, const Gpu& gpu);
+// A GPU instance profile of a product whose profile table the simulator knows, as its driver
+// reports it (nvmlDeviceGetGpuInstanceProfileInfo, `nvidia-smi mig -lgip`).
+struct KnownGiProfile {
+    unsigned id;  // NVML_GPU_INSTANCE_PROFILE_* (0 1g, 7 1g+me, 9 1g double memory, 1 2g, 2 3g, 3 4g, 4 7g)
+    unsigned long long memoryMib;
+    unsigned smCount, copyEngines, decoders, jpeg, ofa;
+};
+// The GPU's product table (by PCI device id): the profile's entry, or null when the product is
+// not in it (its figures are derived) or the product has no such profile. `known` tells which.
+const KnownGiProfile* knownGiProfile(const Gpu& gpu, unsigned giProfileId, bool* known = nullptr);
 // Best known {memoryMib, smCount} for a GI profile on this GPU's model; nullopt if unknown.
 std::optional<std::pair<unsigned long long, unsigned>> profileFigures(const State& st, const Gpu& gpu,
                                                                      unsigned giProfileId);

@@ -15,6 +15,7 @@
 #include "common/strings.h"
 #include "deviceplugin/config.h"
 #include "inventory/discovery.h"
+#include "inventory/vgpu.h"
 
 namespace kgpu::cli {
 
@@ -59,7 +60,7 @@ void add_labels_command(CLI::App& app, LabelsOptions& opts) {
         ->option_text("[=BOOL]");
     cmd->add_option("--device-discovery-strategy", opts.device_discovery_strategy,
                     "auto or nvml (GFD's tegra and vfio are not supported) [env DEVICE_DISCOVERY_STRATEGY]");
-    cmd->add_option("--sysfs-root", opts.sysfs_root, "Where the host's /sys is (PCI class, NUMA, DMI)")
+    cmd->add_option("--sysfs-root", opts.sysfs_root, "Where the host's /sys is (PCI class and config space, NUMA, DMI)")
         ->capture_default_str();
 }
 
@@ -224,6 +225,10 @@ Status label_once(const LabelsOptions& opts, const LabelsSettings& s, const labe
     }
     labels::Options lopts = base;
     lopts.timestamp = timestamp;
+    // GFD's vGPU labeler runs on every node, whatever NVML says; when the scan fails it writes no
+    // vgpu label and logs why.
+    if (auto vgpu = inventory::find_vgpu_devices(opts.sysfs_root)) lopts.vgpu = std::move(*vgpu);
+    else pass.warnings.push_back(fmt::format("vGPU scan: {}; no nvidia.com/vgpu labels", vgpu.error().message));
     if (!node.gpus.empty()) lopts.machine = machine_type(s.machine_type_file);
     auto generated = labels::generate(node, lopts);
     if (!generated) return std::unexpected(generated.error());

@@ -265,6 +265,20 @@ Status version_labels(Labels& out, const inventory::Node& node, std::vector<std:
     return {};
 }
 
+// GFD's vgpuLabeler. The values are sanitised like every other (GFD writes the capability's
+// bytes as they are; NFD would drop a value Kubernetes rejects).
+Status vgpu_labels(Labels& out, const std::vector<inventory::VgpuDevice>& devices) {
+    out["nvidia.com/vgpu.present"] = devices.empty() ? "false" : "true";
+    for (const auto& d : devices) {
+        if (!d.host_driver)
+            return fail(Code::parse,
+                        "vGPU {}: its vendor-specific capability (\"VF\") has no host driver version record", d.address);
+        out["nvidia.com/vgpu.host-driver-version"] = label_value(gfd_sanitise(d.host_driver->version));
+        out["nvidia.com/vgpu.host-driver-branch"] = label_value(gfd_sanitise(d.host_driver->branch));
+    }
+    return {};
+}
+
 }  // namespace
 
 std::string sanitize_value(std::string_view value) { return label_value(gfd_sanitise(value)); }
@@ -295,6 +309,8 @@ Result<Generated> generate(const inventory::Node& node, const Options& o) {
         if (!gpu.lost && !gpu.uuid.empty()) gpus.push_back(&gpu);
     // kgpu's addition (docs/labels.md): the seeds' DaemonSets select nodes on it.
     out["nvidia.com/gpu.present"] = gpus.empty() ? "false" : "true";
+    if (o.vgpu)
+        if (auto st = vgpu_labels(out, *o.vgpu); !st) return std::unexpected(st.error());
     if (gpus.empty()) return g;  // GFD: no devices, no device labels
 
     out["nvidia.com/gpu.machine"] = sanitize_value(o.machine);

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "inventory/node.h"
+#include "inventory/vgpu.h"
 
 namespace kgpu::labels {
 
@@ -41,6 +42,9 @@ struct Options {
     std::string machine = "unknown";
     // nvidia.com/gfd.timestamp (Unix seconds); nullopt with --no-timestamp.
     std::optional<std::int64_t> timestamp;
+    // What the vGPU scan found (inventory::find_vgpu_devices); nullopt when the scan failed, and
+    // then no nvidia.com/vgpu.* label is written, as GFD's vGPU labeler does.
+    std::optional<std::vector<inventory::VgpuDevice>> vgpu;
 };
 
 using Labels = std::map<std::string, std::string>;
@@ -51,7 +55,12 @@ struct Generated {
 };
 
 // The labels GFD writes for `node`, plus kgpu's one addition, nvidia.com/gpu.present. Lost GPUs
-// are left out. A node without GPUs gets only gfd.timestamp and gpu.present=false.
+// are left out. A node without GPUs gets only gfd.timestamp, gpu.present=false and the vGPU
+// labels.
+//
+// GFD's vGPU labeler, on every node: vgpu.present (true when options.vgpu lists a device) and,
+// for a vGPU, vgpu.host-driver-version and vgpu.host-driver-branch (of the last one by address,
+// as GFD's loop leaves them).
 //
 // As GFD: gpu.count counts every GPU of the model, MIG-enabled or not, under every strategy;
 // MIG-enabled GPUs alone give gpu.replicas=0 (GFD labels them without sharing). `single` on a
@@ -62,7 +71,8 @@ struct Generated {
 // as GFD lets whole GPUs override).
 //
 // Errors: a driver version that is not X.Y or X.Y.Z; MPS sharing on a node with a MIG-enabled
-// GPU (GFD fails the same way: MPS cannot share MIG devices).
+// GPU (GFD fails the same way: MPS cannot share MIG devices); a vGPU without a host driver record
+// (GFD: "cannot find driver version record").
 Result<Generated> generate(const inventory::Node& node, const Options& options);
 
 // A label value as GFD makes it (characters other than [A-Za-z0-9-_. ] dropped, blank runs

@@ -50,7 +50,7 @@ protected:
     void SetUp() override {
         kubelet_ = std::make_unique<FakeKubelet>(dir_.path());
         ASSERT_TRUE(kubelet_->start());
-        events_ = dir_.path() + "-events";
+        events_ = files_.path() + "/events";
         std::ofstream(events_).flush();
     }
     void TearDown() override {
@@ -60,8 +60,6 @@ protected:
         }
         if (HasFailure() && plugin_) std::cerr << "---- plugin stderr ----\n" << plugin_->err();
         kubelet_.reset();
-        std::filesystem::remove(events_);
-        std::filesystem::remove_all(events_ + "-cdi");
     }
     void start(const std::string& node, std::vector<std::string> extra = {}, const std::string& dp = "") {
         std::vector<std::string> argv = {KGPU_BINARY, "device-plugin", "--device-plugin-path",
@@ -69,7 +67,7 @@ protected:
         argv.insert(argv.end(), extra.begin(), extra.end());
         // Hermetic: CDI specs go under the test's directory, never into the machine's /var/run/cdi.
         if (std::ranges::find(extra, std::string("--cdi-spec-dir")) == extra.end())
-            argv.insert(argv.end(), {"--cdi-spec-dir", events_ + "-cdi"});
+            argv.insert(argv.end(), {"--cdi-spec-dir", files_.path() + "/cdi"});
         plugin_ = std::make_unique<ChildProcess>(
             argv, std::map<std::string, std::string>{{"KGPU_SIM_NODE", fixture(node)}, {"KGPU_SIM_EVENTS", events_}});
         sim_.load(node, events_);
@@ -102,7 +100,8 @@ protected:
         return out;
     }
 
-    TempDir dir_;
+    TempDir dir_;    // the device plugin directory (a kubelet restart empties it, as the real one does)
+    TempDir files_;  // the test's other files: events, config, CDI specs
     std::string events_;
     std::unique_ptr<FakeKubelet> kubelet_;
     std::unique_ptr<ChildProcess> plugin_;
@@ -203,7 +202,7 @@ TEST_F(LifecycleTest, ReplacingNvidiasPluginNvidiaRegisteredLast) {
 // plugin's Register deadline is seconds away, so none of them waited for it).
 TEST_F(LifecycleTest, HungKubeletBlocksNeitherSighupNorHealthNorSigterm) {
     kubelet_->hang_register(true);
-    const std::string cfg = dir_.path() + "-config.yaml";
+    const std::string cfg = files_.path() + "/config.yaml";
     std::ofstream(cfg) << "version: v1\nflags:\n  plugin:\n    deviceIDStrategy: uuid\n";
     start("t4x4.yaml", {"--config-file", cfg});
     ASSERT_TRUE(kubelet_->wait_until([&] { return kubelet_->hung_registers() == 1; }, 20s)) << plugin_->err();
@@ -222,7 +221,6 @@ TEST_F(LifecycleTest, HungKubeletBlocksNeitherSighupNorHealthNorSigterm) {
     EXPECT_EQ(plugin_->wait(10000), 0);
     EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/" + kSocket));
     EXPECT_THAT(plugin_->err(), ::testing::Not(HasSubstr("Deadline Exceeded")));
-    std::filesystem::remove(cfg);
 }
 
 // Item 5: a GPU with a reset pending (XID 48 before the restart: remapped rows pending) is

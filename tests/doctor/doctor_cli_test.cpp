@@ -24,12 +24,22 @@ std::map<std::string, std::string> status_by_id(const nlohmann::json& j) {
 TEST(DoctorCli, HealthySimulatedNodeExitsZero) {
     FakeHost host;
     host.live_kubelet();
-    auto r = run_process({KGPU_BINARY, "doctor", "--root", host.root(), "--nvml-library", KGPU_SIM_LIBRARY, "--json"},
-                         {{"KGPU_SIM_NODE", sim_node("dgx-h100.yaml")}});
     // dgx-h100 has 8 GPUs; the fake host has /dev/nvidia0-3 only, so add the rest.
     for (int i = 4; i < 8; ++i) host.write("/dev/nvidia" + std::to_string(i), "");
     for (int i = 4; i < 8; ++i) std::filesystem::permissions(host.path("/dev/nvidia" + std::to_string(i)), std::filesystem::perms(0666));
+    // The healthy host's kernel module is 535.161.08, the simulator's library 550.54.15: a module
+    // version the check cannot read is no mismatch.
     host.write("/proc/driver/nvidia/version", "NVRM version: NVIDIA UNIX x86_64 Kernel Module  x  \n");
+    auto r = run_process({KGPU_BINARY, "doctor", "--root", host.root(), "--nvml-library", KGPU_SIM_LIBRARY, "--json"},
+                         {{"KGPU_SIM_NODE", sim_node("dgx-h100.yaml")}});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    auto h100 = nlohmann::json::parse(r.out);
+    EXPECT_EQ(h100["summary"]["fail"], 0);
+    for (const auto& c : h100["checks"])
+        if (c["id"] == "nvml.mig_pending") {  // MIG capable with MIG off: nothing pending, nothing to do
+            EXPECT_EQ(c["status"], "ok");
+            EXPECT_THAT(c["evidence"].get<std::string>(), HasSubstr("GPU 7: MIG current disabled, pending disabled"));
+        }
     r = run_process({KGPU_BINARY, "doctor", "--root", host.root(), "--nvml-library", KGPU_SIM_LIBRARY, "--json"},
                     {{"KGPU_SIM_NODE", sim_node("t4x4.yaml")}});
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;

@@ -72,6 +72,8 @@ void expect_matches_fixture(const nlohmann::json& j, const std::string& path) {
         EXPECT_EQ(g["numa_node"], f["numa_node"].as<int>());
         EXPECT_EQ(g["numa_source"], "nvml");
         EXPECT_EQ(g["state"], "ok");
+        // A GPU without a `mig` block is not MIG capable; with one, MIG is in the fixture's mode.
+        EXPECT_EQ(g["mig"]["mode"], f["mig"] ? f["mig"]["mode"].as<std::string>() : "unsupported");
         if (f["mig"] && f["mig"]["devices"]) {
             ASSERT_EQ(g["mig"]["devices"].size(), f["mig"]["devices"].size());
             for (size_t m = 0; m < f["mig"]["devices"].size(); ++m) {
@@ -106,6 +108,11 @@ TEST(InfoJson, DgxH100) {
     EXPECT_EQ(pair(i.json, 0, 4)["pcie_level"], "SYS");
     EXPECT_EQ(i.json["gpus"][0]["numa_node"], 0);
     EXPECT_EQ(i.json["gpus"][7]["numa_node"], 1);
+    for (const auto& g : i.json["gpus"]) {  // every H100 SXM5 is MIG capable; the fixture has MIG off
+        EXPECT_EQ(g["mig"]["mode"], "disabled");
+        EXPECT_EQ(g["mig"]["pending_mode"], "disabled");
+        EXPECT_TRUE(g["mig"]["devices"].empty());
+    }
     EXPECT_TRUE(i.json["warnings"].empty()) << i.json["warnings"].dump();
 }
 

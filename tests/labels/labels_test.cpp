@@ -3,8 +3,9 @@
 //
 // - GFD's rule (NVIDIA/k8s-device-plugin v0.20.0, cmd/gpu-feature-discovery/main_test.go,
 //   checkResult): every line written, vgpu lines aside, matches one of the expected patterns of
-//   tests/expected-output*.txt for the MIG strategy. Our patterns are written from the shapes of
-//   those files, anchored, and at least as strict as GFD's (which Go matches unanchored, so
+//   tests/expected-output*.txt for the MIG strategy, and every vgpu line one of
+//   tests/expected-output-vgpu.txt's. Our patterns are written from the shapes of those files,
+//   anchored, and at least as strict as GFD's (which Go matches unanchored, so
 //   "[none|mps|time-slicing]" there is a character class that only checks the first character).
 // - Beyond it, for every fixture in sim/nodes/ and every strategy: kgpu writes exactly the keys
 //   GFD writes for that node, plus the documented kgpu additions (docs/labels.md).
@@ -26,6 +27,7 @@
 #include <sstream>
 #include <thread>
 
+#include "support/pci_config.h"
 #include "support/process.h"
 
 using kgpu::test::ChildProcess;
@@ -142,6 +144,11 @@ Patterns patterns_for(const std::string& strategy) {
     return p;
 }
 
+// expected-output-vgpu.txt: GFD's vGPU labeler, checked apart from the others.
+const Patterns kVgpu = {{"vgpu\\.present", kBool},
+                        {"vgpu\\.host-driver-version", kValue},
+                        {"vgpu\\.host-driver-branch", kValue}};
+
 // kgpu's additions to GFD's labels; docs/labels.md lists each under "kgpu additions".
 const Patterns kAdditions = {{"gpu\\.present", kBool}};
 
@@ -166,6 +173,14 @@ std::vector<std::string> gfd_check(const std::string& output, const std::string&
         if (invalid && line == "nvidia.com/gpu.sharing-strategy=") continue;
         bad.push_back(line);
     }
+    return bad;
+}
+
+// GFD's checkResult with the vGPU file: every vgpu line matches one of its patterns.
+std::vector<std::string> gfd_vgpu_check(const std::string& output) {
+    std::vector<std::string> bad;
+    for (const auto& line : lines_of(output))
+        if (line.find("vgpu") != std::string::npos && !matches(kVgpu, line)) bad.push_back(line);
     return bad;
 }
 
@@ -208,9 +223,12 @@ std::string unescape(std::string k) {
     return out;
 }
 
-// The keys GFD writes for the node (GFD's labelers, internal/lm), without kgpu's additions.
-std::set<std::string> gfd_keys(const NodeFacts& f, const std::string& strategy) {
-    std::set<std::string> keys = {"nvidia.com/gfd.timestamp"};
+// The keys GFD writes for the node (GFD's labelers, internal/lm), without kgpu's additions, on
+// a sysfs where the vGPU scan succeeds: vgpu.present on every node, the host driver's labels
+// when there is a vGPU.
+std::set<std::string> gfd_keys(const NodeFacts& f, const std::string& strategy, bool vgpu = false) {
+    std::set<std::string> keys = {"nvidia.com/gfd.timestamp", "nvidia.com/vgpu.present"};
+    if (vgpu) keys.insert({"nvidia.com/vgpu.host-driver-version", "nvidia.com/vgpu.host-driver-branch"});
     if (f.gpus == 0) return keys;  // no devices: no device labels
     for (const auto& [k, v] : base_patterns("")) keys.insert("nvidia.com/" + unescape(k));
     if (strategy != "none") keys.insert("nvidia.com/mig.strategy");
@@ -232,18 +250,31 @@ std::vector<std::string> fixtures() {
     return out;
 }
 
-// A sysfs tree in which every fixture GPU is a 3D controller (what gpu.mode reads).
+// "00000000:07:00.0" (NVML, the fixtures) -> "0000:07:00.0" (sysfs).
+std::string sysfs_name(const std::string& bus) {
+    std::string id = bus.substr(4);
+    for (auto& c : id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return id;
+}
+
+// Writes a PCI function into a sysfs tree: vendor, class and configuration space.
+void pci_device(const TempDir& dir, const std::string& name, const std::string& vendor, const std::string& config) {
+    dir.write("bus/pci/devices/" + name + "/vendor", vendor + "\n");
+    dir.write("bus/pci/devices/" + name + "/class", "0x030200\n");
+    dir.write("bus/pci/devices/" + name + "/config", config);
+}
+
+// A sysfs tree in which every fixture GPU is a 3D controller (what gpu.mode reads) with the
+// configuration space of a GPU that is not a vGPU (what the vGPU scan reads), next to a
+// function of another vendor.
 const std::string& sysfs_root() {
     static TempDir dir;
     static bool made = false;
     if (!made) {
-        for (const auto& name : fixtures()) {
-            for (const auto& bus : facts(kSource + "/sim/nodes/" + name + ".yaml").bus_ids) {
-                std::string id = bus.substr(4);  // "00000000:07:00.0" -> "0000:07:00.0"
-                for (auto& c : id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-                dir.write("bus/pci/devices/" + id + "/class", "0x030200\n");
-            }
-        }
+        for (const auto& name : fixtures())
+            for (const auto& bus : facts(kSource + "/sim/nodes/" + name + ".yaml").bus_ids)
+                pci_device(dir, sysfs_name(bus), "0x10de", kgpu::test::nvidia_gpu_config().bytes());
+        dir.write("bus/pci/devices/0000:00:00.0/vendor", "0x8086\n");  // a host bridge
         made = true;
     }
     return dir.path();
@@ -288,6 +319,7 @@ TEST_P(GfdRule, EveryFixturePassesGfdsCheckAndWritesEveryLabelGfdWrites) {
         SCOPED_TRACE(fixture + " --mig-strategy " + strategy);
         const std::string out = label_once(fixture, {"--mig-strategy", strategy});
         EXPECT_THAT(gfd_check(out, strategy), ::testing::IsEmpty()) << out;
+        EXPECT_THAT(gfd_vgpu_check(out), ::testing::IsEmpty()) << out;
         auto got = parse(out);
         std::set<std::string> keys;
         for (const auto& [k, v] : got)
@@ -310,6 +342,9 @@ TEST(GfdRuleSelf, RejectsWhatGfdRejects) {
     EXPECT_EQ(gfd_check("nvidia.com/mig-1g.10gb.engines.ofa=x\n", "mixed").size(), 1u);
     EXPECT_EQ(gfd_check("nvidia.com/gpu.present=yes\n", "none").size(), 1u);
     EXPECT_TRUE(gfd_check("nvidia.com/vgpu.present=false\nnvidia.com/gpu.count=1\n", "none").empty());
+    EXPECT_EQ(gfd_vgpu_check("nvidia.com/vgpu.present=yes\nnvidia.com/gpu.count=x\n").size(), 1u);
+    EXPECT_EQ(gfd_vgpu_check("nvidia.com/vgpu.host=1\n").size(), 1u);
+    EXPECT_TRUE(gfd_vgpu_check("nvidia.com/vgpu.present=true\nnvidia.com/vgpu.host-driver-version=550.54.16\n").empty());
 }
 
 TEST(GfdRuleSelf, EveryKgpuAdditionIsDocumented) {
@@ -323,7 +358,7 @@ TEST(GfdRuleSelf, EveryKgpuAdditionIsDocumented) {
     auto gfd = migration.find("## gpu-feature-discovery");
     ASSERT_NE(gfd, std::string::npos);
     const std::string identical = migration.substr(gfd, migration.find("Differs", gfd) - gfd);
-    EXPECT_THAT(identical, Not(HasSubstr("gpu.present")));
+    EXPECT_FALSE(std::regex_search(identical, std::regex("(^|[^v])gpu\\.present"))) << identical;  // vgpu.present is GFD's
 }
 
 // ---- values ---------------------------------------------------------------------------------
@@ -383,9 +418,57 @@ TEST(LabelsValues, SingleOnANodeItCannotServeWritesInvalidLabelsAndKeepsRunning)
 
 TEST(LabelsValues, NoGpusWriteNoDeviceLabels) {
     auto l = parse(label_once("empty", {}));
-    EXPECT_EQ(l.size(), 2u);
+    EXPECT_EQ(l.size(), 3u);
     EXPECT_EQ(l["nvidia.com/gpu.present"], "false");
+    EXPECT_EQ(l["nvidia.com/vgpu.present"], "false");  // GFD's vGPU labeler runs on every node
     EXPECT_TRUE(l.contains("nvidia.com/gfd.timestamp"));
+}
+
+// A vGPU guest: the GPUs NVML shows are virtual functions whose configuration space carries
+// NVIDIA's "VF" capability with the host's driver version and branch (GFD's vGPU labeler).
+TEST(LabelsValues, VgpuGuestGetsTheHostDriverLabels) {
+    TempDir sys;
+    const auto t4 = facts(kSource + "/sim/nodes/t4x4.yaml");
+    for (const auto& bus : t4.bus_ids)
+        pci_device(sys, sysfs_name(bus), "0x10de", kgpu::test::nvidia_vgpu_config("550.54.16", "r550_00").bytes());
+    const std::string out = label_once("t4x4", {"--sysfs-root", sys.path()});
+    EXPECT_THAT(gfd_check(out, "none"), ::testing::IsEmpty()) << out;
+    EXPECT_THAT(gfd_vgpu_check(out), ::testing::IsEmpty()) << out;
+    auto l = parse(out);
+    EXPECT_EQ(l["nvidia.com/vgpu.present"], "true");
+    EXPECT_EQ(l["nvidia.com/vgpu.host-driver-version"], "550.54.16");
+    EXPECT_EQ(l["nvidia.com/vgpu.host-driver-branch"], "r550_00");
+    std::set<std::string> keys;
+    for (const auto& [k, v] : l)
+        if (!matches(kAdditions, k + "=" + v)) keys.insert(k);
+    EXPECT_EQ(keys, gfd_keys(t4, "none", /*vgpu=*/true)) << out;
+    EXPECT_EQ(l["nvidia.com/gpu.count"], "4");
+
+    // A VF capability without the host driver record fails the labeling, as in GFD.
+    kgpu::test::PciConfig broken = kgpu::test::nvidia_gpu_config();
+    broken.capability(0xc8, 0x09, kgpu::test::vendor_specific("VF"));
+    pci_device(sys, sysfs_name(t4.bus_ids[2]), "0x10de", broken.bytes());
+    auto r = labels("t4x4", {"--oneshot", "-o", "-", "--sysfs-root", sys.path()});
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_THAT(r.err, HasSubstr("vGPU " + sysfs_name(t4.bus_ids[2])));
+    EXPECT_THAT(r.err, HasSubstr("no host driver version record"));
+}
+
+// GFD's vGPU labeler writes nothing when the scan fails (here: an unprivileged read of the
+// configuration space returns its first 64 bytes) and logs why; the other labels are written.
+TEST(LabelsValues, AFailedVgpuScanWritesNoVgpuLabelAndSaysWhy) {
+    TempDir sys;
+    for (const auto& bus : facts(kSource + "/sim/nodes/t4x4.yaml").bus_ids)
+        pci_device(sys, sysfs_name(bus), "0x10de", kgpu::test::nvidia_gpu_config(64).bytes());
+    auto r = labels("t4x4", {"--oneshot", "-o", "-", "--sysfs-root", sys.path()});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto l = parse(r.out);
+    EXPECT_FALSE(l.contains("nvidia.com/vgpu.present")) << r.out;
+    EXPECT_EQ(l["nvidia.com/gpu.count"], "4");
+    EXPECT_EQ(l["nvidia.com/gpu.mode"], "compute");
+    EXPECT_THAT(r.err, HasSubstr("vGPU scan"));
+    EXPECT_THAT(r.err, HasSubstr("64 bytes"));
+    EXPECT_THAT(r.err, HasSubstr("CAP_SYS_ADMIN"));
 }
 
 TEST(LabelsValues, TimestampIsNowAndMachineIsUnknownWithoutADmiFile) {
@@ -401,6 +484,7 @@ TEST(LabelsValues, TimestampIsNowAndMachineIsUnknownWithoutADmiFile) {
     auto with_dmi = parse(label_once("t4x4", {"--sysfs-root", dmi.path()}));
     EXPECT_EQ(with_dmi["nvidia.com/gpu.machine"], "PowerEdge-R750xa");
     EXPECT_EQ(with_dmi["nvidia.com/gpu.mode"], "unknown");  // that sysfs has no PCI class files
+    EXPECT_FALSE(with_dmi.contains("nvidia.com/vgpu.present"));  // nor PCI devices: the scan failed
 }
 
 // ---- GFD's flags and variables --------------------------------------------------------------
@@ -439,7 +523,7 @@ TEST(LabelsCli, OutputAliasesAndBooleanSpellings) {
 
 TEST(LabelsCli, FailOnInitError) {
     const std::vector<std::string> base = {KGPU_BINARY, "labels", "--oneshot", "-o", "-", "--nvml-library",
-                                           "/nonexistent/libnvidia-ml.so.1"};
+                                           "/nonexistent/libnvidia-ml.so.1", "--sysfs-root", sysfs_root()};
     auto fails = run_process(base);
     EXPECT_EQ(fails.exit_code, 1);
     EXPECT_THAT(fails.err, HasSubstr("/nonexistent/libnvidia-ml.so.1"));
@@ -457,8 +541,9 @@ TEST(LabelsCli, FailOnInitError) {
         auto r = run_process(argv, env);
         ASSERT_EQ(r.exit_code, 0) << r.err;
         auto l = parse(r.out);
-        EXPECT_EQ(l.size(), 2u) << r.out;  // like a node without GPUs
+        EXPECT_EQ(l.size(), 3u) << r.out;  // like a node without GPUs
         EXPECT_EQ(l["nvidia.com/gpu.present"], "false");
+        EXPECT_EQ(l["nvidia.com/vgpu.present"], "false");  // the vGPU scan does not need NVML
         EXPECT_THAT(r.err, HasSubstr("NVML did not start"));
     }
 }

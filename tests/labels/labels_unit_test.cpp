@@ -302,6 +302,31 @@ TEST(LabelsGenerate, SeveralModelsCountEachAndTheFirstGpuDescribesTheNode) {
     EXPECT_THAT(g->warnings, Contains(HasSubstr("multiple device types")));
 }
 
+// GFD's vGPU labeler runs on every node, GPUs or not; without a scan (it failed) nothing.
+TEST(LabelsGenerate, VgpuLabels) {
+    EXPECT_THAT(gen(node({gpu(0, false)})), Not(Contains(Key("nvidia.com/vgpu.present"))));
+    labels::Options o;
+    o.vgpu.emplace();
+    EXPECT_EQ(gen(node({gpu(0, false)}), o).at("nvidia.com/vgpu.present"), "false");
+    auto none = gen(node({}), o);
+    EXPECT_EQ(none.size(), 2u);  // gpu.present and vgpu.present
+    EXPECT_EQ(none.at("nvidia.com/vgpu.present"), "false");
+
+    o.vgpu->push_back({"0000:3b:00.0", inventory::VgpuHostDriver{"550.54.15", "r550_00"}});
+    o.vgpu->push_back({"0000:5e:00.0", inventory::VgpuHostDriver{"550.54.16", "r550 01"}});
+    auto l = gen(node({gpu(0, false)}), o);
+    EXPECT_EQ(l.at("nvidia.com/vgpu.present"), "true");
+    EXPECT_EQ(l.at("nvidia.com/vgpu.host-driver-version"), "550.54.16");  // the last one, as GFD's loop
+    EXPECT_EQ(l.at("nvidia.com/vgpu.host-driver-branch"), "r550-01");     // sanitised like every value
+    EXPECT_EQ(l.at("nvidia.com/gpu.count"), "1");
+
+    o.vgpu->push_back({"0000:86:00.0", std::nullopt});
+    auto bad = labels::generate(node({gpu(0, false)}), o);
+    ASSERT_FALSE(bad);
+    EXPECT_THAT(bad.error().message, HasSubstr("vGPU 0000:86:00.0"));
+    EXPECT_THAT(bad.error().message, HasSubstr("no host driver version record"));
+}
+
 TEST(LabelsFeatureFile, SortedKeyValueLines) {
     EXPECT_EQ(labels::to_feature_file({{"b", "2"}, {"a", "1"}}), "a=1\nb=2\n");
 }

@@ -303,6 +303,31 @@ TEST_F(SimEvents, MigRecreationInvalidatesOldHandlesAndNotifies) {
     EXPECT_EQ(a.memorySizeMB, 9728u);
 }
 
+// MIG devices created on a part with a known profile table (H100) get that table's figures.
+TEST_F(SimEvents, MigOnH100UsesItsProfileTable) {
+    ASSERT_EQ(start(fixture("dgx-h100.yaml"), events), NVML_SUCCESS);
+    nvmlEventSet_t set = registered({3}, nvmlEventMigConfigChange);
+    append(events, "mig 3 3g.40gb,1g.20gb,1g.10gb+me\n");
+    nvmlEventData_t e = wait(set);
+    EXPECT_EQ(e.device, dev(3));
+    const struct {
+        const char* profile;
+        unsigned mib, sm, dec, jpeg, ofa;
+    } want[] = {{"3g.40gb", 40448, 60, 3, 3, 0}, {"1g.20gb", 20096, 26, 1, 1, 0}, {"1g.10gb+me", 9984, 16, 1, 1, 1}};
+    for (unsigned i = 0; i < 3; ++i) {
+        SCOPED_TRACE(want[i].profile);
+        nvmlDevice_t m = mig(3, i);
+        EXPECT_EQ(name(m), std::string("NVIDIA H100 80GB HBM3 MIG ") + want[i].profile);
+        nvmlDeviceAttributes_t a{};
+        ASSERT_EQ(NV(nvmlDeviceGetAttributes_v2)(m, &a), NVML_SUCCESS);
+        EXPECT_EQ(a.memorySizeMB, want[i].mib);
+        EXPECT_EQ(a.multiprocessorCount, want[i].sm);
+        EXPECT_EQ(a.sharedDecoderCount, want[i].dec);
+        EXPECT_EQ(a.sharedJpegCount, want[i].jpeg);
+        EXPECT_EQ(a.sharedOfaCount, want[i].ofa);
+    }
+}
+
 TEST_F(SimEvents, BadLinesAreReportedAndSkipped) {
     tmp.write("events",
               "frobnicate 0\n"

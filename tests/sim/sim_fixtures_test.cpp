@@ -68,7 +68,9 @@ TEST_F(SimFixtures, DgxH100Identity) {
         EXPECT_EQ(m.used, 0u);
         EXPECT_EQ(m.free, m.total);
         unsigned cur = 9, pend = 9;
-        EXPECT_EQ(NV(nvmlDeviceGetMigMode)(d, &cur, &pend), NVML_ERROR_NOT_SUPPORTED);
+        EXPECT_EQ(NV(nvmlDeviceGetMigMode)(d, &cur, &pend), NVML_SUCCESS);  // MIG capable, off
+        EXPECT_EQ(cur, unsigned(NVML_DEVICE_MIG_DISABLE));
+        EXPECT_EQ(pend, unsigned(NVML_DEVICE_MIG_DISABLE));
         nvmlFieldValue_t f = field(d, NVML_FI_DEV_MEMORY_TEMP);
         EXPECT_EQ(f.nvmlReturn, NVML_SUCCESS);
         EXPECT_EQ(f.valueType, NVML_VALUE_TYPE_UNSIGNED_INT);
@@ -388,6 +390,44 @@ TEST_F(SimFixtures, TelemetryStaysNearTheFixtureValues) {
     count = 0;
     EXPECT_EQ(NV(nvmlDeviceGetComputeRunningProcesses_v3)(d, &count, nullptr), NVML_SUCCESS);
     EXPECT_EQ(count, 0u);
+}
+
+// The H100 SXM5 80GB's GPU instance profiles as its driver lists them (`nvidia-smi mig -lgip`,
+// NVIDIA's MIG user guide): memory, SMs and engines are the product's, not slices x a 1g figure.
+TEST_F(SimFixtures, H100MigProfiles) {
+    ASSERT_EQ(start(fixture("dgx-h100.yaml")), NVML_SUCCESS);
+    struct Want {
+        unsigned id, slices, instances;
+        unsigned long long mib;
+        unsigned sm, copy, dec, jpeg, ofa;
+    };
+    const Want table[] = {
+        {0, 1, 7, 9984, 16, 1, 1, 1, 0},    // 1g.10gb
+        {7, 1, 1, 9984, 16, 1, 1, 1, 1},    // 1g.10gb+me
+        {9, 1, 4, 20096, 26, 1, 1, 1, 0},   // 1g.20gb
+        {1, 2, 3, 20096, 32, 2, 2, 2, 0},   // 2g.20gb
+        {2, 3, 2, 40448, 60, 3, 3, 3, 0},   // 3g.40gb
+        {3, 4, 1, 40448, 64, 4, 4, 4, 0},   // 4g.40gb
+        {4, 7, 1, 81152, 132, 8, 7, 7, 1},  // 7g.80gb
+    };
+    for (const Want& w : table) {
+        SCOPED_TRACE(w.id);
+        nvmlGpuInstanceProfileInfo_t p{};
+        ASSERT_EQ(NV(nvmlDeviceGetGpuInstanceProfileInfo)(dev(5), w.id, &p), NVML_SUCCESS);
+        EXPECT_EQ(p.id, w.id);
+        EXPECT_EQ(p.sliceCount, w.slices);
+        EXPECT_EQ(p.instanceCount, w.instances);
+        EXPECT_EQ(p.memorySizeMB, w.mib);
+        EXPECT_EQ(p.multiprocessorCount, w.sm);
+        EXPECT_EQ(p.copyEngineCount, w.copy);
+        EXPECT_EQ(p.decoderCount, w.dec);
+        EXPECT_EQ(p.encoderCount, 0u);
+        EXPECT_EQ(p.jpegCount, w.jpeg);
+        EXPECT_EQ(p.ofaCount, w.ofa);
+    }
+    nvmlGpuInstanceProfileInfo_t p{};
+    EXPECT_EQ(NV(nvmlDeviceGetGpuInstanceProfileInfo)(dev(0), 5, &p), NVML_ERROR_NOT_SUPPORTED);  // 8 slices
+    EXPECT_EQ(NV(nvmlDeviceGetGpuInstanceProfileInfo)(dev(0), 6, &p), NVML_ERROR_NOT_SUPPORTED);  // 6 slices
 }
 
 // Engine counts of MIG instances on an A100, as NVIDIA's MIG user guide lists them: one copy
