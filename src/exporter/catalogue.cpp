@@ -147,7 +147,8 @@ constexpr std::array<MetricDef, kMetricCount> kCatalogue{{
      "HTTP connections the server closed before they were done, by reason: evicted (the connection limit was "
      "reached: the oldest idle or slowest one made room), peer_limit (one client address held too many), timeout "
      "(no complete request head, or response not taken, within --http-request-timeout), oversize (request head "
-     "over 8 KiB or a body over 64 KiB), malformed (not HTTP/1.x), tls (handshake failed).",
+     "over 8 KiB, answered 431), malformed (a request head refused: 400, 505, or 431 for over 100 header fields), "
+     "tls (TLS handshake failed, or plain HTTP on a TLS port).",
      "the HTTP server", S::exporter, R::none, 0, 1.0, false, "reason"},
     {collection_duration_seconds, "kgpu_collection_duration_seconds", MT::gauge, "s",
      "Time the last collection pass spent reading NVML and the kubelet.", "the collector thread", S::exporter},
