@@ -197,13 +197,17 @@ HeadScan take_request_head(std::string_view in, std::size_t scanned) {
     s.skip = leading_empty_lines(in);
     if (s.skip > 0) scanned = 0;
     in.remove_prefix(s.skip);
+    // A head is at most kMaxRequestHead bytes plus the line end of its empty line (+2, CRLF). The
+    // same bytes give the same answer however they arrive: without an end yet, it is too large
+    // only once no end can come within the limit any more.
+    constexpr std::size_t kLimit = kMaxRequestHead + 2;
     const std::size_t end = head_end(in, scanned > 2 ? scanned - 2 : 0);
     if (end == 0) {
-        s.state = in.size() > kMaxRequestHead ? HeadScan::State::too_large : HeadScan::State::incomplete;
+        s.state = in.size() >= kLimit ? HeadScan::State::too_large : HeadScan::State::incomplete;
         s.scanned = in.size();
         return s;
     }
-    if (end > kMaxRequestHead + 2) {
+    if (end > kLimit) {
         s.state = HeadScan::State::too_large;
         return s;
     }

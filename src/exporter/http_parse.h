@@ -37,9 +37,9 @@ RequestHead parse_head(std::string_view head);
 // previous request ended).
 struct HeadScan {
     enum class State {
-        incomplete,  // no complete head yet: keep reading (`in` holds less than the limit)
+        incomplete,  // no complete head yet: keep reading (an end can still come within the limit)
         complete,    // `head` is the next request (or its refusal, head.status != 0)
-        too_large,   // more than kMaxRequestHead bytes without the end of a head: 431
+        too_large,   // the head is longer than kMaxRequestHead bytes plus its final line end: 431
     };
     State state = State::incomplete;
     std::size_t skip = 0;     // empty lines before the request line (RFC 9112 2.2): drop these first
