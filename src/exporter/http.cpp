@@ -5,6 +5,9 @@
 // ways: by id (epoll data), by (rank, since) globally and per client address (eviction), and by
 // deadline (timers). Closed connections are parked until the end of the event batch, so an event
 // later in the same batch for a connection closed earlier finds nothing instead of a reused fd.
+// Each loop pass (one epoll_wait) gives a connection a turn with a budget (kTurnRequests,
+// kTurnBytes); one with work left goes on the ready list, served after the next pass's events, and
+// the loop does not sleep while that list is not empty.
 #include "exporter/http.h"
 
 #include <arpa/inet.h>
