@@ -9,7 +9,8 @@
 // collections at a 10 ms interval, CPU per collection (utime+stime of the process over those
 // passes, with nobody scraping), and what that is at a 1 s interval. Then the floods of issue #14:
 // scrape latency with 2000 idle connections and with 1000 clients trickling a request head one
-// byte a second (from other loopback addresses than the scraper), and RSS, scrape size and CPU
+// byte a second (from other loopback addresses than the scraper), and while one client pipelines
+// without pause, and RSS, scrape size and CPU
 // per collection with 100k pods on one GPU.
 #include <signal.h>
 #include <sys/resource.h>
@@ -251,6 +252,36 @@ int main(int argc, char** argv) {
         trickle.join();
         for (int fd : slow)
             if (fd >= 0) ::close(fd);
+
+        // One client pipelining batches of 2000 requests as fast as it is answered.
+        const int flood = kgpu::test::connect_loopback(port, "127.0.0.2");
+        std::string batch;
+        for (int i = 0; i < 2000; ++i) batch += "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n";
+        std::atomic<bool> done{false};
+        std::atomic<long> answered{0};
+        std::thread writer([&] {
+            while (!done)
+                for (size_t off = 0; off < batch.size() && !done;) {
+                    const ssize_t n = ::send(flood, batch.data() + off, batch.size() - off, MSG_NOSIGNAL);
+                    if (n <= 0) return;
+                    off += static_cast<size_t>(n);
+                }
+        });
+        std::thread reader([&] {
+            char buf[65536];
+            for (ssize_t n; !done && (n = ::recv(flood, buf, sizeof buf, 0)) > 0;) answered += n;
+        });
+        std::this_thread::sleep_for(500ms);
+        const long before = answered;
+        const auto t0 = Clock::now();
+        report("scrape (gzip) while one client pipelines", scrapes(200));
+        std::printf("%-44s %.1f MB/s of answers to the pipelining client meanwhile\n", "pipelining client",
+                    static_cast<double>(answered - before) / (us(Clock::now() - t0)));
+        done = true;
+        ::shutdown(flood, SHUT_RDWR);
+        writer.join();
+        reader.join();
+        ::close(flood);
         p.signal(SIGTERM);
         p.wait(30000);
     }

@@ -150,7 +150,6 @@ containers {{ id: "{cid}" pod_sandbox_id: "s1" metadata {{ name: "main" attempt:
   labels {{ key: "io.kubernetes.container.name" value: "main" }} }}
 containers {{ id: "ffff" metadata {{ name: "ctr-made" }} }}
 """))
-print(f"seeds written under {CORPUS}")
 
 # dcgm-exporter counters CSV (-f) and the exporter's web config.
 for f in sorted((ROOT / "tests" / "exporter" / "data").glob("*.csv")):
@@ -200,3 +199,33 @@ put("pci_config", pci_config(gpu_caps + [(0xa0, 0x09, vgpu_cap(b"535.161.05", b"
 put("pci_config", pci_config([(0x60, 0x01, b""), (0x68, 0x05, b""), (0x60, 0x01, b"")]))
 put("pci_config", pci_config(gpu_caps, size=64))
 put("pci_config", pci_config(gpu_caps + [(0xf0, 0x09, bytes([27]) + b"VF\0\x16")]))
+
+# HTTP request heads, as a client sends them on one connection (the exporter's server).
+prom = ("GET /metrics HTTP/1.1\r\nHost: 10.0.0.7:9400\r\nUser-Agent: Prometheus/2.45.0\r\n"
+        "Accept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1\r\n"
+        "Accept-Encoding: gzip\r\nX-Prometheus-Scrape-Timeout-Seconds: 10\r\n\r\n")
+for head in [prom,
+             prom + "HEAD /health HTTP/1.1\r\nHost: x\r\n\r\nGET /%6detrics?x=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+             "\r\n\r\nGET / HTTP/1.1\nHost: x\n\n\nGET /health HTTP/1.0\nConnection: keep-alive\n\n",
+             "GET http://node:9400/metrics HTTP/1.1\r\nHost: node:9400\r\nAuthorization: Basic cHJvbWV0aGV1czpzM2NyZXQ=\r\n\r\n",
+             "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
+             "GET * HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip;q=0, *;q=0.5\r\nTransfer-Encoding: chunked\r\n\r\n",
+             "GET / HTTP/2.0\r\n\r\n", "GET /x HTTP/1.1\r\n\r\n", "GET /x HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+             "GET /x HTTP/1.1\r\nHost: a\r\nX: a\x00b\r\n\r\n", "GET /x HTTP/1.1\r\nHost: a\r\n folded\r\n\r\n",
+             "GET /%zz HTTP/1.1\r\nHost: a\r\n\r\n", "GET /x HTTP/1.1\r\nHost: a\r\nX: " + "a" * 8200 + "\r\n\r\n"]:
+    put("http_head", head)
+
+# Docker's daemon.json for runtime configure: the first byte is the options (bit 0 set-as-default,
+# 1 enable-cdi, 2 another runtime name, 3 an absolute runtime path).
+daemons = [s for s in raw_strings("tests/runtime/nvidia_ctk_cases_test.cpp", '"') if s.lstrip().startswith("{")]
+daemons += ['', '{}', '{\n    "runtimes": {\n        "nvidia": {\n            "path": "nvidia-container-runtime",\n'
+            '            "args": []\n        }\n    }\n}\n',
+            '{\n\t"features": {"buildkit": true},\n\t"log-opts": {"max-size": "10m", "max-file": "3"},\n'
+            '\t"registry-mirrors": ["https://mirror.example"], "max-concurrent-downloads": 3, "debug": false\n}\n',
+            '{"default-runtime": "runc", "runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=kvm"]}},'
+            ' "data-root": "/var/lib/docker", "x": 1.5e300, "y": null, "z": "\\u00e9\\ud83d\\ude00"}',
+            '[1, 2]', '{"runtimes": []}', '{"features": "cdi"}', '{"a": 1,}']
+for i, d in enumerate(daemons):
+    put("docker_daemon_json", bytes([i % 16]) + d.encode())
+
+print(f"seeds written under {CORPUS}")

@@ -75,3 +75,12 @@ kgpu_fuzz_target(web_config
 kgpu_fuzz_target(pci_config
   SOURCES src/inventory/vgpu.cpp
   LIBS kgpu_inventory)
+
+kgpu_fuzz_target(http_head
+  SOURCES src/exporter/http_parse.cpp
+  LIBS kgpu_exporter)
+
+kgpu_fuzz_target(docker_daemon_json
+  SOURCES src/runtime/docker.cpp
+  PACKAGES nlohmann_json::nlohmann_json
+  LIBS kgpu_runtime)

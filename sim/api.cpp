@@ -511,6 +511,29 @@ nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t device, char* version, unsig
     return withDevice(device, On::Gpu, [&](State&, DevRef d) { return copyString(d.gpu->spec.vbios, version, length); });
 }
 
+// infoROM versions: per board, so a MIG device answers its parent's.
+nvmlReturn_t nvmlDeviceGetInforomVersion(nvmlDevice_t device, nvmlInforomObject_t object, char* version,
+                                         unsigned int length) {
+    return withDevice(device, On::Any, [&](State&, DevRef d) -> nvmlReturn_t {
+        const std::string* v = nullptr;
+        switch (object) {
+        case NVML_INFOROM_OEM: v = &d.gpu->spec.inforomOem; break;
+        case NVML_INFOROM_ECC: v = &d.gpu->spec.inforomEcc; break;
+        case NVML_INFOROM_POWER: v = &d.gpu->spec.inforomPower; break;
+        default: return NVML_ERROR_INVALID_ARGUMENT;
+        }
+        if (v->empty()) return NVML_ERROR_NOT_SUPPORTED;
+        return copyString(*v, version, length);
+    });
+}
+
+nvmlReturn_t nvmlDeviceGetInforomImageVersion(nvmlDevice_t device, char* version, unsigned int length) {
+    return withDevice(device, On::Any, [&](State&, DevRef d) -> nvmlReturn_t {
+        if (d.gpu->spec.inforomImage.empty()) return NVML_ERROR_NOT_SUPPORTED;
+        return copyString(d.gpu->spec.inforomImage, version, length);
+    });
+}
+
 // ---- memory and state --------------------------------------------------------------------------
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {

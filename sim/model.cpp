@@ -376,7 +376,7 @@ struct PendingLinks {
 GpuSpec readGpu(const YAML::Node& n, const std::string& path, PendingLinks& links) {
     checkKeys(n, path,
               {"name", "uuid", "serial", "minor", "pci_bus_id", "pci_device_id", "pci_subsystem_id", "numa_node",
-               "board_id", "vbios", "memory_mib", "reserved_mib", "compute_capability", "architecture", "brand",
+               "board_id", "vbios", "inforom", "memory_mib", "reserved_mib", "compute_capability", "architecture", "brand",
                "power_limit_w", "persistence_mode", "ecc", "pcie", "lost", "telemetry", "mig", "nvlink",
                "nvswitch_links"});
     GpuSpec g;
@@ -391,6 +391,20 @@ GpuSpec readGpu(const YAML::Node& n, const std::string& path, PendingLinks& link
     g.boardId = (g.pci.bus << 8) | (g.pci.device << 3) | g.pci.function;
     if (n["board_id"].IsDefined()) g.boardId = u(n["board_id"], join(path, "board_id"));
     if (n["vbios"].IsDefined()) g.vbios = asString(n["vbios"], join(path, "vbios"));
+    if (YAML::Node r = n["inforom"]; r.IsDefined()) {
+        const std::string rpath = join(path, "inforom");
+        if (!r.IsMap()) fail(r, rpath, "expected a map with image, oem, ecc, power");
+        checkKeys(r, rpath, {"image", "oem", "ecc", "power"});
+        auto version = [&](const char* key, std::string& out) {
+            if (!r[key].IsDefined()) return;
+            out = asString(r[key], join(rpath, key));
+            if (out.size() >= 16) fail(r[key], join(rpath, key), "at most 15 characters (NVML's buffer is 16)");
+        };
+        version("image", g.inforomImage);
+        version("oem", g.inforomOem);
+        version("ecc", g.inforomEcc);
+        version("power", g.inforomPower);
+    }
     g.memoryMib = static_cast<unsigned long long>(asInt(required(n, "memory_mib", path), join(path, "memory_mib"), 1, 1 << 24));
     if (n["reserved_mib"].IsDefined())
         g.reservedMib = static_cast<unsigned long long>(asInt(n["reserved_mib"], join(path, "reserved_mib"), 0, 1 << 24));

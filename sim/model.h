@@ -94,6 +94,9 @@ struct GpuSpec {
     int numaNode = -1;
     unsigned boardId = 0;
     std::string vbios = "00.00.00.00.00";
+    // infoROM versions (nvmlDeviceGetInforomImageVersion / GetInforomVersion OEM, ECC, power);
+    // "" answers NOT_SUPPORTED (as modern boards do for the power object).
+    std::string inforomImage = "G000.0000.00.00", inforomOem = "2.1", inforomEcc = "7.0", inforomPower;
     unsigned long long memoryMib = 0, reservedMib = 0;
     int ccMajor = 0, ccMinor = 0;
     unsigned architecture = NVML_DEVICE_ARCH_UNKNOWN;

@@ -58,6 +58,11 @@ CLI::App* add_exporter_command(CLI::App& app, ExporterFlags& f) {
     cmd->add_option("-f,--collectors", f.collectors,
                     "dcgm-exporter's counters CSV (field, type, help per line): serve only the DCGM fields it lists")
         ->envname("DCGM_EXPORTER_COLLECTORS");
+    cmd->add_option("-m,--configmap-data", f.configmap_data,
+                    "dcgm-exporter's NAMESPACE:NAME of a ConfigMap with the counters: not read by kgpu (mount the "
+                    "ConfigMap and use -f); 'none' for none")
+        ->envname("DCGM_EXPORTER_CONFIGMAP_DATA")
+        ->capture_default_str();
     cmd->add_flag("--replace-blanks-in-model-name,--rbmn", f.replace_blanks_in_model_name,
                   "Replace the blanks in the modelName label with '-' (NVIDIA-H100-80GB-HBM3)")
         ->envname("DCGM_EXPORTER_REPLACE_BLANKS_IN_MODEL_NAME");
@@ -92,6 +97,9 @@ CLI::App* add_exporter_command(CLI::App& app, ExporterFlags& f) {
         ->capture_default_str();
     cmd->add_flag("--print-metrics-markdown", f.print_metrics_markdown, "Print docs/metrics.md and exit")
         ->group("");
+    cmd->add_flag("--print-default-counters", f.print_default_counters,
+                  "Print dcgm-exporter's default counters as a counters CSV (what -f "
+                  "/etc/dcgm-exporter/default-counters.csv serves where that file is missing) and exit");
     add_nvml_options(*cmd, f.nvml);
     return cmd;
 }
@@ -115,9 +123,19 @@ std::string host_name() {
     return buf;
 }
 
-// The --collectors file as a selection; warns once about fields kgpu does not serve.
+// The --collectors file as a selection; warns once about fields kgpu does not serve. dcgm-exporter's
+// own default path, where it does not exist (outside dcgm-exporter's image), serves kgpu's copy of
+// dcgm-exporter's default counters.
 Result<exporter::CounterSelection> read_collectors(const std::string& path) {
     std::error_code ec;
+    if (path == exporter::kDcgmExporterDefaultCountersPath && !std::filesystem::exists(path, ec) && !ec) {
+        log::warn("exporter: {} does not exist (a file of dcgm-exporter's image): serving kgpu's built-in copy of "
+                  "dcgm-exporter's default counters (`kgpu exporter --print-default-counters` prints them)",
+                  path);
+        auto lines = exporter::parse_counters_csv(exporter::default_counters_csv(), "(built-in default counters)");
+        if (!lines) return std::unexpected(lines.error());  // a test keeps it parseable
+        return exporter::select_counters(*lines);
+    }
     const auto st = std::filesystem::status(path, ec);
     if (ec || !std::filesystem::exists(st))
         return fail(Code::not_found, "cannot read {}: {}", path, ec ? ec.message() : "no such file");
@@ -148,6 +166,10 @@ Result<exporter::CounterSelection> read_collectors(const std::string& path) {
 int run_exporter(const ExporterFlags& f) {
     if (f.print_metrics_markdown) {
         std::cout << exporter::metrics_markdown();
+        return 0;
+    }
+    if (f.print_default_counters) {
+        std::cout << exporter::default_counters_csv();
         return 0;
     }
     exporter::ExporterOptions opts;
@@ -204,6 +226,21 @@ int run_exporter(const ExporterFlags& f) {
         if (r.find('/') == std::string::npos)
             return usage("--resource-name", fmt::format("expected a resource name like nvidia.com/a100, got '{}'", r));
 
+    // dcgm-exporter's -m reads the counters from a ConfigMap through the API server (with the
+    // pod's service account) and falls back to -f only when it is "none". kgpu reads files only
+    // (docs/migration.md says why): the same ConfigMap mounted as a file does the same.
+    if (f.configmap_data != "none") {
+        const auto colon = f.configmap_data.find(':');
+        if (colon == std::string::npos || colon == 0 || colon + 1 == f.configmap_data.size() ||
+            f.configmap_data.find(':', colon + 1) != std::string::npos)
+            return usage("--configmap-data",
+                         fmt::format("expected NAMESPACE:NAME (or none), got '{}'", f.configmap_data));
+        log::warn("exporter: --configmap-data {}: kgpu does not read ConfigMaps through the Kubernetes API; mount the "
+                  "ConfigMap's `metrics` key as a file and pass it with -f (dcgm-exporter's Helm chart mounts "
+                  "exporter-metrics-config-map at {}); serving {} instead",
+                  f.configmap_data, exporter::kDcgmExporterDefaultCountersPath,
+                  f.collectors.empty() ? std::string("every metric (no -f)") : "the counters of " + f.collectors);
+    }
     if (!f.collectors.empty()) {
         auto sel = read_collectors(f.collectors);
         if (!sel) return usage("--collectors", sel.error().message);

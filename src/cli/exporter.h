@@ -3,7 +3,8 @@
 // --kubernetes-enable-pod-uid, --kubernetes-enable-pod-labels, --pod-resources-kubelet-socket,
 // --no-hostname, --replace-blanks-in-model-name, --nvidia-resource-names), plus --hostname-label, --proc-root, --container-runtime-endpoint,
 // --http-idle-timeout, --http-request-timeout, --http-max-connections[-per-client],
-// --web-config-file (dcgm-exporter's), --max-pods-per-gpu and the shared NVML options. Precedence: flag > env var > default.
+// --web-config-file and --configmap-data (dcgm-exporter's; the latter only explained),
+// --max-pods-per-gpu, --print-default-counters and the shared NVML options. Precedence: flag > env var > default.
 #pragma once
 
 #include <optional>
@@ -30,6 +31,7 @@ struct ExporterFlags {
     std::vector<std::string> resource_names;
     std::string kubernetes_gpu_id_type;  // accepted for dcgm-exporter compatibility
     std::string collectors;              // dcgm-exporter's counters CSV; empty: every metric
+    std::string configmap_data = "none";  // dcgm-exporter's -m NAMESPACE:NAME: not read (a warning says why)
     bool replace_blanks_in_model_name = false;
     bool kubernetes_virtual_gpus = false;
     bool kubernetes_enable_pod_uid = false;
@@ -41,6 +43,7 @@ struct ExporterFlags {
     std::string web_config_file;          // exporter-toolkit web config: TLS, basic auth
     std::string max_pods_per_gpu = "64";  // containers attributed per GPU (--kubernetes)
     bool print_metrics_markdown = false;  // hidden: docs/metrics.md
+    bool print_default_counters = false;  // dcgm-exporter's default counters as a counters CSV
     NvmlOptions nvml;
 };
 

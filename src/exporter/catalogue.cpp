@@ -2,6 +2,8 @@
 
 #include <array>
 
+#include "exporter/counters.h"
+
 #include <fmt/format.h>
 
 namespace kgpu::exporter {
@@ -162,7 +164,8 @@ constexpr std::array<MetricDef, kMetricCount> kCatalogue{{
      "HTTP connections the server closed before they were done, by reason: evicted (the connection limit was "
      "reached: the oldest idle or slowest one made room), peer_limit (one client address held too many), timeout "
      "(no complete request head, or response not taken, within --http-request-timeout), oversize (request head "
-     "over 8 KiB or a body over 64 KiB), malformed (not HTTP/1.x), tls (handshake failed).",
+     "over 8 KiB, answered 431), malformed (a request head refused: 400, 505, or 431 for over 100 header fields), "
+     "tls (TLS handshake failed, or plain HTTP on a TLS port).",
      "the HTTP server", S::exporter, R::none, 0, 1.0, false, "reason"},
     {collection_duration_seconds, "kgpu_collection_duration_seconds", MT::gauge, "s",
      "Time the last collection pass spent reading NVML and the kubelet.", "the collector thread", S::exporter},
@@ -254,8 +257,9 @@ std::string metrics_markdown() {
       "`device` (`nvidia<index>`), `modelName` (with `--replace-blanks-in-model-name`, runs of blanks become\n"
       "one `-`: `NVIDIA-H100-80GB-HBM3`); on a MIG instance's series also `GPU_I_PROFILE` and `GPU_I_ID`\n"
       "(`gpu`/`UUID` stay the parent's); then `Hostname` (`--hostname-label hostname` for the newer\n"
-      "spelling, `--no-hostname` to drop it; the value is `$NODE_NAME`, else the host name), then\n"
-      "`DCGM_FI_DRIVER_VERSION` (left out when a `--collectors` file does not list it as a `label` row).\n"
+      "spelling, `--no-hostname` to drop it; the value is `$NODE_NAME`, else the host name), then the\n"
+      "label fields, by name: `DCGM_FI_DRIVER_VERSION` alone by default, those a `--collectors` file lists\n"
+      "as `label` rows with one (table below; a GPU whose NVML does not answer one has no such label).\n"
       "`DCGM_FI_DEV_XID_ERRORS` also has `err_code` (the XID number, `0` before any) and `err_msg`\n"
       "(dcgm-exporter's text for it: `No Error`, `Double Bit ECC Error`, ..., `Unknown Error` past its table).\n\n");
     w("With `--kubernetes`, the series of a GPU (or MIG instance) allocated to a pod also have `pod`,\n"
@@ -287,10 +291,17 @@ std::string metrics_markdown() {
     w("## Choosing what is served (`--collectors`)\n\n");
     w("`-f`/`--collectors FILE` (env `DCGM_EXPORTER_COLLECTORS`) takes dcgm-exporter's counters CSV: one\n"
       "`field, type, help` line per metric (`#` starts a comment line; quoted fields as in CSV). Only the\n"
-      "`DCGM_FI_*` fields it lists are served, with its type and help text; `DCGM_FI_DRIVER_VERSION, label, ...`\n"
-      "keeps that label. Fields kgpu does not serve are named in one warning at start; a malformed line\n"
+      "`DCGM_FI_*` fields it lists are served, with its type and help text; its `label` rows choose the label\n"
+      "fields. Fields kgpu does not serve are named in one warning at start; a malformed line\n"
       "(not three fields, an unknown type) stops the exporter with `file:line`. Without the flag every metric\n"
-      "below is served. `kgpu_*` metrics are always served.\n\n");
+      "below is served. `kgpu_*` metrics are always served. `-f /etc/dcgm-exporter/default-counters.csv`\n"
+      "(dcgm-exporter's default, a file of its image) where that file does not exist serves kgpu's copy of\n"
+      "dcgm-exporter's default counters (`kgpu exporter --print-default-counters` prints it) with one warning.\n\n");
+    w("Label fields (`FIELD, label, help` rows): each becomes a label named after the field on every\n"
+      "`DCGM_FI_*` series of the GPU and of its MIG instances, with the GPU's value, as dcgm-exporter adds them.\n\n");
+    w("| label | NVML source |\n|---|---|\n");
+    for (const auto& f : label_fields()) out += fmt::format("| `{}` | {} |\n", f.name, md_cell(f.source));
+    w("\n");
     w("## Catalogue\n\n");
     w("| metric | type | unit | labels | help | source | scale |\n|---|---|---|---|---|---|---|\n");
     for (const auto& m : kCatalogue) {

@@ -285,11 +285,48 @@ struct Collector::Impl {
             .add("modelName", model_name(g.name, options.replace_blanks_in_model_name));
         return l;
     }
-    LabelSet tail_labels() const {
+    // Hostname, then the label fields the counters ask for (counters.h), read once per discovery
+    // from `dev` (the GPU; null when it has no handle). A value NVML does not give leaves its label out.
+    LabelSet tail_labels(const nvml::Device* dev) {
         LabelSet l;
         if (options.hostname) l.add(options.hostname_label, *options.hostname);
-        if (options.counters.driver_version_label) l.add("DCGM_FI_DRIVER_VERSION", node.driver_version);
+        for (const auto& f : label_fields()) {
+            if (!options.counters.label(f.id)) continue;
+            if (auto v = label_value(f.id, dev)) l.add(f.name, *v);
+        }
         return l;
+    }
+    std::optional<std::string> label_value(LabelField f, const nvml::Device* dev) {
+        using nvml::Device;
+        auto take = [&](Result<std::string> r, std::string_view function) -> std::optional<std::string> {
+            if (r) return std::move(*r);
+            if (r.error().code != Code::not_supported && r.error().code != Code::gpu_lost) count_error(function, r.error());
+            return std::nullopt;
+        };
+        switch (f) {
+        case LabelField::driver_version: return node.driver_version;
+        case LabelField::nvml_version: return take(session.nvml_version(), "nvmlSystemGetNVMLVersion");
+        case LabelField::count_: break;
+        default: break;
+        }
+        if (!dev) return std::nullopt;
+        switch (f) {
+        case LabelField::brand: {
+            auto b = dev->brand();
+            if (!b) return take(std::unexpected(b.error()), "nvmlDeviceGetBrand");
+            return std::string(dcgm_brand_name(*b));
+        }
+        case LabelField::serial: return take(dev->serial(), "nvmlDeviceGetSerial");
+        case LabelField::vbios: return take(dev->vbios_version(), "nvmlDeviceGetVbiosVersion");
+        case LabelField::inforom_image: return take(dev->inforom_image_version(), "nvmlDeviceGetInforomImageVersion");
+        case LabelField::oem_inforom:
+            return take(dev->inforom_version(Device::Inforom::oem), "nvmlDeviceGetInforomVersion");
+        case LabelField::ecc_inforom:
+            return take(dev->inforom_version(Device::Inforom::ecc), "nvmlDeviceGetInforomVersion");
+        case LabelField::power_inforom:
+            return take(dev->inforom_version(Device::Inforom::power), "nvmlDeviceGetInforomVersion");
+        default: return std::nullopt;
+        }
     }
 
     void discover() {
@@ -307,12 +344,12 @@ struct Collector::Impl {
         node = std::move(*n);
         rediscover = false;
         std::vector<Gpu> fresh;
-        const LabelSet tail = tail_labels();
         for (const auto& info : node.gpus) {
             Gpu g;
             g.info = info;
             g.lost = info.lost;
             if (auto d = session.device_by_index(info.index)) g.device = std::move(*d);
+            const LabelSet tail = tail_labels(g.device && !g.lost ? &*g.device : nullptr);
             g.mig_enabled = info.mig_mode == inventory::MigMode::enabled;
             LabelSet base = base_labels(info);
             g.dcgm = base;

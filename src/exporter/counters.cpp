@@ -126,6 +126,63 @@ Result<std::vector<CounterLine>> parse_counters_csv(std::string_view text, std::
     return out;
 }
 
+namespace {
+
+using enum LabelField;
+constexpr std::array<LabelFieldDef, kLabelFieldCount> kLabelFields{{
+    {brand, "DCGM_FI_DEV_BRAND", "nvmlDeviceGetBrand, in DCGM's words (Tesla, Quadro, NVIDIA, ...)"},
+    {ecc_inforom, "DCGM_FI_DEV_ECC_INFOROM_VER", "nvmlDeviceGetInforomVersion(NVML_INFOROM_ECC)"},
+    {inforom_image, "DCGM_FI_DEV_INFOROM_IMAGE_VER", "nvmlDeviceGetInforomImageVersion"},
+    {oem_inforom, "DCGM_FI_DEV_OEM_INFOROM_VER", "nvmlDeviceGetInforomVersion(NVML_INFOROM_OEM)"},
+    {power_inforom, "DCGM_FI_DEV_POWER_INFOROM_VER", "nvmlDeviceGetInforomVersion(NVML_INFOROM_POWER)"},
+    {serial, "DCGM_FI_DEV_SERIAL", "nvmlDeviceGetSerial"},
+    {vbios, "DCGM_FI_DEV_VBIOS_VERSION", "nvmlDeviceGetVbiosVersion"},
+    {driver_version, "DCGM_FI_DRIVER_VERSION", "nvmlSystemGetDriverVersion"},
+    {nvml_version, "DCGM_FI_NVML_VERSION", "nvmlSystemGetNVMLVersion"},
+}};
+
+constexpr bool label_fields_in_order() {
+    for (std::size_t i = 0; i < kLabelFields.size(); ++i) {
+        if (static_cast<std::size_t>(kLabelFields[i].id) != i) return false;
+        if (i > 0 && !(kLabelFields[i - 1].name < kLabelFields[i].name)) return false;
+    }
+    return true;
+}
+static_assert(label_fields_in_order(), "kLabelFields: in LabelField order, which is by name");
+
+}  // namespace
+
+std::span<const LabelFieldDef> label_fields() { return kLabelFields; }
+
+const LabelFieldDef* find_label_field(std::string_view name) {
+    for (const auto& f : kLabelFields)
+        if (f.name == name) return &f;
+    return nullptr;
+}
+
+std::string_view dcgm_brand_name(int brand) {
+    // NVML_BRAND_* values (nvml.h) and the text DCGM's cache manager stores for DCGM_FI_DEV_BRAND.
+    switch (brand) {
+    case 1: return "Quadro";
+    case 2: return "Tesla";
+    case 3: return "NVS";
+    case 4: return "Grid";
+    case 5: return "GeForce";
+    case 6: return "Titan";
+    case 7: return "NVIDIA Virtual Applications";
+    case 8: return "NVIDIA Virtual PC";
+    case 9: return "NVIDIA Virtual Compute Server";
+    case 10: return "NVIDIA RTX Virtual Workstation";
+    case 11: return "NVIDIA vGaming";
+    case 12: return "Quadro RTX";
+    case 13: return "NVIDIA RTX";
+    case 14: return "NVIDIA";
+    case 15: return "GeForce RTX";
+    case 16: return "Titan RTX";
+    default: return "Unknown";
+    }
+}
+
 std::string_view CounterSelection::help_of(const MetricDef& d) const {
     const auto& h = help[static_cast<std::size_t>(d.id)];
     return h.empty() ? d.help : std::string_view(h);
@@ -133,6 +190,56 @@ std::string_view CounterSelection::help_of(const MetricDef& d) const {
 
 MetricType CounterSelection::type_of(const MetricDef& d) const {
     return type[static_cast<std::size_t>(d.id)].value_or(d.type);
+}
+
+std::string default_counters_csv() {
+    // dcgm-exporter's default-counters.csv, enabled lines, in its order; only field and type come
+    // from there.
+    static constexpr std::pair<std::string_view, std::string_view> kFields[] = {
+        {"DCGM_FI_DEV_SM_CLOCK", "gauge"},
+        {"DCGM_FI_DEV_MEM_CLOCK", "gauge"},
+        {"DCGM_FI_DEV_MEMORY_TEMP", "gauge"},
+        {"DCGM_FI_DEV_GPU_TEMP", "gauge"},
+        {"DCGM_FI_DEV_POWER_USAGE", "gauge"},
+        {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter"},
+        {"DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter"},
+        {"DCGM_FI_DEV_GPU_UTIL", "gauge"},
+        {"DCGM_FI_DEV_MEM_COPY_UTIL", "gauge"},
+        {"DCGM_FI_DEV_ENC_UTIL", "gauge"},
+        {"DCGM_FI_DEV_DEC_UTIL", "gauge"},
+        {"DCGM_FI_DEV_XID_ERRORS", "gauge"},
+        {"DCGM_FI_DEV_FB_FREE", "gauge"},
+        {"DCGM_FI_DEV_FB_USED", "gauge"},
+        {"DCGM_FI_DEV_FB_RESERVED", "gauge"},
+        {"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter"},
+        {"DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter"},
+        {"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter"},
+        {"DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge"},
+        {"DCGM_FI_DRIVER_VERSION", "label"},
+        {"DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge"},
+        {"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge"},
+        {"DCGM_FI_PROF_DRAM_ACTIVE", "gauge"},
+        {"DCGM_FI_PROF_PCIE_TX_BYTES", "gauge"},
+        {"DCGM_FI_PROF_PCIE_RX_BYTES", "gauge"},
+    };
+    std::string out =
+        "# dcgm-exporter's default counters (its 4.5.3-4.8.2 etc/default-counters.csv enables these), as kgpu\n"
+        "# serves them; written by `kgpu exporter --print-default-counters`. Not listed: its\n"
+        "# DCGM_FI_DEV_VGPU_LICENSE_STATUS (vGPU only). Lines starting with '#' are comments; every other line\n"
+        "# is: DCGM field, Prometheus type (gauge, counter or label), help text.\n";
+    for (const auto& [field, type] : kFields) {
+        std::string_view help;
+        if (const MetricDef* m = find_metric(field)) help = m->help;
+        else if (find_label_field(field)) help = "label on every series of the GPU";
+        std::string text(help);
+        if (text.find_first_of(",\"\n") != std::string::npos) {  // quoted, as encoding/csv reads it
+            std::string quoted = "\"";
+            for (char c : text) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+            text = quoted + "\"";
+        }
+        out += fmt::format("{}, {}, {}\n", field, type, text);
+    }
+    return out;
 }
 
 CounterSelection all_counters() {
@@ -143,7 +250,7 @@ CounterSelection all_counters() {
 
 CounterSelection select_counters(std::span<const CounterLine> lines) {
     CounterSelection s;
-    s.driver_version_label = false;
+    s.labels.reset();
     for (const auto& m : catalogue())
         if (!m.name.starts_with("DCGM_")) s.metrics.set(static_cast<std::size_t>(m.id));
     auto note = [](std::vector<std::string>& v, const std::string& name) {
@@ -151,7 +258,7 @@ CounterSelection select_counters(std::span<const CounterLine> lines) {
     };
     for (const auto& l : lines) {
         if (l.type == "label") {
-            if (l.field == "DCGM_FI_DRIVER_VERSION") s.driver_version_label = true;
+            if (const LabelFieldDef* f = find_label_field(l.field)) s.labels.set(static_cast<std::size_t>(f->id));
             else note(s.unknown, l.field);
             continue;
         }

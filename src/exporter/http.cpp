@@ -5,6 +5,9 @@
 // ways: by id (epoll data), by (rank, since) globally and per client address (eviction), and by
 // deadline (timers). Closed connections are parked until the end of the event batch, so an event
 // later in the same batch for a connection closed earlier finds nothing instead of a reused fd.
+// Each loop pass (one epoll_wait) gives a connection a turn with a budget (kTurnRequests,
+// kTurnBytes); one with work left goes on the ready list, served after the next pass's events, and
+// the loop does not sleep while that list is not empty.
 #include "exporter/http.h"
 
 #include <arpa/inet.h>
@@ -35,9 +38,11 @@
 #include <thread>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "common/log.h"
 #include "common/strings.h"
+#include "exporter/http_parse.h"
 #include "exporter/tls.h"
 #include "exporter/web_config.h"
 
@@ -77,36 +82,18 @@ Result<ListenAddress> parse_listen_address(std::string_view text) {
     return out;
 }
 
-bool accepts_gzip(std::string_view header) {
-    for (auto part : strings::split(header, ',')) {
-        auto semi = part.find(';');
-        auto coding = strings::trim(part.substr(0, semi));
-        if (!(strings::lower(coding) == "gzip" || coding == "*")) continue;
-        if (semi == std::string_view::npos) return true;
-        // "gzip;q=0" refuses it; any other q accepts.
-        auto params = strings::trim(part.substr(semi + 1));
-        if (params.starts_with("q=") || params.starts_with("Q=")) {
-            auto q = strings::trim(params.substr(2));
-            bool zero = !q.empty();
-            for (char c : q)
-                if (c != '0' && c != '.') zero = false;
-            if (zero) continue;
-        }
-        return true;
-    }
-    return false;
-}
-
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr std::size_t kMaxHead = 8192;       // request line + headers
-constexpr std::size_t kMaxHeaders = 100;
 constexpr auto kLinger = std::chrono::seconds(2);  // reading what a closing client still sends
 constexpr std::size_t kMaxLingerBytes = 1 << 20;
 constexpr std::size_t kAuthQueue = 64;      // bcrypt checks waiting for the worker
-constexpr std::size_t kAuthCache = 100;     // remembered (user, password) answers, as the toolkit
+constexpr std::size_t kAuthCache = 100;     // remembered right (user, password) pairs
+constexpr unsigned kAuthPerPeer = 2;        // checks one client address may have waiting
+// What one connection gets per turn of the loop (one epoll_wait): then the others have theirs.
+constexpr unsigned kTurnRequests = 16;
+constexpr std::size_t kTurnBytes = 64 * 1024;
 constexpr std::uint64_t kListenId = 1, kWakeId = 2, kFirstConnId = 16;
 constexpr auto kLogAgainAfter = std::chrono::seconds(60);
 
@@ -225,143 +212,6 @@ std::string_view reason_phrase(unsigned status) {
     }
 }
 
-bool is_token_char(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-}
-
-bool equals_ci(std::string_view a, std::string_view b) {
-    return a.size() == b.size() && strings::starts_with_ci(a, b);
-}
-
-int hex_value(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-// A request head, parsed. status != 0: the request is refused with that status (and closed).
-struct Parsed {
-    unsigned status = 0;
-    std::string why;
-    std::string method, path, authorization;
-    bool http10 = false, keep_alive = true, accepts_gzip = false, has_body = false;
-};
-
-// Parses a complete head (request line and header lines, up to but without the empty line).
-// Lines may end in CRLF or LF (as Go's server accepts).
-Parsed parse_head(std::string_view head) {
-    Parsed p;
-    auto refuse = [&](unsigned status, std::string why) {
-        p.status = status;
-        p.why = std::move(why);
-        return p;
-    };
-    std::vector<std::string_view> lines;
-    while (!head.empty()) {
-        auto nl = head.find('\n');
-        std::string_view line = head.substr(0, nl);
-        if (line.ends_with('\r')) line.remove_suffix(1);
-        lines.push_back(line);
-        if (nl == std::string_view::npos) break;
-        head.remove_prefix(nl + 1);
-    }
-    // Empty lines before the request line are skipped (RFC 9112 2.2).
-    std::size_t first = 0;
-    while (first < lines.size() && lines[first].empty()) ++first;
-    if (first == lines.size()) return refuse(400, "empty request");
-    const std::string_view rl = lines[first];
-    const auto sp1 = rl.find(' ');
-    const auto sp2 = sp1 == std::string_view::npos ? sp1 : rl.find(' ', sp1 + 1);
-    if (sp2 == std::string_view::npos || rl.find(' ', sp2 + 1) != std::string_view::npos)
-        return refuse(400, "malformed request line");
-    const std::string_view method = rl.substr(0, sp1), target = rl.substr(sp1 + 1, sp2 - sp1 - 1),
-                           version = rl.substr(sp2 + 1);
-    if (method.empty() || !std::ranges::all_of(method, is_token_char)) return refuse(400, "malformed method");
-    if (version == "HTTP/1.0") p.http10 = true, p.keep_alive = false;
-    else if (version != "HTTP/1.1") {
-        if (version.starts_with("HTTP/") && version.size() == 8 && version[5] >= '2' && version[5] <= '9')
-            return refuse(505, "only HTTP/1.0 and HTTP/1.1 are served");
-        return refuse(400, "malformed HTTP version");
-    }
-    p.method = std::string(method);
-
-    // The target: origin form "/path?query", absolute form "http://host/path", or "*".
-    std::string_view path = target;
-    if (path.empty()) return refuse(400, "empty request target");
-    if (path != "*" && path.front() != '/') {
-        const auto scheme = path.find("://");
-        if (scheme == std::string_view::npos) return refuse(400, "malformed request target");
-        const auto slash = path.find('/', scheme + 3);
-        path = slash == std::string_view::npos ? std::string_view("/") : path.substr(slash);
-    }
-    if (auto q = path.find_first_of("?#"); q != std::string_view::npos) path = path.substr(0, q);
-    p.path.reserve(path.size());
-    for (std::size_t i = 0; i < path.size(); ++i) {
-        char c = path[i];
-        if (c == '%') {
-            const int hi = i + 2 < path.size() ? hex_value(path[i + 1]) : -1;
-            const int lo = hi >= 0 ? hex_value(path[i + 2]) : -1;
-            if (hi < 0 || lo < 0) return refuse(400, "malformed percent-encoding in the path");
-            c = static_cast<char>(hi * 16 + lo);
-            if (c == '\0') return refuse(400, "NUL in the path");
-            i += 2;
-        } else if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) {
-            return refuse(400, "control character in the request target");
-        }
-        p.path += c;
-    }
-
-    std::optional<std::string_view> content_length;
-    std::size_t headers = 0;
-    for (std::size_t i = first + 1; i < lines.size(); ++i) {
-        const std::string_view line = lines[i];
-        if (line.empty()) break;
-        if (++headers > kMaxHeaders) return refuse(431, "more than 100 header fields");
-        if (line.front() == ' ' || line.front() == '\t') return refuse(400, "obsolete header line folding");
-        const auto colon = line.find(':');
-        if (colon == std::string_view::npos || colon == 0) return refuse(400, "malformed header field");
-        const std::string_view name = line.substr(0, colon);
-        if (!std::ranges::all_of(name, is_token_char)) return refuse(400, "malformed header field name");
-        const std::string_view value = strings::trim(line.substr(colon + 1));
-        if (equals_ci(name, "Content-Length")) {
-            if (value.empty() || !std::ranges::all_of(value, [](char c) { return c >= '0' && c <= '9'; }) ||
-                (content_length && *content_length != value))
-                return refuse(400, "malformed or conflicting Content-Length");
-            content_length = value;
-            if (value.find_first_not_of('0') != std::string_view::npos) p.has_body = true;
-        } else if (equals_ci(name, "Transfer-Encoding")) {
-            p.has_body = true;
-        } else if (equals_ci(name, "Connection")) {
-            for (auto token : strings::split(value, ',')) {
-                token = strings::trim(token);
-                if (equals_ci(token, "close")) p.keep_alive = false;
-                else if (equals_ci(token, "keep-alive")) p.keep_alive = true;
-            }
-        } else if (equals_ci(name, "Accept-Encoding")) {
-            p.accepts_gzip = p.accepts_gzip || accepts_gzip(value);
-        } else if (equals_ci(name, "Authorization")) {
-            p.authorization = std::string(value);
-        }
-    }
-    // Bodies are never needed (GET and HEAD only): the answer closes the connection and the
-    // body is drained while closing, so it cannot be taken for a pipelined request.
-    if (p.has_body) p.keep_alive = false;
-    return p;
-}
-
-// Where the head ends in `in` (just past the empty line), searching from `from`; 0 if not yet.
-std::size_t head_end(std::string_view in, std::size_t from) {
-    for (std::size_t i = from; i < in.size(); ++i) {
-        if (in[i] != '\n') continue;
-        // An empty line: "\n\n" or "\n\r\n" (a first line may be empty too: see parse_head).
-        if (i + 1 < in.size() && in[i + 1] == '\n') return i + 2;
-        if (i + 2 < in.size() && in[i + 1] == '\r' && in[i + 2] == '\n') return i + 3;
-    }
-    return 0;
-}
-
 std::string base64_decode(std::string_view in, bool& ok) {
     std::string out;
     unsigned buf = 0;
@@ -422,13 +272,22 @@ private:
     Clock::time_point last_{};
 };
 
-enum class Phase : std::uint8_t { closing, idle, handshake, head, auth, writing };
+// fresh: accepted (or through its TLS handshake) a moment ago, nothing received yet; after
+// new_connection_grace without a byte it becomes idle. idle: nothing in flight.
+enum class Phase : std::uint8_t { closing, idle, fresh, handshake, head, auth, writing };
 
-// How expendable a connection is when room is needed: lower goes first.
+// Phases in which the connection's requests are read (fresh, idle, head).
+bool reading(Phase p) { return p == Phase::fresh || p == Phase::idle || p == Phase::head; }
+
+// How expendable a connection is when room is needed: lower goes first, the oldest first within a
+// rank. A fresh connection ranks with the request heads in progress, so a newcomer at the limit
+// closes the oldest slow head rather than the connection accepted just before it, whose request
+// is on its way (a scraper's).
 int rank(Phase p) {
     switch (p) {
     case Phase::closing: return 0;
     case Phase::idle: return 1;
+    case Phase::fresh:
     case Phase::handshake:
     case Phase::head: return 2;
     case Phase::auth:
@@ -455,10 +314,15 @@ struct Conn {
     std::size_t out_pos = 0;     // over head + body
     bool close_after = false;
     std::uint32_t events = 0;    // what epoll watches
+    std::uint64_t turn = 0;      // the loop pass the counts below are for
+    unsigned turn_requests = 0;  // requests taken in that pass
+    std::size_t turn_bytes = 0;  // bytes read in that pass
+    bool ready = false;          // on the ready list: more to do, left for the next pass
     std::unique_ptr<TlsStream> tls;
     bool tls_wants_write = false;  // the last TLS read needs the socket writable (and the reverse)
     bool tls_wants_read = false;
-    Parsed pending;              // a request waiting for its password check
+    RequestHead pending;         // a request waiting for its password check
+    std::string auth_key;        // the check it waits for
 };
 
 // Checks bcrypt hashes on its own thread: each takes ~50-100 ms at cost 10, too long for the
@@ -562,8 +426,18 @@ struct HttpServer::Impl {
     Clock::time_point web_checked{};
     std::string web_error;  // the last reload failure logged
     std::unique_ptr<AuthWorker> auth;
-    std::unordered_map<std::string, bool> auth_cache;
-    std::deque<std::string> auth_cache_order;
+    // Right (user, password) pairs, remembered so they need no new bcrypt check; wrong ones are
+    // never remembered, so a flood of wrong passwords cannot push a right one out.
+    std::unordered_set<std::string> auth_ok;
+    std::deque<std::string> auth_ok_order;
+    // Checks queued or running, by key: the connections waiting for each and the client address
+    // that asked (a client has at most kAuthPerPeer, however many connections it opens).
+    struct AuthWait {
+        std::string peer;
+        std::vector<std::uint64_t> conns;
+    };
+    std::unordered_map<std::string, AuthWait> auth_waiting;
+    std::unordered_map<std::string, unsigned> auth_per_peer;
     double tokens = 0;
     Clock::time_point tokens_at{};
 
@@ -574,6 +448,8 @@ struct HttpServer::Impl {
     std::unordered_map<std::string, std::set<OrderKey>> peers;
     std::set<TimerKey> timers;
     std::uint64_t next_id = kFirstConnId;
+    std::uint64_t pass = 0;             // loop passes (epoll_wait calls)
+    std::vector<std::uint64_t> ready;   // connections with work left by their turn's budget
     bool listen_paused = false;
     Clock::time_point listen_resume{};
     Episode evict_log, peer_log, fd_log;
@@ -600,6 +476,10 @@ struct HttpServer::Impl {
         c.events = ev;
     }
 
+    Clock::duration grace() const {
+        return std::min<Clock::duration>(options.new_connection_grace, options.idle_timeout);
+    }
+
     void set_phase(Conn& c, Phase p, Clock::time_point now, Clock::duration timeout) {
         if (c.fd < 0) return;  // closed earlier in this batch
         order.erase(c.order);
@@ -623,6 +503,7 @@ struct HttpServer::Impl {
         switch (c.phase) {
         case Phase::closing:
         case Phase::idle:
+        case Phase::fresh:
         case Phase::head: ev |= EPOLLIN; break;
         case Phase::handshake: ev |= c.tls_wants_write ? EPOLLOUT : EPOLLIN; break;
         case Phase::auth: break;
@@ -686,8 +567,8 @@ struct HttpServer::Impl {
         web_stamps = stamps(cfg->files);
         web = std::move(*cfg);
         tls = std::move(ctx);
-        auth_cache.clear();
-        auth_cache_order.clear();
+        auth_ok.clear();
+        auth_ok_order.clear();
         return {};
     }
 
@@ -783,13 +664,30 @@ struct HttpServer::Impl {
             // The handshake is part of the first request: it gets request_timeout.
             set_phase(ref, Phase::handshake, now, options.request_timeout);
         } else {
-            set_phase(ref, Phase::idle, now, options.idle_timeout);
+            set_phase(ref, Phase::fresh, now, grace());
         }
     }
 
     // ---- reading -------------------------------------------------------------------------------
 
-    // Reads what is there. Returns false when the connection was closed.
+    // The budget of one turn: a connection takes at most kTurnRequests requests and reads at most
+    // kTurnBytes per loop pass, then waits on the ready list while the others have their turn,
+    // so one client pipelining without pause cannot keep the loop from epoll_wait.
+    bool turn_spent(Conn& c) {
+        if (c.turn != pass) {
+            c.turn = pass;
+            c.turn_requests = 0;
+            c.turn_bytes = 0;
+        }
+        return c.turn_requests >= kTurnRequests || c.turn_bytes >= kTurnBytes;
+    }
+    void defer(Conn& c) {
+        if (c.ready) return;
+        c.ready = true;
+        ready.push_back(c.id);
+    }
+
+    // Reads what is there, within the turn's budget. Returns false when the connection was closed.
     bool on_readable(Conn& c, Clock::time_point now) {
         char buf[16384];
         if (c.phase == Phase::closing) {
@@ -802,8 +700,17 @@ struct HttpServer::Impl {
             }
         }
         if (c.phase == Phase::handshake) return handshake(c, now);
-        if (c.phase != Phase::idle && c.phase != Phase::head) return true;
-        for (;;) {
+        if (!reading(c.phase)) return true;
+        // Requests already received (a turn cut short) go before new bytes.
+        if (!c.in.empty()) {
+            if (!process(c, now) || c.fd < 0) return false;
+            if (!reading(c.phase)) return true;
+        }
+        while (!c.ready) {
+            if (turn_spent(c)) {
+                defer(c);  // level-triggered epoll reports the socket again; TLS may hold decrypted bytes
+                break;
+            }
             std::size_t n = 0;
             if (c.tls) {
                 c.tls_wants_write = false;
@@ -826,10 +733,11 @@ struct HttpServer::Impl {
                 }
                 n = static_cast<std::size_t>(got);
             }
-            if (c.phase == Phase::idle) set_phase(c, Phase::head, now, options.request_timeout);
+            c.turn_bytes += n;
+            if (c.phase != Phase::head) set_phase(c, Phase::head, now, options.request_timeout);
             c.in.append(buf, n);
             if (!process(c, now) || c.fd < 0) return false;
-            if (c.phase != Phase::idle && c.phase != Phase::head) return true;
+            if (!reading(c.phase)) return true;
         }
         update_events(c);
         return true;
@@ -863,8 +771,9 @@ struct HttpServer::Impl {
         c.tls_wants_write = false;
         switch (c.tls->handshake()) {
         case TlsStream::Io::ok:
-            // As after an answer: idle until the request's first byte, which may already be in.
-            set_phase(c, Phase::idle, now, options.idle_timeout);
+            // As a plain connection just accepted: fresh until the request's first byte, which
+            // may already be in.
+            set_phase(c, Phase::fresh, now, grace());
             return on_readable(c, now);
         case TlsStream::Io::want_read: update_events(c); return true;
         case TlsStream::Io::want_write:
@@ -880,35 +789,35 @@ struct HttpServer::Impl {
         return true;
     }
 
-    // Takes complete heads out of c.in and answers them, one at a time. Returns false when the
-    // connection was closed.
+    // Takes complete heads out of c.in and answers them, one at a time, within the turn's budget.
+    // Returns false when the connection was closed.
     bool process(Conn& c, Clock::time_point now) {
-        while (c.fd >= 0 && (c.phase == Phase::idle || c.phase == Phase::head)) {
+        while (c.fd >= 0 && reading(c.phase)) {
             if (c.in.empty()) return true;
-            const std::size_t end = head_end(c.in, c.scanned > 2 ? c.scanned - 2 : 0);
-            if (end == 0) {
-                c.scanned = c.in.size();
-                if (c.in.size() > kMaxHead) {
-                    ++n_oversize;
-                    error_answer(c, 431, "request head larger than 8 KiB\n", now);
-                }
+            if (turn_spent(c)) {
+                defer(c);
                 return true;
             }
-            if (end > kMaxHead + 2) {
+            HeadScan scan = take_request_head(c.in, c.scanned);
+            if (scan.skip > 0) c.in.erase(0, scan.skip);
+            switch (scan.state) {
+            case HeadScan::State::incomplete: c.scanned = scan.scanned; return true;
+            case HeadScan::State::too_large:
                 ++n_oversize;
                 error_answer(c, 431, "request head larger than 8 KiB\n", now);
                 return true;
+            case HeadScan::State::complete: break;
             }
-            if (c.phase == Phase::idle) set_phase(c, Phase::head, now, options.request_timeout);
-            Parsed p = parse_head(std::string_view(c.in).substr(0, end));
-            c.in.erase(0, end);
+            if (c.phase != Phase::head) set_phase(c, Phase::head, now, options.request_timeout);
+            c.in.erase(0, scan.length);
             c.scanned = 0;
-            if (p.status != 0) {
+            ++c.turn_requests;
+            if (scan.head.status != 0) {
                 ++n_malformed;
-                error_answer(c, p.status, p.why + "\n", now);
+                error_answer(c, scan.head.status, scan.head.why + "\n", now);
                 return true;
             }
-            dispatch(c, std::move(p), now);
+            dispatch(c, std::move(scan.head), now);
         }
         return true;
     }
@@ -926,7 +835,7 @@ struct HttpServer::Impl {
         return false;
     }
 
-    void dispatch(Conn& c, Parsed p, Clock::time_point now) {
+    void dispatch(Conn& c, RequestHead p, Clock::time_point now) {
         if (rate_limited(now)) {
             answer(c, HttpResponse::text(429, "Too Many Requests\n"), p, now);
             return;
@@ -945,19 +854,29 @@ struct HttpServer::Impl {
             auto known = web->users.find(user);
             const std::string& hash = known != web->users.end() ? known->second : web->users.begin()->second;
             const std::string key = fmt::format("{}\n{}\n{}", user, hash, password);
-            if (auto hit = auth_cache.find(key); hit != auth_cache.end()) {
-                if (!hit->second) {
-                    unauthorized(c, p, now);
-                    return;
-                }
-            } else {
-                if (!auth->submit({c.id, key, password, hash, known != web->users.end()})) {
-                    auto r = HttpResponse::text(503, "too many password checks waiting; try again\n");
-                    r.headers.emplace_back("Retry-After", "1");
-                    answer(c, std::move(r), p, now);
-                    return;
+            if (!auth_ok.contains(key)) {
+                if (auto w = auth_waiting.find(key); w != auth_waiting.end()) {
+                    w->second.conns.push_back(c.id);  // the same check is under way: wait for it
+                } else {
+                    // One client cannot fill the queue: beyond kAuthPerPeer checks waiting, its
+                    // new passwords are refused unchecked (a right one is then asked again).
+                    unsigned& mine = auth_per_peer[c.peer];
+                    if (mine >= kAuthPerPeer) {
+                        unauthorized(c, p, now);
+                        return;
+                    }
+                    if (!auth->submit({c.id, key, password, hash, known != web->users.end()})) {
+                        if (mine == 0) auth_per_peer.erase(c.peer);
+                        auto r = HttpResponse::text(503, "too many password checks waiting; try again\n");
+                        r.headers.emplace_back("Retry-After", "1");
+                        answer(c, std::move(r), p, now);
+                        return;
+                    }
+                    ++mine;
+                    auth_waiting.emplace(key, AuthWait{c.peer, {c.id}});
                 }
                 c.pending = std::move(p);
+                c.auth_key = key;
                 set_phase(c, Phase::auth, now, options.request_timeout);
                 return;
             }
@@ -965,13 +884,13 @@ struct HttpServer::Impl {
         serve(c, p, now);
     }
 
-    void unauthorized(Conn& c, const Parsed& p, Clock::time_point now) {
+    void unauthorized(Conn& c, const RequestHead& p, Clock::time_point now) {
         auto r = HttpResponse::text(401, "Unauthorized\n");
         r.headers.emplace_back("WWW-Authenticate", "Basic");
         answer(c, std::move(r), p, now);
     }
 
-    void serve(Conn& c, const Parsed& p, Clock::time_point now) {
+    void serve(Conn& c, const RequestHead& p, Clock::time_point now) {
         HttpRequest req;
         req.method = p.method;
         req.path = p.path;
@@ -989,34 +908,46 @@ struct HttpServer::Impl {
     void on_auth_done(Clock::time_point now) {
         if (!auth) return;
         for (auto& d : auth->take()) {
+            std::vector<std::uint64_t> waiting;
+            if (auto w = auth_waiting.find(d.key); w != auth_waiting.end()) {
+                waiting = std::move(w->second.conns);
+                if (auto n = auth_per_peer.find(w->second.peer); n != auth_per_peer.end() && --n->second == 0)
+                    auth_per_peer.erase(n);
+                auth_waiting.erase(w);
+            }
             if (!d.ok) {
                 log::error("exporter: http: {}", d.ok.error().message);
-            } else {
-                if (auth_cache.size() >= kAuthCache && !auth_cache_order.empty()) {
-                    auth_cache.erase(auth_cache_order.front());
-                    auth_cache_order.pop_front();
+            } else if (*d.ok && !auth_ok.contains(d.key)) {
+                if (auth_ok.size() >= kAuthCache) {
+                    auth_ok.erase(auth_ok_order.front());
+                    auth_ok_order.pop_front();
                 }
-                if (auth_cache.emplace(d.key, *d.ok).second) auth_cache_order.push_back(d.key);
+                auth_ok.insert(d.key);
+                auth_ok_order.push_back(d.key);
             }
-            auto it = conns.find(d.conn);
-            if (it == conns.end() || it->second->phase != Phase::auth) continue;
-            Conn& c = *it->second;
-            Parsed p = std::move(c.pending);
-            if (!d.ok) answer(c, HttpResponse::text(500, "Internal Server Error\n"), p, now);
-            else if (*d.ok) serve(c, p, now);
-            else unauthorized(c, p, now);
-            resume(c, now);
+            for (const auto id : waiting) {
+                auto it = conns.find(id);
+                // Gone, answered by its timer meanwhile, or waiting for another check now.
+                if (it == conns.end() || it->second->phase != Phase::auth || it->second->auth_key != d.key) continue;
+                Conn& c = *it->second;
+                RequestHead p = std::move(c.pending);
+                c.auth_key.clear();
+                if (!d.ok) answer(c, HttpResponse::text(500, "Internal Server Error\n"), p, now);
+                else if (*d.ok) serve(c, p, now);
+                else unauthorized(c, p, now);
+                resume(c, now);
+            }
         }
     }
 
     // A refusal that ends the connection.
     void error_answer(Conn& c, unsigned status, std::string text, Clock::time_point now) {
-        Parsed p;
+        RequestHead p;
         p.keep_alive = false;
         answer(c, HttpResponse::text(status, std::move(text)), p, now);
     }
 
-    void answer(Conn& c, HttpResponse r, const Parsed& p, Clock::time_point now) {
+    void answer(Conn& c, HttpResponse r, const RequestHead& p, Clock::time_point now) {
         const bool head_only = p.method == "HEAD";
         const std::size_t length = r.body ? r.body->size() : 0;
         c.close_after = !p.keep_alive || stopping;
@@ -1042,7 +973,7 @@ struct HttpServer::Impl {
         if (c.phase == Phase::handshake) return handshake(c, now);
         if (c.phase != Phase::writing) {
             // A TLS read that wanted the socket writable.
-            if (c.tls_wants_write && (c.phase == Phase::idle || c.phase == Phase::head)) return on_readable(c, now);
+            if (c.tls_wants_write && reading(c.phase)) return on_readable(c, now);
             return true;
         }
         const std::size_t body_size = c.out_body ? c.out_body->size() : 0;
@@ -1119,9 +1050,9 @@ struct HttpServer::Impl {
     // check came back, a timer): take what is already received. TLS may also hold decrypted bytes
     // epoll cannot see, so it is read too.
     void resume(Conn& c, Clock::time_point now) {
-        if (c.fd < 0 || (c.phase != Phase::idle && c.phase != Phase::head)) return;
+        if (c.fd < 0 || !reading(c.phase)) return;
         if (!c.in.empty() && !process(c, now)) return;
-        if (c.fd >= 0 && c.tls && (c.phase == Phase::idle || c.phase == Phase::head)) on_readable(c, now);
+        if (c.fd >= 0 && c.tls && reading(c.phase)) on_readable(c, now);
     }
 
     // Ends the connection politely: close_notify and FIN, then reads (and drops) what the client
@@ -1140,8 +1071,13 @@ struct HttpServer::Impl {
         switch (c.phase) {
         case Phase::closing:
         case Phase::idle: close_conn(c, nullptr); return;
+        case Phase::fresh:
+            // The grace is over: an ordinary idle connection for the rest of its idle timeout.
+            set_phase(c, Phase::idle, now, options.idle_timeout > grace() ? options.idle_timeout - grace() : Clock::duration{});
+            return;
         case Phase::auth: {
-            const Parsed p = std::move(c.pending);
+            const RequestHead p = std::move(c.pending);
+            c.auth_key.clear();
             answer(c, HttpResponse::text(503, "the password check took too long\n"), p, now);
             ++n_timeout;
             resume(c, now);
@@ -1171,11 +1107,13 @@ struct HttpServer::Impl {
                 timeout_ms = static_cast<int>(std::clamp<long long>(wait, 0, 1000));
             }
             if (listen_paused) timeout_ms = std::min(timeout_ms, 100);
+            if (!ready.empty()) timeout_ms = 0;  // connections with work left: just look for news
             const int n = ::epoll_wait(epoll_fd, events.data(), static_cast<int>(events.size()), timeout_ms);
             if (n < 0 && errno != EINTR) {
                 log::error("exporter: http: epoll_wait: {}", std::strerror(errno));
                 return;
             }
+            ++pass;  // every connection has a new turn
             const auto now = Clock::now();
             for (int i = 0; i < n; ++i) {
                 const std::uint64_t id = events[i].data.u64;
@@ -1216,6 +1154,15 @@ struct HttpServer::Impl {
                     }
                     on_readable(c, now);
                 }
+            }
+            // Then the connections left with work by the previous pass's budget, in the order
+            // they ran out.
+            for (const auto id : std::exchange(ready, {})) {
+                auto it = conns.find(id);
+                if (it == conns.end()) continue;
+                Conn& c = *it->second;
+                c.ready = false;
+                if (reading(c.phase)) on_readable(c, now);
             }
             graveyard.clear();
             const auto later = Clock::now();

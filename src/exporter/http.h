@@ -4,8 +4,12 @@
 // What it guarantees, so idle, slow or flooding clients cannot stop a scrape:
 // - it always accepts: a connection never waits in the kernel's queue. At `connection_limit`
 //   open connections a new one makes room by closing the oldest connection that is doing the
-//   least: first ones already closing, then idle ones (nothing sent since connect or since the
-//   last answer), then ones still sending their request head, last ones being answered;
+//   least: first ones already closing, then idle ones (nothing sent since the last answer, or
+//   since connecting more than `new_connection_grace` ago), then ones still sending their request
+//   head or just accepted (oldest first: a newcomer never pushes out the connection accepted just
+//   before it), last ones being answered;
+// - connections take turns: each pass of the loop serves at most 16 requests and reads at most
+//   64 KiB per connection, so one client pipelining without pause does not delay the others;
 // - one client address (an IPv4 address, an IPv6 /64) holds at most `peer_connection_limit`
 //   connections; beyond it, its own oldest is closed, never another client's;
 // - a request head must be complete within `request_timeout` of its first byte (an absolute
@@ -15,8 +19,9 @@
 //   connection), HTTP/1.0 and 1.1 with keep-alive and pipelining;
 // - with a web config (exporter-toolkit format, web_config.h): TLS, basic auth (bcrypt, checked
 //   on a worker thread so a flood of wrong passwords does not hold up other clients), extra
-//   response headers and a rate limit. OpenSSL and libcrypt are loaded only then, so processes
-//   without TLS never map them.
+//   response headers and a rate limit. Only right passwords are remembered (a flood of wrong
+//   ones cannot push them out) and one client address has at most two checks waiting. OpenSSL
+//   and libcrypt are loaded only then, so processes without TLS never map them.
 // Handlers run on the server thread and must not block: the exporter's serve prepared snapshots.
 #pragma once
 
@@ -30,6 +35,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "exporter/http_parse.h"
 
 namespace kgpu::exporter {
 
@@ -60,6 +66,9 @@ struct HttpOptions {
     unsigned connection_limit = 1000;
     unsigned peer_connection_limit = 256;
     unsigned listen_backlog = 1024;
+    // A connection accepted (or through its TLS handshake) this recently, that has sent nothing
+    // yet, ranks with the request heads in progress when room is needed, not with idle ones.
+    std::chrono::milliseconds new_connection_grace{1000};
     // An exporter-toolkit web config file (TLS, basic auth, headers, rate limit); "" for none.
     std::string web_config_file;
 };
@@ -70,8 +79,8 @@ struct HttpServerStats {
     std::uint64_t evicted = 0;     // the connection limit was reached
     std::uint64_t peer_limit = 0;  // one client address held too many
     std::uint64_t timeout = 0;     // request head or answer not done within request_timeout
-    std::uint64_t oversize = 0;    // request head over 8 KiB
-    std::uint64_t malformed = 0;   // not HTTP/1.x
+    std::uint64_t oversize = 0;    // request head over 8 KiB (431)
+    std::uint64_t malformed = 0;   // request head refused by parse_head (400, 505, 431)
     std::uint64_t tls = 0;         // TLS handshake failed (or plain HTTP on a TLS port)
 };
 
@@ -81,9 +90,6 @@ struct ListenAddress {
 };
 // Errors (invalid_argument) say what was expected: "expected host:port or :port, got 'x'".
 Result<ListenAddress> parse_listen_address(std::string_view text);
-
-// Whether an Accept-Encoding header value accepts gzip.
-bool accepts_gzip(std::string_view accept_encoding);
 
 // Everything HttpServer::start checks about a web config file (its YAML, its files, the
 // certificate and key, the libraries TLS and bcrypt need), without serving: for the command line

@@ -139,6 +139,30 @@ Result<std::string> Device::serial() const {
     return from_buffer(buf, sizeof buf);
 }
 
+Result<std::string> Device::vbios_version() const {
+    char buf[NVML_DEVICE_VBIOS_VERSION_BUFFER_SIZE] = {};
+    KGPU_CALL(DeviceGetVbiosVersion, handle_, buf, sizeof buf);
+    return from_buffer(buf, sizeof buf);
+}
+
+Result<int> Device::brand() const {
+    nvmlBrandType_t v = 0;
+    KGPU_CALL(DeviceGetBrand, handle_, &v);
+    return v;
+}
+
+Result<std::string> Device::inforom_version(Inforom object) const {
+    char buf[NVML_DEVICE_INFOROM_VERSION_BUFFER_SIZE] = {};
+    KGPU_CALL(DeviceGetInforomVersion, handle_, static_cast<nvmlInforomObject_t>(object), buf, sizeof buf);
+    return from_buffer(buf, sizeof buf);
+}
+
+Result<std::string> Device::inforom_image_version() const {
+    char buf[NVML_DEVICE_INFOROM_VERSION_BUFFER_SIZE] = {};
+    KGPU_CALL(DeviceGetInforomImageVersion, handle_, buf, sizeof buf);
+    return from_buffer(buf, sizeof buf);
+}
+
 Result<unsigned> Device::minor_number() const {
     unsigned v = 0;
     KGPU_CALL(DeviceGetMinorNumber, handle_, &v);

@@ -94,6 +94,12 @@ public:
     Result<std::string> uuid() const;
     Result<std::string> name() const;
     Result<std::string> serial() const;
+    Result<std::string> vbios_version() const;
+    Result<int> brand() const;  // NVML_BRAND_* value
+    // The version of one infoROM object ("G520.0200.00.05" for the image), or not_supported.
+    enum class Inforom { oem = 0, ecc = 1, power = 2 };
+    Result<std::string> inforom_version(Inforom object) const;
+    Result<std::string> inforom_image_version() const;
     Result<unsigned> minor_number() const;
     Result<unsigned> index() const;
     Result<PciInfo> pci_info() const;

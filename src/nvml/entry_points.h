@@ -39,6 +39,8 @@
     X(DeviceGetNumaNodeId, optional, nvmlDeviceGetNumaNodeId, nullptr)                             \
     X(DeviceGetBoardId, optional, nvmlDeviceGetBoardId, nullptr)                                   \
     X(DeviceGetVbiosVersion, optional, nvmlDeviceGetVbiosVersion, nullptr)                         \
+    X(DeviceGetInforomVersion, optional, nvmlDeviceGetInforomVersion, nullptr)                     \
+    X(DeviceGetInforomImageVersion, optional, nvmlDeviceGetInforomImageVersion, nullptr)           \
     X(DeviceGetMemoryInfo, optional, nvmlDeviceGetMemoryInfo, nullptr)                             \
     X(DeviceGetMemoryInfoV2, optional, nvmlDeviceGetMemoryInfo_v2, nullptr)                        \
     X(DeviceGetPersistenceMode, optional, nvmlDeviceGetPersistenceMode, nullptr)                   \

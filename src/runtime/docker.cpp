@@ -41,6 +41,11 @@ Result<Edited> configure_docker(std::string_view text, std::string_view source, 
         } catch (const ojson::parse_error& e) {
             auto [line, col] = line_column(text, e.byte > 0 ? e.byte - 1 : 0);
             return fail(Code::parse, "{}:{}:{}: not valid JSON (the file was left untouched)", source, line, col);
+        } catch (const ojson::exception& e) {
+            // A number out of range (1e999): Go's encoding/json, and so Docker, refuse it too.
+            std::string_view what = e.what();
+            if (auto close = what.find("] "); close != std::string_view::npos) what.remove_prefix(close + 2);
+            return fail(Code::parse, "{}: not valid JSON: {} (the file was left untouched)", source, what);
         }
     }
     if (!doc.is_object()) return fail(Code::invalid_argument, "{}: expected a JSON object", source);

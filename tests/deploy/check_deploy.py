@@ -15,7 +15,8 @@ CHECK is one of:
   dockerfile           deploy/Dockerfile's build stage runs scripts/setup and deploy/image-rootfs, its
                        image stage is FROM scratch with only that directory; the staged files are
                        exactly kgpu (stripped), every library `ldd` names (at the path ldd resolved)
-                       and the loader, glibc's libraries for the driver, /etc/passwd and /etc/group;
+                       and the loader, glibc's libraries for the driver, /etc/passwd and /etc/group,
+                       dcgm-exporter's default counters (/etc/dcgm-exporter/default-counters.csv);
                        no shell; under 40 MB; as root, the binary runs chrooted in it
   image                the manifests run what the image has: entrypoint or command in the image,
                        args[0] a subcommand, runAsUser = the image's USER, no capabilities, read-only
@@ -530,7 +531,7 @@ def check_hostpaths(sub):
 
 FINAL_COPY = "COPY --from=build /out/rootfs/ /"
 # Regular files deploy/image-rootfs adds besides the binary and ldd's libraries.
-IMAGE_EXTRA_FILES = {"/etc/passwd", "/etc/group"}
+IMAGE_EXTRA_FILES = {"/etc/passwd", "/etc/group", "/etc/dcgm-exporter/default-counters.csv"}
 # glibc libraries staged for the driver's libnvidia-ml.so.1 (DRIVER_NEEDS in deploy/image-rootfs).
 DRIVER_NEEDS = {"libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1"}
 # Loaded by kgpu with dlopen (ldd cannot see them), staged with what they link (DLOPENED in
@@ -704,6 +705,12 @@ def check_dockerfile():
             return
         wanted.add(kgpu)
         wanted |= {pathlib.Path(str(root) + p) for p in IMAGE_EXTRA_FILES}
+        # dcgm-exporter's default counters where its Helm chart's `-f` points: what the binary serves.
+        counters = root / "etc/dcgm-exporter/default-counters.csv"
+        if not counters.is_file():
+            problem("image: /etc/dcgm-exporter/default-counters.csv is missing")
+        elif counters.read_text() != run([KGPU, "exporter", "--print-default-counters"]).stdout:
+            problem("image: /etc/dcgm-exporter/default-counters.csv is not `kgpu exporter --print-default-counters`")
         total = 0
         for f in sorted(root.rglob("*")):
             rel = "/" + str(f.relative_to(root))
@@ -722,7 +729,7 @@ def check_dockerfile():
                 continue
             total += f.stat().st_size
             if f not in wanted:
-                problem(f"image: {rel} is neither kgpu, a library ldd names, the loader nor /etc/passwd|group")
+                problem(f"image: {rel} is neither kgpu, a library ldd names, the loader nor one of {sorted(IMAGE_EXTRA_FILES)}")
             if f.stat().st_mode & 0o6000:
                 problem(f"image: {rel} is setuid or setgid")
         for shell in ("/bin/sh", "/bin/bash", "/usr/bin/sh", "/usr/bin/apt-get", "/usr/bin/dpkg"):

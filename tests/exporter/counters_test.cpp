@@ -40,7 +40,8 @@ TEST(CountersCsv, TheDefaultCountersShapeParses) {
     EXPECT_EQ(sel.unknown, std::vector<std::string>{"DCGM_FI_DEV_VGPU_LICENSE_STATUS"})
         << "every other field of dcgm-exporter's defaults is one kgpu serves";
     EXPECT_TRUE(sel.retyped.empty());
-    EXPECT_TRUE(sel.driver_version_label);
+    EXPECT_TRUE(sel.label(LabelField::driver_version));
+    EXPECT_EQ(sel.labels.count(), 1u) << "the other label rows are commented out";
     for (Metric m : {Metric::sm_clock, Metric::nvlink_bandwidth_total, Metric::prof_pipe_tensor_active,
                      Metric::prof_pcie_rx_bytes, Metric::xid_errors, Metric::fb_reserved, Metric::gpu_health,
                      Metric::pod_sm_util_ratio})
@@ -109,6 +110,7 @@ TEST(CountersCsv, SelectionNamesWhatKgpuDoesNotServe) {
         {"DCGM_EXP_XID_ERRORS_COUNT", "gauge", "x", 3},
         {"DCGM_FI_DEV_POWER_VIOLATION", "counter", "again", 4},
         {"DCGM_FI_DEV_SERIAL", "label", "x", 5},
+        {"DCGM_FI_DEV_NO_SUCH_THING", "label", "x", 5},
         {"DCGM_FI_DEV_FB_USED", "histogram", "x", 6},
         {"DCGM_FI_DEV_GPU_TEMP", "counter", "first", 7},
         {"DCGM_FI_DEV_GPU_TEMP", "gauge", "", 8},
@@ -116,7 +118,7 @@ TEST(CountersCsv, SelectionNamesWhatKgpuDoesNotServe) {
     };
     const CounterSelection s = select_counters(lines);
     EXPECT_EQ(s.unknown, (std::vector<std::string>{"DCGM_FI_DEV_POWER_VIOLATION", "DCGM_EXP_XID_ERRORS_COUNT",
-                                                   "DCGM_FI_DEV_SERIAL"}));
+                                                   "DCGM_FI_DEV_NO_SUCH_THING"}));
     EXPECT_EQ(s.retyped, std::vector<std::string>{"DCGM_FI_DEV_FB_USED"});
     EXPECT_TRUE(s.enabled(Metric::fb_used));
     EXPECT_EQ(s.type_of(def(Metric::fb_used)), MetricType::gauge) << "a single value is served with its own type";
@@ -124,12 +126,51 @@ TEST(CountersCsv, SelectionNamesWhatKgpuDoesNotServe) {
     EXPECT_EQ(s.type_of(def(Metric::gpu_temp)), MetricType::gauge) << "the last line naming a field wins";
     EXPECT_EQ(s.help_of(def(Metric::gpu_temp)), def(Metric::gpu_temp).help) << "an empty help keeps the catalogue's";
     EXPECT_FALSE(s.enabled(Metric::sm_clock));
-    EXPECT_FALSE(s.driver_version_label);
+    EXPECT_TRUE(s.label(LabelField::serial));
+    EXPECT_FALSE(s.label(LabelField::driver_version)) << "only the label rows listed";
     EXPECT_TRUE(s.enabled(Metric::collections_total)) << "kgpu_* always";
 
     const CounterSelection all = all_counters();
     for (const auto& m : catalogue()) EXPECT_TRUE(all.enabled(m.id)) << m.name;
-    EXPECT_TRUE(all.driver_version_label);
+    EXPECT_TRUE(all.label(LabelField::driver_version));
+    EXPECT_EQ(all.labels.count(), 1u) << "without a file, the driver version alone (as dcgm-exporter's defaults)";
+}
+
+TEST(CountersCsv, EveryLabelRowOfDcgmExportersDefaultsIsALabelField) {
+    // The `label` rows of dcgm-exporter 4.5.3-4.8.2's default-counters.csv (all but the driver
+    // version commented out there).
+    for (const char* name : {"DCGM_FI_DRIVER_VERSION", "DCGM_FI_NVML_VERSION", "DCGM_FI_DEV_BRAND", "DCGM_FI_DEV_SERIAL",
+                             "DCGM_FI_DEV_OEM_INFOROM_VER", "DCGM_FI_DEV_ECC_INFOROM_VER", "DCGM_FI_DEV_POWER_INFOROM_VER",
+                             "DCGM_FI_DEV_INFOROM_IMAGE_VER", "DCGM_FI_DEV_VBIOS_VERSION"}) {
+        const LabelFieldDef* f = find_label_field(name);
+        ASSERT_NE(f, nullptr) << name;
+        EXPECT_EQ(f->name, name);
+    }
+    EXPECT_EQ(find_label_field("DCGM_FI_DEV_GPU_TEMP"), nullptr);
+    EXPECT_EQ(dcgm_brand_name(2), "Tesla");
+    EXPECT_EQ(dcgm_brand_name(14), "NVIDIA");
+    EXPECT_EQ(dcgm_brand_name(11), "NVIDIA vGaming");
+    EXPECT_EQ(dcgm_brand_name(0), "Unknown");
+    EXPECT_EQ(dcgm_brand_name(99), "Unknown");
+}
+
+TEST(CountersCsv, TheBuiltInDefaultsAreDcgmExportersDefaultsLessVgpu) {
+    // What `-f /etc/dcgm-exporter/default-counters.csv` serves where that file is missing: the
+    // same selection as the list written in the shape of dcgm-exporter's file (tests/exporter/data).
+    auto builtin = parse_counters_csv(default_counters_csv(), "built-in");
+    ASSERT_TRUE(builtin) << builtin.error().message;
+    auto shaped = parse_counters_csv(data_file("default-counters.csv"), "default-counters.csv");
+    ASSERT_TRUE(shaped) << shaped.error().message;
+    const CounterSelection a = select_counters(*builtin), b = select_counters(*shaped);
+    EXPECT_EQ(a.metrics, b.metrics);
+    EXPECT_EQ(a.labels, b.labels);
+    EXPECT_TRUE(a.unknown.empty()) << a.unknown.front();
+    EXPECT_TRUE(a.retyped.empty());
+    for (const auto& m : catalogue()) {
+        if (!a.enabled(m.id)) continue;
+        EXPECT_EQ(a.type_of(m), b.type_of(m)) << m.name;
+        EXPECT_EQ(a.help_of(m), m.help) << m.name << ": the catalogue's help";
+    }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -190,6 +191,98 @@ TEST(ExporterCounters, EveryNonVgpuFieldOfDcgmExportersDefaultsIsServedOnDgxH100
     const std::string err = e.proc().err();
     EXPECT_NE(err.find("lists 1 field(s) kgpu does not serve, left out: DCGM_FI_DEV_VGPU_LICENSE_STATUS"), std::string::npos)
         << err;
+}
+
+TEST(ExporterCounters, DcgmExportersDefaultPathServesItsDefaultsWhenTheFileIsNotThere) {
+    // dcgm-exporter's Helm chart passes `-f /etc/dcgm-exporter/default-counters.csv`, a file of
+    // dcgm-exporter's image. Where it does not exist, kgpu serves the same defaults, and says so.
+    const std::string path = "/etc/dcgm-exporter/default-counters.csv";
+    if (::access(path.c_str(), F_OK) == 0) GTEST_SKIP() << path << " exists on this machine";
+    Exporter e("dgx-h100.yaml", {"-f", path});
+    ASSERT_NE(e.port(), 0);
+    EXPECT_EQ(dcgm_names(e), kDefaultCounterFields);
+    const auto m = e.metrics();
+    EXPECT_EQ(m.type.at("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"), "counter");
+    EXPECT_EQ(m.help.at("DCGM_FI_DEV_GPU_TEMP"), "GPU temperature (in C).");
+    ASSERT_FALSE(m.find("DCGM_FI_DEV_GPU_TEMP").empty());
+    EXPECT_TRUE(m.find("DCGM_FI_DEV_GPU_TEMP")[0]->label("DCGM_FI_DRIVER_VERSION"));
+    const std::string err = e.proc().err();
+    EXPECT_NE(err.find(path + " does not exist (a file of dcgm-exporter's image): serving kgpu's built-in copy of "
+                              "dcgm-exporter's default counters"),
+              std::string::npos)
+        << err;
+    // Any other missing file is still an error.
+    TempDir dir;
+    auto r = run_process({KGPU_BINARY, "exporter", "--nvml-library", KGPU_SIM_LIBRARY, "-f", dir.path() + "/default-counters.csv"},
+                         {{"KGPU_SIM_NODE", fixture("t4x4.yaml")}});
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+}
+
+TEST(ExporterCli, ConfigMapDataIsAcceptedAndExplained) {
+    // dcgm-exporter's `-m NAMESPACE:NAME` reads the counters from a ConfigMap through the API
+    // server; kgpu reads files only: it says what to do instead and serves the -f file.
+    TempDir dir;
+    const std::string csv = dir.write("counters.csv", "DCGM_FI_DEV_GPU_TEMP, gauge, temp\n");
+    Exporter e("t4x4.yaml", {"-m", "gpu-operator:exporter-metrics-config-map", "-f", csv});
+    ASSERT_NE(e.port(), 0);
+    const auto m = e.metrics();
+    EXPECT_FALSE(m.find("DCGM_FI_DEV_GPU_TEMP").empty());
+    EXPECT_TRUE(m.find("DCGM_FI_DEV_POWER_USAGE").empty()) << "the -f file's counters are served";
+    const std::string err = e.proc().err();
+    EXPECT_NE(err.find("--configmap-data gpu-operator:exporter-metrics-config-map: kgpu does not read ConfigMaps"),
+              std::string::npos)
+        << err;
+    EXPECT_NE(err.find("mount the ConfigMap"), std::string::npos) << err;
+    // The environment variable too; "none" (dcgm-exporter's default) says nothing.
+    Exporter env("t4x4.yaml", {}, {{"DCGM_EXPORTER_CONFIGMAP_DATA", "none"}});
+    ASSERT_NE(env.port(), 0);
+    EXPECT_EQ(env.proc().err().find("configmap"), std::string::npos) << env.proc().err();
+    // A malformed value is refused as dcgm-exporter refuses it.
+    auto r = run_process({KGPU_BINARY, "exporter", "--nvml-library", KGPU_SIM_LIBRARY, "--configmap-data", "just-a-name"},
+                         {{"KGPU_SIM_NODE", fixture("t4x4.yaml")}});
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("expected NAMESPACE:NAME"), std::string::npos) << r.err;
+}
+
+TEST(ExporterCounters, LabelRowsBecomeLabelsOnEverySeries) {
+    // The `label` rows dcgm-exporter's default-counters.csv has (most commented out): each listed
+    // one is a label named after the field on every series of the GPU, as dcgm-exporter writes
+    // them; one NVML does not answer (no power infoROM object on these boards) is left out.
+    TempDir dir;
+    const std::string csv = dir.write("labels.csv",
+                                      "DCGM_FI_DEV_GPU_TEMP, gauge, temp\n"
+                                      "DCGM_FI_DEV_FB_USED, gauge, used\n"
+                                      "DCGM_FI_DRIVER_VERSION,        label, Driver Version\n"
+                                      "DCGM_FI_NVML_VERSION,          label, NVML Version\n"
+                                      "DCGM_FI_DEV_BRAND,             label, Device Brand\n"
+                                      "DCGM_FI_DEV_SERIAL,            label, Device Serial Number\n"
+                                      "DCGM_FI_DEV_OEM_INFOROM_VER,   label, OEM inforom version\n"
+                                      "DCGM_FI_DEV_ECC_INFOROM_VER,   label, ECC inforom version\n"
+                                      "DCGM_FI_DEV_POWER_INFOROM_VER, label, Power management object inforom version\n"
+                                      "DCGM_FI_DEV_INFOROM_IMAGE_VER, label, Inforom image version\n"
+                                      "DCGM_FI_DEV_VBIOS_VERSION,     label, VBIOS version of the device\n");
+    Exporter e("dgx-h100.yaml", {"-f", csv});
+    ASSERT_NE(e.port(), 0);
+    const auto m = e.metrics();
+    const auto temp = m.find("DCGM_FI_DEV_GPU_TEMP", {{"gpu", "1"}});
+    ASSERT_EQ(temp.size(), 1u);
+    const std::map<std::string, std::string> want = {
+        {"DCGM_FI_DRIVER_VERSION", "550.54.15"},       {"DCGM_FI_NVML_VERSION", "12.550.54.15"},
+        {"DCGM_FI_DEV_BRAND", "Tesla"},                {"DCGM_FI_DEV_SERIAL", "1654922000002"},
+        {"DCGM_FI_DEV_OEM_INFOROM_VER", "2.1"},        {"DCGM_FI_DEV_ECC_INFOROM_VER", "7.0"},
+        {"DCGM_FI_DEV_INFOROM_IMAGE_VER", "G000.0000.00.00"}, {"DCGM_FI_DEV_VBIOS_VERSION", "96.00.99.00.01"}};
+    for (const auto& [k, v] : want) EXPECT_EQ(temp[0]->label(k), v) << k << " in " << temp[0]->line;
+    EXPECT_FALSE(temp[0]->label("DCGM_FI_DEV_POWER_INFOROM_VER")) << temp[0]->line;
+    // In dcgm-exporter's order: after Hostname, sorted by name.
+    std::vector<std::string> names;
+    for (const auto& [k, v] : temp[0]->labels)
+        if (k.starts_with("DCGM_FI_")) names.push_back(k);
+    EXPECT_TRUE(std::is_sorted(names.begin(), names.end())) << temp[0]->line;
+    EXPECT_EQ(names.size(), want.size());
+    const auto used = m.find("DCGM_FI_DEV_FB_USED", {{"gpu", "0"}});
+    ASSERT_EQ(used.size(), 1u);
+    EXPECT_EQ(used[0]->label("DCGM_FI_DEV_SERIAL"), "1654922000001");
+    EXPECT_EQ(e.proc().err().find("does not serve"), std::string::npos) << "no label row is unknown: " << e.proc().err();
 }
 
 TEST(ExporterCounters, GpmMetricsOnHopperNotOnT4) {

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <chrono>
@@ -56,6 +57,61 @@ TEST(AcceptEncoding, GzipWhenNamedOrStarWithNonZeroQ) {
     EXPECT_FALSE(accepts_gzip("gzip;q=0"));
     EXPECT_FALSE(accepts_gzip("gzip; q=0.0"));
     EXPECT_FALSE(accepts_gzip("x-gzip2"));
+}
+
+TEST(RequestHead, TakenFromTheBytesAsTheServerDoes) {
+    using State = HeadScan::State;
+    const std::string in = "\r\n\nGET /a%20b?q=1 HTTP/1.1\r\nHost: h\r\nAccept-Encoding: gzip\r\n\r\nGET /next";
+    auto s = take_request_head(in);
+    ASSERT_EQ(s.state, State::complete);
+    EXPECT_EQ(s.skip, 3u) << "empty lines before the request line are skipped";
+    EXPECT_EQ(in.substr(s.skip + s.length), "GET /next");
+    EXPECT_EQ(s.head.status, 0u) << s.head.why;
+    EXPECT_EQ(s.head.method, "GET");
+    EXPECT_EQ(s.head.path, "/a b");
+    EXPECT_TRUE(s.head.accepts_gzip);
+    EXPECT_TRUE(s.head.keep_alive);
+
+    s = take_request_head("GET /a HTTP/1.1\r\nHo");
+    EXPECT_EQ(s.state, State::incomplete);
+    EXPECT_EQ(s.scanned, 19u);
+    s = take_request_head("GET /a HTTP/1.1\r\nHost: h\r\n\r\n", 19);  // the same, more arrived
+    EXPECT_EQ(s.state, State::complete);
+    s = take_request_head("\r");  // perhaps the start of an empty line
+    EXPECT_EQ(s.state, State::incomplete);
+    EXPECT_EQ(s.skip, 0u);
+    EXPECT_EQ(take_request_head(std::string(kMaxRequestHead + 1, 'a')).state, State::incomplete)
+        << "a CRLF can still end it within the limit";
+    EXPECT_EQ(take_request_head(std::string(kMaxRequestHead + 2, 'a')).state, State::too_large);
+    EXPECT_EQ(take_request_head("GET / HTTP/1.1\r\nX: " + std::string(kMaxRequestHead, 'a') + "\r\n\r\n").state,
+              State::too_large);
+}
+
+TEST(RequestHead, RefusedAsGosServerRefusesThem) {
+    struct Case {
+        std::string head;
+        unsigned status;
+        std::string why;
+    };
+    for (const auto& c : std::vector<Case>{
+             {"GET / HTTP/1.1\r\n", 400, "missing required Host header"},
+             {"GET / HTTP/1.1\r\nHost: a\r\nhost: b\r\n", 400, "too many Host headers"},
+             {std::string("GET / HTTP/1.1\r\nHost: a\r\nX: 1\0\r\n", 32), 400, "invalid header value"},
+             {"GET / HTTP/1.1\r\nHost: a\r\nX: 1\r2\r\n", 400, "invalid header value"},
+             {"GET / HTTP/1.1\r\nHost: a\r\nX: \x7f\r\n", 400, "invalid header value"},
+             {"GET / HTTP/2.0\r\n", 505, "only HTTP/1.0 and HTTP/1.1 are served"},
+             {"\r\n", 400, "empty request"},
+         }) {
+        const auto h = parse_head(c.head);
+        EXPECT_EQ(h.status, c.status) << c.head;
+        EXPECT_EQ(h.why, c.why) << c.head;
+    }
+    // HTTP/1.0 needs no Host; a tab in a value is fine; the absolute form names the host itself
+    // but HTTP/1.1 still needs the header (as Go).
+    EXPECT_EQ(parse_head("GET / HTTP/1.0\r\n").status, 0u);
+    EXPECT_EQ(parse_head("GET / HTTP/1.1\r\nHost: a\r\nX: a\tb\r\n").status, 0u);
+    EXPECT_EQ(parse_head("GET http://h/metrics HTTP/1.1\r\nHost: h\r\n").path, "/metrics");
+    EXPECT_EQ(parse_head("GET http://h/metrics HTTP/1.1\r\n").status, 400u);
 }
 
 class ServerTest : public ::testing::Test {
@@ -221,7 +277,10 @@ TEST_F(ServerTest, AtTheConnectionLimitTheOldestIdleConnectionMakesRoom) {
 }
 
 TEST_F(ServerTest, ConnectionsStillSendingTheirHeadGoAfterIdleOnes) {
-    start(std::chrono::seconds(60), [](HttpOptions& o) { o.connection_limit = 10; });
+    start(std::chrono::seconds(60), [](HttpOptions& o) {
+        o.connection_limit = 10;
+        o.new_connection_grace = std::chrono::milliseconds(100);
+    });
     std::vector<int> slow, idle;
     for (int i = 0; i < 5; ++i) {
         slow.push_back(test::connect_loopback(port_, "127.0.0.2"));
@@ -229,7 +288,7 @@ TEST_F(ServerTest, ConnectionsStillSendingTheirHeadGoAfterIdleOnes) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     for (int i = 0; i < 5; ++i) idle.push_back(test::connect_loopback(port_, "127.0.0.3"));
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));  // past the new connections' grace
     EXPECT_EQ(test::http_request(port_, "GET", "/data", {}, 5000).status, 200);
     EXPECT_TRUE(closed_by_server(idle.front(), 5000)) << "an idle connection goes first, even a younger one";
     for (int fd : slow) EXPECT_FALSE(closed_by_server(fd, 50));
@@ -247,7 +306,7 @@ TEST_F(ServerTest, OneClientOverItsLimitLosesItsOwnOldestConnection) {
     }
     EXPECT_TRUE(closed_by_server(mine.front(), 5000));
     EXPECT_FALSE(closed_by_server(other, 300)) << "another client's connection is never the one closed";
-    EXPECT_NE(talk(mine.back(), "GET /echo HTTP/1.1\r\nConnection: close\r\n\r\n").find("GET /echo"), std::string::npos);
+    EXPECT_NE(talk(mine.back(), "GET /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").find("GET /echo"), std::string::npos);
     EXPECT_EQ(server_->stats().peer_limit, 1u);
     for (int fd : mine) ::close(fd);
     ::close(other);
@@ -283,9 +342,9 @@ TEST_F(ServerTest, KeepAlivePipeliningHttp10AndHead) {
     int fd = test::connect_loopback(port_);
     // Two pipelined requests on one connection, then one that closes.
     std::string all = talk(fd,
-                               "GET /echo HTTP/1.1\r\nAccept-Encoding: gzip\r\n\r\n"
-                               "HEAD /data HTTP/1.1\r\n\r\n"
-                               "GET /%65cho?x=1 HTTP/1.1\r\nConnection: close\r\n\r\n");
+                               "GET /echo HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\n\r\n"
+                               "HEAD /data HTTP/1.1\r\nHost: x\r\n\r\n"
+                               "GET /%65cho?x=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     ::close(fd);
     EXPECT_EQ(count_of(all, "HTTP/1.1 200 OK"), 3) << all;
     EXPECT_NE(all.find("GET /echo gzip=true"), std::string::npos) << all;
@@ -306,14 +365,14 @@ TEST_F(ServerTest, KeepAlivePipeliningHttp10AndHead) {
     // A long pipeline on one connection is answered in order, without piling up stack frames.
     fd = test::connect_loopback(port_);
     std::string pipeline;
-    for (int i = 0; i < 2000; ++i) pipeline += "GET /echo HTTP/1.1\r\n\r\n";
-    pipeline += "GET /echo HTTP/1.1\r\nConnection: close\r\n\r\n";
+    for (int i = 0; i < 2000; ++i) pipeline += "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n";
+    pipeline += "GET /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
     all = talk(fd, pipeline, 30000);
     ::close(fd);
     EXPECT_EQ(count_of(all, "HTTP/1.1 200 OK"), 2001);
     // LF-only line ends, as Go's server accepts.
     fd = test::connect_loopback(port_);
-    all = talk(fd, "GET /echo HTTP/1.1\nConnection: close\n\n");
+    all = talk(fd, "GET /echo HTTP/1.1\nHost: x\nConnection: close\n\n");
     ::close(fd);
     EXPECT_TRUE(all.starts_with("HTTP/1.1 200 OK")) << all;
 }
@@ -330,10 +389,15 @@ TEST_F(ServerTest, BadRequestsGetTheirStatusAndTheConnectionCloses) {
              {"GET /echo SPDY/3\r\n\r\n", "400"},
              {"GET echo HTTP/1.1\r\n\r\n", "400"},
              {"GET /%zz HTTP/1.1\r\n\r\n", "400"},
-             {"GET /echo HTTP/1.1\r\nBad Header: x\r\n\r\n", "400"},
-             {"GET /echo HTTP/1.1\r\n folded\r\n\r\n", "400"},
-             {"GET /echo HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", "400"},
+             {"GET /echo HTTP/1.1\r\nHost: x\r\nBad Header: x\r\n\r\n", "400"},
+             {"GET /echo HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n", "400"},
+             {"GET /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", "400"},
              {"GET /echo HTTP/1.1\r\nX: " + std::string(9000, 'a') + "\r\n\r\n", "431"},
+             // As Go's net/http: HTTP/1.1 needs exactly one Host, and no control character in a value.
+             {"GET /echo HTTP/1.1\r\n\r\n", "400"},
+             {"GET /echo HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", "400"},
+             {std::string("GET /echo HTTP/1.1\r\nHost: x\r\nX: a\0b\r\n\r\n", 39), "400"},
+             {"GET /echo HTTP/1.1\r\nHost: x\r\nX: a\x01b\r\n\r\n", "400"},
          }) {
         const int fd = test::connect_loopback(port_);
         const std::string got = talk(fd, c.request);
@@ -343,13 +407,110 @@ TEST_F(ServerTest, BadRequestsGetTheirStatusAndTheConnectionCloses) {
     }
     // A body is not read as the next request: the answer closes the connection.
     const int fd = test::connect_loopback(port_);
-    const std::string got = talk(fd, "POST /echo HTTP/1.1\r\nContent-Length: 25\r\n\r\nGET /data HTTP/1.1\r\n\r\n");
+    const std::string got =
+        talk(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 31\r\n\r\nGET /data HTTP/1.1\r\nHost: x\r\n\r\n");
     ::close(fd);
     EXPECT_EQ(count_of(got, "HTTP/1.1 "), 1) << got;
     EXPECT_NE(got.find("POST /echo"), std::string::npos);
-    EXPECT_GE(server_->stats().malformed, 8u);
+    EXPECT_GE(server_->stats().malformed, 12u);
     EXPECT_EQ(server_->stats().oversize, 1u);
     EXPECT_EQ(test::http_request(port_, "GET", "/data").status, 200) << "still serving";
+}
+
+TEST_F(ServerTest, EmptyLinesBeforeTheRequestLineAreSkipped) {
+    start();
+    // RFC 9112 2.2: a server should ignore empty lines received before the request line.
+    for (const char* lead : {"\r\n", "\r\n\r\n", "\n", "\n\r\n\n"}) {
+        const int fd = test::connect_loopback(port_);
+        const std::string got = talk(fd, std::string(lead) + "GET /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        ::close(fd);
+        EXPECT_TRUE(got.starts_with("HTTP/1.1 200 OK")) << got.substr(0, 80);
+        EXPECT_NE(got.find("GET /echo"), std::string::npos) << got;
+    }
+    // Also between pipelined requests, and when the empty lines arrive on their own first.
+    const int fd = test::connect_loopback(port_);
+    ASSERT_EQ(::send(fd, "\r\n\r", 3, MSG_NOSIGNAL), 3);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const std::string got = talk(fd, "\nGET /echo HTTP/1.1\r\nHost: x\r\n\r\n\r\nGET /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    ::close(fd);
+    EXPECT_EQ(count_of(got, "HTTP/1.1 200 OK"), 2) << got;
+}
+
+TEST_F(ServerTest, OnePipeliningClientDoesNotHoldUpTheOthers) {
+    // One connection sends batches of 2000 pipelined requests as fast as the server takes them,
+    // and reads the answers; the server still answers everyone else.
+    start(std::chrono::seconds(60));
+    const int flood = test::connect_loopback(port_, "127.0.0.2");
+    ASSERT_GE(flood, 0);
+    std::string batch;
+    for (int i = 0; i < 2000; ++i) batch += "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n";
+    std::atomic<bool> stop{false};
+    std::atomic<long> received{0};
+    std::thread writer([&] {
+        while (!stop) {
+            for (size_t off = 0; off < batch.size() && !stop;) {
+                const ssize_t n = ::send(flood, batch.data() + off, batch.size() - off, MSG_NOSIGNAL);
+                if (n <= 0) return;
+                off += static_cast<size_t>(n);
+            }
+        }
+    });
+    std::thread reader([&] {
+        char buf[65536];
+        while (!stop) {
+            pollfd p{flood, POLLIN, 0};
+            if (::poll(&p, 1, 100) <= 0) continue;
+            const ssize_t n = ::recv(flood, buf, sizeof buf, 0);
+            if (n <= 0) return;
+            received += n;
+        }
+    });
+    for (int i = 0; i < 100 && received < (1 << 20); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_GE(received, 1 << 20) << "the flood did not get going";
+    const long before = received;
+    int ok = 0;
+    long worst_ms = 0;
+    for (int i = 0; i < 10; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        // A scrape that waits behind the flood takes as long as the flood lasts: 5 s means never.
+        const auto r = test::http_request(port_, "GET", "/data", {}, 5000);
+        worst_ms = std::max<long>(worst_ms, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                std::chrono::steady_clock::now() - t0).count());
+        if (r.status == 200 && r.body.size() == 100000) ++ok;
+    }
+    for (int i = 0; i < 100 && received < before + (1 << 20); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_GE(received, before + (1 << 20)) << "the flooding client is served too";
+    stop = true;
+    ::shutdown(flood, SHUT_RDWR);
+    writer.join();
+    reader.join();
+    ::close(flood);
+    EXPECT_EQ(ok, 10) << "scrapes answered while one client pipelines (slowest " << worst_ms << " ms)";
+}
+
+TEST_F(ServerTest, ANewConnectionIsNotTheFirstToMakeRoom) {
+    // At the limit, a connection accepted a moment ago, whose request is on its way, must not be
+    // the one closed for the next newcomer: slow request heads that started earlier go first.
+    start(std::chrono::seconds(60), [](HttpOptions& o) { o.connection_limit = 10; });
+    std::vector<int> slow;
+    for (int i = 0; i < 10; ++i) {
+        slow.push_back(test::connect_loopback(port_, "127.0.0.2"));
+        ASSERT_GT(::send(slow.back(), "GET /da", 7, MSG_NOSIGNAL), 0);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const int scraper = test::connect_loopback(port_);  // its request is not sent yet
+    ASSERT_GE(scraper, 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const int other = test::connect_loopback(port_, "127.0.0.3");  // the next newcomer
+    ASSERT_GE(other, 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const std::string got = talk(scraper, "GET /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 5000);
+    EXPECT_TRUE(got.starts_with("HTTP/1.1 200 OK")) << "the new connection was closed: '" << got << "'";
+    EXPECT_TRUE(closed_by_server(slow.front(), 2000)) << "the oldest slow head made room";
+    EXPECT_GE(server_->stats().evicted, 2u);
+    for (int fd : slow) ::close(fd);
+    ::close(scraper);
+    ::close(other);
 }
 
 TEST_F(ServerTest, StopsWithConnectionsInEveryPhase) {
@@ -362,7 +523,7 @@ TEST_F(ServerTest, StopsWithConnectionsInEveryPhase) {
     const int stuck = test::connect_loopback(port_);
     const std::string many = [] {
         std::string r;
-        for (int i = 0; i < 200; ++i) r += "GET /data HTTP/1.1\r\n\r\n";
+        for (int i = 0; i < 200; ++i) r += "GET /data HTTP/1.1\r\nHost: x\r\n\r\n";
         return r;
     }();
     ASSERT_GT(::send(stuck, many.data(), many.size(), MSG_NOSIGNAL), 0);

@@ -3,6 +3,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <fstream>
 #include <thread>
 
@@ -209,6 +214,109 @@ TEST_F(WebServerTest, TlsWithBasicAuthAsDcgmExportersTestChecksIt) {
     o.headers = {"Authorization: Basic not-base64!"};
     EXPECT_EQ(test::https_request(port, "GET", "/metrics", o).http.status, 401);
     EXPECT_GE(server->stats().tls, 1u) << "the plain HTTP request counts as a TLS failure";
+}
+
+// Connections from `sources` (one each) that send a request with a new wrong password for alice
+// as soon as the previous one is answered, until destroyed.
+class PasswordFlood {
+public:
+    PasswordFlood(int port, std::vector<std::string> sources)
+        : port_(port), sources_(std::move(sources)), thread_([this] { run(); }) {}
+    ~PasswordFlood() {
+        stop_ = true;
+        thread_.join();
+    }
+    long refused() const { return refused_; }  // 401 answers so far
+
+private:
+    struct Conn {
+        int fd = -1;
+        std::string source, buf;
+    };
+    void send_one(Conn& c) {
+        const std::string req = "GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: " +
+                                test::basic_auth("alice", "wrong-" + std::to_string(next_++)) + "\r\n\r\n";
+        if (::send(c.fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
+            ::close(c.fd);
+            c.fd = -1;
+        }
+    }
+    void run() {
+        std::vector<Conn> conns;
+        for (const auto& s : sources_) conns.push_back(Conn{-1, s, ""});
+        while (!stop_) {
+            std::vector<pollfd> polls;
+            for (auto& c : conns) {
+                if (c.fd < 0) {
+                    c.fd = test::connect_loopback(port_, c.source.c_str());
+                    c.buf.clear();
+                    if (c.fd >= 0) send_one(c);
+                }
+                polls.push_back(pollfd{c.fd, POLLIN, 0});
+            }
+            if (::poll(polls.data(), polls.size(), 100) <= 0) continue;
+            for (size_t i = 0; i < conns.size(); ++i) {
+                Conn& c = conns[i];
+                if (c.fd < 0 || !(polls[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+                char buf[4096];
+                const ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
+                if (n <= 0) {
+                    ::close(c.fd);
+                    c.fd = -1;
+                    continue;
+                }
+                c.buf.append(buf, static_cast<size_t>(n));
+                // Each answer has one head; its small body is dropped with the next one.
+                for (auto end = c.buf.find("\r\n\r\n"); end != std::string::npos; end = c.buf.find("\r\n\r\n")) {
+                    if (c.buf.find("HTTP/1.1 401") < end) ++refused_;
+                    c.buf.erase(0, end + 4);
+                    send_one(c);
+                    if (c.fd < 0) break;
+                }
+            }
+        }
+        for (auto& c : conns)
+            if (c.fd >= 0) ::close(c.fd);
+    }
+    int port_;
+    std::vector<std::string> sources_;
+    long next_ = 0;
+    std::atomic<bool> stop_{false};
+    std::atomic<long> refused_{0};
+    std::thread thread_;  // last: starts after the members it uses
+};
+
+TEST_F(WebServerTest, AWrongPasswordFloodDoesNotLockOutTheRightPassword) {
+    // bcrypt cost 7: a few ms a check, so 100 flooding clients keep the checks queued.
+    start("basic_auth_users:\n  alice: " + test::bcrypt_hash("password", 7) + "\n  bob: " +
+          test::bcrypt_hash("builder", 7) + "\n");
+    const int port = server->port();
+    const std::string alice = "Authorization: " + test::basic_auth("alice", "password");
+    ASSERT_EQ(test::http_request(port, "GET", "/metrics", {alice}, 10000).status, 200);
+    {
+        // 100 clients (other addresses), each always with one wrong password waiting: failures
+        // must not push the right password out of what the server remembers.
+        std::vector<std::string> sources;
+        for (int i = 1; i <= 100; ++i) sources.push_back("127.0.1." + std::to_string(i));
+        PasswordFlood flood(port, sources);
+        for (int i = 0; i < 200 && flood.refused() < 300; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        EXPECT_GE(flood.refused(), 300) << "the flood did not get going";
+        std::vector<int> statuses;
+        for (int i = 0; i < 20; ++i) {
+            statuses.push_back(test::http_request(port, "GET", "/metrics", {alice}, 5000).status);
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        EXPECT_THAT(statuses, testing::Each(200)) << "the right password during a flood of wrong ones";
+    }
+    {
+        // 100 connections from one address: it gets at most two checks queued, so a first check
+        // for another client still has room.
+        PasswordFlood flood(port, std::vector<std::string>(100, "127.0.0.2"));
+        for (int i = 0; i < 200 && flood.refused() < 300; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        EXPECT_GE(flood.refused(), 300) << "the flood did not get going";
+        const auto r = test::http_request(port, "GET", "/metrics", {"Authorization: " + test::basic_auth("bob", "builder")}, 5000);
+        EXPECT_EQ(r.status, 200) << r.body;
+    }
 }
 
 TEST_F(WebServerTest, AClientHangingUpDuringATlsAnswerDoesNotStopTheServer) {

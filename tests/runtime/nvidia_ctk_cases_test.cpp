@@ -408,6 +408,11 @@ TEST(NvidiaCtkDocker, CdiKeepsOtherFeaturesAndBadJsonNamesTheLine) {
     auto bad = runtime::configure_docker("{\n  \"a\": 1,\n  \"b\": \n}\n", "/etc/docker/daemon.json", o);
     ASSERT_FALSE(bad);
     EXPECT_THAT(bad.error().message, ::testing::HasSubstr("/etc/docker/daemon.json:4:"));
+    // A number too large for a double is refused (Docker's Go parser refuses it too), not a crash
+    // (found by fuzz/targets/docker_daemon_json.cpp).
+    auto huge = runtime::configure_docker("{\"log-level\": \"info\", \"x\": 1.5e99999}", "daemon.json", o);
+    ASSERT_FALSE(huge);
+    EXPECT_THAT(huge.error().message, ::testing::HasSubstr("daemon.json: not valid JSON: number overflow"));
     auto wrong = runtime::configure_docker(R"({"runtimes": []})", "daemon.json", o);
     ASSERT_FALSE(wrong);
     EXPECT_THAT(wrong.error().message, ::testing::HasSubstr("runtimes"));

@@ -46,6 +46,37 @@ TEST_F(SimErrors, TheBaseFixtureIsValid) {
     EXPECT_EQ(name(dev(0)), "Test GPU");
 }
 
+TEST_F(SimErrors, InforomVersionsDefaultAndFromTheFixture) {
+    char buf[NVML_DEVICE_INFOROM_VERSION_BUFFER_SIZE];
+    {
+        auto [r, err] = tryInit(kHead + kGpu);
+        ASSERT_EQ(r, NVML_SUCCESS) << err;
+        ASSERT_EQ(NV(nvmlDeviceGetInforomImageVersion)(dev(0), buf, sizeof buf), NVML_SUCCESS);
+        EXPECT_STREQ(buf, "G000.0000.00.00");
+        ASSERT_EQ(NV(nvmlDeviceGetInforomVersion)(dev(0), NVML_INFOROM_OEM, buf, sizeof buf), NVML_SUCCESS);
+        EXPECT_STREQ(buf, "2.1");
+        ASSERT_EQ(NV(nvmlDeviceGetInforomVersion)(dev(0), NVML_INFOROM_ECC, buf, sizeof buf), NVML_SUCCESS);
+        EXPECT_STREQ(buf, "7.0");
+        EXPECT_EQ(NV(nvmlDeviceGetInforomVersion)(dev(0), NVML_INFOROM_POWER, buf, sizeof buf), NVML_ERROR_NOT_SUPPORTED);
+        EXPECT_EQ(NV(nvmlDeviceGetInforomVersion)(dev(0), NVML_INFOROM_OEM, buf, 3), NVML_ERROR_INSUFFICIENT_SIZE);
+        NV(nvmlShutdown)();
+    }
+    {
+        auto [r, err] = tryInit(kHead + kGpu + "    inforom: {image: \"G520.0200.00.05\", power: \"3.0\", ecc: \"\"}\n");
+        ASSERT_EQ(r, NVML_SUCCESS) << err;
+        ASSERT_EQ(NV(nvmlDeviceGetInforomImageVersion)(dev(0), buf, sizeof buf), NVML_SUCCESS);
+        EXPECT_STREQ(buf, "G520.0200.00.05");
+        ASSERT_EQ(NV(nvmlDeviceGetInforomVersion)(dev(0), NVML_INFOROM_POWER, buf, sizeof buf), NVML_SUCCESS);
+        EXPECT_STREQ(buf, "3.0");
+        EXPECT_EQ(NV(nvmlDeviceGetInforomVersion)(dev(0), NVML_INFOROM_ECC, buf, sizeof buf), NVML_ERROR_NOT_SUPPORTED);
+        NV(nvmlShutdown)();
+    }
+    std::string file;
+    auto [r, err] = tryInit(kHead + kGpu + "    inforom: {img: x}\n", &file);
+    EXPECT_EQ(r, NVML_ERROR_UNKNOWN);
+    EXPECT_NE(err.find(file + ":16: gpus[0].inforom.img: unknown key"), std::string::npos) << err;
+}
+
 TEST_F(SimErrors, MissingNodeVariable) {
     StderrCapture err;
     EXPECT_EQ(NV(nvmlInit_v2)(), NVML_ERROR_DRIVER_NOT_LOADED);
