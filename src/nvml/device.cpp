@@ -145,12 +145,6 @@ Result<std::string> Device::vbios_version() const {
     return from_buffer(buf, sizeof buf);
 }
 
-Result<int> Device::brand() const {
-    nvmlBrandType_t v = 0;
-    KGPU_CALL(DeviceGetBrand, handle_, &v);
-    return v;
-}
-
 Result<std::string> Device::inforom_version(Inforom object) const {
     char buf[NVML_DEVICE_INFOROM_VERSION_BUFFER_SIZE] = {};
     KGPU_CALL(DeviceGetInforomVersion, handle_, static_cast<nvmlInforomObject_t>(object), buf, sizeof buf);

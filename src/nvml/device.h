@@ -95,7 +95,6 @@ public:
     Result<std::string> name() const;
     Result<std::string> serial() const;
     Result<std::string> vbios_version() const;
-    Result<int> brand() const;  // NVML_BRAND_* value
     // The version of one infoROM object ("G520.0200.00.05" for the image), or not_supported.
     enum class Inforom { oem = 0, ecc = 1, power = 2 };
     Result<std::string> inforom_version(Inforom object) const;
