@@ -229,6 +229,10 @@ TEST_F(DevicePluginTest, LostGpuIsUnhealthyWhileGone) {
     auto st = kubelet_->allocate(kGpu, {{sim_.uuid("3")}}, &resp);
     EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(st.error_message(), HasSubstr(sim_.uuid("3")));
+    // `lost` also delivers XID 79 (reset-class): a restore only counts as the reset once a probe
+    // has seen the GPU gone, so wait for that rather than for the probe interval.
+    ASSERT_TRUE(kgpu::test::eventually(
+        [&] { return plugin_->err().find("GPU 3 (" + sim_.uuid("3") + ") stopped answering") != std::string::npos; }));
     event("restore 3");
     ASSERT_TRUE(health_becomes("3", "Healthy"));
 }
