@@ -232,6 +232,32 @@ TEST_F(CompatTest, GpuDirectAndImexChannelsInAllocate) {
     }
 }
 
+// The extra specs' file names are kgpu's, but the directory is the node's (/var/run/cdi): a
+// plugin removes only specs it wrote, or, while it writes CDI specs itself, ones that carry
+// kgpu's marker. With the default envvar strategy it touches nothing there.
+TEST_F(CompatTest, ExtraSpecsNotWrittenByKgpuAreLeftAlone) {
+    TempDir cdi;
+    const std::string foreign = "cdiVersion: 0.5.0\nkind: nvidia.com/gds\ndevices: []\n";
+    const std::string gds = cdi.write("kgpu-nvidia-gds.yaml", foreign);
+    const std::string imex = cdi.write("kgpu-nvidia-imex-channel.yaml", foreign);
+    const std::string marked = cdi.write("kgpu-nvidia-gdrcopy.yaml", "# Written by kgpu device-plugin\n" + foreign);
+    start("t4x4.yaml", {"--cdi-spec-dir", cdi.path()});
+    registered(kGpu, 4);
+    plugin_->signal(SIGHUP);  // applies the config again
+    ASSERT_TRUE(logged("serving 1 resource (", 2));  // once at start, once for the SIGHUP
+    plugin_->signal(SIGTERM);
+    ASSERT_EQ(plugin_->wait(10000), 0);
+    EXPECT_EQ(slurp(gds), foreign);
+    EXPECT_EQ(slurp(imex), foreign);
+    EXPECT_TRUE(fs::exists(marked)) << "envvar strategy: nothing in the CDI directory is kgpu's business";
+    // A CDI strategy with no extras in use: the marked leftover goes, the others stay.
+    start("t4x4.yaml", {"--cdi-spec-dir", cdi.path(), "--device-list-strategy", "cdi-cri"});
+    registered(kGpu, 4);
+    EXPECT_EQ(slurp(gds), foreign);
+    EXPECT_EQ(slurp(imex), foreign);
+    EXPECT_FALSE(fs::exists(marked));
+}
+
 TEST_F(CompatTest, RequiredImexChannelMissingFailsTheStartNamingIt) {
     DevRoot root;
     root.node("/dev/nvidiactl");
