@@ -263,7 +263,8 @@ TEST_F(CompatTest, RequiredImexChannelMissingFailsTheStartNamingIt) {
     root.node("/dev/nvidiactl");
     const std::string cfg = config("version: v1\nimex:\n  channelIDs: [0]\n  required: true\n");
     auto r = run_process({KGPU_BINARY, "device-plugin", "--device-plugin-path", dir_.path(), "--nvml-library",
-                          KGPU_SIM_LIBRARY, "--config-file", cfg, "--nvidia-dev-root", root.path()},
+                          KGPU_SIM_LIBRARY, "--config-file", cfg, "--nvidia-dev-root", root.path(), "--cdi-spec-dir",
+                          aux_.path() + "/cdi"},
                          {{"KGPU_SIM_NODE", sim_fixture("t4x4.yaml")}});
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_THAT(r.err, HasSubstr(root.path() + "/dev/nvidia-caps-imex-channels/channel0 does not exist"));

@@ -270,9 +270,9 @@ TEST_F(DevicePluginTest, SighupReloadsTheConfigOverTheOpenStream) {
 }
 
 TEST(DevicePluginStart, KubeletAbsentAtStartIsWaitedFor) {
-    TempDir dir;
+    TempDir dir, cdi;  // hermetic: the CDI directory is the test's, never the machine's /var/run/cdi
     ChildProcess plugin({KGPU_BINARY, "device-plugin", "--device-plugin-path", dir.path(), "--nvml-library",
-                         KGPU_SIM_LIBRARY},
+                         KGPU_SIM_LIBRARY, "--cdi-spec-dir", cdi.path()},
                         {{"KGPU_SIM_NODE", fixture("t4x4.yaml")}});
     std::this_thread::sleep_for(1500ms);  // several registration attempts fail meanwhile
     ASSERT_TRUE(plugin.running()) << plugin.err();
@@ -321,10 +321,10 @@ TEST(DevicePluginStart, NoNvmlWithoutFailOnInitErrorWaitsForTheDriver) {
     TempDir dir;
     FakeKubelet kubelet(dir.path());
     ASSERT_TRUE(kubelet.start());
-    TempDir driver;
+    TempDir driver, cdi;
     const std::string lib = driver.path() + "/libnvidia-ml.so.1";
     ChildProcess plugin({KGPU_BINARY, "device-plugin", "--device-plugin-path", dir.path(), "--nvml-library", lib,
-                         "--fail-on-init-error=false"},
+                         "--fail-on-init-error=false", "--cdi-spec-dir", cdi.path()},
                         {{"KGPU_SIM_NODE", fixture("t4x4.yaml")}, {"KGPU_INIT_RETRY_MS", "200"}});
     std::this_thread::sleep_for(700ms);
     EXPECT_TRUE(plugin.running());

@@ -70,7 +70,8 @@ TEST_F(SharedDevicesTest, MixedWithUuidsAndNoneStrategy) {
 
 TEST_F(SharedDevicesTest, SingleRefusesANodeMixingMigAndWholeGpus) {
     auto r = kgpu::test::run_process({KGPU_BINARY, "device-plugin", "--device-plugin-path", dir_.path(),
-                                      "--nvml-library", KGPU_SIM_LIBRARY, "--mig-strategy", "single"},
+                                      "--nvml-library", KGPU_SIM_LIBRARY, "--mig-strategy", "single",
+                                      "--cdi-spec-dir", aux_.path() + "/cdi"},
                                      {{"KGPU_SIM_NODE", fixture("a100-mig.yaml")}});
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_THAT(r.err, HasSubstr("MIG strategy single"));
@@ -211,7 +212,8 @@ TEST_F(SharedDevicesTest, ConfigErrorsThatNeedTheNodeExitTwoWithFileAndLine) {
         "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
         "    - name: gpu\n      rename: gpu-shared\n      devices: [0, 9]\n      replicas: 2\n");
     auto r = kgpu::test::run_process({KGPU_BINARY, "device-plugin", "--device-plugin-path", dir_.path(),
-                                      "--nvml-library", KGPU_SIM_LIBRARY, "--config-file", cfg},
+                                      "--nvml-library", KGPU_SIM_LIBRARY, "--config-file", cfg, "--cdi-spec-dir",
+                                      aux_.path() + "/cdi"},
                                      {{"KGPU_SIM_NODE", fixture("t4x4.yaml")}});
     EXPECT_EQ(r.exit_code, 2);
     EXPECT_THAT(r.err, HasSubstr(cfg + ":7: key 'sharing.timeSlicing.resources[0].devices': unknown device '9'"));
