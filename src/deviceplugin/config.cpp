@@ -245,6 +245,14 @@ bool Config::uses(DeviceListStrategy s) const {
     return std::find(device_list_strategy.begin(), device_list_strategy.end(), s) != device_list_strategy.end();
 }
 
+bool Config::all_cdi() const {
+    return !device_list_strategy.empty() && std::ranges::all_of(device_list_strategy, [](DeviceListStrategy s) {
+        return s == DeviceListStrategy::cdi_annotations || s == DeviceListStrategy::cdi_cri;
+    });
+}
+
+bool Config::passes_device_specs() const { return pass_device_specs && !all_cdi(); }
+
 // ---------------------------------------------------------------------------------------------
 // The YAML walker. Every accessor checks the node's type and reports "<source>:<line>: key
 // '<path>': expected ..." so a typo points at its line.

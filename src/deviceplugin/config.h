@@ -261,6 +261,13 @@ struct Config {
     std::string dev_root() const;             // nvidia_dev_root, or nvidia_driver_root when empty
     std::string kubelet_socket_path() const;  // kubelet_socket, or <device_plugin_path>/kubelet.sock
     bool uses(DeviceListStrategy s) const;    // s is in device_list_strategy
+    // Every device list strategy is a CDI one (cdi-annotations, cdi-cri).
+    bool all_cdi() const;
+    // Whether Allocate hands DeviceSpecs: passDeviceSpecs, unless every strategy is a CDI one.
+    // NVIDIA v0.17-v0.20 return before DeviceSpecs then (the CDI spec gives the container its
+    // device nodes), and the GPU Operator sets PASS_DEVICE_SPECS=true together with CDI
+    // strategies, so kgpu follows v0.20: no DeviceSpecs and no missing-node refusal.
+    bool passes_device_specs() const;
 };
 
 // Parses a config file's text; `source` names it in errors ("<source>:<line>: ..."). Errors:

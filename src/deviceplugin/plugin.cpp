@@ -280,7 +280,7 @@ Status Plugin::apply(const Config& cfg, Trigger trigger) {
         resources = std::vector<Resource>{};
     }
     auto cap_problems = fill_mig_caps(*resources, cfg.proc_root);
-    if (cfg.pass_device_specs) warnings.insert(warnings.end(), cap_problems.begin(), cap_problems.end());
+    if (cfg.passes_device_specs()) warnings.insert(warnings.end(), cap_problems.begin(), cap_problems.end());
     if (auto missing = missing_device_nodes(*resources, cfg, DevRootView(cfg.dev_root())); !missing.empty())
         warnings.push_back(std::move(missing));
     auto extras = prepare_container_extras(cfg, extra_specs_);  // IMEX channels, GDS/MOFED/GDRCopy CDI specs
