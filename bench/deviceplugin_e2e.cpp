@@ -75,8 +75,10 @@ struct Plugin {
             kubelet = std::make_unique<kgpu::test::FakeKubelet>(dir.path());
             if (!kubelet->start()) return false;
         }
+        // Hermetic: CDI specs (if any) go to the run's own directory, never the machine's /var/run/cdi.
         std::vector<std::string> argv = {KGPU_BINARY, "device-plugin", "--device-plugin-path", dir.path(),
-                                         "--nvml-library", KGPU_SIM_LIBRARY, "--log-level", "warn"};
+                                         "--nvml-library", KGPU_SIM_LIBRARY, "--log-level", "warn",
+                                         "--cdi-spec-dir", dir.path() + "-cdi"};
         argv.insert(argv.end(), extra.begin(), extra.end());
         const auto t0 = Clock::now();
         process = std::make_unique<kgpu::test::ChildProcess>(
@@ -95,6 +97,7 @@ struct Plugin {
             process->wait(10000);
         }
         kubelet.reset();
+        std::filesystem::remove_all(dir.path() + "-cdi");
     }
 };
 
@@ -182,7 +185,8 @@ bool lifecycle(const std::string& node) {
         kubelet.hang_register(true);
         if (!kubelet.start()) return false;
         kgpu::test::ChildProcess proc({KGPU_BINARY, "device-plugin", "--device-plugin-path", dir.path(),
-                                       "--nvml-library", KGPU_SIM_LIBRARY, "--log-level", "warn"},
+                                       "--nvml-library", KGPU_SIM_LIBRARY, "--log-level", "warn", "--cdi-spec-dir",
+                                       dir.path() + "-cdi"},
                                       {{"KGPU_SIM_NODE", node}, {"KGPU_SIM_EVENTS", events}});
         if (!kubelet.wait_until([&] { return kubelet.hung_registers() == 1; }, 20s)) return false;
         kgpu::test::PluginWatcher watcher(dir.path() + "/kgpu-nvidia-com-gpu.sock");
@@ -199,6 +203,7 @@ bool lifecycle(const std::string& node) {
         proc.signal(SIGTERM);
         proc.wait(10000);
         kubelet.hang_register(false);
+        std::filesystem::remove_all(dir.path() + "-cdi");
     }
 
     // NVIDIA's plugin goes away -> kgpu serves the resource again (the kubelet's client is kgpu's,

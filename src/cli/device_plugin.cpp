@@ -80,9 +80,11 @@ CLI::App* add_device_plugin_command(CLI::App& app, DevicePluginFlags& f) {
     cmd->add_option("--driver-root-ctr-path,--container-driver-root", f.container_driver_root,
                     "Accepted for NVIDIA compatibility; kgpu reads the driver at --nvidia-driver-root (a warning says "
                     "so when this differs) [env DRIVER_ROOT_CTR_PATH, CONTAINER_DRIVER_ROOT]");
-    cmd->add_option("--apply-resource-patterns", f.apply_resource_patterns,
-                    "Serve devices under the config file's resources.gpus / resources.mig names (NVIDIA v0.14-v0.20 "
-                    "ignore them; default false; the bare flag means true) [env KGPU_APPLY_RESOURCE_PATTERNS]")
+    cmd->add_option("--apply-resource-naming,--apply-resource-patterns", f.apply_resource_naming,
+                    "Apply kgpu's resource naming extensions, which NVIDIA v0.14-v0.20 ignore with a warning: the "
+                    "config file's resources.gpus / resources.mig names, and sharing's per-resource rename and "
+                    "devices subsets (default false; the bare flag means true) [env KGPU_APPLY_RESOURCE_NAMING, "
+                    "KGPU_APPLY_RESOURCE_PATTERNS]")
         ->expected(0, 1)
         ->default_str("true");
     cmd->add_flag("--check-config", f.check_config, "Print the effective configuration and exit");
@@ -124,7 +126,7 @@ int run_device_plugin(const DevicePluginFlags& f) {
                        &dp::parse_device_discovery_strategy) &&
               set_flag(flags.imex_channel_ids, f.imex_channel_ids, "--imex-channel-ids", &dp::parse_imex_channel_ids) &&
               set_flag(flags.imex_required, f.imex_required, "--imex-required", &dp::parse_bool) &&
-              set_flag(flags.apply_resource_patterns, f.apply_resource_patterns, "--apply-resource-patterns",
+              set_flag(flags.apply_resource_naming, f.apply_resource_naming, "--apply-resource-naming",
                        &dp::parse_bool);
     if (!ok) return 2;
     if (!f.device_list_strategy.empty()) {

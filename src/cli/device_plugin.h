@@ -1,7 +1,7 @@
 // `kgpu device-plugin`: NVIDIA's flags, env vars and config file (precedence flag > env > file),
 // plus --device-plugin-path, --kubelet-socket, --nvml-library, --cdi-spec-dir,
 // --health-recovery-period, --proc-root, --shared-devices-allocation-policy and
-// --apply-resource-patterns.
+// --apply-resource-naming (alias --apply-resource-patterns).
 #pragma once
 
 #include <optional>
@@ -19,7 +19,7 @@ struct DevicePluginFlags {
         device_plugin_path, nvml_library, cdi_spec_dir, health_recovery_period, proc_root,
         shared_devices_allocation_policy, mps_root, gdrcopy_enabled, gds_enabled, mofed_enabled,
         device_discovery_strategy, imex_channel_ids, imex_required, nvidia_cdi_hook_path, container_driver_root,
-        apply_resource_patterns;
+        apply_resource_naming;
     std::vector<std::string> device_list_strategy;
     std::string mps_control_binary;  // --mps-control-binary, KGPU_MPS_CONTROL
     bool check_config = false;  // print the effective config and exit

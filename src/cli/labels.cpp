@@ -148,7 +148,8 @@ Status set_bool(bool& out, const Setting& s) {
 
 // Sharing as GFD reads it from the device plugin's config: the strategy of the section with a
 // replicated resource, and each resource's replicas. A resource the plugin serves under another
-// name (rename, renameByDefault) gets no "-SHARED" product suffix.
+// name gets no "-SHARED" product suffix: renameByDefault, or a per-resource rename only with the
+// file's flags.applyResourceNaming (GFD v0.14-v0.20 drop such a rename, as the plugin does).
 labels::Sharing sharing_of(const dp::Config& c) {
     labels::Sharing s;
     // GFD's ReplicatedResources(): the mps section when there is one, else timeSlicing.
@@ -157,7 +158,8 @@ labels::Sharing sharing_of(const dp::Config& c) {
                                                                   : nullptr;
     if (!rep) return s;
     for (const auto& r : rep->resources) {
-        s.resources.emplace(r.name, labels::SharedResource{r.replicas, rep->rename_by_default || !r.rename.empty()});
+        const bool renamed = rep->rename_by_default || (c.apply_resource_naming && !r.rename.empty());
+        s.resources.emplace(r.name, labels::SharedResource{r.replicas, renamed});
         if (r.replicas > 1) s.strategy = c.sharing.mps ? "mps" : "time-slicing";
     }
     return s;

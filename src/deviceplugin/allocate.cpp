@@ -84,7 +84,7 @@ Result<ContainerAnswer> allocate(const Resource& resource, const std::vector<std
             if (physical.insert(d->uuid).second) unique.push_back(d);
         devices = std::move(unique);
     }
-    if (config.pass_device_specs) {
+    if (config.passes_device_specs()) {
         for (const Device* d : devices)
             if (d->mig && (!d->mig->gi_cap_minor || !d->mig->ci_cap_minor))
                 return fail(Code::invalid_argument, "MIG device '{}': cannot pass its capability device nodes: {}",
@@ -147,7 +147,7 @@ Result<ContainerAnswer> allocate(const Resource& resource, const std::vector<std
     if (config.uses(DeviceListStrategy::cdi_annotations))
         a.annotations[cdi_annotation_key(resource.name, config)] = fmt::format("{}", fmt::join(names, ","));
     if (config.uses(DeviceListStrategy::cdi_cri)) a.cdi_devices = names;
-    if (config.pass_device_specs) {
+    if (config.passes_device_specs()) {
         for (std::string_view node : kControlDeviceNodes)
             if (dev_root.exists(node)) a.devices.push_back(DeviceSpec{std::string(node), dev_root.host_path(node), "rw"});
         std::set<unsigned> minors;
@@ -183,7 +183,7 @@ Result<ContainerAnswer> allocate(const Resource& resource, const std::vector<std
 
 std::string missing_device_nodes(const std::vector<Resource>& resources, const Config& config,
                                  const DevRootView& dev_root) {
-    if (!config.pass_device_specs) return {};
+    if (!config.passes_device_specs()) return {};
     std::vector<std::string> required, missing_uvm;
     std::map<unsigned, const Device*> gpus;  // by GPU index: the nodes in index order
     for (const Resource& r : resources)

@@ -91,7 +91,9 @@ std::string cdi_annotation_key(std::string_view resource_name, const Config& con
 //   /dev/null at /var/run/nvidia-container-devices/<UUID or index> per device;
 // - cdi-annotations: annotations[cdi_annotation_key()] = "nvidia.com/gpu=<id>,...";
 // - cdi-cri: cdi_devices = ["nvidia.com/gpu=<id>", ...].
-// With passDeviceSpecs, DeviceSpecs ("rw") for the control nodes that exist under the dev root,
+// With passDeviceSpecs (and a strategy that is not CDI: Config::passes_device_specs, as NVIDIA
+// v0.17-v0.20 return early when every strategy is CDI), DeviceSpecs ("rw") for the control nodes
+// that exist under the dev root,
 // then /dev/nvidia<minor> per physical GPU (in request order, once each), then for each MIG
 // device /dev/nvidia-caps/nvidia-cap<gi> and nvidia-cap<ci> (MigInstance's cap minors).
 // IDs are the advertised ones (UUIDs, "<UUID>::<n>" for replicas); indices, with
@@ -119,7 +121,8 @@ Result<ContainerAnswer> allocate(const Resource& resource, const std::vector<std
                                  const std::set<std::string>& unhealthy_ids, const DevRootView& dev_root);
 
 // The device nodes passDeviceSpecs needs that are missing under the dev root, as one sentence
-// for a warning at start (empty when nothing is missing or passDeviceSpecs is off): each GPU's
+// for a warning at start (empty when nothing is missing, or no DeviceSpecs are handed out: see
+// Config::passes_device_specs): each GPU's
 // /dev/nvidia<minor> (named with its index and UUID) and /dev/nvidiactl, which Allocate refuses
 // without; /dev/nvidia-uvm (CUDA needs it; passed when it appears); the optional
 // /dev/nvidia-uvm-tools and /dev/nvidia-modeset are not named.

@@ -245,6 +245,14 @@ bool Config::uses(DeviceListStrategy s) const {
     return std::find(device_list_strategy.begin(), device_list_strategy.end(), s) != device_list_strategy.end();
 }
 
+bool Config::all_cdi() const {
+    return !device_list_strategy.empty() && std::ranges::all_of(device_list_strategy, [](DeviceListStrategy s) {
+        return s == DeviceListStrategy::cdi_annotations || s == DeviceListStrategy::cdi_cri;
+    });
+}
+
+bool Config::passes_device_specs() const { return pass_device_specs && !all_cdi(); }
+
 // ---------------------------------------------------------------------------------------------
 // The YAML walker. Every accessor checks the node's type and reports "<source>:<line>: key
 // '<path>': expected ..." so a typo points at its line.
@@ -393,7 +401,7 @@ void parse_flags(const Walker& w, const YAML::Node& node, Config& c) {
                  {"migStrategy", "failOnInitError", "nvidiaDriverRoot", "nvidiaDevRoot", "plugin", "gfd", "mpsRoot",
                   "gdrcopyEnabled", "gdsEnabled", "mofedEnabled", "useNodeFeatureAPI", "deviceDiscoveryStrategy",
                   "devicePluginPath", "kubeletSocket", "nvmlLibrary", "cdiSpecDir", "procRoot",
-                  "applyResourcePatterns"});
+                  "applyResourceNaming", "applyResourcePatterns"});
     for (const auto& kv : node) {
         const std::string key = kv.first.as<std::string>();
         const std::string p = Walker::join(path, key);
@@ -417,7 +425,8 @@ void parse_flags(const Walker& w, const YAML::Node& node, Config& c) {
         else if (key == "nvmlLibrary") c.nvml_library = w.scalar(v, p);
         else if (key == "cdiSpecDir") c.cdi_spec_dir = w.scalar(v, p);
         else if (key == "procRoot") c.proc_root = w.scalar(v, p);
-        else if (key == "applyResourcePatterns") c.apply_resource_patterns = w.boolean(v, p);
+        // applyResourcePatterns: its name from before it also covered sharing's rename / devices.
+        else if (key == "applyResourceNaming" || key == "applyResourcePatterns") c.apply_resource_naming = w.boolean(v, p);
     }
 }
 
@@ -506,7 +515,10 @@ ReplicatedResource parse_replicated(const Walker& w, const YAML::Node& item, con
     if (!item["name"] || w.scalar(item["name"], path + ".name").empty())
         w.error(item, path + ".name", "expected the name of a resource to share (e.g. nvidia.com/gpu)");
     r.name = resource_name(item["name"], path + ".name");
-    if (item["rename"] && !item["rename"].Scalar().empty()) r.rename = resource_name(item["rename"], path + ".rename");
+    if (item["rename"] && !item["rename"].Scalar().empty()) {
+        r.rename = resource_name(item["rename"], path + ".rename");
+        r.rename_line = Walker::line_of(item["rename"]);
+    }
     if (!item["replicas"]) w.error(item, path + ".replicas", "expected a number of replicas (>= 2)");
     {
         const YAML::Node rn = item["replicas"];
@@ -654,7 +666,8 @@ Result<Overrides> from_env(const std::function<const char*(const char*)>& getenv
     KGPU_ENV_PARSED("DEVICE_DISCOVERY_STRATEGY", device_discovery_strategy, parse_device_discovery_strategy)
     KGPU_ENV_PARSED("IMEX_CHANNEL_IDS", imex_channel_ids, parse_imex_channel_ids)
     KGPU_ENV_PARSED("IMEX_REQUIRED", imex_required, parse_bool)
-    KGPU_ENV_PARSED("KGPU_APPLY_RESOURCE_PATTERNS", apply_resource_patterns, parse_bool)
+    KGPU_ENV_PARSED("KGPU_APPLY_RESOURCE_PATTERNS", apply_resource_naming, parse_bool)  // the older name
+    KGPU_ENV_PARSED("KGPU_APPLY_RESOURCE_NAMING", apply_resource_naming, parse_bool)    // wins over it
 #undef KGPU_ENV_PARSED
     if (auto v = get("MPS_ROOT")) o.mps_root = *v;
     // NVIDIA reads the first spelling, then the second.
@@ -724,7 +737,7 @@ void apply(Config& c, const Overrides& o) {
     if (o.container_driver_root) c.container_driver_root = *o.container_driver_root;
     if (o.imex_channel_ids) c.imex.channel_ids = *o.imex_channel_ids;
     if (o.imex_required) c.imex.required = *o.imex_required;
-    if (o.apply_resource_patterns) c.apply_resource_patterns = *o.apply_resource_patterns;
+    if (o.apply_resource_naming) c.apply_resource_naming = *o.apply_resource_naming;
     if (o.health_disabled) c.health.disabled = *o.health_disabled;
     if (o.ignore_xids) c.health.ignored_xids.insert(o.ignore_xids->begin(), o.ignore_xids->end());
     if (o.enable_all_xids && *o.enable_all_xids) c.health.ignored_xids.clear();
@@ -787,6 +800,42 @@ Status check_replicated(const Config& c, const ReplicatedResources& rr, std::str
     return {};
 }
 
+// What NVIDIA v0.14-v0.20 do to sharing.<kind> before using it (api/config/v1 replicas.go
+// disableResoureRenaming, from DisableResourceNamingInConfig): a `rename` other than the default
+// (none, or <name>.shared under renameByDefault) is dropped, and so is a `devices` subset (every
+// device is shared). renameByDefault itself is honoured. One warning per setting dropped, naming
+// the file, line and key, and what is served instead.
+void disable_resource_naming(Config& c, std::optional<ReplicatedResources>& rr, std::string_view kind) {
+    if (!rr) return;
+    const std::string file = c.config_file.empty() ? "config" : c.config_file;
+    const std::string how = "as NVIDIA's plugin v0.14-v0.20 ignore it; set flags.applyResourceNaming (or "
+                            "--apply-resource-naming) to apply it";
+    for (size_t i = 0; i < rr->resources.size(); ++i) {
+        ReplicatedResource& r = rr->resources[i];
+        const std::string served = rr->rename_by_default ? r.name + ".shared" : r.name;
+        // NVIDIA warns for any rename without renameByDefault (even one equal to the name).
+        if (!r.rename.empty() && (!rr->rename_by_default || r.rename != served)) {
+            c.warnings.push_back(fmt::format("{}:{}: key 'sharing.{}.resources[{}].rename': {} is ignored, {}; the "
+                                             "shared devices are served as {}",
+                                             file, r.rename_line ? r.rename_line : r.line, kind, i, r.rename, how,
+                                             served));
+        }
+        r.rename.clear();
+        if (!r.all_devices) {
+            const std::string devices = r.device_count ? std::to_string(*r.device_count)
+                                                       : fmt::format("[{}]", fmt::join(r.device_ids, ", "));
+            c.warnings.push_back(fmt::format("{}:{}: key 'sharing.{}.resources[{}].devices': {} is ignored, {}; "
+                                             "every device of {} is shared",
+                                             file, r.devices_line ? r.devices_line : r.line, kind, i, devices, how,
+                                             r.name));
+            r.all_devices = true;
+            r.device_count.reset();
+            r.device_ids.clear();
+            r.device_lines.clear();
+        }
+    }
+}
+
 Status check_sharing(const Config& c) {
     const std::string file = c.config_file.empty() ? "config" : c.config_file;
     if (c.sharing.time_slicing && c.sharing.mps)
@@ -828,9 +877,9 @@ void add_warnings(Config& c) {
                          "flags.nvidiaDriverRoot ('{}') says, so mount the host's driver root at that same path in "
                          "the container (deploy/ does)",
                          c.container_driver_root, c.nvidia_driver_root));
-    if (!c.apply_resource_patterns && (!c.resources.gpus.empty() || !c.resources.mig.empty()))
+    if (!c.apply_resource_naming && (!c.resources.gpus.empty() || !c.resources.mig.empty()))
         warn("resources.gpus / resources.mig are ignored, as NVIDIA's plugin v0.14-v0.20 ignore them; set "
-             "flags.applyResourcePatterns (or --apply-resource-patterns) to serve devices under those names");
+             "flags.applyResourceNaming (or --apply-resource-naming) to serve devices under those names");
 }
 
 }  // namespace
@@ -849,6 +898,10 @@ Result<Config> resolve(Config base, const Overrides& env, const Overrides& flags
         return fail(Code::invalid_argument, "health recovery period {}: expected at least 1s",
                     format_duration(c.health.recovery_period));
     if (c.proc_root.empty()) return fail(Code::invalid_argument, "proc root: empty path");
+    if (!c.apply_resource_naming) {
+        disable_resource_naming(c, c.sharing.time_slicing, "timeSlicing");
+        disable_resource_naming(c, c.sharing.mps, "mps");
+    }
     if (auto st = check_sharing(c); !st) return std::unexpected(st.error());
     if (auto st = validate_imex_channel_ids(c.imex.channel_ids); !st) return std::unexpected(st.error());
     if (!c.nvidia_ctk_path.empty() && c.nvidia_ctk_path.front() != '/')
@@ -883,7 +936,7 @@ std::string describe(const Config& c) {
     line("flags.gdsEnabled", c.gds_enabled);
     line("flags.mofedEnabled", c.mofed_enabled);
     line("flags.deviceDiscoveryStrategy", c.device_discovery_strategy);
-    line("flags.applyResourcePatterns", c.apply_resource_patterns);
+    line("flags.applyResourceNaming", c.apply_resource_naming);
     line("health.disabled", c.health.disabled);
     line("health.ignoredXids", fmt::format("[{}]", fmt::join(c.health.ignored_xids, ",")));
     line("health.recoverableXids", fmt::format("[{}]", fmt::join(c.health.recoverable_xids, ",")));
@@ -895,7 +948,7 @@ std::string describe(const Config& c) {
         std::vector<std::string> parts;
         for (const auto& p : list) parts.push_back(fmt::format("\"{}\" -> {}", p.pattern, p.name));
         return fmt::format("{}{}", fmt::join(parts, ", "),
-                           c.apply_resource_patterns ? "" : " (ignored: applyResourcePatterns is false)");
+                           c.apply_resource_naming ? "" : " (ignored: applyResourceNaming is false)");
     };
     line("resources.gpus", patterns(c.resources.gpus));
     line("resources.mig", patterns(c.resources.mig));

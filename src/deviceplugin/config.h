@@ -26,7 +26,8 @@
 //     nvmlLibrary: ""                        # kgpu; default libnvidia-ml.so.1 under the driver root
 //     cdiSpecDir: /var/run/cdi               # kgpu; where the plugin writes its CDI specs
 //     procRoot: /proc                        # kgpu; the host's /proc (MIG capability files)
-//     applyResourcePatterns: false           # kgpu; true: apply resources.gpus / resources.mig
+//     applyResourceNaming: false             # kgpu; true: apply resources.gpus / resources.mig and
+//                                            #   sharing's rename / devices (alias applyResourcePatterns)
 //     plugin:
 //       passDeviceSpecs: false
 //       deviceListStrategy: envvar           # a string or a list: envvar, volume-mounts,
@@ -49,8 +50,8 @@
 //     resetXids: [48, 62, 63, 64, 74, 79, 95, 119, 120, 140, 143]   # Unhealthy until a GPU reset
 //     recoveryPeriod: 5m                     # <n>s | <n>m | <n>h, combinations like 1m30s; >= 1s
 //   resources:                               # ignored with a warning, as NVIDIA v0.14-v0.20 do,
-//     gpus: [{pattern: "*", name: gpu}]      #   unless flags.applyResourcePatterns (or
-//     mig:  [{pattern: "1g.*", name: mig-small}]  #   --apply-resource-patterns) is true
+//     gpus: [{pattern: "*", name: gpu}]      #   unless flags.applyResourceNaming (or
+//     mig:  [{pattern: "1g.*", name: mig-small}]  #   --apply-resource-naming) is true
 //   sharing:
 //     timeSlicing:                           # or mps: (same keys; parsed and validated, served
 //                                            #   from issue #18)
@@ -59,13 +60,17 @@
 //                                            #   (default true for mps, as NVIDIA)
 //       resources:
 //         - name: nvidia.com/gpu             # a resource the node serves ("gpu" = "nvidia.com/gpu")
-//           rename: ""                       # optional new name for the shared devices
-//           devices: all                     # all | <count> | [<index>, "<i>:<j>", "<UUID>", ...]
+//           rename: ""                       # new name for the shared devices  } ignored with a warning,
+//           devices: all                     # all | <count> | [<index>, ...]   } as NVIDIA v0.14-v0.20,
+//                                            #   unless applyResourceNaming (disable_resource_naming)
 //           replicas: 4                      # >= 2
 //   imex:
 //     channelIDs: [0]                        # [] or [0]: /dev/nvidia-caps-imex-channels/channel0
 //     required: false                        # true: a missing channel is an error at start
 //
+// resolve() first drops, unless apply_resource_naming, what NVIDIA v0.14-v0.20 drop
+// (DisableResourceNamingInConfig): a rename other than the default and a devices subset, with
+// one warning each; renameByDefault stays.
 // Checks that need the resolved settings (resolve()): a MIG resource name (nvidia.com/mig-...)
 // or a MIG device ("i:j", "MIG-...") in sharing needs the strategy that serves it; a subset of
 // devices (`devices` other than all) needs a new name (rename or renameByDefault), so shared and
@@ -76,7 +81,7 @@
 //
 // resolve() also adds to Config::warnings one line per setting the device plugin accepts but
 // does not use, saying why (flags.gfd, useNodeFeatureAPI, deviceDiscoveryStrategy tegra,
-// containerDriverRoot, resources without applyResourcePatterns).
+// containerDriverRoot, resources, sharing rename / devices without applyResourceNaming).
 #pragma once
 
 #include <chrono>
@@ -163,7 +168,7 @@ struct HealthConfig {
 
 // `resources:` — names for GPUs (pattern on the product name, e.g. "*A100*") and MIG devices
 // (pattern on the profile, e.g. "1g.*"); '*' is the only wildcard, the whole string must match.
-// Applied only with Config::apply_resource_patterns (see resources.h).
+// Applied only with Config::apply_resource_naming (see resources.h).
 struct ResourcePattern {
     std::string pattern;
     std::string name;
@@ -184,6 +189,7 @@ struct ReplicatedResource {
     unsigned replicas = 2;
     int line = 0;                         // of the list item
     int devices_line = 0;                 // of `devices:`
+    int rename_line = 0;                  // of `rename:`
     std::vector<int> device_lines;        // one per device_ids entry
 };
 // `sharing.timeSlicing` or `sharing.mps`: which devices are replicated, and how.
@@ -248,8 +254,11 @@ struct Config {
     std::string container_driver_root;             // set only when given
     std::optional<GfdFlags> gfd;                   // set when the file has flags.gfd
     Imex imex;
-    // kgpu's opt-in: apply resources.gpus / resources.mig (NVIDIA v0.14-v0.20 ignore them).
-    bool apply_resource_patterns = false;
+    // kgpu's opt-in for its resource naming extensions, which NVIDIA v0.14-v0.20 ignore
+    // (DisableResourceNamingInConfig): resources.gpus / resources.mig, and sharing's per-resource
+    // rename and devices subsets. flags.applyResourceNaming / --apply-resource-naming /
+    // KGPU_APPLY_RESOURCE_NAMING (older spellings: ...Patterns / --apply-resource-patterns).
+    bool apply_resource_naming = false;
     HealthConfig health;
     ResourceNaming resources;
     Sharing sharing;
@@ -261,6 +270,13 @@ struct Config {
     std::string dev_root() const;             // nvidia_dev_root, or nvidia_driver_root when empty
     std::string kubelet_socket_path() const;  // kubelet_socket, or <device_plugin_path>/kubelet.sock
     bool uses(DeviceListStrategy s) const;    // s is in device_list_strategy
+    // Every device list strategy is a CDI one (cdi-annotations, cdi-cri).
+    bool all_cdi() const;
+    // Whether Allocate hands DeviceSpecs: passDeviceSpecs, unless every strategy is a CDI one.
+    // NVIDIA v0.17-v0.20 return before DeviceSpecs then (the CDI spec gives the container its
+    // device nodes), and the GPU Operator sets PASS_DEVICE_SPECS=true together with CDI
+    // strategies, so kgpu follows v0.20: no DeviceSpecs and no missing-node refusal.
+    bool passes_device_specs() const;
 };
 
 // Parses a config file's text; `source` names it in errors ("<source>:<line>: ..."). Errors:
@@ -293,7 +309,7 @@ struct Overrides {
     std::optional<std::string> container_driver_root;
     std::optional<std::vector<unsigned>> imex_channel_ids;
     std::optional<bool> imex_required;
-    std::optional<bool> apply_resource_patterns;
+    std::optional<bool> apply_resource_naming;
     // Not applied by resolve(): the CLI uses it to pick the file to load (flag > env).
     std::optional<std::string> config_file;
     // Health, as NVIDIA's DP_DISABLE_HEALTHCHECKS / DP_ENABLE_HEALTHCHECKS:
@@ -309,7 +325,7 @@ struct Overrides {
 // CONFIG_FILE, KGPU_PROC_ROOT, SHARED_DEVICES_ALLOCATION_POLICY, MPS_ROOT, GDRCOPY_ENABLED,
 // GDS_ENABLED, MOFED_ENABLED, DEVICE_DISCOVERY_STRATEGY, NVIDIA_CDI_HOOK_PATH (or NVIDIA_CTK_PATH),
 // DRIVER_ROOT_CTR_PATH (or CONTAINER_DRIVER_ROOT), IMEX_CHANNEL_IDS (comma list), IMEX_REQUIRED,
-// KGPU_APPLY_RESOURCE_PATTERNS, DP_DISABLE_HEALTHCHECKS ("all", "xids", or XIDs to ignore in
+// KGPU_APPLY_RESOURCE_NAMING (or KGPU_APPLY_RESOURCE_PATTERNS), DP_DISABLE_HEALTHCHECKS ("all", "xids", or XIDs to ignore in
 // addition) and DP_ENABLE_HEALTHCHECKS ("all", or XIDs to stop ignoring; as in NVIDIA's
 // plugin, "all" in DP_DISABLE_HEALTHCHECKS still wins).
 // Unset or empty variables are not set.

@@ -70,22 +70,33 @@ ojson spec_of(std::string_view kind, ojson devices) {
     return spec;
 }
 
-Status write_spec(const Config& c, std::string_view kind, const ojson& spec) {
-    if (auto st = files::create_directories(c.cdi_spec_dir); !st) return st;
-    return files::write_atomic(fs::path(c.cdi_spec_dir) / cdi_spec_file_name(kind), cdi::to_yaml(spec));
-}
-
-void remove_spec(const Config& c, std::string_view kind) {
-    std::error_code ec;
-    fs::remove(fs::path(c.cdi_spec_dir) / cdi_spec_file_name(kind), ec);
-}
-
 }  // namespace
 
-Result<std::vector<std::string>> prepare_container_extras(const Config& c) {
+Result<std::vector<std::string>> prepare_container_extras(const Config& c, OwnedSpecs& owned) {
     std::vector<std::string> warnings;
     const fs::path dev_root = c.dev_root();
     const bool cdi = c.uses(DeviceListStrategy::cdi_annotations) || c.uses(DeviceListStrategy::cdi_cri);
+
+    auto write_spec = [&](std::string_view kind, const ojson& spec) -> Status {
+        if (auto st = files::create_directories(c.cdi_spec_dir); !st) return st;
+        const fs::path path = fs::path(c.cdi_spec_dir) / cdi_spec_file_name(kind);
+        if (auto st = files::write_atomic(path, fmt::format("{}\n{}", kKgpuSpecMarker, cdi::to_yaml(spec))); !st)
+            return st;
+        owned.insert(path.string());
+        return {};
+    };
+    // Only kgpu's own specs go (see extras.h).
+    auto remove_spec = [&](std::string_view kind) {
+        const fs::path path = fs::path(c.cdi_spec_dir) / cdi_spec_file_name(kind);
+        bool ours = owned.erase(path.string()) > 0;
+        if (!ours && cdi) {
+            auto text = files::read(path);
+            ours = text && text->starts_with(kKgpuSpecMarker);
+        }
+        if (!ours) return;
+        std::error_code ec;
+        fs::remove(path, ec);
+    };
 
     // IMEX channels.
     std::vector<unsigned> present;
@@ -113,10 +124,10 @@ Result<std::vector<std::string>> prepare_container_extras(const Config& c) {
             d["containerEdits"]["deviceNodes"] = ojson::array({node_json(dev_root, imex_channel_node(ch))});
             devices.push_back(std::move(d));
         }
-        if (auto st = write_spec(c, kImexChannelKind, spec_of(kImexChannelKind, std::move(devices))); !st)
+        if (auto st = write_spec(kImexChannelKind, spec_of(kImexChannelKind, std::move(devices))); !st)
             return std::unexpected(st.error());
     } else {
-        remove_spec(c, kImexChannelKind);
+        remove_spec(kImexChannelKind);
     }
 
     // GPUDirect sets: one "all" device each.
@@ -143,11 +154,11 @@ Result<std::vector<std::string>> prepare_container_extras(const Config& c) {
     };
     for (auto& s : sets) {
         if (!s.enabled || !cdi) {
-            remove_spec(c, s.kind);
+            remove_spec(s.kind);
             continue;
         }
         if (s.nodes.empty()) {
-            remove_spec(c, s.kind);
+            remove_spec(s.kind);
             warnings.push_back(fmt::format("flags.{}: no device node of {} under {}; containers get the environment "
                                            "variable but no CDI device {}=all",
                                            s.flag, s.kind, dev_root.string(), s.kind));
@@ -172,7 +183,7 @@ Result<std::vector<std::string>> prepare_container_extras(const Config& c) {
         ojson d;
         d["name"] = "all";
         d["containerEdits"] = std::move(edits);
-        if (auto st = write_spec(c, s.kind, spec_of(s.kind, ojson::array({std::move(d)}))); !st)
+        if (auto st = write_spec(s.kind, spec_of(s.kind, ojson::array({std::move(d)}))); !st)
             return std::unexpected(st.error());
     }
     return warnings;

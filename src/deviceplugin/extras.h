@@ -3,7 +3,9 @@
 // allocate() names them; this prepares what those names refer to.
 #pragma once
 
+#include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/error.h"
@@ -23,10 +25,19 @@ namespace kgpu::deviceplugin {
 //                               (under the driver root) mounted read-only when present;
 //      nvidia.com/mofed         device "all": /dev/infiniband/uverbs*, /dev/infiniband/rdma_cm
 //    (what nvidia-container-toolkit's gated CDI modes hold). An enabled set with none of its
-//    nodes present gets no spec (CDI refuses a device without edits) and a warning; a spec left
-//    from before for a kind no longer in use is removed.
+//    nodes present gets no spec (CDI refuses a device without edits) and a warning.
+//  - A spec for a kind no longer in use is removed, but only one kgpu owns: one this process
+//    wrote (recorded in `owned`), or, while a CDI strategy is in use, one that starts with
+//    kKgpuSpecMarker (left by an earlier run). Without a CDI strategy nothing in cdiSpecDir is
+//    read or removed unless this process wrote it: a node's /var/run/cdi holds other tools'
+//    files, and the default envvar strategy has no business there.
 // Returns one sentence per thing worth a warning. Errors: not_found for a required IMEX channel
 // (naming the path); io when a spec cannot be written.
-Result<std::vector<std::string>> prepare_container_extras(const Config& config);
+//
+// The paths of the extra specs this process has written and not removed since.
+using OwnedSpecs = std::set<std::string>;
+// The first line of every extra spec the plugin writes.
+inline constexpr std::string_view kKgpuSpecMarker = "# Written by kgpu device-plugin";
+Result<std::vector<std::string>> prepare_container_extras(const Config& config, OwnedSpecs& owned);
 
 }  // namespace kgpu::deviceplugin

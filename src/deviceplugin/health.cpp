@@ -20,6 +20,7 @@ std::vector<HealthMonitor::Gpu> HealthMonitor::make_gpus(const nvml::Session& se
             gpu.state.reason = "GPU is lost: " + g.error;
             gpu.state.bad = Bad::lost;
             gpu.state.saw_gone = true;
+            gpu.answering = false;
         }
         for (const auto& m : g.mig_devices) {
             Mig mig;
@@ -100,6 +101,10 @@ void HealthMonitor::update_node(const inventory::Node& node) {
 
 void HealthMonitor::set_unhealthy(State& s, Bad bad, std::string reason) {
     s.last_bad = std::chrono::steady_clock::now();
+    // Healthy -> Unhealthy: what a reset must show starts now. A MIG device's flags may hold what
+    // probes saw of its GPU while the device was still Healthy (lost, restored, then a reset-class
+    // XID on the device must not count the earlier absence as its reset).
+    if (s.healthy) s.saw_gone = s.saw_pending = false;
     // A worse class replaces a milder one; a milder one never downgrades a worse one.
     if (static_cast<int>(bad) > static_cast<int>(s.bad)) s.bad = bad;
     if (bad == Bad::lost) s.saw_gone = true;
@@ -184,12 +189,18 @@ void HealthMonitor::probe(size_t i) {
     if (!g.device) return;
     auto uuid = g.device->uuid();
     if (!uuid) {
+        if (g.answering) log::info("{} stopped answering: {}", g.state.label, uuid.error().message);
+        g.answering = false;
         if (uuid.error().code == Code::gpu_lost || g.state.healthy)
             set_unhealthy(g.state, Bad::lost, fmt::format("GPU not answering: {}", uuid.error().message));
-        g.state.saw_gone = true;
-        for (auto& m : g.migs) m.state.saw_gone = true;
+        // Only states already Unhealthy wait for this; a Healthy one is not "reset" by it later.
+        if (!g.state.healthy) g.state.saw_gone = true;
+        for (auto& m : g.migs)
+            if (!m.state.healthy) m.state.saw_gone = true;
         return;
     }
+    if (!g.answering) log::info("{} answers again", g.state.label);
+    g.answering = true;
     // With health checks disabled only a GPU that stops answering turns Unhealthy.
     if (policy_.disabled) {
         if (!g.state.healthy && g.state.bad == Bad::lost) set_healthy(g.state, "GPU answers again");
@@ -207,9 +218,10 @@ void HealthMonitor::probe(size_t i) {
         if (auto a = g.device->recovery_action(); a && *a != 0) pending = fmt::format("recovery action {} requested", *a);
     }
     if (!pending.empty()) {
-        g.state.saw_pending = true;
-        for (auto& m : g.migs) m.state.saw_pending = true;
         set_unhealthy(g.state, Bad::reset, pending + "; needs a GPU reset");
+        g.state.saw_pending = true;
+        for (auto& m : g.migs)
+            if (!m.state.healthy) m.state.saw_pending = true;
         return;
     }
     const auto now = std::chrono::steady_clock::now();

@@ -80,8 +80,11 @@ private:
         std::string reason;
         Bad bad = Bad::none;
         std::chrono::steady_clock::time_point last_bad{};
-        bool saw_gone = false;     // the GPU stopped answering after this became unhealthy
-        bool saw_pending = false;  // the GPU showed pending state after this became unhealthy
+        // What a reset-class state waits for, seen since it last turned Unhealthy (set_unhealthy
+        // clears both on that transition: a GPU seen gone while this was still Healthy proves
+        // nothing about a later XID).
+        bool saw_gone = false;     // the GPU stopped answering
+        bool saw_pending = false;  // the GPU showed pending state (remapped rows, recovery action)
     };
     struct Mig {
         std::string uuid;
@@ -93,6 +96,7 @@ private:
         std::optional<nvml::Device> device;
         State state;
         std::vector<Mig> migs;
+        bool answering = true;  // as the latest probe saw it (a change is logged: tests wait on it)
     };
 
     static std::vector<Gpu> make_gpus(const nvml::Session& session, const inventory::Node& node);

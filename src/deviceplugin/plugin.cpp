@@ -110,6 +110,7 @@ private:
     std::vector<GpuHealth> health_;  // by GPU index
     std::map<std::string, bool> mps_up_;  // MPS resource -> its control daemon answers
     CdiSpecRefresher cdi_refresh_;   // the CDI spec follows a driver change (control thread only)
+    OwnedSpecs extra_specs_;         // the extra CDI specs this process wrote (extras.h)
 };
 
 bool Plugin::unhealthy_locked(const Resource& r, const Device& d) const {
@@ -279,10 +280,10 @@ Status Plugin::apply(const Config& cfg, Trigger trigger) {
         resources = std::vector<Resource>{};
     }
     auto cap_problems = fill_mig_caps(*resources, cfg.proc_root);
-    if (cfg.pass_device_specs) warnings.insert(warnings.end(), cap_problems.begin(), cap_problems.end());
+    if (cfg.passes_device_specs()) warnings.insert(warnings.end(), cap_problems.begin(), cap_problems.end());
     if (auto missing = missing_device_nodes(*resources, cfg, DevRootView(cfg.dev_root())); !missing.empty())
         warnings.push_back(std::move(missing));
-    auto extras = prepare_container_extras(cfg);  // IMEX channels, GDS/MOFED/GDRCopy CDI specs
+    auto extras = prepare_container_extras(cfg, extra_specs_);  // IMEX channels, GDS/MOFED/GDRCopy CDI specs
     if (!extras) return std::unexpected(extras.error());
     warnings.insert(warnings.end(), extras->begin(), extras->end());
     for (const auto& w : warnings)

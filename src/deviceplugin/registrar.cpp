@@ -44,11 +44,8 @@ void Registrar::stop() {
     {
         std::lock_guard lk(mu_);
         stop_ = true;
+        cancel_.cancel();
         cv_.notify_all();
-    }
-    {
-        std::lock_guard lk(ctx_mu_);
-        if (ctx_) ctx_->TryCancel();
     }
     if (thread_.joinable()) thread_.join();
 }
@@ -74,10 +71,7 @@ void Registrar::add(std::shared_ptr<ResourceServer> server) {
 void Registrar::remove(const std::string& resource) {
     std::lock_guard lk(mu_);
     entries_.erase(resource);
-    if (in_flight_ == resource) {
-        std::lock_guard c(ctx_mu_);
-        if (ctx_) ctx_->TryCancel();
-    }
+    if (in_flight_ == resource) cancel_.cancel();
 }
 
 void Registrar::served_again(const std::string& resource) {
@@ -110,8 +104,7 @@ void Registrar::kubelet_changed() {
             // kubelet that has gone away is cancelled.
             if (in_flight_kubelet_ != id) {
                 e.poked = true;
-                std::lock_guard c(ctx_mu_);
-                if (ctx_) ctx_->TryCancel();
+                cancel_.cancel();
             }
             continue;
         }
@@ -232,6 +225,7 @@ void Registrar::register_one(const std::string& name) {
         server = it->second.server;
         it->second.want = false;
         in_flight_ = name;
+        cancel_.reset();  // with stop_ checked above, under the same lock: see cancel_
         in_flight_kubelet_ = socket_id(opts_.kubelet_socket);
         same_kubelet = it->second.kubelet && it->second.kubelet == in_flight_kubelet_;
     }
@@ -270,8 +264,10 @@ void Registrar::register_one(const std::string& name) {
         before = in_flight_kubelet_ = socket_id(opts_.kubelet_socket);
     }
     log::debug("{}: Register (stream {} and later belong to it)", name, stream);
+    // A stop() during the settle above (or at any point since the pick) has cancelled cancel_:
+    // the call returns at once instead of waiting out its deadline on a kubelet that never answers.
     auto st = register_with_kubelet(opts_.kubelet_socket, endpoint, name,
-                                    static_cast<int>(opts_.register_timeout.count()), &ctx_, &ctx_mu_);
+                                    static_cast<int>(opts_.register_timeout.count()), &cancel_);
     const auto id = socket_id(opts_.kubelet_socket);
 
     std::lock_guard lk(mu_);

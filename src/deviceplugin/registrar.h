@@ -37,10 +37,6 @@
 
 #include "deviceplugin/server.h"
 
-namespace grpc {
-class ClientContext;
-}
-
 namespace kgpu::deviceplugin {
 
 // The socket file name another plugin (NVIDIA's naming) would use for `resource`:
@@ -132,8 +128,10 @@ private:
     std::thread thread_;
     std::string in_flight_;                 // the resource whose Register runs
     std::optional<SocketId> in_flight_kubelet_;  // the kubelet.sock it went to
-    std::mutex ctx_mu_;
-    grpc::ClientContext* ctx_ = nullptr;    // that Register's context (guarded by ctx_mu_)
+    // Cancels that Register (stop, remove, a kubelet gone). Reset under mu_ when a Register is
+    // picked (with stop_ checked in the same critical section) and cancelled under mu_, so a
+    // stop() anywhere between the pick and the call is not lost.
+    RegisterCancel cancel_;
 };
 
 }  // namespace kgpu::deviceplugin

@@ -105,13 +105,13 @@ bool names(const Device& d, std::string_view ref) {
 // The name a whole GPU / a MIG device is served under: the first matching resources.gpus /
 // resources.mig pattern when the patterns are applied, else the default.
 std::string gpu_resource(const inventory::Gpu& g, const Config& c) {
-    if (c.apply_resource_patterns)
+    if (c.apply_resource_naming)
         for (const auto& p : c.resources.gpus)
             if (pattern_matches(p.pattern, g.name)) return p.name;
     return std::string(kGpuResourceName);
 }
 std::string mig_resource(const inventory::MigDevice& m, const Config& c, std::string fallback) {
-    if (c.apply_resource_patterns)
+    if (c.apply_resource_naming)
         for (const auto& p : c.resources.mig)
             if (pattern_matches(p.pattern, m.profile)) return p.name;
     return fallback;

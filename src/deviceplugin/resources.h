@@ -12,7 +12,7 @@
 // says so.
 //
 // Naming patterns (config resources.gpus / resources.mig) apply only with
-// applyResourcePatterns (--apply-resource-patterns; NVIDIA v0.14-v0.20 ignore them): a whole GPU
+// applyResourceNaming (--apply-resource-naming; NVIDIA v0.14-v0.20 ignore them): a whole GPU
 // is served under the first gpus pattern matching its product name, a MIG device under the first
 // mig pattern matching its profile; devices no pattern matches keep the names above.
 //

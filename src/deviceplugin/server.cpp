@@ -303,27 +303,47 @@ size_t ResourceServer::end_streams_before(std::uint64_t id, std::chrono::millise
     return n;
 }
 
+void RegisterCancel::cancel() {
+    std::lock_guard lk(mu_);
+    cancelled_ = true;
+    if (ctx_) ctx_->TryCancel();
+}
+
+void RegisterCancel::reset() {
+    std::lock_guard lk(mu_);
+    cancelled_ = false;
+}
+
+bool RegisterCancel::cancelled() const {
+    std::lock_guard lk(mu_);
+    return cancelled_;
+}
+
 Status register_with_kubelet(const std::string& kubelet_socket, const std::string& endpoint,
-                             const std::string& resource_name, int timeout_ms, grpc::ClientContext** ctx_out,
-                             std::mutex* ctx_mu) {
+                             const std::string& resource_name, int timeout_ms, RegisterCancel* cancel) {
     auto channel = grpc::CreateChannel("unix://" + kubelet_socket, grpc::InsecureChannelCredentials());
     auto stub = v1beta1::Registration::NewStub(channel);
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+    // Published under the cancel's lock, checked there too: a cancel() before this point stops
+    // the call here, one after it cancels the context.
     struct Publish {
-        grpc::ClientContext** out;
-        std::mutex* mu;
-        Publish(grpc::ClientContext** o, std::mutex* m, grpc::ClientContext* c) : out(o), mu(m) {
-            if (!out) return;
-            std::lock_guard lk(*mu);
-            *out = c;
+        RegisterCancel* c;
+        bool cancelled = false;
+        Publish(RegisterCancel* cancel, grpc::ClientContext* ctx) : c(cancel) {
+            if (!c) return;
+            std::lock_guard lk(c->mu_);
+            cancelled = c->cancelled_;
+            if (!cancelled) c->ctx_ = ctx;
         }
         ~Publish() {
-            if (!out) return;
-            std::lock_guard lk(*mu);
-            *out = nullptr;
+            if (!c) return;
+            std::lock_guard lk(c->mu_);
+            c->ctx_ = nullptr;
         }
-    } publish(ctx_out, ctx_mu, &ctx);
+    } publish(cancel, &ctx);
+    if (publish.cancelled)
+        return fail(Code::unavailable, "registering {} with the kubelet at {}: cancelled", resource_name, kubelet_socket);
     v1beta1::RegisterRequest req;
     req.set_version("v1beta1");
     req.set_endpoint(endpoint);

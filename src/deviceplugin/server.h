@@ -103,11 +103,28 @@ private:
     bool stopping_ = false;
 };
 
-// Calls Register on the kubelet socket. Errors carry the gRPC status message. `ctx_out`, when
-// given, is set to the call's context while it runs (under `ctx_mu`), so another thread can
-// cancel it (TryCancel); it is reset before returning.
+// Lets another thread cancel a Register call: cancel() ends the call in flight, and a call that
+// has not published its context yet does not start at all. The flag stays set until reset(), so
+// a cancel() that lands between a caller's last check and the call is not lost (issue #12: a
+// SIGTERM there waited out the whole Register deadline against a hung kubelet).
+class RegisterCancel {
+public:
+    void cancel();
+    void reset();
+    bool cancelled() const;
+
+private:
+    friend Status register_with_kubelet(const std::string&, const std::string&, const std::string&, int,
+                                        RegisterCancel*);
+    mutable std::mutex mu_;
+    grpc::ClientContext* ctx_ = nullptr;
+    bool cancelled_ = false;
+};
+
+// Calls Register on the kubelet socket. Errors (Code::unavailable) carry the gRPC status message,
+// or say "cancelled" when `cancel` was cancelled before the call.
 Status register_with_kubelet(const std::string& kubelet_socket, const std::string& endpoint,
                              const std::string& resource_name, int timeout_ms = 5000,
-                             grpc::ClientContext** ctx_out = nullptr, std::mutex* ctx_mu = nullptr);
+                             RegisterCancel* cancel = nullptr);
 
 }  // namespace kgpu::deviceplugin

@@ -183,6 +183,35 @@ TEST_F(DevicePluginDevRoot, PassDeviceSpecsRefusesMissingNodesNamingThePath) {
     EXPECT_TRUE(allocate(gpus(), {kUuid2}, Config{}, {}, view).has_value());
 }
 
+// NVIDIA v0.17-v0.20 (getAllocateResponse) return before DeviceSpecs when every strategy is a CDI
+// one, and the GPU Operator sets PASS_DEVICE_SPECS=true with CDI strategies: no DeviceSpecs, no
+// refusal for a node that is missing (the CDI spec gives the container its nodes), no warning.
+TEST_F(DevicePluginDevRoot, PassDeviceSpecsHandsNothingWhenEveryStrategyIsCdi) {
+    const DevRootView view(root_);  // empty: no /dev/nvidiactl, no /dev/nvidia4
+    Resource mig = gpus();
+    mig.devices[0].mig = MigInstance{};  // capability minors unknown
+    for (auto strategies : {std::vector{DeviceListStrategy::cdi_cri}, std::vector{DeviceListStrategy::cdi_annotations},
+                            std::vector{DeviceListStrategy::cdi_annotations, DeviceListStrategy::cdi_cri}}) {
+        Config c = with(strategies);
+        c.pass_device_specs = true;
+        c.gds_enabled = true;
+        auto a = allocate(gpus(), {kUuid0, kUuid2}, c, {}, view);
+        ASSERT_TRUE(a.has_value()) << a.error().message;
+        EXPECT_TRUE(a->devices.empty());
+        EXPECT_FALSE(a->envs.contains("NVIDIA_VISIBLE_DEVICES"));
+        EXPECT_EQ(a->envs.at("NVIDIA_GDS"), "enabled");  // set before NVIDIA's early return
+        EXPECT_TRUE(allocate(mig, {kUuid0}, c, {}, view).has_value());
+        EXPECT_EQ(missing_device_nodes({gpus()}, c, view), "");
+    }
+    // One strategy that is not CDI: DeviceSpecs as before, and the refusal.
+    Config mixed = with({DeviceListStrategy::envvar, DeviceListStrategy::cdi_cri});
+    mixed.pass_device_specs = true;
+    auto b = allocate(gpus(), {kUuid0}, mixed, {}, view);
+    ASSERT_FALSE(b.has_value());
+    EXPECT_NE(b.error().message.find("/dev/nvidia4 does not exist"), std::string::npos) << b.error().message;
+    EXPECT_NE(missing_device_nodes({gpus()}, mixed, view), "");
+}
+
 TEST_F(DevicePluginDevRoot, MissingDeviceNodesAreNamedOnceAtStart) {
     Config c;
     c.pass_device_specs = true;

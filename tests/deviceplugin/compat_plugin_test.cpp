@@ -146,6 +146,44 @@ TEST(CompatConfigs, EveryNvidiaExampleConfigPassesCheckConfig) {
     EXPECT_GE(n, 15u);
 }
 
+// The rename / devices shapes of api/config/v1 sharing: --check-config shows what NVIDIA's plugin
+// would serve, with one warning per setting it drops; opted in, what kgpu's extension serves.
+TEST(CompatConfigs, SharingRenameAndDevicesShowWhatIsServed) {
+    const std::string dir = std::string(KGPU_SOURCE_DIR) + "/tests/deviceplugin/nvidia-configs/";
+    struct Case {
+        std::string file, served, warning;
+    };
+    const Case cases[] = {
+        {"time-slicing-devices-subset.yaml", "sharing.timeSlicing.resources[0]: name=nvidia.com/gpu rename=- devices=all",
+         "warning: " + dir + "time-slicing-devices-subset.yaml:8: key 'sharing.timeSlicing.resources[0].devices': [0] "
+         "is ignored"},
+        {"time-slicing-rename.yaml", "sharing.timeSlicing.resources[0]: name=nvidia.com/gpu rename=- devices=all",
+         "warning: " + dir + "time-slicing-rename.yaml:8: key 'sharing.timeSlicing.resources[0].rename': "
+         "nvidia.com/my-shared-gpu is ignored"},
+        {"time-slicing-rename-by-default-devices.yaml", "sharing.timeSlicing.renameByDefault: true",
+         "'sharing.timeSlicing.resources[0].devices': 2 is ignored"},
+        {"mps-rename-devices.yaml", "sharing.mps.resources[0]: name=nvidia.com/gpu rename=- devices=all",
+         "'sharing.mps.resources[0].rename': nvidia.com/gpu-mps is ignored"},
+    };
+    for (const auto& c : cases) {
+        auto r = run_process({KGPU_BINARY, "device-plugin", "--check-config", "--config-file", dir + c.file});
+        ASSERT_EQ(r.exit_code, 0) << c.file << r.err;
+        EXPECT_THAT(r.out, HasSubstr(c.served)) << c.file;
+        EXPECT_THAT(r.out, HasSubstr(c.warning)) << r.out;
+    }
+    // The subset without a new name is kgpu's error only when its extension is asked for.
+    auto opted = run_process({KGPU_BINARY, "device-plugin", "--check-config", "--apply-resource-naming", "--config-file",
+                              dir + "time-slicing-devices-subset.yaml"});
+    EXPECT_EQ(opted.exit_code, 2);
+    EXPECT_THAT(opted.err, HasSubstr("without a new name"));
+    auto renamed = run_process({KGPU_BINARY, "device-plugin", "--check-config", "--config-file",
+                                dir + "time-slicing-rename.yaml"},
+                               {{"KGPU_APPLY_RESOURCE_NAMING", "true"}});
+    ASSERT_EQ(renamed.exit_code, 0) << renamed.err;
+    EXPECT_THAT(renamed.out, HasSubstr("rename=nvidia.com/my-shared-gpu devices=all"));
+    EXPECT_THAT(renamed.out, Not(HasSubstr("warning:")));
+}
+
 // A v0.17+ values file with every flag: accepted, and each key the plugin does not use is
 // said once, with why (it used to exit 2 on flags.gdrcopyEnabled).
 TEST(CompatConfigs, CheckConfigSaysOnceWhatIsIgnoredAndWhy) {
@@ -232,12 +270,39 @@ TEST_F(CompatTest, GpuDirectAndImexChannelsInAllocate) {
     }
 }
 
+// The extra specs' file names are kgpu's, but the directory is the node's (/var/run/cdi): a
+// plugin removes only specs it wrote, or, while it writes CDI specs itself, ones that carry
+// kgpu's marker. With the default envvar strategy it touches nothing there.
+TEST_F(CompatTest, ExtraSpecsNotWrittenByKgpuAreLeftAlone) {
+    TempDir cdi;
+    const std::string foreign = "cdiVersion: 0.5.0\nkind: nvidia.com/gds\ndevices: []\n";
+    const std::string gds = cdi.write("kgpu-nvidia-gds.yaml", foreign);
+    const std::string imex = cdi.write("kgpu-nvidia-imex-channel.yaml", foreign);
+    const std::string marked = cdi.write("kgpu-nvidia-gdrcopy.yaml", "# Written by kgpu device-plugin\n" + foreign);
+    start("t4x4.yaml", {"--cdi-spec-dir", cdi.path()});
+    registered(kGpu, 4);
+    plugin_->signal(SIGHUP);  // applies the config again
+    ASSERT_TRUE(logged("serving 1 resource (", 2));  // once at start, once for the SIGHUP
+    plugin_->signal(SIGTERM);
+    ASSERT_EQ(plugin_->wait(10000), 0);
+    EXPECT_EQ(slurp(gds), foreign);
+    EXPECT_EQ(slurp(imex), foreign);
+    EXPECT_TRUE(fs::exists(marked)) << "envvar strategy: nothing in the CDI directory is kgpu's business";
+    // A CDI strategy with no extras in use: the marked leftover goes, the others stay.
+    start("t4x4.yaml", {"--cdi-spec-dir", cdi.path(), "--device-list-strategy", "cdi-cri"});
+    registered(kGpu, 4);
+    EXPECT_EQ(slurp(gds), foreign);
+    EXPECT_EQ(slurp(imex), foreign);
+    EXPECT_FALSE(fs::exists(marked));
+}
+
 TEST_F(CompatTest, RequiredImexChannelMissingFailsTheStartNamingIt) {
     DevRoot root;
     root.node("/dev/nvidiactl");
     const std::string cfg = config("version: v1\nimex:\n  channelIDs: [0]\n  required: true\n");
     auto r = run_process({KGPU_BINARY, "device-plugin", "--device-plugin-path", dir_.path(), "--nvml-library",
-                          KGPU_SIM_LIBRARY, "--config-file", cfg, "--nvidia-dev-root", root.path()},
+                          KGPU_SIM_LIBRARY, "--config-file", cfg, "--nvidia-dev-root", root.path(), "--cdi-spec-dir",
+                          aux_.path() + "/cdi"},
                          {{"KGPU_SIM_NODE", sim_fixture("t4x4.yaml")}});
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_THAT(r.err, HasSubstr(root.path() + "/dev/nvidia-caps-imex-channels/channel0 does not exist"));
@@ -259,6 +324,25 @@ TEST_F(CompatTest, NamingPatternsApplyOnlyWithTheOptIn) {
     EXPECT_THAT(plugin_->err(), HasSubstr("nvidia.com/t4    4 devices <- GPU 0, 1, 2, 3"));
 }
 
+// sharing's rename and devices, as NVIDIA v0.14-v0.20 serve them: ignored with a warning
+// (renameByDefault honoured), so a drop-in config serves the names NVIDIA's plugin serves.
+TEST_F(CompatTest, SharingRenameAndDevicesServeWhatNvidiaServes) {
+    start("t4x4.yaml", {"--config-file", config("version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+                                                "    - {name: gpu, rename: my-shared-gpu, replicas: 2}\n")});
+    EXPECT_EQ(registered(kGpu, 8).size(), 8u);  // nvidia.com/gpu, not nvidia.com/my-shared-gpu
+    EXPECT_THAT(plugin_->err(), HasSubstr("'sharing.timeSlicing.resources[0].rename': nvidia.com/my-shared-gpu is "
+                                          "ignored, as NVIDIA's plugin v0.14-v0.20 ignore it"));
+    EXPECT_EQ(kubelet_->resources(), std::vector<std::string>{kGpu});
+    plugin_->signal(SIGTERM);
+    ASSERT_EQ(plugin_->wait(10000), 0);
+    // renameByDefault with a count of devices: every GPU shared as nvidia.com/gpu.shared.
+    start("t4x4.yaml", {"--config-file", config("version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n"
+                                                "    resources:\n    - {name: gpu, devices: 2, replicas: 3}\n")});
+    EXPECT_EQ(sim_.ids(registered("nvidia.com/gpu.shared", 12)).count("3::2"), 1u);
+    EXPECT_THAT(plugin_->err(), HasSubstr("'sharing.timeSlicing.resources[0].devices': 2 is ignored"));
+    EXPECT_FALSE(kubelet_->wait_registered(kGpu, 2, 300ms).has_value()) << "no whole GPUs left to serve";
+}
+
 // Better than NVIDIA: a 1-GPU request keeps NVLink pairs whole (the lowest free GPU used to be
 // taken, breaking the pair a later 2-GPU pod needs).
 TEST_F(CompatTest, PreferredAllocationKeepsNvlinkPairsWhole) {
@@ -277,7 +361,7 @@ TEST_F(CompatTest, PreferredAllocationKeepsNvlinkPairsWhole) {
 TEST_F(CompatTest, StartupDumpNamesResourcesDevicesStrategyAndSharing) {
     const std::string cfg = config("version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
                                    "    - {name: gpu, rename: t4-shared, devices: [1, 2], replicas: 3}\n");
-    start("t4x4.yaml", {"--config-file", cfg});
+    start("t4x4.yaml", {"--config-file", cfg, "--apply-resource-naming"});
     registered("nvidia.com/t4-shared", 6);
     const std::string err = plugin_->err();
     EXPECT_THAT(err, HasSubstr("serving 2 resources (MIG strategy none, containers see devices by uuid, device list "

@@ -254,6 +254,7 @@ TEST(DevicePluginConfig, MpsParsesWithNvidiasRulesAndIsNotServedYet) {
     EXPECT_NE(e.find("not supported for MIG devices"), std::string::npos) << e;
     Overrides single;
     single.mig_strategy = MigStrategy::single;
+    single.apply_resource_naming = true;  // devices subsets are kgpu's extension (NVIDIA ignores them)
     e = resolved_error(root + "sharing:\n  mps:\n    resources: [{name: gpu, rename: s, replicas: 2, devices: [\"0:1\"]}]\n",
                        single);
     EXPECT_NE(e.find("'0:1' is a MIG device; MPS sharing is not supported for MIG devices"), std::string::npos) << e;
@@ -416,8 +417,85 @@ TEST(DevicePluginConfig, ResourcePatternsNeedPatternAndAValidName) {
     EXPECT_NE(e.find("cfg.yaml:4: key 'resources.gpus[0].name'"), std::string::npos) << e;
     auto on = parse_config("version: v1\nflags: {applyResourcePatterns: true}\nresources:\n  gpus: [{pattern: \"*\", name: g}]\n", "f");
     ASSERT_TRUE(on.has_value()) << on.error().message;
-    EXPECT_TRUE(on->apply_resource_patterns);
+    EXPECT_TRUE(on->apply_resource_naming);
     EXPECT_TRUE(resolve(*on, Overrides{}, Overrides{})->warnings.empty());
+}
+
+// NVIDIA v0.14-v0.20 drop a non-default `rename` and any `devices` subset of sharing.timeSlicing /
+// sharing.mps with a warning (DisableResourceNamingInConfig) and honour renameByDefault: kgpu
+// does the same unless its resource naming extensions are opted in.
+TEST(DevicePluginConfig, SharingRenameAndDevicesAreIgnoredAsNvidiaDoesUnlessOptedIn) {
+    auto resolved = [](const std::string& yaml, bool naming = false) {
+        auto f = parse_config(yaml, "s.yaml");
+        EXPECT_TRUE(f.has_value()) << (f ? "" : f.error().message);
+        Overrides flags;
+        if (naming) flags.apply_resource_naming = true;
+        return f ? resolve(*f, Overrides{}, flags) : Result<Config>(std::unexpected(f.error()));
+    };
+    auto joined = [](const Config& c) {
+        std::string out;
+        for (const auto& w : c.warnings) out += w + "\n";
+        return out;
+    };
+    // devices: [0] without a rename: exit 2 before (a config NVIDIA accepts); now every GPU is shared.
+    auto subset = resolved("version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+                           "    - name: gpu\n      devices: [0]\n      replicas: 2\n");
+    ASSERT_TRUE(subset.has_value()) << subset.error().message;
+    const auto& r0 = subset->sharing.time_slicing->resources[0];
+    EXPECT_TRUE(r0.all_devices);
+    EXPECT_TRUE(r0.device_ids.empty());
+    EXPECT_EQ(subset->warnings.size(), 1u) << joined(*subset);
+    EXPECT_NE(joined(*subset).find("s.yaml:6: key 'sharing.timeSlicing.resources[0].devices': [0] is ignored, as "
+                                   "NVIDIA's plugin v0.14-v0.20 ignore it; set flags.applyResourceNaming"),
+              std::string::npos)
+        << joined(*subset);
+    EXPECT_NE(joined(*subset).find("every device of nvidia.com/gpu is shared"), std::string::npos);
+    // A rename: served under the resource's own name.
+    auto renamed = resolved("version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+                            "    - name: gpu\n      rename: my-shared-gpu\n      replicas: 2\n");
+    ASSERT_TRUE(renamed.has_value()) << renamed.error().message;
+    EXPECT_EQ(renamed->sharing.time_slicing->resources[0].rename, "");
+    EXPECT_NE(joined(*renamed).find("s.yaml:6: key 'sharing.timeSlicing.resources[0].rename': "
+                                    "nvidia.com/my-shared-gpu is ignored"),
+              std::string::npos)
+        << joined(*renamed);
+    EXPECT_NE(joined(*renamed).find("the shared devices are served as nvidia.com/gpu"), std::string::npos);
+    // renameByDefault is honoured, and a count of devices dropped: all GPUs as nvidia.com/gpu.shared.
+    auto by_default = resolved("version: v1\nflags: {mpsRoot: /run/nvidia/mps}\nsharing:\n  mps:\n"
+                               "    renameByDefault: true\n    resources:\n"
+                               "    - {name: gpu, rename: gpu.shared, devices: 2, replicas: 4}\n");
+    ASSERT_TRUE(by_default.has_value()) << by_default.error().message;
+    EXPECT_TRUE(by_default->sharing.mps->rename_by_default);
+    EXPECT_TRUE(by_default->sharing.mps->resources[0].all_devices);
+    EXPECT_FALSE(by_default->sharing.mps->resources[0].device_count.has_value());
+    // rename equal to the default shared name is not "non-default": only the devices line.
+    EXPECT_EQ(by_default->warnings.size(), 1u) << joined(*by_default);
+    EXPECT_NE(joined(*by_default).find("key 'sharing.mps.resources[0].devices': 2 is ignored"), std::string::npos)
+        << joined(*by_default);
+    EXPECT_NE(describe(*by_default).find("sharing.mps.resources[0]: name=nvidia.com/gpu rename=- devices=all"),
+              std::string::npos)
+        << describe(*by_default);
+    // Opted in: applied as written, no warning, and kgpu's own rule for subsets holds.
+    auto opted = resolved("version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+                          "    - name: gpu\n      rename: my-shared-gpu\n      devices: [0]\n      replicas: 2\n",
+                          true);
+    ASSERT_TRUE(opted.has_value()) << opted.error().message;
+    EXPECT_EQ(opted->sharing.time_slicing->resources[0].rename, "nvidia.com/my-shared-gpu");
+    EXPECT_EQ(opted->sharing.time_slicing->resources[0].device_ids, std::vector<std::string>{"0"});
+    EXPECT_TRUE(opted->warnings.empty()) << joined(*opted);
+    auto strict = resolved("version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+                           "    - name: gpu\n      devices: [0]\n      replicas: 2\n",
+                           true);
+    ASSERT_FALSE(strict.has_value());
+    EXPECT_NE(strict.error().message.find("without a new name"), std::string::npos) << strict.error().message;
+    // The opt-in's names: flags.applyResourceNaming (and the older applyResourcePatterns),
+    // KGPU_APPLY_RESOURCE_NAMING (and KGPU_APPLY_RESOURCE_PATTERNS).
+    auto file = parse_config("version: v1\nflags: {applyResourceNaming: true}\n", "f");
+    ASSERT_TRUE(file.has_value()) << file.error().message;
+    EXPECT_TRUE(file->apply_resource_naming);
+    auto env = from_env([](const char* n) { return std::string_view(n) == "KGPU_APPLY_RESOURCE_NAMING" ? "1" : nullptr; });
+    ASSERT_TRUE(env.has_value());
+    EXPECT_EQ(env->apply_resource_naming, true);
 }
 
 TEST(DevicePluginConfig, LoadConfigFile) {
@@ -488,7 +566,7 @@ TEST(DevicePluginConfig, FromEnvReadsEveryVariable) {
     EXPECT_EQ(more->container_driver_root, "/driver-root");
     EXPECT_EQ(more->imex_channel_ids, std::vector<unsigned>{0});
     EXPECT_EQ(more->imex_required, true);
-    EXPECT_EQ(more->apply_resource_patterns, true);
+    EXPECT_EQ(more->apply_resource_naming, true);
     // NVIDIA's first spellings win over the aliases.
     auto first = from_env(env_of({{"NVIDIA_CDI_HOOK_PATH", "/a/nvidia-cdi-hook"}, {"NVIDIA_CTK_PATH", "/b/nvidia-ctk"},
                                   {"DRIVER_ROOT_CTR_PATH", "/x"}, {"CONTAINER_DRIVER_ROOT", "/y"}}));
@@ -639,7 +717,7 @@ TEST(DevicePluginConfig, DescribeListsEffectiveValues) {
     EXPECT_NE(d.find("resources.gpus: (none)\n"), std::string::npos) << d;
     c.resources.gpus = {{"*T4*", "nvidia.com/t4"}};
     const std::string p = describe(c);
-    EXPECT_NE(p.find("resources.gpus: \"*T4*\" -> nvidia.com/t4 (ignored: applyResourcePatterns is false)\n"),
+    EXPECT_NE(p.find("resources.gpus: \"*T4*\" -> nvidia.com/t4 (ignored: applyResourceNaming is false)\n"),
               std::string::npos)
         << p;
     EXPECT_NE(p.find("sharing.mps: off\n"), std::string::npos) << p;

@@ -32,14 +32,14 @@ protected:
         EXPECT_EQ(sim_.unhealthy(kubelet_->devices(kGpu)), all) << "a reset-class XID recovered without a reset";
         // What a reset looks like to NVML: the pending state the XID left clears (`restore`), or,
         // for XIDs that leave no trace, the GPU is seen gone (`lost`) and back (`restore`).
-        bool any_lost = false;
+        std::vector<unsigned> lost;
         for (size_t i = 0; i < xids.size(); ++i) {
             const unsigned x = xids[i];
             // XIDs the simulator leaves pending state for (remapped rows, recovery action).
             const bool trace = x == 48 || x == 63 || x == 64 || x == 95 || x == 119 || x == 120 || x == 140 || x == 143;
-            if (!trace) event("lost " + std::to_string(i)), any_lost = true;
+            if (!trace) event("lost " + std::to_string(i)), lost.push_back(static_cast<unsigned>(i));
         }
-        if (any_lost) std::this_thread::sleep_for(1500ms);  // at least one probe while they are gone
+        for (unsigned i : lost) ASSERT_TRUE(seen_gone(i)) << "no probe saw GPU " << i << " gone";
         for (size_t i = 0; i < xids.size(); ++i) event("restore " + std::to_string(i));
         ASSERT_TRUE(unhealthy_becomes(kGpu, {})) << "after the resets";
     }
@@ -56,7 +56,7 @@ TEST_F(HealthClassesTest, Xid79StaysUnhealthyUntilTheGpuWasReset) {
     EXPECT_EQ(kubelet_->allocate(kGpu, {{sim_.uuid("1")}}, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     // The GPU falls off the bus and comes back after a reset.
     event("lost 1");
-    std::this_thread::sleep_for(1500ms);
+    ASSERT_TRUE(seen_gone(1));
     EXPECT_EQ(sim_.unhealthy(kubelet_->devices(kGpu)), (std::set<std::string>{"1"}));
     event("restore 1");
     ASSERT_TRUE(unhealthy_becomes(kGpu, {}));
@@ -74,11 +74,35 @@ TEST_F(HealthClassesTest, Xid79OnAMigDeviceTakesTheWholeGpuUntilItWasReset) {
     EXPECT_EQ(sim_.unhealthy(kubelet_->devices("nvidia.com/mig-1g.10gb")), (std::set<std::string>{"1:2", "1:3"}));
     EXPECT_EQ(sim_.unhealthy(kubelet_->devices("nvidia.com/mig-2g.20gb")), (std::set<std::string>{"1:1"}));
     event("lost 1");
-    std::this_thread::sleep_for(1500ms);
+    ASSERT_TRUE(seen_gone(1));
     event("restore 1");
     ASSERT_TRUE(unhealthy_becomes("nvidia.com/mig-1g.10gb", {}));
     ASSERT_TRUE(unhealthy_becomes("nvidia.com/mig-3g.40gb", {}));
     ASSERT_TRUE(unhealthy_becomes("nvidia.com/mig-2g.20gb", {}));
+}
+
+// A MIG device that was Healthy while its GPU was lost and restored has not been reset after a
+// later reset-class XID of its own: it stays Unhealthy until its GPU is seen gone and back again.
+TEST_F(HealthClassesTest, ResetClassXidOnAMigDeviceAfterItsGpuWasLostAndRestoredWaitsForANewReset) {
+    start("a100-mig.yaml", {"--mig-strategy", "mixed", "--health-recovery-period", "1s"});
+    registered("nvidia.com/mig-1g.10gb", 9);
+    const std::set<std::string> gpu0 = {"0:0", "0:1", "0:2", "0:3", "0:4", "0:5", "0:6"};
+    event("lost 0");
+    ASSERT_TRUE(unhealthy_becomes("nvidia.com/mig-1g.10gb", gpu0));
+    ASSERT_TRUE(seen_gone(0));
+    event("restore 0");
+    ASSERT_TRUE(unhealthy_becomes("nvidia.com/mig-1g.10gb", {}));
+    event("xid 0:0 74");
+    ASSERT_TRUE(unhealthy_becomes("nvidia.com/mig-1g.10gb", {"0:0"}));
+    std::this_thread::sleep_for(2500ms);  // > two probe intervals and the recovery period
+    EXPECT_EQ(sim_.unhealthy(kubelet_->devices("nvidia.com/mig-1g.10gb")), (std::set<std::string>{"0:0"}))
+        << "a reset-class XID recovered by a reset seen before it";
+    EXPECT_THAT(plugin_->err(), ::testing::Not(HasSubstr("MIG device 0:0 (" + sim_.uuid("0:0") + ") is Healthy again")));
+    // A reset after the XID does count.
+    event("lost 0");
+    ASSERT_TRUE(seen_gone(0, 2));
+    event("restore 0");
+    ASSERT_TRUE(unhealthy_becomes("nvidia.com/mig-1g.10gb", {}));
 }
 
 TEST_F(HealthClassesTest, IgnoredXidsChangeNothing) {

@@ -152,6 +152,24 @@ protected:
             << resource << " has " << kubelet_->devices(resource).size() << " devices, expected " << count;
         return kubelet_->devices(resource);
     }
+    // Waits until the plugin's log holds `text` at least `times` times.
+    bool logged(const std::string& text, size_t times = 1, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+        return eventually([&] { return count_in(plugin_->err(), text) >= times; }, timeout);
+    }
+    // Waits until a health probe has seen GPU `index` gone (its `times`-th time): what a reset
+    // looks like to the health monitor, so a `restore` after it counts as one.
+    bool seen_gone(unsigned index, size_t times = 1) {
+        return logged(fmt_gpu(index) + " stopped answering", times);
+    }
+    std::string fmt_gpu(unsigned index) const {
+        const std::string i = std::to_string(index);
+        return "GPU " + i + " (" + sim_.uuid(i) + ")";
+    }
+    static size_t count_in(const std::string& text, const std::string& what) {
+        size_t n = 0;
+        for (size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
+        return n;
+    }
     // Waits until the Unhealthy devices of `resource` (index spelling) are exactly `want`.
     bool unhealthy_becomes(const std::string& resource, const std::set<std::string>& want,
                            std::chrono::milliseconds timeout = std::chrono::seconds(20)) {

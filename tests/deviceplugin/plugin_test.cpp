@@ -229,6 +229,10 @@ TEST_F(DevicePluginTest, LostGpuIsUnhealthyWhileGone) {
     auto st = kubelet_->allocate(kGpu, {{sim_.uuid("3")}}, &resp);
     EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(st.error_message(), HasSubstr(sim_.uuid("3")));
+    // `lost` also delivers XID 79 (reset-class): a restore only counts as the reset once a probe
+    // has seen the GPU gone, so wait for that rather than for the probe interval.
+    ASSERT_TRUE(kgpu::test::eventually(
+        [&] { return plugin_->err().find("GPU 3 (" + sim_.uuid("3") + ") stopped answering") != std::string::npos; }));
     event("restore 3");
     ASSERT_TRUE(health_becomes("3", "Healthy"));
 }
@@ -266,9 +270,9 @@ TEST_F(DevicePluginTest, SighupReloadsTheConfigOverTheOpenStream) {
 }
 
 TEST(DevicePluginStart, KubeletAbsentAtStartIsWaitedFor) {
-    TempDir dir;
+    TempDir dir, cdi;  // hermetic: the CDI directory is the test's, never the machine's /var/run/cdi
     ChildProcess plugin({KGPU_BINARY, "device-plugin", "--device-plugin-path", dir.path(), "--nvml-library",
-                         KGPU_SIM_LIBRARY},
+                         KGPU_SIM_LIBRARY, "--cdi-spec-dir", cdi.path()},
                         {{"KGPU_SIM_NODE", fixture("t4x4.yaml")}});
     std::this_thread::sleep_for(1500ms);  // several registration attempts fail meanwhile
     ASSERT_TRUE(plugin.running()) << plugin.err();
@@ -317,10 +321,10 @@ TEST(DevicePluginStart, NoNvmlWithoutFailOnInitErrorWaitsForTheDriver) {
     TempDir dir;
     FakeKubelet kubelet(dir.path());
     ASSERT_TRUE(kubelet.start());
-    TempDir driver;
+    TempDir driver, cdi;
     const std::string lib = driver.path() + "/libnvidia-ml.so.1";
     ChildProcess plugin({KGPU_BINARY, "device-plugin", "--device-plugin-path", dir.path(), "--nvml-library", lib,
-                         "--fail-on-init-error=false"},
+                         "--fail-on-init-error=false", "--cdi-spec-dir", cdi.path()},
                         {{"KGPU_SIM_NODE", fixture("t4x4.yaml")}, {"KGPU_INIT_RETRY_MS", "200"}});
     std::this_thread::sleep_for(700ms);
     EXPECT_TRUE(plugin.running());

@@ -96,7 +96,7 @@ TEST(DevicePluginResources, NamingPatternsOnlyWithTheOptIn) {
     };
     EXPECT_EQ(names(must(build_resources(node, c))),
               (std::vector<std::string>{"nvidia.com/gpu=2", "nvidia.com/mig-1g.10gb=1", "nvidia.com/mig-3g.40gb=1"}));
-    c.apply_resource_patterns = true;
+    c.apply_resource_naming = true;
     EXPECT_EQ(names(must(build_resources(node, c))),
               (std::vector<std::string>{"nvidia.com/a100=1", "nvidia.com/gpu=1", "nvidia.com/mig-3g.40gb=1",
                                         "nvidia.com/mig-small=1"}));

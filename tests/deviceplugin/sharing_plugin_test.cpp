@@ -70,7 +70,8 @@ TEST_F(SharedDevicesTest, MixedWithUuidsAndNoneStrategy) {
 
 TEST_F(SharedDevicesTest, SingleRefusesANodeMixingMigAndWholeGpus) {
     auto r = kgpu::test::run_process({KGPU_BINARY, "device-plugin", "--device-plugin-path", dir_.path(),
-                                      "--nvml-library", KGPU_SIM_LIBRARY, "--mig-strategy", "single"},
+                                      "--nvml-library", KGPU_SIM_LIBRARY, "--mig-strategy", "single",
+                                      "--cdi-spec-dir", aux_.path() + "/cdi"},
                                      {{"KGPU_SIM_NODE", fixture("a100-mig.yaml")}});
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_THAT(r.err, HasSubstr("MIG strategy single"));
@@ -152,8 +153,9 @@ TEST_F(SharedDevicesTest, ReplicasPackedWithThePolicyFlagAndLimitedToOne) {
     const std::string cfg = config(
         "version: v1\nsharing:\n  timeSlicing:\n    failRequestsGreaterThanOne: true\n    resources:\n"
         "    - name: gpu\n      rename: nvidia.com/t4-shared\n      devices: [1, \"2\"]\n      replicas: 3\n");
+    // rename and a devices subset are kgpu's extensions (NVIDIA v0.14-v0.20 ignore them): opted in.
     start("t4x4.yaml", {"--config-file", cfg, "--device-id-strategy", "index", "--shared-devices-allocation-policy",
-                        "packed"});
+                        "packed", "--apply-resource-naming"});
     auto shared = registered("nvidia.com/t4-shared", 6);
     EXPECT_EQ(ids(shared), (std::set<std::string>{"1::0", "1::1", "1::2", "2::0", "2::1", "2::2"}));
     EXPECT_EQ(ids(registered(kGpu, 2)), (std::set<std::string>{"0", "3"}));  // the rest stay whole
@@ -211,7 +213,8 @@ TEST_F(SharedDevicesTest, ConfigErrorsThatNeedTheNodeExitTwoWithFileAndLine) {
         "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
         "    - name: gpu\n      rename: gpu-shared\n      devices: [0, 9]\n      replicas: 2\n");
     auto r = kgpu::test::run_process({KGPU_BINARY, "device-plugin", "--device-plugin-path", dir_.path(),
-                                      "--nvml-library", KGPU_SIM_LIBRARY, "--config-file", cfg},
+                                      "--nvml-library", KGPU_SIM_LIBRARY, "--config-file", cfg, "--cdi-spec-dir",
+                                      aux_.path() + "/cdi", "--apply-resource-naming"},
                                      {{"KGPU_SIM_NODE", fixture("t4x4.yaml")}});
     EXPECT_EQ(r.exit_code, 2);
     EXPECT_THAT(r.err, HasSubstr(cfg + ":7: key 'sharing.timeSlicing.resources[0].devices': unknown device '9'"));
@@ -236,7 +239,7 @@ TEST_F(SharedDevicesTest, ConfigErrorsFoundWithoutTheNodeExitTwo) {
     for (const auto& c : cases) {
         const std::string cfg = config(c.yaml);
         auto r = kgpu::test::run_process({KGPU_BINARY, "device-plugin", "--device-plugin-path", dir_.path(),
-                                          "--config-file", cfg, "--mig-strategy", c.flag});
+                                          "--config-file", cfg, "--mig-strategy", c.flag, "--apply-resource-naming"});
         EXPECT_EQ(r.exit_code, 2) << c.yaml;
         EXPECT_THAT(r.err, HasSubstr(cfg + ":")) << c.yaml;
         EXPECT_THAT(r.err, HasSubstr(c.needle)) << c.yaml;
@@ -245,7 +248,7 @@ TEST_F(SharedDevicesTest, ConfigErrorsFoundWithoutTheNodeExitTwo) {
 
 TEST_F(SharedDevicesTest, SighupWithAConfigTheNodeRejectsKeepsTheRunningOne) {
     const std::string cfg = config(kFourReplicas);
-    start("t4x4.yaml", {"--config-file", cfg, "--device-id-strategy", "index"});
+    start("t4x4.yaml", {"--config-file", cfg, "--device-id-strategy", "index", "--apply-resource-naming"});
     registered("nvidia.com/gpu.shared", 16);
     config("version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
            "    - name: gpu\n      rename: x\n      devices: [\"GPU-00000000-0000-0000-0000-000000000000\"]\n"

@@ -163,12 +163,15 @@ TEST(DevicePluginMig, MigEnabledWithoutInstancesIsAWarningNotAnError) {
 // ---------------------------------------------------------------------------------------------
 // Time-slicing
 
-Config sharing(std::string_view yaml, MigStrategy s = MigStrategy::none) {
+// `naming`: kgpu's resource naming extensions (rename, devices subsets) applied, not ignored as
+// NVIDIA v0.14-v0.20 do.
+Config sharing(std::string_view yaml, MigStrategy s = MigStrategy::none, bool naming = false) {
     auto parsed = parse_config(yaml, "ts.yaml");
     EXPECT_TRUE(parsed.has_value()) << parsed.error().message;
     Config base = parsed ? *parsed : Config{};
     Overrides flags;
     flags.mig_strategy = s;
+    if (naming) flags.apply_resource_naming = true;
     flags.device_id_strategy = DeviceIdStrategy::index;
     auto c = resolve(base, {}, flags);
     EXPECT_TRUE(c.has_value()) << c.error().message;
@@ -203,7 +206,7 @@ TEST(DevicePluginTimeSlicing, SubsetByIndexRangeAndUuidStaysApartFromWholeGpus) 
                                  "      devices: [\"0:1\", \"{}\"]\n      replicas: 3\n"
                                  "    - name: nvidia.com/gpu\n      rename: gpu-shared\n      devices: 1\n      replicas: 2\n",
                                  node.gpus[1].mig_devices[3].uuid),
-                     MigStrategy::mixed);
+                     MigStrategy::mixed, /*naming=*/true);
     auto rs = must(build_resources(node, c));
     auto n = counts(rs);
     EXPECT_EQ(n["nvidia.com/small-shared"], 6u);
@@ -245,6 +248,7 @@ TEST(DevicePluginTimeSlicing, EveryValidationErrorNamesFileLineAndReason) {
         Result<Config> c = parsed ? [&] {
             Overrides flags;
             flags.mig_strategy = bc.strategy;
+            flags.apply_resource_naming = true;  // kgpu's checks of its rename / devices extensions
             return resolve(*parsed, {}, flags);
         }()
                                   : Result<Config>(std::unexpected(parsed.error()));
@@ -278,6 +282,7 @@ TEST(DevicePluginTimeSlicing, EveryValidationErrorNamesFileLineAndReason) {
         ASSERT_TRUE(parsed.has_value()) << parsed.error().message;
         Overrides flags;
         flags.mig_strategy = bc.strategy;
+        flags.apply_resource_naming = true;
         auto c = resolve(*parsed, {}, flags);
         ASSERT_TRUE(c.has_value()) << c.error().message;
         auto r = build_resources(a100_mig(), *c);

@@ -589,6 +589,22 @@ TEST(LabelsCli, ConfigFileSharingAndFlagPrecedence) {
     EXPECT_EQ(l["nvidia.com/gpu.product"], "NVIDIA-A100-SXM4-80GB-SHARED");
 }
 
+// A per-resource rename is dropped by GFD v0.14-v0.20 (DisableResourceNamingInConfig), so the
+// product keeps "-SHARED"; with kgpu's opt-in the plugin serves the new name and the suffix goes.
+TEST(LabelsCli, SharingRenameFollowsTheDevicePluginsOptIn) {
+    TempDir dir;
+    const std::string body = "sharing:\n  timeSlicing:\n    resources:\n"
+                             "    - {name: gpu, rename: my-shared-gpu, devices: [0], replicas: 2}\n";
+    auto l = parse(label_once("t4x4", {"--config-file", dir.write("nvidia.yaml", "version: v1\n" + body)}));
+    EXPECT_EQ(l["nvidia.com/gpu.product"], "Tesla-T4-SHARED");
+    EXPECT_EQ(l["nvidia.com/gpu.replicas"], "2");
+    EXPECT_EQ(l["nvidia.com/gpu.sharing-strategy"], "time-slicing");
+    auto opted = parse(label_once(
+        "t4x4", {"--config-file", dir.write("kgpu.yaml", "version: v1\nflags: {applyResourceNaming: true}\n" + body)}));
+    EXPECT_EQ(opted["nvidia.com/gpu.product"], "Tesla-T4");
+    EXPECT_EQ(opted["nvidia.com/gpu.replicas"], "2");
+}
+
 // sharing.mps: GFD's sharing-strategy mps and mps.capable=true, which the MPS DaemonSet selects
 // on; a GPU with MIG enabled cannot be shared with MPS (GFD fails the same way).
 TEST(LabelsCli, MpsSharingAsGfd) {
