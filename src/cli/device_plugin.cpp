@@ -80,6 +80,15 @@ CLI::App* add_device_plugin_command(CLI::App& app, DevicePluginFlags& f) {
     cmd->add_option("--driver-root-ctr-path,--container-driver-root", f.container_driver_root,
                     "Accepted for NVIDIA compatibility; kgpu reads the driver at --nvidia-driver-root (a warning says "
                     "so when this differs) [env DRIVER_ROOT_CTR_PATH, CONTAINER_DRIVER_ROOT]");
+    cmd->add_option("--cdi-feature-flags", f.cdi_feature_flags,
+                    "Feature flags for CDI spec generation (NVIDIA v0.20's nvcdi flags); accepted and ignored with a "
+                    "warning: kgpu's CDI generation has none [env CDI_FEATURE_FLAGS]")
+        ->delimiter(',');
+    cmd->add_option("--cdi-disable-hooks", f.cdi_disable_hooks,
+                    "Hooks to leave out of the CDI spec the plugin writes (create-symlinks, enable-cuda-compat, "
+                    "update-ldcache, disable-device-node-modification, update-application-profile), or all "
+                    "[env CDI_DISABLE_HOOKS]")
+        ->delimiter(',');
     cmd->add_option("--apply-resource-naming,--apply-resource-patterns", f.apply_resource_naming,
                     "Apply kgpu's resource naming extensions, which NVIDIA v0.14-v0.20 ignore with a warning: the "
                     "config file's resources.gpus / resources.mig names, and sharing's per-resource rename and "
@@ -151,6 +160,8 @@ int run_device_plugin(const DevicePluginFlags& f) {
     flags.mps_root = f.mps_root;
     flags.nvidia_ctk_path = f.nvidia_cdi_hook_path;
     flags.container_driver_root = f.container_driver_root;
+    if (!f.cdi_feature_flags.empty()) flags.cdi_feature_flags = f.cdi_feature_flags;
+    if (!f.cdi_disable_hooks.empty()) flags.cdi_disabled_hooks = f.cdi_disable_hooks;
 
     auto env = dp::from_env([](const char* name) { return std::getenv(name); });
     if (!env) {

@@ -21,6 +21,7 @@ struct DevicePluginFlags {
         device_discovery_strategy, imex_channel_ids, imex_required, nvidia_cdi_hook_path, container_driver_root,
         apply_resource_naming;
     std::vector<std::string> device_list_strategy;
+    std::vector<std::string> cdi_feature_flags, cdi_disable_hooks;  // NVIDIA v0.20's, for the plugin's CDI spec
     std::string mps_control_binary;  // --mps-control-binary, KGPU_MPS_CONTROL
     bool check_config = false;  // print the effective config and exit
 };

@@ -60,6 +60,16 @@ void add_labels_command(CLI::App& app, LabelsOptions& opts) {
         ->option_text("[=BOOL]");
     cmd->add_option("--device-discovery-strategy", opts.device_discovery_strategy,
                     "auto or nvml (GFD's tegra and vfio are not supported) [env DEVICE_DISCOVERY_STRATEGY]");
+    cmd->add_option("--driver-root-ctr-path,--container-driver-root", opts.container_driver_root,
+                    "Accepted for GFD compatibility; kgpu reads the driver at --nvidia-driver-root (a warning says so "
+                    "when this differs) [env DRIVER_ROOT_CTR_PATH, CONTAINER_DRIVER_ROOT]");
+    cmd->add_option("--kubeconfig", opts.kubeconfig,
+                    "Accepted for GFD compatibility (its NodeFeature API client); kgpu labels talks to no API server");
+    cmd->add_option("--kube-api-qps", opts.kube_api_qps, "Accepted for GFD compatibility (a number; unused)");
+    cmd->add_option("--kube-api-burst", opts.kube_api_burst, "Accepted for GFD compatibility (an integer; unused)");
+    cmd->add_option("--namespace", opts.namespace_, "Accepted for GFD compatibility (NodeFeature objects; unused)");
+    cmd->add_option("--node-name", opts.node_name, "Accepted for GFD compatibility (NodeFeature objects; unused)");
+    cmd->add_option("--pod-name", opts.pod_name, "Accepted for GFD compatibility (NodeFeature objects; unused)");
     cmd->add_option("--sysfs-root", opts.sysfs_root, "Where the host's /sys is (PCI class and config space, NUMA, DMI)")
         ->capture_default_str();
 }
@@ -305,6 +315,35 @@ Result<LabelsSettings> resolve_labels_settings(const LabelsOptions& o,
         v.value && *v.value != "auto" && *v.value != "nvml")
         return fail(Code::invalid_argument, "{} '{}': kgpu labels supports auto and nvml (not tegra or vfio)", v.source,
                     *v.value);
+    // GFD's Kubernetes client settings: checked like GFD checks them (a float, an integer); they
+    // only matter for NodeFeature objects, which kgpu leaves to NFD's worker (the feature file).
+    if (auto v = setting(o.kube_api_qps, "--kube-api-qps", getenv, {"KUBE_API_QPS"}); v.value) {
+        double qps = 0;
+        auto [end, ec] = std::from_chars(v.value->data(), v.value->data() + v.value->size(), qps);
+        if (ec != std::errc{} || end != v.value->data() + v.value->size())
+            return fail(Code::invalid_argument, "{} '{}': expected a number of queries per second", v.source, *v.value);
+    }
+    if (auto v = setting(o.kube_api_burst, "--kube-api-burst", getenv, {"KUBE_API_BURST"}); v.value) {
+        long burst = 0;
+        auto [end, ec] = std::from_chars(v.value->data(), v.value->data() + v.value->size(), burst);
+        if (ec != std::errc{} || end != v.value->data() + v.value->size())
+            return fail(Code::invalid_argument, "{} '{}': expected an integer", v.source, *v.value);
+    }
+    std::vector<std::string> unused;
+    for (const auto& [value, name] : {std::pair{&o.kubeconfig, "--kubeconfig"}, {&o.kube_api_qps, "--kube-api-qps"},
+                                      {&o.kube_api_burst, "--kube-api-burst"}, {&o.namespace_, "--namespace"},
+                                      {&o.node_name, "--node-name"}, {&o.pod_name, "--pod-name"}})
+        if (*value) unused.emplace_back(name);
+    if (!unused.empty())
+        s.warnings.push_back(fmt::format("{} ignored: these set up GFD's NodeFeature API client; kgpu labels writes "
+                                         "the feature file {} and talks to no API server",
+                                         fmt::join(unused, ", "), s.output_file));
+    if (auto v = setting(o.container_driver_root, "--driver-root-ctr-path", getenv,
+                         {"DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT"});
+        v.value && *v.value != o.nvml.driver_root)
+        s.warnings.push_back(fmt::format("{} '{}' ignored: kgpu reads the driver at --nvidia-driver-root ('{}'), so mount "
+                                         "the host's driver root at that same path in the container",
+                                         v.source, *v.value, o.nvml.driver_root));
     return s;
 }
 
@@ -315,6 +354,7 @@ int run_labels(const LabelsOptions& opts) {
         return 2;
     }
     const LabelsSettings& s = *settings;
+    for (const auto& w : s.warnings) log::warn("labels: {}", w);
     if (s.use_node_feature_api)
         log::warn("labels: --use-node-feature-api: kgpu writes the NFD feature file {}; NFD's worker publishes it",
                   s.output_file);

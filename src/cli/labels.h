@@ -28,6 +28,11 @@ struct LabelsOptions {
     std::optional<std::string> config_file;        // GFD_CONFIG_FILE, CONFIG_FILE
     std::optional<std::string> use_node_feature_api;       // GFD_USE_NODE_FEATURE_API, USE_NODE_FEATURE_API
     std::optional<std::string> device_discovery_strategy;  // DEVICE_DISCOVERY_STRATEGY
+    // GFD v0.17+'s Kubernetes client and node flags (for its NodeFeature objects) and
+    // --driver-root-ctr-path: accepted and checked; kgpu writes the feature file, so only a
+    // warning says they have no effect.
+    std::optional<std::string> kubeconfig, kube_api_qps, kube_api_burst, namespace_, node_name, pod_name,
+        container_driver_root;
     std::string sysfs_root = "/sys";
 };
 
@@ -42,6 +47,7 @@ struct LabelsSettings {
     std::string machine_type_file;                  // "" : unknown machine
     std::optional<labels::MigStrategy> mig_strategy;  // flag or env; else the config file's
     std::string config_file;                        // "": none
+    std::vector<std::string> warnings;              // accepted settings kgpu does not use, and why
 };
 
 void add_labels_command(CLI::App& app, LabelsOptions& opts);

@@ -27,6 +27,7 @@ void write_cdi_spec(const inventory::Node& node, const Config& cfg, const std::s
     so.dev_root = cfg.dev_root();
     so.proc_root = cfg.proc_root;
     if (!cfg.nvidia_ctk_path.empty()) so.hooks.path = cfg.nvidia_ctk_path;  // flags.plugin.nvidiaCTKPath
+    so.hooks.disabled = cfg.cdi_disabled_hooks;                              // --cdi-disable-hooks
     // Device names must resolve even on a node whose libraries kgpu cannot see (a warning says so).
     so.allow_missing_libraries = true;
     auto spec = cdi::generate(n, so);

@@ -676,6 +676,14 @@ Result<Overrides> from_env(const std::function<const char*(const char*)>& getenv
     if (auto v = get("DRIVER_ROOT_CTR_PATH")) o.container_driver_root = *v;
     else if (auto v2 = get("CONTAINER_DRIVER_ROOT")) o.container_driver_root = *v2;
     if (auto v = get("NVIDIA_DRIVER_ROOT")) o.nvidia_driver_root = *v;
+    auto list = [](std::string_view v) {
+        std::vector<std::string> out;
+        for (std::string_view item : strings::split(v, ','))
+            if (item = strings::trim(item); !item.empty()) out.emplace_back(item);
+        return out;
+    };
+    if (auto v = get("CDI_FEATURE_FLAGS")) o.cdi_feature_flags = list(*v);
+    if (auto v = get("CDI_DISABLE_HOOKS")) o.cdi_disabled_hooks = list(*v);
     if (auto v = get("NVIDIA_DEV_ROOT")) o.nvidia_dev_root = *v;
     if (auto v = get("CDI_ANNOTATION_PREFIX")) o.cdi_annotation_prefix = *v;
     if (auto v = get("KUBELET_SOCKET")) o.kubelet_socket = *v;
@@ -735,6 +743,8 @@ void apply(Config& c, const Overrides& o) {
     if (o.device_discovery_strategy) c.device_discovery_strategy = *o.device_discovery_strategy;
     if (o.nvidia_ctk_path) c.nvidia_ctk_path = *o.nvidia_ctk_path;
     if (o.container_driver_root) c.container_driver_root = *o.container_driver_root;
+    if (o.cdi_feature_flags) c.cdi_feature_flags = *o.cdi_feature_flags;
+    if (o.cdi_disabled_hooks) c.cdi_disabled_hooks = *o.cdi_disabled_hooks;
     if (o.imex_channel_ids) c.imex.channel_ids = *o.imex_channel_ids;
     if (o.imex_required) c.imex.required = *o.imex_required;
     if (o.apply_resource_naming) c.apply_resource_naming = *o.apply_resource_naming;
@@ -877,6 +887,15 @@ void add_warnings(Config& c) {
                          "flags.nvidiaDriverRoot ('{}') says, so mount the host's driver root at that same path in "
                          "the container (deploy/ does)",
                          c.container_driver_root, c.nvidia_driver_root));
+    for (const auto& h : c.cdi_disabled_hooks)
+        if (h != "all" && h != cdi::kCreateSymlinks && h != cdi::kEnableCudaCompat && h != cdi::kUpdateLdcache &&
+            h != cdi::kDisableDeviceNodeModification && h != cdi::kUpdateApplicationProfile && h != cdi::kChmod)
+            warn(fmt::format("CDI hook '{}' (--cdi-disable-hooks) is not a hook kgpu writes ({}, {}, {}, {}, {}, or "
+                             "all): nothing is left out for it",
+                             h, cdi::kCreateSymlinks, cdi::kEnableCudaCompat, cdi::kUpdateLdcache,
+                             cdi::kDisableDeviceNodeModification, cdi::kUpdateApplicationProfile));
+    for (const auto& f : c.cdi_feature_flags)
+        warn(fmt::format("CDI feature flag '{}' is ignored: kgpu's CDI spec generation has no feature flags", f));
     if (!c.apply_resource_naming && (!c.resources.gpus.empty() || !c.resources.mig.empty()))
         warn("resources.gpus / resources.mig are ignored, as NVIDIA's plugin v0.14-v0.20 ignore them; set "
              "flags.applyResourceNaming (or --apply-resource-naming) to serve devices under those names");
@@ -937,6 +956,7 @@ std::string describe(const Config& c) {
     line("flags.mofedEnabled", c.mofed_enabled);
     line("flags.deviceDiscoveryStrategy", c.device_discovery_strategy);
     line("flags.applyResourceNaming", c.apply_resource_naming);
+    line("cdiDisableHooks", fmt::format("[{}]", fmt::join(c.cdi_disabled_hooks, ",")));
     line("health.disabled", c.health.disabled);
     line("health.ignoredXids", fmt::format("[{}]", fmt::join(c.health.ignored_xids, ",")));
     line("health.recoverableXids", fmt::format("[{}]", fmt::join(c.health.recoverable_xids, ",")));

@@ -252,6 +252,9 @@ struct Config {
     std::optional<bool> use_node_feature_api;      // GFD's; set only when given
     std::string nvidia_ctk_path;                   // the CDI hook binary; empty: src/cdi's default
     std::string container_driver_root;             // set only when given
+    // NVIDIA v0.20's --cdi-feature-flags (none apply to kgpu: a warning) and --cdi-disable-hooks
+    // (hooks left out of the plugin's CDI spec; "all" for none). Flag or env only, as NVIDIA.
+    std::vector<std::string> cdi_feature_flags, cdi_disabled_hooks;
     std::optional<GfdFlags> gfd;                   // set when the file has flags.gfd
     Imex imex;
     // kgpu's opt-in for its resource naming extensions, which NVIDIA v0.14-v0.20 ignore
@@ -307,6 +310,7 @@ struct Overrides {
     std::optional<std::string> device_discovery_strategy;
     std::optional<std::string> nvidia_ctk_path;
     std::optional<std::string> container_driver_root;
+    std::optional<std::vector<std::string>> cdi_feature_flags, cdi_disabled_hooks;
     std::optional<std::vector<unsigned>> imex_channel_ids;
     std::optional<bool> imex_required;
     std::optional<bool> apply_resource_naming;
@@ -324,7 +328,8 @@ struct Overrides {
 // DEVICE_LIST_STRATEGY (comma list), DEVICE_ID_STRATEGY, CDI_ANNOTATION_PREFIX, KUBELET_SOCKET,
 // CONFIG_FILE, KGPU_PROC_ROOT, SHARED_DEVICES_ALLOCATION_POLICY, MPS_ROOT, GDRCOPY_ENABLED,
 // GDS_ENABLED, MOFED_ENABLED, DEVICE_DISCOVERY_STRATEGY, NVIDIA_CDI_HOOK_PATH (or NVIDIA_CTK_PATH),
-// DRIVER_ROOT_CTR_PATH (or CONTAINER_DRIVER_ROOT), IMEX_CHANNEL_IDS (comma list), IMEX_REQUIRED,
+// DRIVER_ROOT_CTR_PATH (or CONTAINER_DRIVER_ROOT), CDI_FEATURE_FLAGS and CDI_DISABLE_HOOKS (comma
+// lists), IMEX_CHANNEL_IDS (comma list), IMEX_REQUIRED,
 // KGPU_APPLY_RESOURCE_NAMING (or KGPU_APPLY_RESOURCE_PATTERNS), DP_DISABLE_HEALTHCHECKS ("all", "xids", or XIDs to ignore in
 // addition) and DP_ENABLE_HEALTHCHECKS ("all", or XIDs to stop ignoring; as in NVIDIA's
 // plugin, "all" in DP_DISABLE_HEALTHCHECKS still wins).

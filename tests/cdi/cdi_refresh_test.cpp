@@ -63,6 +63,7 @@ TEST(CdiRefresh, DevicePluginRewritesItsSpecWhenTheLoadedDriverChanges) {
     ASSERT_TRUE(wait_for(spec, [](const std::string& s) { return s.find("libcuda.so.535.161.08") != std::string::npos; }))
         << plugin.err();
     EXPECT_THAT(slurp(spec), Not(HasSubstr("550.54.15")));
+    EXPECT_THAT(slurp(spec), HasSubstr("update-ldcache"));  // the hooks the next test leaves out
 
     // The driver is upgraded under the running plugin.
     std::ofstream(version_file) << proc_version("550.54.15");
@@ -73,6 +74,35 @@ TEST(CdiRefresh, DevicePluginRewritesItsSpecWhenTheLoadedDriverChanges) {
     EXPECT_TRUE(plugin.running());
     plugin.signal(SIGTERM);
     EXPECT_EQ(plugin.wait(10000), 0);
+}
+
+// NVIDIA v0.20's --cdi-disable-hooks / CDI_DISABLE_HOOKS leave hooks out of the plugin's spec;
+// --cdi-feature-flags / CDI_FEATURE_FLAGS are accepted with a warning (kgpu has none).
+TEST(CdiRefresh, DisabledHooksAreLeftOutOfThePluginsSpec) {
+    TempDir root, plugins, cdi;
+    root.write("usr/lib/x86_64-linux-gnu/libcuda.so.535.161.08", "x");
+    root.write("usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.161.08", "x");
+    root.write("proc/driver/nvidia/version", proc_version("535.161.08"));
+    ChildProcess plugin({KGPU_BINARY, "device-plugin", "--device-plugin-path", plugins.path(), "--nvml-library",
+                         KGPU_SIM_LIBRARY, "--device-list-strategy", "cdi-cri", "--cdi-spec-dir", cdi.path(),
+                         "--nvidia-driver-root", root.path(), "--proc-root", root.path() + "/proc",
+                         "--cdi-feature-flags", "disable-nvsandboxutils"},
+                        {{"KGPU_SIM_NODE", kSource + "/sim/nodes/t4x4.yaml"},
+                         {"CDI_DISABLE_HOOKS", "update-ldcache,create-symlinks,enable-cuda-compat"}});
+    const std::string spec = cdi.path() + "/kgpu-nvidia-gpu.yaml";
+    ASSERT_TRUE(wait_for(spec, [](const std::string& s) { return s.find("libcuda.so.535.161.08") != std::string::npos; }))
+        << plugin.err();
+    EXPECT_THAT(slurp(spec), Not(HasSubstr("update-ldcache")));
+    EXPECT_THAT(slurp(spec), Not(HasSubstr("create-symlinks")));
+    EXPECT_THAT(plugin.err(), HasSubstr("CDI feature flag 'disable-nvsandboxutils' is ignored"));
+    plugin.signal(SIGTERM);
+    EXPECT_EQ(plugin.wait(10000), 0);
+
+    // A name that is no hook is said, not silently ignored; `all` leaves every hook out.
+    auto checked = run_process({KGPU_BINARY, "device-plugin", "--check-config", "--cdi-disable-hooks", "all,update-ldcahce"});
+    EXPECT_EQ(checked.exit_code, 0) << checked.err;
+    EXPECT_THAT(checked.out, HasSubstr("cdiDisableHooks: [all,update-ldcahce]"));
+    EXPECT_THAT(checked.out, HasSubstr("CDI hook 'update-ldcahce' (--cdi-disable-hooks) is not a hook kgpu writes"));
 }
 
 TEST(CdiRefresh, DoctorFlagsASpecOfAnotherDriver) {

@@ -579,6 +579,30 @@ TEST(LabelsCli, ErrorsNameTheInput) {
     EXPECT_THAT(config.err, HasSubstr("replica"));
 }
 
+// GFD v0.17+'s Kubernetes client and node flags, and --driver-root-ctr-path: a GFD command line
+// runs (they used to be unknown flags, exit 109), with one warning that they have no effect;
+// malformed numbers are refused naming the flag or variable.
+TEST(LabelsCli, GfdKubernetesClientFlagsAreAcceptedAndSaid) {
+    auto r = labels("t4x4", {"--oneshot", "-o", "-", "--kubeconfig", "/root/.kube/config", "--kube-api-qps", "7.5",
+                             "--kube-api-burst", "20", "--namespace", "gpu-operator", "--node-name", "node-1",
+                             "--pod-name", "gfd-abcde", "--driver-root-ctr-path", "/driver-root"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(parse(r.out)["nvidia.com/gpu.count"], "4");
+    EXPECT_THAT(r.err, HasSubstr("--kubeconfig, --kube-api-qps, --kube-api-burst, --namespace, --node-name, --pod-name "
+                                 "ignored"));
+    EXPECT_THAT(r.err, HasSubstr("--driver-root-ctr-path '/driver-root' ignored"));
+    // The DaemonSet's environment (NODE_NAME, KUBE_API_QPS) is no reason for a warning.
+    auto env = labels("t4x4", {"--oneshot", "-o", "-"}, {{"NODE_NAME", "node-1"}, {"KUBE_API_QPS", "5"}});
+    ASSERT_EQ(env.exit_code, 0) << env.err;
+    EXPECT_THAT(env.err, Not(HasSubstr("ignored")));
+    auto qps = labels("t4x4", {"--oneshot", "-o", "-", "--kube-api-qps", "fast"});
+    EXPECT_EQ(qps.exit_code, 2);
+    EXPECT_THAT(qps.err, HasSubstr("--kube-api-qps 'fast': expected a number"));
+    auto burst = labels("t4x4", {"--oneshot", "-o", "-"}, {{"KUBE_API_BURST", "1.5"}});
+    EXPECT_EQ(burst.exit_code, 2);
+    EXPECT_THAT(burst.err, HasSubstr("environment variable KUBE_API_BURST '1.5': expected an integer"));
+}
+
 TEST(LabelsCli, ConfigFileSharingAndFlagPrecedence) {
     // The config says mixed and 4 replicas; the flag's strategy wins.
     auto l = parse(label_once("a100-mig", {"--config-file", kSource + "/tests/labels/fixtures/time-slicing.yaml",
