@@ -1,6 +1,12 @@
 #include "deviceplugin/registrar.h"
 
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <filesystem>
@@ -28,6 +34,25 @@ std::optional<SocketId> socket_id(const std::string& path) {
     return SocketId{static_cast<unsigned long>(st.st_dev), static_cast<unsigned long>(st.st_ino),
                     static_cast<long>(st.st_ctim.tv_sec), static_cast<long>(st.st_ctim.tv_nsec)};
 }
+
+namespace {
+
+// Whether a process listens on the unix socket at `path`: a socket file whose owner was killed
+// refuses connections. (A full backlog, EAGAIN, still means someone listens.)
+bool listening(const std::string& path) {
+    sockaddr_un addr{};
+    if (path.size() >= sizeof addr.sun_path) return true;  // cannot probe: assume it is there
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return true;
+    const int rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+    const int err = errno;
+    ::close(fd);
+    return rc == 0 || (err != ECONNREFUSED && err != ENOENT && err != ENOTSOCK);
+}
+
+}  // namespace
 
 Registrar::Registrar(Options options) : opts_(std::move(options)) {}
 
@@ -121,12 +146,13 @@ bool Registrar::check_foreign_locked(const std::string& name, Entry& e) {
     const std::string other = foreign_socket_name(name);
     if (other.empty()) return false;
     const std::string path = (fs::path(opts_.plugin_dir) / other).string();
-    const bool present = socket_id(path).has_value();
+    const bool present = socket_id(path).has_value() && listening(path);
     if (present && !e.foreign) {
         log::warn("another device plugin serves {} on {} (NVIDIA's device plugin?): the kubelet keeps only the "
                   "latest registration of a resource and drops it when either plugin's stream ends. kgpu registers "
                   "again when that happens; remove the other plugin (docs/migration.md)",
                   name, path);
+        cv_.notify_all();  // the loop starts probing it
     }
     e.foreign = present;
     return present;
@@ -138,18 +164,22 @@ void Registrar::directory_changed(const std::string& file) {
         if (foreign_socket_name(name) != file) continue;
         const bool was = e.foreign;
         if (check_foreign_locked(name, e)) continue;
-        // Gone, or came and went between two looks: if that plugin registered last, the kubelet
-        // dropped the resource when its stream ended, and nothing tells us (our older stream stays
-        // open). A Register running now goes after it left; if the kubelet drops that one all the
-        // same, its stream ends and we register again.
-        log::info("the other device plugin's socket for {} {}: registering {} again", name,
-                  was ? "is gone" : "came and went", name);
-        if (in_flight_ != name) {
-            e.registered = false;
-            due_now_locked(e);
-        } else {
-            e.poked = true;
-        }
+        foreign_gone_locked(name, e, was);
+    }
+}
+
+void Registrar::foreign_gone_locked(const std::string& name, Entry& e, bool was) {
+    // Gone, or came and went between two looks: if that plugin registered last, the kubelet
+    // dropped the resource when its stream ended, and nothing tells us (our older stream stays
+    // open). A Register running now goes after it left; if the kubelet drops that one all the
+    // same, its stream ends and we register again.
+    log::info("the other device plugin's socket for {} {}: registering {} again", name,
+              was ? "is gone or no longer answers" : "came and went", name);
+    if (in_flight_ != name) {
+        e.registered = false;
+        due_now_locked(e);
+    } else {
+        e.poked = true;
     }
 }
 
@@ -179,9 +209,20 @@ bool Registrar::registered(const std::string& resource) const {
 
 void Registrar::run() {
     std::unique_lock lk(mu_);
+    auto next_probe = Clock::now() + opts_.foreign_probe;
     while (!stop_) {
         const auto now = Clock::now();
         auto wake = now + 60s;
+        // Another plugin killed without cleaning up leaves its socket: no directory event says
+        // that it went, so while one is there, look whether anyone still listens on it.
+        bool any_foreign = false;
+        for (auto& [name, e] : entries_) {
+            if (!e.foreign) continue;
+            any_foreign = true;
+            if (now >= next_probe && !check_foreign_locked(name, e)) foreign_gone_locked(name, e, true);
+        }
+        if (now >= next_probe) next_probe = now + opts_.foreign_probe;
+        if (any_foreign) wake = std::min(wake, next_probe);
         std::string due;
         Clock::time_point due_at = Clock::time_point::max();
         for (auto& [name, e] : entries_) {

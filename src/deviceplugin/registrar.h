@@ -69,6 +69,9 @@ public:
         std::chrono::milliseconds stable_after{10000};
         // Time the kubelet gets to process the end of streams we ended before a Register.
         std::chrono::milliseconds settle{20};
+        // While another plugin's socket for a resource is there: how often to check that someone
+        // still listens on it (a plugin killed with SIGKILL leaves its socket file behind).
+        std::chrono::milliseconds foreign_probe{1000};
     };
 
     explicit Registrar(Options options);
@@ -109,7 +112,7 @@ private:
         Clock::time_point next_try{};
         std::chrono::milliseconds backoff{};
         std::string last_error;           // logged once per distinct failure
-        bool foreign = false;             // another plugin's socket for it is present
+        bool foreign = false;             // another plugin listens on its socket for it
         bool poked = false;               // an event came while its Register ran: a failure retries at once
     };
 
@@ -118,6 +121,8 @@ private:
     void register_one(const std::string& name);
     // Looks for the other plugin's socket for `name`; warns when it appears. Returns whether it is there.
     bool check_foreign_locked(const std::string& name, Entry& e);
+    // The other plugin is no longer there (socket gone, or nobody listens): register again.
+    void foreign_gone_locked(const std::string& name, Entry& e, bool was);
     void due_now_locked(Entry& e);
 
     Options opts_;

@@ -197,6 +197,28 @@ TEST_F(LifecycleTest, ReplacingNvidiasPluginNvidiaRegisteredLast) {
     EXPECT_EQ(resp.container_responses(0).envs().at("NVIDIA_VISIBLE_DEVICES"), "2");
 }
 
+// NVIDIA's plugin registered last and was then killed (SIGKILL, OOM): its socket file stays, so
+// no directory event says it went, and the kubelet dropped the resource with its stream. kgpu
+// sees that nobody listens on that socket any more and registers again.
+TEST_F(LifecycleTest, NvidiasPluginKilledLeavingItsSocketKgpuServesAgain) {
+    start("t4x4.yaml", {"--device-id-strategy", "index"});
+    ASSERT_TRUE(settled({{kGpu, 4}})) << counts({{kGpu, 4}});
+    FakeDevicePlugin nvidia(dir_.path(), kGpu, {"GPU-a", "GPU-b"});
+    ASSERT_TRUE(nvidia.start());
+    ASSERT_TRUE(nvidia.register_with(kubelet_->socket_path()).ok());
+    ASSERT_TRUE(kubelet_->wait_until([&] { return kubelet_->endpoint(kGpu) == "nvidia-gpu.sock"; }, 20s));
+    nvidia.kill();
+    ASSERT_TRUE(std::filesystem::exists(nvidia.socket_path()));  // what SIGKILL leaves
+    ASSERT_TRUE(kubelet_->wait_until(
+        [&] {
+            return kubelet_->connected(kGpu) && kubelet_->endpoint(kGpu) == kSocket &&
+                   kubelet_->allocatable(kGpu) == 4 && kubelet_->open_streams(kGpu) == 1;
+        },
+        20s))
+        << counts({{kGpu, 4}}) << plugin_->err();
+    EXPECT_THAT(plugin_->err(), HasSubstr("is gone or no longer answers"));
+}
+
 // Item 3: Register runs off the control loop. The kubelet accepts the connection and never
 // answers; SIGHUP, health changes and SIGTERM are handled while that Register still hangs (the
 // plugin's Register deadline is seconds away, so none of them waited for it).

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include <chrono>
 #include <condition_variable>
 
@@ -57,7 +59,10 @@ FakeDevicePlugin::FakeDevicePlugin(std::string dir, std::string resource, std::v
     socket_ = dir_ + "/nvidia-" + resource_.substr(resource_.find('/') + 1) + ".sock";
 }
 
-FakeDevicePlugin::~FakeDevicePlugin() { stop(); }
+FakeDevicePlugin::~FakeDevicePlugin() {
+    stop();
+    if (!private_dir_.empty()) ::rmdir(private_dir_.c_str());
+}
 
 bool FakeDevicePlugin::start() {
     ::unlink(socket_.c_str());
@@ -65,12 +70,18 @@ bool FakeDevicePlugin::start() {
         std::lock_guard lk(service_->mu);
         service_->stopping = false;
     }
+    if (private_dir_.empty()) {
+        std::string tmpl = dir_ + "/../fake-plugin-XXXXXX";
+        if (::mkdtemp(tmpl.data()) == nullptr) return false;
+        private_dir_ = tmpl;
+    }
+    const std::string bound = private_dir_ + "/s";
     grpc::ServerBuilder b;
     int port = 0;
-    b.AddListeningPort("unix://" + socket_, grpc::InsecureServerCredentials(), &port);
+    b.AddListeningPort("unix://" + bound, grpc::InsecureServerCredentials(), &port);
     b.RegisterService(service_.get());
     server_ = b.BuildAndStart();
-    return server_ != nullptr && port != 0;
+    return server_ != nullptr && port != 0 && ::link(bound.c_str(), socket_.c_str()) == 0;
 }
 
 grpc::Status FakeDevicePlugin::register_with(const std::string& kubelet_socket) {
@@ -87,8 +98,7 @@ grpc::Status FakeDevicePlugin::register_with(const std::string& kubelet_socket) 
     return stub->Register(&ctx, req, &resp);
 }
 
-void FakeDevicePlugin::stop() {
-    if (!server_) return;
+void FakeDevicePlugin::shutdown() {
     {
         std::lock_guard lk(service_->mu);
         service_->stopping = true;
@@ -97,7 +107,17 @@ void FakeDevicePlugin::stop() {
     server_->Shutdown(std::chrono::system_clock::now() + 1s);
     server_->Wait();
     server_.reset();
+    ::unlink((private_dir_ + "/s").c_str());
+}
+
+void FakeDevicePlugin::stop() {
+    if (!server_) return;
+    shutdown();
     ::unlink(socket_.c_str());
+}
+
+void FakeDevicePlugin::kill() {
+    if (server_) shutdown();
 }
 
 int FakeDevicePlugin::open_streams() {
