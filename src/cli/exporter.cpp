@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <ranges>
 
 #include <fmt/ranges.h>
 
@@ -95,6 +96,80 @@ CLI::App* add_exporter_command(CLI::App& app, ExporterFlags& f) {
                     "kgpu_exporter_pods_over_limit")
         ->envname("KGPU_EXPORTER_MAX_PODS_PER_GPU")
         ->capture_default_str();
+    // dcgm-exporter's other flags (pkg/cmd/app.go of 4.5.3-4.8.2), with its aliases and env vars.
+    cmd->add_option("--kubernetes-pod-label-allowlist-regex", f.pod_label_allowlist,
+                    "With --kubernetes-enable-pod-labels: only pod labels whose name one of these regexes (RE2, "
+                    "unanchored; repeat or comma list) matches; none: every label")
+        ->envname("DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX")
+        ->delimiter(',');
+    cmd->add_option("-d,--devices", f.devices,
+                    "GPUs to serve: f (all), g (all), g:0,2-3 (these GPU indices) or i (all); MIG GPUs keep "
+                    "their instances' series")
+        ->envname("DCGM_EXPORTER_DEVICES_STR")
+        ->capture_default_str();
+    cmd->add_flag("--debug", f.debug, "Log at debug level (as --log-level debug)")->envname("DCGM_EXPORTER_DEBUG");
+    cmd->add_option("--log-format", f.log_format, "Log lines as text or json (one JSON object a line: time, level, msg)")
+        ->envname("DCGM_EXPORTER_LOG_FORMAT")
+        ->capture_default_str();
+    cmd->add_flag("-o,--use-old-namespace", f.use_old_namespace,
+                  "Name the DCGM series' UUID label `uuid`, as dcgm-exporter's 1.x namespace did")
+        ->envname("DCGM_EXPORTER_USE_OLD_NAMESPACE");
+    const std::string ignored = "dcgm-exporter's; ignored with a warning: ";
+    cmd->add_option("-p,--cpu-devices", f.cpu_devices, ignored + "kgpu serves no CPU metrics")
+        ->envname("DCGM_EXPORTER_CPU_DEVICES_STR")
+        ->capture_default_str();
+    cmd->add_option("-s,--switch-devices", f.switch_devices, ignored + "kgpu serves no NVSwitch metrics")
+        ->envname("DCGM_EXPORTER_OTHER_DEVICES_STR")
+        ->capture_default_str();
+    cmd->add_option("-r,--remote-hostengine-info", f.remote_hostengine_info,
+                    ignored + "kgpu reads NVML itself, with no DCGM host engine")
+        ->envname("DCGM_REMOTE_HOSTENGINE_INFO")
+        ->capture_default_str();
+    cmd->add_flag("--fake-gpus", f.fake_gpus, ignored + "use the simulator (--nvml-library) instead")
+        ->envname("DCGM_EXPORTER_USE_FAKE_GPUS");
+    cmd->add_flag("--web-systemd-socket", f.web_systemd_socket,
+                  ignored + "no systemd socket activation; kgpu listens on --address")
+        ->envname("DCGM_EXPORTER_SYSTEMD_SOCKET");
+    cmd->add_option("-x,--xid-count-window-size", f.xid_count_window_size,
+                    ignored + "milliseconds of DCGM_EXP_XID_ERRORS_COUNT, which kgpu does not serve")
+        ->envname("DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE")
+        ->capture_default_str();
+    cmd->add_option("--clock-events-count-window-size", f.clock_events_count_window_size,
+                    ignored + "milliseconds of DCGM_EXP_CLOCK_EVENTS_COUNT, which kgpu does not serve")
+        ->envname("DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE")
+        ->capture_default_str();
+    cmd->add_flag("--enable-dcgm-log", f.enable_dcgm_log, ignored + "no DCGM library to log")
+        ->envname("DCGM_EXPORTER_ENABLE_DCGM_LOG");
+    cmd->add_option("--dcgm-log-level", f.dcgm_log_level,
+                    ignored + "NONE, FATAL, ERROR, WARN, INFO, DEBUG or VERB (no DCGM library to log)")
+        ->envname("DCGM_EXPORTER_DCGM_LOG_LEVEL")
+        ->capture_default_str();
+    cmd->add_option("--hpc-job-mapping-dir", f.hpc_job_mapping_dir, ignored + "no HPC job labels")
+        ->envname("DCGM_HPC_JOB_MAPPING_DIR");
+    cmd->add_flag("--dump-enabled", f.dump_enabled, ignored + "no debug dumps")->envname("DCGM_EXPORTER_DUMP_ENABLED");
+    cmd->add_option("--dump-directory", f.dump_directory, ignored + "no debug dumps")
+        ->envname("DCGM_EXPORTER_DUMP_DIRECTORY")
+        ->capture_default_str();
+    cmd->add_option("--dump-retention", f.dump_retention, ignored + "hours; no debug dumps")
+        ->envname("DCGM_EXPORTER_DUMP_RETENTION")
+        ->capture_default_str();
+    cmd->add_flag("--dump-compression", f.dump_compression, ignored + "no debug dumps")
+        ->envname("DCGM_EXPORTER_DUMP_COMPRESSION");
+    cmd->add_flag("--kubernetes-enable-dra", f.kubernetes_enable_dra,
+                  ignored + "kgpu attributes GPUs to pods through the device plugin's PodResources only")
+        ->envname("KUBERNETES_ENABLE_DRA");
+    cmd->add_flag("--disable-startup-validate", f.disable_startup_validate,
+                  ignored + "kgpu has no DCGM prerequisites to check")
+        ->envname("DISABLE_STARTUP_VALIDATE");
+    cmd->add_flag("--enable-gpu-bind-unbind-watch", f.enable_gpu_bind_unbind_watch,
+                  ignored + "DCGM's bind/unbind events (kgpu re-reads the node when a GPU is lost or answers again)")
+        ->envname("DCGM_EXPORTER_ENABLE_GPU_BIND_UNBIND_WATCH");
+    cmd->add_option("--gpu-bind-unbind-poll-interval", f.gpu_bind_unbind_poll_interval,
+                    ignored + "DCGM's bind/unbind events")
+        ->envname("DCGM_EXPORTER_GPU_BIND_UNBIND_POLL_INTERVAL")
+        ->capture_default_str();
+    cmd->add_flag("--enable-pprof", f.enable_pprof, ignored + "Go's profiler; kgpu is not a Go program")
+        ->envname("DCGM_EXPORTER_ENABLE_PPROF");
     cmd->add_flag("--print-metrics-markdown", f.print_metrics_markdown, "Print docs/metrics.md and exit")
         ->group("");
     cmd->add_flag("--print-default-counters", f.print_default_counters,
@@ -114,6 +189,47 @@ bool parse_positive(std::string_view text, long max, long& out) {
 int usage(std::string_view flag, std::string_view message) {
     std::cerr << "kgpu exporter: " << flag << ": " << message << "\n";
     return 2;
+}
+
+// A whole decimal number (dcgm-exporter's int flags): "-5" and "300000", not "5m" or "1e3".
+bool parse_int(std::string_view text, long& out) {
+    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+    return !text.empty() && ec == std::errc() && p == text.data() + text.size();
+}
+
+// dcgm-exporter's device selection (its parseDeviceOptions): f, or g / i with an optional list of
+// indices and inclusive ranges ("g:0,2-4"). nullopt ids: every device of the kind.
+struct DeviceSelection {
+    char kind = 'f';
+    std::optional<std::vector<unsigned>> ids;
+};
+Result<DeviceSelection> parse_devices(std::string_view text) {
+    DeviceSelection sel;
+    const auto colon = text.find(':');
+    const std::string_view letter = text.substr(0, colon);
+    if (letter != "f" && letter != "g" && letter != "i")
+        return fail(Code::invalid_argument, "expected f, g[:ids] or i[:ids] (ids like 0,2-4), got '{}'", text);
+    sel.kind = letter[0];
+    if (colon == std::string_view::npos) return sel;
+    if (sel.kind == 'f') return fail(Code::invalid_argument, "no ids can follow f, got '{}'", text);
+    const std::string_view list = text.substr(colon + 1);
+    if (list.find(':') != std::string_view::npos)
+        return fail(Code::invalid_argument, "only one ':<ids>' is allowed, got '{}'", text);
+    auto number = [](std::string_view t, unsigned& out) {
+        auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), out);
+        return !t.empty() && ec == std::errc() && p == t.data() + t.size() && out < 4096;
+    };
+    sel.ids.emplace();
+    for (const auto part : std::views::split(list, ',')) {
+        const std::string_view item(part.begin(), part.end());
+        const auto dash = item.find('-');
+        unsigned first = 0, last = 0;
+        if (dash == std::string_view::npos ? !number(item, first) || !number(item, last = first)
+                                           : !number(item.substr(0, dash), first) || !number(item.substr(dash + 1), last))
+            return fail(Code::invalid_argument, "expected an index (0) or a range (2-4) in '{}', got '{}'", text, item);
+        for (unsigned i = first; i <= last; ++i) sel.ids->push_back(i);
+    }
+    return sel;
 }
 
 std::string host_name() {
@@ -172,7 +288,70 @@ int run_exporter(const ExporterFlags& f) {
         std::cout << exporter::default_counters_csv();
         return 0;
     }
+    if (f.log_format != "text" && f.log_format != "json")
+        return usage("--log-format", fmt::format("expected text or json, got '{}'", f.log_format));
+    log::set_format(f.log_format == "json" ? log::Format::json : log::Format::text);
+    if (f.debug) log::set_level(log::Level::debug);
+    log::debug("exporter: debug output is enabled");
+
     exporter::ExporterOptions opts;
+    auto devices = parse_devices(f.devices);
+    if (!devices) return usage("--devices", devices.error().message);
+    if (devices->kind == 'i' && devices->ids)
+        return usage("--devices", fmt::format("'{}': kgpu cannot select MIG instances by DCGM's GPU instance entity ids; "
+                                              "use f, g, g:<GPU indices> or i",
+                                              f.devices));
+    if (devices->kind == 'g' && devices->ids) opts.collector.gpu_indices = devices->ids;
+    if (f.devices != "f" && !devices->ids)
+        log::info("exporter: --devices {}: serving every GPU and, on MIG GPUs, their instances too (as f)", f.devices);
+    for (const auto& [flag, value] : {std::pair{"--cpu-devices", &f.cpu_devices}, {"--switch-devices", &f.switch_devices}})
+        if (auto d = parse_devices(*value); !d) return usage(flag, d.error().message);
+    long number = 0;
+    for (const auto& [flag, value] : {std::pair{"--xid-count-window-size", &f.xid_count_window_size},
+                                      {"--clock-events-count-window-size", &f.clock_events_count_window_size},
+                                      {"--dump-retention", &f.dump_retention}})
+        if (!parse_int(*value, number))
+            return usage(flag, fmt::format("expected a whole number, got '{}'", *value));
+    static constexpr std::string_view dcgm_levels[] = {"NONE", "FATAL", "ERROR", "WARN", "INFO", "DEBUG", "VERB"};
+    if (std::ranges::find(dcgm_levels, f.dcgm_log_level) == std::end(dcgm_levels))
+        return usage("--dcgm-log-level",
+                     fmt::format("expected NONE, FATAL, ERROR, WARN, INFO, DEBUG or VERB, got '{}'", f.dcgm_log_level));
+    // The rest concern DCGM itself or what kgpu does not serve: one warning each when not at
+    // dcgm-exporter's default (a default value changes nothing there either).
+    const ExporterFlags defaults;
+    auto ignored = [](std::string_view flag, std::string_view value, std::string_view why) {
+        log::warn("exporter: {}{}{}: ignored: {}", flag, value.empty() ? "" : " ", value, why);
+    };
+    constexpr std::string_view no_dcgm = "kgpu reads NVML itself and has no DCGM host engine";
+    if (f.cpu_devices != defaults.cpu_devices) ignored("--cpu-devices", f.cpu_devices, "kgpu serves no CPU metrics");
+    if (f.switch_devices != defaults.switch_devices)
+        ignored("--switch-devices", f.switch_devices, "kgpu serves no NVSwitch metrics");
+    if (f.remote_hostengine_info != defaults.remote_hostengine_info)
+        ignored("--remote-hostengine-info", f.remote_hostengine_info, no_dcgm);
+    if (f.fake_gpus) ignored("--fake-gpus", "", "kgpu has no fake GPUs; point --nvml-library at its simulator instead");
+    if (f.web_systemd_socket)
+        ignored("--web-systemd-socket", "", "kgpu has no systemd socket activation; it binds --address itself");
+    if (f.xid_count_window_size != defaults.xid_count_window_size)
+        ignored("--xid-count-window-size", f.xid_count_window_size,
+                "kgpu does not serve DCGM_EXP_XID_ERRORS_COUNT (kgpu_gpu_xid_events_total counts XIDs)");
+    if (f.clock_events_count_window_size != defaults.clock_events_count_window_size)
+        ignored("--clock-events-count-window-size", f.clock_events_count_window_size,
+                "kgpu does not serve DCGM_EXP_CLOCK_EVENTS_COUNT");
+    if (f.enable_dcgm_log) ignored("--enable-dcgm-log", "", no_dcgm);
+    if (f.dcgm_log_level != defaults.dcgm_log_level) ignored("--dcgm-log-level", f.dcgm_log_level, no_dcgm);
+    if (!f.hpc_job_mapping_dir.empty())
+        ignored("--hpc-job-mapping-dir", f.hpc_job_mapping_dir, "kgpu adds no HPC job labels");
+    if (f.dump_enabled || f.dump_directory != defaults.dump_directory || f.dump_retention != defaults.dump_retention ||
+        f.dump_compression != defaults.dump_compression)
+        ignored("--dump-*", "", "kgpu writes no debug dumps (--log-level debug logs more)");
+    if (f.kubernetes_enable_dra)
+        ignored("--kubernetes-enable-dra", "", "kgpu attributes GPUs to pods through PodResources' device plugin devices");
+    if (f.disable_startup_validate) ignored("--disable-startup-validate", "", "kgpu has no DCGM prerequisites to check");
+    if (f.enable_gpu_bind_unbind_watch || f.gpu_bind_unbind_poll_interval != defaults.gpu_bind_unbind_poll_interval)
+        ignored("--enable-gpu-bind-unbind-watch", f.gpu_bind_unbind_poll_interval,
+                "DCGM's bind/unbind events; kgpu re-reads the node when a GPU is lost or answers again");
+    if (f.enable_pprof) ignored("--enable-pprof", "", "Go's profiler; kgpu is not a Go program");
+
     if (auto a = exporter::parse_listen_address(f.address); !a) return usage("--address", a.error().message);
     opts.http.address = f.address;
 
@@ -246,6 +425,8 @@ int run_exporter(const ExporterFlags& f) {
         if (!sel) return usage("--collectors", sel.error().message);
         opts.collector.counters = std::move(*sel);
     }
+    if (!f.pod_label_allowlist.empty() && !f.kubernetes_enable_pod_labels)
+        log::warn("exporter: --kubernetes-pod-label-allowlist-regex has no effect without --kubernetes-enable-pod-labels");
     if (!f.kubernetes && (f.kubernetes_virtual_gpus || f.kubernetes_enable_pod_uid || f.kubernetes_enable_pod_labels))
         log::warn("exporter: --kubernetes-virtual-gpus, --kubernetes-enable-pod-uid and --kubernetes-enable-pod-labels "
                   "have no effect without --kubernetes");
@@ -253,6 +434,8 @@ int run_exporter(const ExporterFlags& f) {
     opts.collector.kubernetes_virtual_gpus = f.kubernetes_virtual_gpus;
     opts.collector.kubernetes_pod_uid = f.kubernetes_enable_pod_uid;
     opts.collector.kubernetes_pod_labels = f.kubernetes_enable_pod_labels;
+    opts.collector.pod_label_allowlist = f.pod_label_allowlist;
+    if (f.use_old_namespace) opts.collector.uuid_label = "uuid";
     opts.collector.kubernetes = f.kubernetes;
     opts.collector.pod_resources.socket = f.pod_resources_socket;
     opts.collector.pod_resources.extra_resources = f.resource_names;

@@ -11,9 +11,13 @@
 namespace kgpu::log {
 
 enum class Level { debug = 0, info = 1, warn = 2, error = 3, off = 4 };
+// text: `2026-01-02T03:04:05.678Z warn message`; json: one object per line with the keys of Go's
+// log/slog JSON handler ({"time":...,"level":"WARN","msg":...}), as dcgm-exporter's --log-format json.
+enum class Format { text, json };
 
 void set_level(Level level);
 Level level();
+void set_format(Format format);
 // Parses "debug", "info", "warn", "error", "off"; returns false for anything else.
 bool parse_level(std::string_view text, Level& out);
 void write(Level level, std::string_view message);

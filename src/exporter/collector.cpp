@@ -12,6 +12,8 @@
 #include <tuple>
 #include <unordered_map>
 
+#include <re2/re2.h>
+
 #include "common/log.h"
 #include "exporter/catalogue.h"
 #include "exporter/exposition.h"
@@ -220,6 +222,16 @@ struct Collector::Impl {
             if (m.read == Read::gpm && sel.enabled(m.id)) gpm_rows.push_back(&m);
         for (const auto* m : gpm_rows) gpm_ids.push_back(static_cast<nvml::GpmMetric>(m->part));
         want_nvlink = sel.enabled(Metric::nvlink_bandwidth_total);
+        for (const auto& p : options.pod_label_allowlist) {
+            auto re = std::make_unique<RE2>(p, RE2::Quiet);
+            if (!re->ok()) {
+                log::warn("exporter: --kubernetes-pod-label-allowlist-regex: skipping '{}': {}", p, re->error());
+                continue;
+            }
+            label_allowlist.push_back(std::move(re));
+        }
+        if (!options.pod_label_allowlist.empty() && label_allowlist.empty())
+            log::warn("exporter: --kubernetes-pod-label-allowlist-regex: no pattern compiles; every pod label is kept");
     }
 
     nvml::Session session;
@@ -231,6 +243,7 @@ struct Collector::Impl {
     std::vector<const MetricDef*> gpm_rows;
     std::vector<nvml::GpmMetric> gpm_ids;
     bool want_nvlink = false;
+    std::vector<std::unique_ptr<RE2>> label_allowlist;  // compiled pod_label_allowlist; empty: all
     bool want_shares = false;  // per-process utilisation (kgpu_pod_*, or per-pod GPU_UTIL)
 
     // Collector-thread state.
@@ -279,7 +292,7 @@ struct Collector::Impl {
     LabelSet base_labels(const inventory::Gpu& g) const {
         LabelSet l;
         l.add("gpu", fmt::format("{}", g.index))
-            .add("UUID", g.uuid)
+            .add(options.uuid_label, g.uuid)
             .add("pci_bus_id", g.pci_bus_id)
             .add("device", fmt::format("nvidia{}", g.index))
             .add("modelName", model_name(g.name, options.replace_blanks_in_model_name));
@@ -343,8 +356,15 @@ struct Collector::Impl {
         discovery_error.clear();
         node = std::move(*n);
         rediscover = false;
+        if (options.gpu_indices) {
+            for (unsigned want : *options.gpu_indices)
+                if (std::ranges::find(node.gpus, want, &inventory::Gpu::index) == node.gpus.end())
+                    log::warn("exporter: --devices: this node has no GPU {} ({} GPU(s))", want, node.gpus.size());
+        }
         std::vector<Gpu> fresh;
         for (const auto& info : node.gpus) {
+            if (options.gpu_indices && std::ranges::find(*options.gpu_indices, info.index) == options.gpu_indices->end())
+                continue;
             Gpu g;
             g.info = info;
             g.lost = info.lost;
@@ -552,6 +572,9 @@ struct Collector::Impl {
             // name after sanitising) is left out: a duplicate name would break the scrape.
             std::set<std::string> seen;
             for (const auto& [k, v] : md->second.labels) {
+                if (!label_allowlist.empty() &&
+                    std::ranges::none_of(label_allowlist, [&](const auto& re) { return RE2::PartialMatch(k, *re); }))
+                    continue;
                 std::string name = sanitize_label_name(k);
                 const std::string needle = "," + name + "=\"";
                 if (!valid_label_name(name) || !seen.insert(name).second ||

@@ -56,6 +56,16 @@ struct CollectorOptions {
     bool kubernetes_virtual_gpus = false;
     bool kubernetes_pod_uid = false;     // `pod_uid` label (from the CRI runtime's pod sandboxes)
     bool kubernetes_pod_labels = false;  // the pod's labels (idem)
+    // dcgm-exporter's --kubernetes-pod-label-allowlist-regex: with kubernetes_pod_labels, only the
+    // pod labels whose name (as Kubernetes spells it, before sanitising) one of these RE2 patterns
+    // finds, unanchored, as Go's regexp.MatchString does. Empty: every label. A pattern RE2 cannot
+    // compile is logged and skipped; when none compiles, every label is kept (dcgm-exporter's rule).
+    std::vector<std::string> pod_label_allowlist;
+    // dcgm-exporter's -d g:0,1: serve only these GPU indices (nullopt: every GPU). An index the
+    // node does not have is logged at each discovery.
+    std::optional<std::vector<unsigned>> gpu_indices;
+    // dcgm-exporter's --use-old-namespace names the GPU's UUID label `uuid` instead of `UUID`.
+    std::string uuid_label = "UUID";
     // kgpu_mps_*: the MPS daemons' status files under this directory (--mps-root); empty: none.
     std::string mps_root = "/run/nvidia/mps";
 };

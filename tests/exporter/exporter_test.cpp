@@ -21,6 +21,7 @@
 
 #include "metrics_text.h"
 #include "tls_client.h"
+#include "support/fake_cri.h"
 #include "support/fake_pod_resources.h"
 #include "support/process.h"
 
@@ -104,6 +105,19 @@ TEST(ExporterCli, BadFlagsExitTwoNamingTheFlag) {
                                            {{"--http-max-connections-per-client", "0"}, "--http-max-connections-per-client"},
                                            {{"--max-pods-per-gpu", "0"}, "--max-pods-per-gpu"},
                                            {{"--web-config-file", "/nonexistent/web.yml"}, "/nonexistent/web.yml"},
+                                           {{"-d", "x"}, "--devices"},
+                                           {{"-d", "g:a"}, "--devices"},
+                                           {{"--devices", "g:1:2"}, "--devices"},
+                                           {{"-d", "f:0"}, "--devices"},
+                                           {{"-d", "i:0"}, "--devices"},
+                                           {{"-p", "cpu"}, "--cpu-devices"},
+                                           {{"-s", "g:x"}, "--switch-devices"},
+                                           {{"-x", "5m"}, "--xid-count-window-size"},
+                                           {{"--clock-events-count-window-size", "fast"}, "--clock-events-count-window-size"},
+                                           {{"--dump-retention", "1d"}, "--dump-retention"},
+                                           {{"--dcgm-log-level", "LOUD"}, "--dcgm-log-level"},
+                                           {{"--log-format", "xml"}, "--log-format"},
+                                           {{"--debug=maybe"}, "--debug"},
                                            {{"--no-such-flag"}, "--no-such-flag"}}) {
         std::vector<std::string> argv = {KGPU_BINARY, "exporter", "--nvml-library", KGPU_SIM_LIBRARY};
         argv.insert(argv.end(), c.args.begin(), c.args.end());
@@ -342,6 +356,162 @@ TEST(ExporterCli, DcgmExportersKubernetesAndModelNameFlagsAreAccepted) {
     const auto t4 = rbmn.metrics();
     EXPECT_EQ(t4.find("DCGM_FI_DEV_GPU_TEMP", {{"gpu", "0"}})[0]->label("modelName"), "Tesla-T4");
     EXPECT_NE(rbmn.proc().err().find("have no effect without --kubernetes"), std::string::npos) << rbmn.proc().err();
+}
+
+// dcgm-exporter 4.5.3-4.8.2's whole command line (pkg/cmd/app.go: every flag, with a typical
+// value, spelled as its users do): the exporter starts and serves, acts on what it implements and
+// says once per flag which ones it ignores.
+TEST(ExporterCli, EveryDcgmExporterFlagIsAccepted) {
+    TempDir dir;
+    Exporter e("t4x4.yaml",
+               {"-f", default_counters(), "-k", "-o", "-p", "f", "-m", "none", "-r", "10.0.0.9:5555",
+                "--kubernetes-enable-pod-labels", "--kubernetes-enable-pod-uid", "--kubernetes-gpu-id-type", "uid",
+                "--kubernetes-pod-label-allowlist-regex", "^app$,team", "-d", "f", "-n", "-s", "f", "--fake-gpus",
+                "--web-systemd-socket", "-x", "60000", "--rbmn", "--debug", "--clock-events-count-window-size=60000",
+                "--enable-dcgm-log", "--dcgm-log-level", "ERROR", "--log-format", "json", "--pod-resources-kubelet-socket",
+                dir.path() + "/kubelet.sock", "--hpc-job-mapping-dir", "/var/lib/hpc-jobs", "--nvidia-resource-names",
+                "nvidia.com/t4", "--kubernetes-virtual-gpus", "--dump-enabled", "--dump-directory", dir.path() + "/dumps",
+                "--dump-retention", "12", "--dump-compression=false", "--kubernetes-enable-dra",
+                "--disable-startup-validate", "--enable-gpu-bind-unbind-watch", "--gpu-bind-unbind-poll-interval", "2s",
+                "--enable-pprof", "--container-runtime-endpoint", "unix://" + dir.path() + "/cri.sock"});
+    ASSERT_NE(e.port(), 0) << e.proc().err();
+    const auto m = e.metrics();
+    auto s = m.find("DCGM_FI_DEV_GPU_TEMP");
+    ASSERT_EQ(s.size(), 4u);
+    EXPECT_TRUE(s[0]->label("uuid")) << "-o: the 1.x namespace's uuid label";
+    EXPECT_FALSE(s[0]->label("UUID"));
+    EXPECT_FALSE(s[0]->label("Hostname")) << "-n";
+    EXPECT_EQ(s[0]->label("modelName"), "Tesla-T4") << "--rbmn";
+    EXPECT_TRUE(m.find("DCGM_FI_DEV_MEMORY_TEMP").empty()) << "-f: T4 has no memory temperature anyway";
+    EXPECT_TRUE(m.find("kgpu_nvml_errors_total").empty());
+    // --log-format json: every line is an object with log/slog's keys; --debug: debug lines too.
+    const std::string err = e.proc().err();
+    std::istringstream lines(err);
+    std::set<std::string> levels;
+    std::string all_messages;
+    for (std::string line; std::getline(lines, line);) {
+        auto j = nlohmann::json::parse(line, nullptr, false);
+        ASSERT_TRUE(j.is_object()) << "not a JSON line: " << line;
+        ASSERT_TRUE(j.contains("time") && j.contains("level") && j.contains("msg")) << line;
+        levels.insert(j["level"].get<std::string>());
+        all_messages += j["msg"].get<std::string>() + "\n";
+    }
+    EXPECT_TRUE(levels.contains("DEBUG")) << err;
+    for (const std::string flag :
+         {"--remote-hostengine-info 10.0.0.9:5555", "--fake-gpus", "--web-systemd-socket", "--xid-count-window-size 60000",
+          "--clock-events-count-window-size 60000", "--enable-dcgm-log", "--dcgm-log-level ERROR",
+          "--hpc-job-mapping-dir /var/lib/hpc-jobs", "--dump-*", "--kubernetes-enable-dra", "--disable-startup-validate",
+          "--enable-gpu-bind-unbind-watch 2s", "--enable-pprof"})
+        EXPECT_NE(all_messages.find(flag + ": ignored: "), std::string::npos) << flag << "\n" << all_messages;
+    EXPECT_EQ(all_messages.find("--cpu-devices"), std::string::npos) << "a flag at its default does not warn";
+    EXPECT_EQ(all_messages.find("--switch-devices"), std::string::npos);
+    EXPECT_EQ(all_messages.find("--devices"), std::string::npos);
+
+    // The same through dcgm-exporter's env vars; the defaults (no flag, no env var) warn about nothing.
+    Exporter env("t4x4.yaml", {},
+                 {{"DCGM_EXPORTER_USE_OLD_NAMESPACE", "true"}, {"DCGM_EXPORTER_DEVICES_STR", "g:2"},
+                  {"DCGM_EXPORTER_CPU_DEVICES_STR", "g"}, {"DCGM_EXPORTER_OTHER_DEVICES_STR", "i"},
+                  {"DCGM_REMOTE_HOSTENGINE_INFO", "dcgm:5555"}, {"DCGM_EXPORTER_USE_FAKE_GPUS", "true"},
+                  {"DCGM_EXPORTER_SYSTEMD_SOCKET", "true"}, {"DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE", "1000"},
+                  {"DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE", "1000"}, {"DCGM_EXPORTER_DEBUG", "true"},
+                  {"DCGM_EXPORTER_ENABLE_DCGM_LOG", "true"}, {"DCGM_EXPORTER_DCGM_LOG_LEVEL", "VERB"},
+                  {"DCGM_EXPORTER_LOG_FORMAT", "text"}, {"DCGM_HPC_JOB_MAPPING_DIR", "/x"},
+                  {"DCGM_EXPORTER_DUMP_ENABLED", "true"}, {"DCGM_EXPORTER_DUMP_DIRECTORY", "/y"},
+                  {"DCGM_EXPORTER_DUMP_RETENTION", "0"}, {"DCGM_EXPORTER_DUMP_COMPRESSION", "false"},
+                  {"KUBERNETES_ENABLE_DRA", "true"}, {"DISABLE_STARTUP_VALIDATE", "true"},
+                  {"DCGM_EXPORTER_ENABLE_GPU_BIND_UNBIND_WATCH", "true"},
+                  {"DCGM_EXPORTER_GPU_BIND_UNBIND_POLL_INTERVAL", "5s"}, {"DCGM_EXPORTER_ENABLE_PPROF", "true"},
+                  {"DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX", "app"}});
+    ASSERT_NE(env.port(), 0) << env.proc().err();
+    const auto env_metrics = env.metrics();
+    s = env_metrics.find("DCGM_FI_DEV_GPU_TEMP");
+    ASSERT_EQ(s.size(), 1u) << "DCGM_EXPORTER_DEVICES_STR=g:2";
+    EXPECT_EQ(s[0]->label("gpu"), "2");
+    EXPECT_TRUE(s[0]->label("uuid"));
+    const std::string env_err = env.proc().err();
+    for (const std::string flag : {"--cpu-devices g", "--switch-devices i", "--remote-hostengine-info dcgm:5555",
+                                   "--dcgm-log-level VERB", "--enable-pprof", "--dump-*"})
+        EXPECT_NE(env_err.find(flag + ": ignored: "), std::string::npos) << flag << "\n" << env_err;
+    EXPECT_NE(env_err.find(" debug "), std::string::npos) << "DCGM_EXPORTER_DEBUG: debug lines, as text";
+    EXPECT_NE(env_err.find("has no effect without --kubernetes-enable-pod-labels"), std::string::npos) << env_err;
+
+    Exporter plain("t4x4.yaml");
+    EXPECT_EQ(plain.proc().err().find("ignored"), std::string::npos) << plain.proc().err();
+    EXPECT_EQ(plain.proc().err().find(" debug "), std::string::npos) << plain.proc().err();
+}
+
+// -d g:<ids>: only those GPUs' series, as dcgm-exporter's GPU index selection; an index the node
+// lacks is named.
+TEST(ExporterCli, DevicesSelectGpusByIndex) {
+    Exporter one("t4x4.yaml", {"-d", "g:1"});
+    ASSERT_NE(one.port(), 0);
+    auto m = one.metrics();
+    std::set<std::string> gpus;
+    for (const auto& s : m.samples)
+        if (s.name.starts_with("DCGM_") || s.name.starts_with("kgpu_gpu_"))
+            if (auto g = s.label("gpu")) gpus.insert(std::string(*g));
+    EXPECT_EQ(gpus, (std::set<std::string>{"1"}));
+    EXPECT_EQ(m.find("DCGM_FI_DEV_GPU_TEMP").size(), 1u);
+
+    Exporter some("t4x4.yaml", {"--devices=g:0,2-3,7"});
+    ASSERT_NE(some.port(), 0);
+    gpus.clear();
+    const auto some_metrics = some.metrics();
+    for (const auto* s : some_metrics.find("DCGM_FI_DEV_GPU_TEMP")) gpus.insert(std::string(*s->label("gpu")));
+    EXPECT_EQ(gpus, (std::set<std::string>{"0", "2", "3"}));
+    EXPECT_NE(some.proc().err().find("--devices: this node has no GPU 7"), std::string::npos) << some.proc().err();
+
+    Exporter all("t4x4.yaml", {"-d", "g"});
+    EXPECT_EQ(all.metrics().find("DCGM_FI_DEV_GPU_TEMP").size(), 4u);
+}
+
+// --kubernetes-pod-label-allowlist-regex through the real binary, a fake kubelet and a fake CRI
+// runtime: only the pod labels whose (unsanitised) name a pattern finds.
+TEST(ExporterPods, PodLabelAllowlistKeepsOnlyMatchingLabels) {
+    TempDir dir;
+    FakePodResources pr(dir.path() + "/kubelet.sock");
+    ASSERT_TRUE(pr.start());
+    pr.add_pod("ml", "trainer-0", "main", "nvidia.com/gpu", {"0"});
+    FakeCri cri(dir.path() + "/cri.sock");
+    ASSERT_TRUE(cri.start());
+    cri.add_sandbox("ml", "trainer-0", "0b1c2d3e-0000-4000-8000-000000000001",
+                    {{"app.kubernetes.io/name", "trainer"}, {"team", "vision"}, {"app", "train"}, {"tier", "gold"}});
+    const std::vector<std::string> base = {"--kubernetes", "--kubernetes-enable-pod-labels", "--pod-resources-kubelet-socket",
+                                           dir.path() + "/kubelet.sock", "--container-runtime-endpoint",
+                                           "unix://" + dir.path() + "/cri.sock", "--proc-root", dir.path()};
+    auto labels_of = [](const Exporter& e) {
+        std::set<std::string> names;
+        e.wait_metrics([](const ParsedMetrics& m) { return !m.find("DCGM_FI_DEV_GPU_TEMP", {{"pod", "trainer-0"}}).empty(); });
+        const auto m = e.metrics();
+        for (const auto* s : m.find("DCGM_FI_DEV_GPU_TEMP", {{"pod", "trainer-0"}}))
+            for (const auto& [k, v] : s->labels) names.insert(k);
+        return names;
+    };
+    auto args = base;
+    args.insert(args.end(), {"--kubernetes-pod-label-allowlist-regex", "^app\\.kubernetes\\.io/", 
+                             "--kubernetes-pod-label-allowlist-regex", "^te.m$,(", "-d", "g:0"});
+    Exporter e("t4x4.yaml", args);
+    ASSERT_NE(e.port(), 0) << e.proc().err();
+    auto names = labels_of(e);
+    EXPECT_TRUE(names.contains("app_kubernetes_io_name")) << "matched before sanitising (a '/' in the pattern)";
+    EXPECT_TRUE(names.contains("team"));
+    EXPECT_FALSE(names.contains("app")) << "^app\\.kubernetes\\.io/ does not find 'app'";
+    EXPECT_FALSE(names.contains("tier"));
+    EXPECT_NE(e.proc().err().find("skipping '('"), std::string::npos) << "a bad pattern is skipped, as dcgm-exporter does";
+
+    Exporter unanchored("t4x4.yaml", [&] {
+        auto a = base;
+        a.insert(a.end(), {"--kubernetes-pod-label-allowlist-regex", "ie"});
+        return a;
+    }());
+    names = labels_of(unanchored);
+    EXPECT_TRUE(names.contains("tier")) << "unanchored, as Go's MatchString";
+    EXPECT_FALSE(names.contains("team"));
+    EXPECT_FALSE(names.contains("app"));
+
+    Exporter every("t4x4.yaml", base);
+    names = labels_of(every);
+    for (const char* n : {"app_kubernetes_io_name", "team", "app", "tier"}) EXPECT_TRUE(names.contains(n)) << n;
 }
 
 TEST(ExporterServe, EndpointsContentTypesAndGzip) {
