@@ -18,12 +18,6 @@ namespace kgpu::process {
 
 namespace {
 
-int decode_status(int status) {
-    if (WIFEXITED(status)) return WEXITSTATUS(status);
-    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-    return -1;
-}
-
 struct Fd {
     int fd = -1;
     Fd() = default;
@@ -47,6 +41,25 @@ bool make_pipe(Fd& read_end, Fd& write_end) {
 
 }  // namespace
 
+int exit_code_of(int status) {
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    return -1;
+}
+
+std::vector<std::string> child_environment(const std::map<std::string, std::string>& set,
+                                           const std::vector<std::string>& unset) {
+    std::vector<std::string> out;
+    for (char** e = environ; e && *e; ++e) {
+        const std::string_view kv(*e);
+        const std::string_view key = kv.substr(0, kv.find('='));
+        if (!set.contains(std::string(key)) && std::find(unset.begin(), unset.end(), key) == unset.end())
+            out.emplace_back(kv);
+    }
+    for (const auto& [k, v] : set) out.push_back(k + "=" + v);
+    return out;
+}
+
 Result<Completed> run(const RunOptions& opts) {
     using clock = std::chrono::steady_clock;
     if (opts.argv.empty()) return fail(Code::invalid_argument, "run: empty argv");
@@ -54,12 +67,7 @@ Result<Completed> run(const RunOptions& opts) {
 
     // Everything the child needs is built before fork: in a threaded process only
     // async-signal-safe calls are allowed between fork and exec.
-    std::vector<std::string> env_strings;
-    for (char** e = environ; e && *e; ++e) {
-        std::string_view kv(*e);
-        if (!opts.set_env.contains(std::string(kv.substr(0, kv.find('='))))) env_strings.emplace_back(kv);
-    }
-    for (const auto& [k, v] : opts.set_env) env_strings.push_back(k + "=" + v);
+    std::vector<std::string> env_strings = child_environment(opts.set_env);
     std::vector<char*> envp, argv;
     for (auto& s : env_strings) envp.push_back(s.data());
     envp.push_back(nullptr);
@@ -107,7 +115,7 @@ Result<Completed> run(const RunOptions& opts) {
             if (r == pid || (r < 0 && errno == ECHILD)) {
                 reaped = true;
                 exited_at = clock::now();
-                done.exit_code = r == pid ? decode_status(status) : -1;
+                done.exit_code = r == pid ? exit_code_of(status) : -1;
             }
         }
         if (reaped && out_r.fd < 0 && err_r.fd < 0) break;

@@ -34,4 +34,11 @@ struct Completed {
 // the program). An exec failure is exit code 127 with the reason on `err`.
 Result<Completed> run(const RunOptions& opts);
 
+// What run() and src/demo's Child both need before fork (nothing after fork may allocate):
+// this process's environment without the keys of `set` and `unset`, then `set`'s entries.
+std::vector<std::string> child_environment(const std::map<std::string, std::string>& set,
+                                           const std::vector<std::string>& unset = {});
+// A waitpid() status as an exit code: the exit status, 128 + the signal, or -1.
+int exit_code_of(int wait_status);
+
 }  // namespace kgpu::process

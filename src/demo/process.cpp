@@ -11,33 +11,15 @@
 #include <cstring>
 #include <thread>
 
-extern char** environ;
+#include "common/process.h"
 
 namespace kgpu::demo {
-
-namespace {
-
-int decode_status(int status) {
-    if (WIFEXITED(status)) return WEXITSTATUS(status);
-    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-    return -1;
-}
-
-}  // namespace
 
 Result<Child> Child::spawn(const SpawnOptions& opts) {
     if (opts.argv.empty()) return fail(Code::invalid_argument, "spawn: empty argv");
     // Everything the child needs is built before fork: after fork in a threaded process only
     // async-signal-safe calls are allowed.
-    std::vector<std::string> env_strings;
-    for (char** e = environ; e && *e; ++e) {
-        std::string_view kv(*e);
-        std::string_view key = kv.substr(0, kv.find('='));
-        bool drop = opts.set_env.contains(std::string(key)) ||
-                    std::find(opts.unset_env.begin(), opts.unset_env.end(), key) != opts.unset_env.end();
-        if (!drop) env_strings.emplace_back(kv);
-    }
-    for (const auto& [k, v] : opts.set_env) env_strings.push_back(k + "=" + v);
+    std::vector<std::string> env_strings = process::child_environment(opts.set_env, opts.unset_env);
     std::vector<char*> envp, argv;
     for (auto& s : env_strings) envp.push_back(s.data());
     envp.push_back(nullptr);
@@ -119,7 +101,7 @@ std::optional<int> Child::poll() {
     if (exit_code_ || pid_ <= 0) return exit_code_;
     int status = 0;
     pid_t r = ::waitpid(pid_, &status, WNOHANG);
-    if (r == pid_) exit_code_ = decode_status(status);
+    if (r == pid_) exit_code_ = process::exit_code_of(status);
     else if (r < 0 && errno == ECHILD) exit_code_ = -1;  // reaped elsewhere: nothing left to wait for
     return exit_code_;
 }
@@ -139,7 +121,7 @@ int Child::stop(std::chrono::milliseconds grace) {
     int status = 0;
     while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
     }
-    exit_code_ = decode_status(status);
+    exit_code_ = process::exit_code_of(status);
     return *exit_code_;
 }
 
