@@ -1,6 +1,8 @@
 #include "common/strings.h"
 
+#include <algorithm>
 #include <cctype>
+#include <charconv>
 
 namespace kgpu::strings {
 
@@ -44,6 +46,27 @@ bool starts_with_ci(std::string_view s, std::string_view prefix) {
             return false;
     }
     return true;
+}
+
+std::optional<std::vector<unsigned long>> version_parts(std::string_view v) {
+    if (v.starts_with('v')) v.remove_prefix(1);
+    if (v.empty()) return std::nullopt;
+    std::vector<unsigned long> out;
+    for (auto p : split(v, '.')) {
+        unsigned long n = 0;
+        auto [ptr, ec] = std::from_chars(p.data(), p.data() + p.size(), n);
+        if (p.empty() || ec != std::errc{} || ptr != p.data() + p.size()) return std::nullopt;
+        out.push_back(n);
+    }
+    return out;
+}
+
+int compare_versions(const std::vector<unsigned long>& a, const std::vector<unsigned long>& b) {
+    for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+        const unsigned long x = i < a.size() ? a[i] : 0, y = i < b.size() ? b[i] : 0;
+        if (x != y) return x < y ? -1 : 1;
+    }
+    return 0;
 }
 
 }  // namespace kgpu::strings

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -11,5 +12,10 @@ std::string lower(std::string_view s);
 std::string upper(std::string_view s);
 std::vector<std::string_view> split(std::string_view s, char sep);
 bool starts_with_ci(std::string_view s, std::string_view prefix);
+
+// A dotted decimal version ("550.54.15", "12.4", "v9.0") as its parts, or nullopt when it is not one.
+std::optional<std::vector<unsigned long>> version_parts(std::string_view v);
+// -1, 0 or 1; missing parts count as 0 ("12.4" == "12.4.0").
+int compare_versions(const std::vector<unsigned long>& a, const std::vector<unsigned long>& b);
 
 }  // namespace kgpu::strings

@@ -244,27 +244,6 @@ Status create_symlinks(const std::string& root, const std::vector<std::string>& 
 
 namespace {
 
-std::optional<std::vector<unsigned long>> version_of(std::string_view v) {
-    if (v.starts_with('v')) v.remove_prefix(1);
-    if (v.empty()) return std::nullopt;
-    std::vector<unsigned long> out;
-    for (auto p : strings::split(v, '.')) {
-        unsigned long n = 0;
-        auto [ptr, ec] = std::from_chars(p.data(), p.data() + p.size(), n);
-        if (p.empty() || ec != std::errc{} || ptr != p.data() + p.size()) return std::nullopt;
-        out.push_back(n);
-    }
-    return out;
-}
-
-int compare(const std::vector<unsigned long>& a, const std::vector<unsigned long>& b) {
-    for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
-        unsigned long x = i < a.size() ? a[i] : 0, y = i < b.size() ? b[i] : 0;
-        if (x != y) return x < y ? -1 : 1;
-    }
-    return 0;
-}
-
 template <class T>
 bool read_at(std::string_view data, size_t off, T& out) {
     if (off > data.size() || data.size() - off < sizeof(T)) return false;
@@ -321,9 +300,9 @@ bool use_cuda_compat(const std::string& file_name, const std::optional<std::stri
                      const std::string& cuda) {
     std::string_view v = file_name;
     if (v.starts_with("libcuda.so.")) v.remove_prefix(11);
-    auto compat = version_of(v);
-    auto host = version_of(driver);
-    auto host_cuda = version_of(cuda);
+    auto compat = strings::version_parts(v);
+    auto host = strings::version_parts(driver);
+    auto host_cuda = strings::version_parts(cuda);
     if (note) {
         json h;
         try {
@@ -335,16 +314,16 @@ bool use_cuda_compat(const std::string& file_name, const std::optional<std::stri
             if (!compat || !host) {
                 if (!host_cuda) return false;
                 auto want = h.contains("CUDA Version") && h["CUDA Version"].is_string()
-                                ? version_of(h["CUDA Version"].get<std::string>())
+                                ? strings::version_parts(h["CUDA Version"].get<std::string>())
                                 : std::nullopt;
-                return want && compare(*want, *host_cuda) > 0;
+                return want && strings::compare_versions(*want, *host_cuda) > 0;
             }
             bool branch = false;
             if (h.contains("Driver") && h["Driver"].is_array())
                 for (const auto& d : h["Driver"])
                     if (d.is_number_integer() && d.get<long>() >= 0 && static_cast<unsigned long>(d.get<long>()) == host->front())
                         branch = true;
-            return branch && compare(*compat, *host) > 0;
+            return branch && strings::compare_versions(*compat, *host) > 0;
         }
     }
     if (!cuda.empty()) return false;

@@ -22,29 +22,6 @@ struct Constraint {
     std::string text;
 };
 
-// Dotted decimal parts, or nullopt when `v` is not such a version ("12.4", "550.54.15", "9.0").
-std::optional<std::vector<unsigned long>> version_parts(std::string_view v) {
-    if (v.starts_with('v')) v.remove_prefix(1);
-    if (v.empty()) return std::nullopt;
-    std::vector<unsigned long> out;
-    for (auto p : strings::split(v, '.')) {
-        unsigned long n = 0;
-        auto [ptr, ec] = std::from_chars(p.data(), p.data() + p.size(), n);
-        if (p.empty() || ec != std::errc{} || ptr != p.data() + p.size()) return std::nullopt;
-        out.push_back(n);
-    }
-    while (out.size() > 1 && out.back() == 0) out.pop_back();  // "12.4.0" == "12.4"
-    return out;
-}
-
-int compare_versions(const std::vector<unsigned long>& a, const std::vector<unsigned long>& b) {
-    for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
-        unsigned long x = i < a.size() ? a[i] : 0, y = i < b.size() ? b[i] : 0;
-        if (x != y) return x < y ? -1 : 1;
-    }
-    return 0;
-}
-
 bool holds(int cmp, Op op) {
     switch (op) {
         case Op::eq: return cmp == 0;
@@ -87,7 +64,7 @@ Result<std::optional<Constraint>> parse_constraint(std::string_view text, std::s
         if (c.op != Op::eq && c.op != Op::ne)
             return fail(Code::invalid_argument, "{}: constraint '{}': brand compares only with = or !=", variable, text);
         if (c.value.empty()) return fail(Code::invalid_argument, "{}: constraint '{}': expected a brand", variable, text);
-    } else if (!version_parts(c.value)) {
+    } else if (!strings::version_parts(c.value)) {
         return fail(Code::invalid_argument, "{}: constraint '{}': '{}' is not a version (dotted numbers such as 12.4)",
                     variable, text, c.value);
     }
@@ -103,10 +80,10 @@ bool evaluate(const Constraint& c, const NodeProperties& node, const GpuProperti
         return c.op == Op::eq ? equal : !equal;
     }
     std::string have = c.property == "cuda" ? node.cuda : c.property == "driver" ? node.driver : gpu ? gpu->arch : "";
-    auto a = version_parts(have);
-    auto b = version_parts(c.value);
+    auto a = strings::version_parts(have);
+    auto b = strings::version_parts(c.value);
     if (!a || !b) return false;
-    return holds(compare_versions(*a, *b), c.op);
+    return holds(strings::compare_versions(*a, *b), c.op);
 }
 
 }  // namespace
