@@ -71,16 +71,6 @@ constexpr GpuRow kGpus[] = {
     {"RTX 50", {12, 0}}, {"RTX PRO 6000", {12, 0}}, {"GB10", {12, 1}},
 };
 
-std::vector<int> driver_parts(std::string_view s) {
-    std::vector<int> out;
-    for (auto p : strings::split(s, '.')) {
-        int v = 0;
-        std::from_chars(p.data(), p.data() + p.size(), v);
-        out.push_back(v);
-    }
-    return out;
-}
-
 bool all_digits(std::string_view s) {
     return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
@@ -135,13 +125,9 @@ bool valid_driver(std::string_view text) {
 }
 
 int compare_driver(std::string_view a, std::string_view b) {
-    auto pa = driver_parts(a), pb = driver_parts(b);
-    size_t n = std::max(pa.size(), pb.size());
-    pa.resize(n, 0);
-    pb.resize(n, 0);
-    for (size_t i = 0; i < n; ++i)
-        if (pa[i] != pb[i]) return pa[i] < pb[i] ? -1 : 1;
-    return 0;
+    // Both passed valid_driver(); a part that does not parse would count as 0.
+    return strings::compare_versions(strings::version_parts(a).value_or(std::vector<unsigned long>{}),
+                                     strings::version_parts(b).value_or(std::vector<unsigned long>{}));
 }
 
 std::optional<std::string> min_driver(Cuda cuda) {
