@@ -1,6 +1,7 @@
 // `kgpu runtime install` with the built binary, into a fake host root that has nothing but glibc
-// (the dynamic loader, libc, libm): the installed kgpu must run there (the install runs it under
-// chroot), containerd's config gets kgpu's runtime, a stand-in containerd is restarted by SIGHUP
+// (the dynamic loader, libc, libm; this machine's, or Debian 11's older one): the installed kgpu
+// must run there on the glibc it carries (the install runs it under chroot), containerd's config
+// gets kgpu's runtime, a stand-in containerd is restarted by SIGHUP
 // only when its config changed, /dev/char links appear, and a second run changes nothing.
 // Root only (chroot, mknod).
 #include <gmock/gmock.h>
