@@ -13,6 +13,7 @@
 
 #include "cdi/driver_files.h"
 #include "cdi/spec.h"
+#include "common/elf.h"
 #include "common/files.h"
 #include "common/strings.h"
 #include "doctor/compat.h"
@@ -775,7 +776,30 @@ void check_toolkit(State& s, CheckResult& r) {
         const bool present = fs::exists(s.host(s.containerd->nvidia_binary), ec);
         note(r, "containerd's {} runtime is kgpu's: {} ({})", s.containerd->nvidia_runtime_name, s.containerd->nvidia_binary,
              present ? "present" : "missing");
-        if (!present) set(r, Status::fail, "Install kgpu's runtime on the host: `kgpu runtime install`.");
+        if (!present) {
+            set(r, Status::fail, "Install kgpu's runtime on the host: `kgpu runtime install`.");
+            return;
+        }
+        // The copy runs on the loader and glibc it carries (<install-dir>/lib): without them every
+        // container of the nvidia runtime fails to start, so say so here.
+        auto image = files::read(s.host(s.containerd->nvidia_binary));
+        auto interp = image ? elf::read_interpreter(*image, s.containerd->nvidia_binary) : Result<elf::Slot>();
+        if (!image || !interp) {
+            note(r, "{}", !image ? image.error().message : interp.error().message);
+            return;
+        }
+        const fs::path lib_dir = fs::path(interp->value).parent_path();
+        std::vector<std::string> missing;
+        if (!fs::exists(s.host(interp->value), ec)) missing.push_back(interp->value);
+        if (fs::path(s.containerd->nvidia_binary).parent_path() / "lib" == lib_dir)
+            for (std::string_view name : elf::kCarriedLibraries)
+                if (!fs::exists(s.host((lib_dir / name).string()), ec)) missing.push_back((lib_dir / name).string());
+        note(r, "its program interpreter: {}{}", interp->value, missing.empty() ? " (present, with the glibc it carries)" : "");
+        if (!missing.empty()) {
+            note(r, "missing: {}", fmt::join(missing, ", "));
+            set(r, Status::fail, "kgpu's runtime cannot start (every container of the nvidia runtime fails): the loader or "
+                                 "glibc it carries is missing. Run `kgpu runtime install` again.");
+        }
         return;
     }
     const std::vector<std::string> dirs = {"/usr/bin", "/usr/local/bin", "/usr/local/nvidia/toolkit", "/bin"};

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "common/elf.h"
 #include "common/files.h"
 
 namespace kgpu::nvml {
@@ -92,6 +93,9 @@ std::vector<std::string> candidate_paths(const LoadOptions& options) {
 
 Result<std::shared_ptr<const Library>> Library::load(const LoadOptions& options) {
     std::vector<std::string> tried;
+    // A copy installed on the host (`kgpu runtime install`) runs on the glibc it carries: the
+    // driver library's own glibc dependencies must be those, never the host's (common/elf.h).
+    (void)elf::pin_carried_glibc();
     for (const auto& path : candidate_paths(options)) {
         const bool bare = path.find('/') == std::string::npos;
         std::error_code ec;

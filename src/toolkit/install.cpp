@@ -10,9 +10,12 @@
 
 #include <cerrno>
 #include <cstring>
+#include <ranges>
 
 #include <fmt/format.h>
+#include <gnu/libc-version.h>
 
+#include "common/elf.h"
 #include "common/files.h"
 #include "doctor/devchar.h"
 #include "runtime/containerd.h"
@@ -73,6 +76,8 @@ Result<bool> ensure_symlink(const fs::path& link, const std::string& target) {
     return true;
 }
 
+fs::path host_path(const InstallOptions& o, const std::string& p) { return files::under_root(o.host_root, p); }
+
 // Runs `<dir>/kgpu --version` inside the host's root: proof the binary runs there with the
 // host's own libraries.
 Result<std::string> run_on_host(const fs::path& host_root, const std::string& binary) {
@@ -111,6 +116,59 @@ Result<std::string> run_on_host(const fs::path& host_root, const std::string& bi
 }
 
 std::string join_path(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }
+
+// Step 1a: the dynamic loader and glibc this binary runs on, copied into <install-dir>/lib, and
+// `image` (the binary's bytes) pointed at that loader (common/elf.h says why). The copies are
+// those of this process's own glibc, which is the image's: the glibc the binary was built for.
+// Each file is written atomically and only when it differs; the binary is written after them,
+// so nothing ever runs a loader that is not there yet. Returns the report line, "" for a static
+// binary (nothing to carry).
+Result<std::string> carry_glibc(const InstallOptions& o, std::string& image, const std::string& source) {
+    auto interp = elf::read_interpreter(image, source);
+    if (!interp && interp.error().code == Code::not_found) return std::string();
+    if (!interp) return std::unexpected(interp.error().context("install"));
+    const std::string libc_dir = elf::running_libc_dir();
+    if (libc_dir.empty()) return fail(Code::not_found, "install: cannot find the libc.so.6 this process runs on (dladdr)");
+    const std::string loader = fs::path(interp->value).filename().string();
+    const std::string lib_dir = join_path(o.install_dir, "lib");
+    // The binary names the loader by its standard path (padded with slashes); the loader of the
+    // glibc this process runs on is next to its libc.so.6 (Debian: /lib/x86_64-linux-gnu).
+    std::vector<std::pair<std::string, fs::path>> files;  // name in lib_dir, source
+    std::error_code ec;
+    files.emplace_back(loader, fs::exists(fs::path(libc_dir) / loader, ec) ? fs::path(libc_dir) / loader
+                                                                          : fs::path(interp->value).lexically_normal());
+    for (std::string_view name : elf::kCarriedLibraries) files.emplace_back(std::string(name), fs::path(libc_dir) / name);
+    // The copy's loader is the carried one, and it searches the carried glibc first (an absolute
+    // RPATH: $ORIGIN would need /proc). A binary linked without the padded RPATH cannot be
+    // carried: the carried loader would take the host's libc.
+    auto rpath = elf::read_rpath(image, source);
+    if (!rpath)
+        return fail(Code::invalid_argument, "install: {}: kgpu must be linked with the padded RPATH of src/CMakeLists.txt "
+                    "to run on the glibc it carries ({})", source, rpath.error().message);
+    const std::string what = fmt::format("install --install-dir {}: the copy's", o.install_dir);
+    if (auto st = elf::rewrite(image, *interp, join_path(lib_dir, loader), what + " program interpreter"); !st)
+        return std::unexpected(st.error());
+    if (auto st = elf::rewrite(image, *rpath, lib_dir, what + " RPATH"); !st) return std::unexpected(st.error());
+    size_t total = 0;
+    std::vector<std::string> written;
+    for (const auto& [name, from] : files) {
+        auto content = files::read(from);
+        if (!content)
+            return std::unexpected(content.error().context(
+                fmt::format("install: the glibc file {} to carry onto the host (kgpu's image ships it)", name)));
+        total += content->size();
+        const fs::path to = host_path(o, join_path(lib_dir, name));
+        auto w = write_if_changed(to, *content, 0755);
+        if (!w) return std::unexpected(w.error());
+        if (::chmod(to.c_str(), 0755) != 0) return fail(Code::io, "chmod {}: {}", to.string(), std::strerror(errno));
+        if (*w) written.push_back(name);
+    }
+    const std::string line = fmt::format("{}/{{{}}}: the loader and glibc {} the copy runs on, whatever the host's "
+                                         "glibc ({:.1f} MB)",
+                                         lib_dir, fmt::join(files | std::views::keys, ","), ::gnu_get_libc_version(),
+                                         static_cast<double>(total) / 1e6);
+    return written.empty() ? "unchanged: " + line : fmt::format("carried {} (wrote {})", line, fmt::join(written, ", "));
+}
 
 }  // namespace
 
@@ -151,6 +209,10 @@ Result<InstallReport> install(const InstallOptions& o) {
     }
     auto bytes = files::read(source);
     if (!bytes) return std::unexpected(bytes.error().context("install"));
+    if (auto carried = carry_glibc(o, *bytes, source); !carried)
+        return std::unexpected(carried.error());
+    else if (!carried->empty())
+        report.lines.push_back(*carried);
     const std::string binary = join_path(o.install_dir, "kgpu");
     auto copied = write_if_changed(host(binary), *bytes, 0755);
     if (!copied) return std::unexpected(copied.error());
@@ -174,9 +236,8 @@ Result<InstallReport> install(const InstallOptions& o) {
         } else {
             auto v = run_on_host(o.host_root, binary);
             if (!v)
-                return fail(v.error().code, "{}; kgpu needs the host's glibc to be at least the build's ({}); nothing "
-                            "points at the copy yet, so containerd and the runtime's config were left as they were",
-                            v.error().message, "2.36 for Debian 12 builds");
+                return fail(v.error().code, "{}; nothing points at the copy yet, so containerd and the runtime's config "
+                            "were left as they were", v.error().message);
             report.lines.push_back(fmt::format("verified: {} --version runs on the host: {}", binary, *v));
         }
     }

@@ -9,8 +9,10 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
+#include "common/elf.h"
 #include "doctor/doctor.h"
 #include "doctor/devchar.h"
 #include "doctor/host.h"
@@ -599,6 +601,23 @@ TEST(DoctorChecks, KgpusRuntimeCountsAsTheGpuRuntime) {
     EXPECT_THAT(get(r, "runtime.containerd").evidence, HasSubstr("kgpu's container runtime"));
     EXPECT_EQ(get(r, "runtime.toolkit").status, Status::ok) << get(r, "runtime.toolkit").evidence;
     EXPECT_THAT(get(r, "runtime.toolkit").evidence, HasSubstr("runtime is kgpu's"));
+
+    // The installed copy runs on the loader it names (<install-dir>/lib/ld-linux-*, carried by the
+    // install): an ELF runtime whose loader is not on the host is a failure, not a silent crash of
+    // every container. (This test's own binary stands in: it names /lib64/ld-linux-x86-64.so.2.)
+    std::ifstream self("/proc/self/exe", std::ios::binary);
+    const std::string exe((std::istreambuf_iterator<char>(self)), std::istreambuf_iterator<char>());
+    auto interp = kgpu::elf::read_interpreter(exe, "this test");
+    ASSERT_TRUE(interp) << interp.error().message;
+    host.remove(interp->value);
+    host.write("/usr/local/kgpu/kgpu-container-runtime", exe);
+    auto gone = Doc{host}();
+    EXPECT_EQ(get(gone, "runtime.toolkit").status, Status::fail) << get(gone, "runtime.toolkit").evidence;
+    EXPECT_THAT(get(gone, "runtime.toolkit").evidence, HasSubstr("missing: " + interp->value));
+    EXPECT_THAT(get(gone, "runtime.toolkit").fix, HasSubstr("Run `kgpu runtime install` again"));
+    host.write(interp->value, "loader");
+    auto back = Doc{host}();
+    EXPECT_EQ(get(back, "runtime.toolkit").status, Status::ok) << get(back, "runtime.toolkit").evidence;
 }
 
 }  // namespace

@@ -1,11 +1,13 @@
 // `kgpu runtime install` with the built binary, into a fake host root that has nothing but glibc
-// (the dynamic loader, libc, libm): the installed kgpu must run there (the install runs it under
-// chroot), containerd's config gets kgpu's runtime, a stand-in containerd is restarted by SIGHUP
+// (the dynamic loader, libc, libm; this machine's, or Debian 11's older one): the installed kgpu
+// must run there on the glibc it carries (the install runs it under chroot), containerd's config
+// gets kgpu's runtime, a stand-in containerd is restarted by SIGHUP
 // only when its config changed, /dev/char links appear, and a second run changes nothing.
 // Root only (chroot, mknod).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -14,6 +16,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <map>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -108,7 +111,14 @@ TEST(RuntimeInstall, OntoAHostWithOnlyGlibcThenIdempotent) {
     EXPECT_THAT(r.out, HasSubstr("installed /usr/local/kgpu/kgpu"));
     // The copy runs inside the host's root, with only glibc there.
     EXPECT_THAT(r.out, HasSubstr("verified: /usr/local/kgpu/kgpu --version runs on the host"));
-    EXPECT_EQ(slurp(host.path("/usr/local/kgpu/kgpu")), slurp(KGPU_BINARY));
+    // The copy runs on the loader and glibc it carries, whatever the host's glibc.
+    EXPECT_THAT(r.out, HasSubstr("carried /usr/local/kgpu/lib/{ld-linux-x86-64.so.2,libc.so.6,libm.so.6,libpthread.so.0"));
+    for (const char* lib : {"ld-linux-x86-64.so.2", "libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1"})
+        EXPECT_EQ(slurp(host.path(std::string("/usr/local/kgpu/lib/") + lib)), slurp(std::string("/lib/x86_64-linux-gnu/") + lib)) << lib;
+    auto elf = run_process({"/usr/bin/readelf", "-l", "-d", host.path("/usr/local/kgpu/kgpu")});
+    EXPECT_THAT(elf.out, HasSubstr("[Requesting program interpreter: /usr/local/kgpu/lib/ld-linux-x86-64.so.2]"));
+    EXPECT_THAT(elf.out, HasSubstr("Library rpath: [/usr/local/kgpu/lib]"));
+    EXPECT_EQ(slurp(host.path("/usr/local/kgpu/kgpu")).size(), slurp(KGPU_BINARY).size());
     EXPECT_EQ(fs::read_symlink(host.path("/usr/local/kgpu/kgpu-container-runtime")), "kgpu");
     EXPECT_EQ(fs::read_symlink(host.path("/usr/local/kgpu/nvidia-cdi-hook")), "kgpu");
     const std::string rc = slurp(host.path("/etc/kgpu/container-runtime.toml"));
@@ -139,6 +149,7 @@ TEST(RuntimeInstall, OntoAHostWithOnlyGlibcThenIdempotent) {
     auto r2 = run_process({KGPU_BINARY, "runtime", "install", "--host-root", host.root()});
     ASSERT_EQ(r2.exit_code, 0) << r2.out << r2.err;
     EXPECT_THAT(r2.out, HasSubstr("unchanged: /usr/local/kgpu/kgpu"));
+    EXPECT_THAT(r2.out, HasSubstr("unchanged: /usr/local/kgpu/lib/{ld-linux-x86-64.so.2,"));
     EXPECT_THAT(r2.out, HasSubstr("unchanged: /etc/kgpu/container-runtime.toml"));
     EXPECT_THAT(r2.out, HasSubstr("containerd not restarted: its config did not change"));
     EXPECT_THAT(r2.out, HasSubstr("unchanged: /dev/char links for 4 NVIDIA device nodes"));
@@ -169,10 +180,24 @@ TEST(RuntimeInstall, RestartModes) {
     EXPECT_THAT(signal.err, HasSubstr(third.path("/run/containerd/containerd.sock")));
 }
 
+// The install directory on a noexec mount: the copy cannot run, whatever it carries.
+struct NoexecMount {
+    std::string dir;
+    bool mounted = false;
+    explicit NoexecMount(std::string d) : dir(std::move(d)) {
+        fs::create_directories(dir);
+        mounted = ::mount("tmpfs", dir.c_str(), "tmpfs", MS_NOEXEC, nullptr) == 0;
+    }
+    ~NoexecMount() {
+        if (mounted) ::umount2(dir.c_str(), MNT_DETACH);
+    }
+};
+
 TEST(RuntimeInstall, ACopyThatCannotRunChangesNothingElse) {
     if (::geteuid() != 0) GTEST_SKIP() << "chroot and mknod need root";
     Host host;
-    fs::remove_all(host.path("/lib64"));  // no dynamic loader: nothing dynamic runs there
+    NoexecMount noexec(host.path("/usr/local/kgpu"));
+    if (!noexec.mounted) GTEST_SKIP() << "cannot mount a noexec tmpfs here: " << std::strerror(errno);
     const std::string before = slurp(host.path("/etc/containerd/config.toml"));
     FakeContainerd containerd(host.path("/run/containerd/containerd.sock"));
     auto r = run_process({KGPU_BINARY, "runtime", "install", "--host-root", host.root()});
@@ -182,6 +207,69 @@ TEST(RuntimeInstall, ACopyThatCannotRunChangesNothingElse) {
     EXPECT_EQ(slurp(host.path("/etc/containerd/config.toml")), before);
     EXPECT_FALSE(fs::exists(host.path("/etc/kgpu/container-runtime.toml")));
     EXPECT_EQ(containerd.ended_by(), 0);
+}
+
+// A host whose only libraries are an old glibc (Debian 11's 2.31, unpacked by scripts/setup into
+// build/old-glibc/root), as on Ubuntu 20.04/22.04 or RHEL 8/9 nodes: kgpu as built (glibc 2.36)
+// does not run there; the installed copy does, as kgpu, as the runtime, as the CDI hook, and
+// with the driver's NVML (the simulator and the C++ libraries it links, copied in as the driver).
+TEST(RuntimeInstall, RunsOnAHostWithAnOlderGlibc) {
+    if (::geteuid() != 0) GTEST_SKIP() << "chroot needs root";
+    const fs::path old_root = fs::path(KGPU_SOURCE_DIR) / "build/old-glibc/root";
+    if (!fs::exists(old_root / "lib/x86_64-linux-gnu/libc.so.6"))
+        GTEST_SKIP() << old_root.string() << ": no old glibc (scripts/setup downloads Debian 11's libc6 there; it could not)";
+    TempDir dir;
+    const std::string root = dir.path() + "/host";
+    fs::copy(old_root, root, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+    dir.write("host/etc/containerd/config.toml", "version = 2\n");
+    auto chroot = [&](const std::string& command, const std::map<std::string, std::string>& env = {}) {
+        return run_process({"/usr/sbin/chroot", root, "/bin/busybox", "sh", "-c", command}, env);
+    };
+    fs::create_directories(root + "/bin");
+    fs::copy_file("/bin/busybox", root + "/bin/busybox");  // busybox-static: a shell with no libraries
+
+    // Without the fix: the binary as built needs a newer glibc than this host's.
+    fs::copy_file(KGPU_BINARY, root + "/kgpu-as-built");
+    auto plain = chroot("/kgpu-as-built --version");
+    EXPECT_NE(plain.exit_code, 0);
+    EXPECT_THAT(plain.out + plain.err, HasSubstr("version `GLIBC_2.3"));
+
+    auto r = run_process({KGPU_BINARY, "runtime", "install", "--host-root", root, "--restart-mode", "none"});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_THAT(r.out, HasSubstr("verified: /usr/local/kgpu/kgpu --version runs on the host: "));
+    auto version = chroot("/usr/local/kgpu/kgpu --version");
+    EXPECT_EQ(version.exit_code, 0) << version.out << version.err;
+    // The runtime's name dispatches to the runtime (which passes --version on to runc, absent here).
+    auto rt = chroot("/usr/local/kgpu/kgpu-container-runtime --version");
+    EXPECT_THAT(rt.err, HasSubstr("no low-level OCI runtime found")) << rt.out << rt.err;
+    // A hook, reading the OCI state from stdin like runc gives it.
+    dir.write("host/bundle/config.json", R"({"ociVersion":"1.0.2","root":{"path":"/ctr"}})");
+    dir.write("host/state.json", R"({"ociVersion":"1.0.2","id":"c","pid":1,"bundle":"/bundle"})");
+    fs::create_directories(root + "/ctr");
+    auto hook = chroot("/usr/local/kgpu/nvidia-cdi-hook create-symlinks --link libnvidia-ml.so.1::/usr/lib/libnvidia-ml.so < /state.json");
+    EXPECT_EQ(hook.exit_code, 0) << hook.out << hook.err;
+    EXPECT_EQ(fs::read_symlink(root + "/ctr/usr/lib/libnvidia-ml.so"), "libnvidia-ml.so.1");
+    // NVML: the driver's library (the simulator, which links libpthread, libdl and librt as the
+    // real one does) resolves its glibc to the carried one, never this host's 2.31.
+    const std::string drv = root + "/usr/lib/x86_64-linux-gnu";
+    fs::copy_file(KGPU_SIM_LIBRARY, drv + "/libnvidia-ml.so.1");
+    for (const char* lib : {"libyaml-cpp.so.0.7", "libstdc++.so.6", "libgcc_s.so.1"})
+        fs::copy_file(fs::canonical(std::string("/lib/x86_64-linux-gnu/") + lib), drv + "/" + lib);
+    fs::copy_file(fs::path(KGPU_SOURCE_DIR) / "sim/nodes/dgx-h100.yaml", root + "/node.yaml");
+    auto info = chroot("/usr/local/kgpu/kgpu info --nvml-library /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+                       {{"KGPU_SIM_NODE", "/node.yaml"}});
+    EXPECT_EQ(info.exit_code, 0) << info.out << info.err;
+    EXPECT_THAT(info.out, HasSubstr("GPU 7: NVIDIA H100 80GB HBM3"));
+
+    // A second install changes nothing; an install dir too long for the reserved room is refused.
+    auto again = run_process({KGPU_BINARY, "runtime", "install", "--host-root", root, "--restart-mode", "none"});
+    EXPECT_THAT(again.out, HasSubstr("unchanged: /usr/local/kgpu/lib/"));
+    EXPECT_THAT(again.out, HasSubstr("unchanged: /usr/local/kgpu/kgpu"));
+    auto too_long = run_process({KGPU_BINARY, "runtime", "install", "--host-root", root, "--restart-mode", "none",
+                                 "--install-dir", "/" + std::string(240, 'd')});
+    EXPECT_EQ(too_long.exit_code, 2);
+    EXPECT_THAT(too_long.err, HasSubstr("does not fit the 255 bytes the build reserved"));
+    EXPECT_THAT(too_long.err, HasSubstr("choose a shorter --install-dir"));
 }
 
 TEST(RuntimeConfigure, KgpuRuntimeFlag) {
