@@ -153,10 +153,23 @@ void runCommand(State& st, const std::vector<std::string>& t) {
         Gpu& g = gpuAt(st, t[1]);
         applyXid(st, g, nullptr, 79);
         g.lost = true;
+    } else if (cmd == "fail") {
+        constexpr const char* usage = "fail <gpu> <nvmlDevice entry point> <NVML error name without NVML_ERROR_>|off";
+        argc(t, 4, 4, usage);
+        Gpu& g = gpuAt(st, t[1]);
+        if (!t[2].starts_with("nvmlDevice")) throw CommandError{"'" + t[2] + "' is not an nvmlDevice* entry point; usage: " + usage};
+        if (t[3] == "off") {
+            g.failing.erase(t[2]);
+        } else {
+            auto e = errorByName(t[3]);
+            if (!e || *e == NVML_SUCCESS) throw CommandError{"'" + t[3] + "' is not an NVML error name (e.g. UNKNOWN); usage: " + usage};
+            g.failing[t[2]] = *e;
+        }
     } else if (cmd == "restore") {
         argc(t, 2, 2, "restore <gpu>");
         Gpu& g = gpuAt(st, t[1]);
         g.lost = false;
+        g.failing.clear();
         g.remapPending = g.retiredPagesPending = false;
         g.recoveryAction = NVML_GPU_RECOVERY_ACTION_NONE;
     } else if (cmd == "util") {
@@ -209,7 +222,7 @@ void runCommand(State& st, const std::vector<std::string>& t) {
         g.computeMode = computeMode(t[2]);
     } else {
         throw CommandError{"unknown command '" + cmd +
-                           "' (expected xid, lost, restore, util, proc, noproc, gpm, mig or computemode)"};
+                           "' (expected xid, lost, fail, restore, util, proc, noproc, gpm, mig or computemode)"};
     }
 }
 

@@ -6,6 +6,7 @@
 #include "model.h"
 
 #include <mutex>
+#include <string_view>
 
 namespace kgpu_sim {
 
@@ -47,12 +48,15 @@ inline nvmlReturn_t resolve(State& st, const void* h, DevRef& d) {
 }
 
 // Runs f(State&, DevRef) for a valid device handle on a GPU that is not lost.
+// `entry` is the calling entry point's name (the `fail <gpu> <entry point> <error>` command).
 template <class F>
-nvmlReturn_t withDevice(nvmlDevice_t h, On on, F&& f) {
+nvmlReturn_t withDevice(nvmlDevice_t h, On on, F&& f, const char* entry = __builtin_FUNCTION()) {
     return withState([&](State& st) -> nvmlReturn_t {
         DevRef d;
         if (nvmlReturn_t r = resolve(st, h, d)) return r;
         if (d.gpu->lost) return NVML_ERROR_GPU_IS_LOST;
+        if (!d.gpu->failing.empty())
+            if (auto it = d.gpu->failing.find(std::string_view(entry)); it != d.gpu->failing.end()) return it->second;
         if (d.mig && on == On::Gpu) return NVML_ERROR_NOT_SUPPORTED;
         return f(st, d);
     });

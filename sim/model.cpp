@@ -549,6 +549,12 @@ NodeSpec readNode(const YAML::Node& root) {
 
 }  // namespace
 
+std::optional<nvmlReturn_t> errorByName(const std::string& name) {
+    auto it = std::find_if(std::begin(kErrorNames), std::end(kErrorNames), [&](auto& e) { return name == e.first; });
+    if (it == std::end(kErrorNames)) return std::nullopt;
+    return it->second;
+}
+
 std::optional<NodeSpec> loadNode(const std::string& path) {
     try {
         YAML::Node root = YAML::LoadFile(path);

@@ -125,6 +125,8 @@ struct NodeSpec {
 // Parses and checks a fixture. On error prints `kgpu-sim: <file>:<line>: <key>: <expected>` on
 // stderr and returns nullopt.
 std::optional<NodeSpec> loadNode(const std::string& path);
+// An NVML return code by its name without NVML_ERROR_ ("UNKNOWN"; "SUCCESS" for NVML_SUCCESS).
+std::optional<nvmlReturn_t> errorByName(const std::string& name);
 
 struct Gpu;
 
@@ -172,6 +174,7 @@ struct Gpu : Object {
     unsigned nextGiId = 1;
     std::optional<std::pair<unsigned, unsigned>> utilOverride;  // gpu%, mem%
     std::map<unsigned, Process> procs;                          // by pid
+    std::map<std::string, nvmlReturn_t, std::less<>> failing;  // entry point -> error (`fail` command)
     unsigned remapCorr = 0, remapUnc = 0;
     bool remapPending = false, retiredPagesPending = false;
     unsigned long long sbeVolatile = 0, dbeVolatile = 0, sbeAggregate = 0, dbeAggregate = 0;

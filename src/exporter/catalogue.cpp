@@ -117,6 +117,11 @@ constexpr std::array<MetricDef, kMetricCount> kCatalogue{{
     {gpu_xid_events_total, "kgpu_gpu_xid_events_total", MT::counter, "events",
      "XID events reported for this GPU (or one of its MIG devices) since the exporter started.",
      "NVML XID events", S::kgpu_gpu},
+    {gpu_xid_class_events_total, "kgpu_gpu_xid_class_events_total", MT::counter, "events",
+     "XID events reported for this GPU (or one of its MIG devices) since the exporter started, by class as kgpu's "
+     "device plugin treats them by default: application (13, 31, 43, 45, 68, 109: the GPU stays healthy), "
+     "recoverable (92, 94) or reset-required (every other XID); all three series from the start.",
+     "NVML XID events", S::kgpu_gpu, R::none, 0, 1.0, false, "xid_class"},
     {process_fb_used_bytes, "kgpu_process_fb_used_bytes", MT::gauge, "bytes",
      "GPU memory used by one compute process (host PID), with the pod that runs it when known.",
      "nvmlDeviceGetComputeRunningProcesses_v3 (per MIG device on MIG GPUs), nvmlSystemGetProcessName; "
@@ -275,7 +280,7 @@ std::string metrics_markdown() {
       "reported per MIG instance only (NVML answers them per instance); the device-wide ones (clocks,\n"
       "temperatures, power, energy, ECC, XID, remapped rows, NVLink) stay on the GPU's series.\n\n");
     w("`kgpu_*` metrics use lint-clean labels only: `gpu`, `UUID`, `GPU_I_ID`, `state`, `pid`, `process`, `pod`,\n"
-      "`namespace`, `container`, `function`, `reason`, `resource`.\n\n");
+      "`namespace`, `container`, `function`, `reason`, `resource`, `xid_class`.\n\n");
     w("## MPS\n\n");
     w("`kgpu_mps_*` show each MPS-shared resource (`sharing.mps`) as `kgpu mps-control-daemon` runs it: one\n"
       "series per resource (`resource`, e.g. `nvidia.com/gpu`), read each pass from the status files under\n"

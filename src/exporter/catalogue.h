@@ -55,6 +55,7 @@ enum class Metric : unsigned {
     gpu_health,
     gpu_last_xid,
     gpu_xid_events_total,
+    gpu_xid_class_events_total,
     process_fb_used_bytes,
     pod_sm_util_ratio,
     pod_mem_util_ratio,
@@ -138,6 +139,13 @@ const MetricDef* find_metric(std::string_view name);
 // dcgm-exporter's err_msg label of DCGM_FI_DEV_XID_ERRORS for XID `xid` ("No Error" for 0,
 // "Unknown Error" beyond its table), so alerts written against dcgm-exporter match.
 std::string_view xid_error_message(unsigned xid);
+
+// The class of XID `xid` as kgpu's device plugin treats it by default (deviceplugin::HealthConfig's
+// ignoredXids and recoverableXids; shared/facts/diagnostics.md "Recovery classes"): "application"
+// (caused by the workload: the GPU stays healthy), "recoverable" (unhealthy for a recovery period)
+// or "reset-required" (every other XID, unknown ones too). kXidClasses lists them in that order.
+inline constexpr std::string_view kXidClasses[] = {"application", "recoverable", "reset-required"};
+std::size_t xid_class(unsigned xid);  // index into kXidClasses
 
 // docs/metrics.md: the catalogue as a Markdown page (label order, scopes, what is out of scope).
 std::string metrics_markdown();

@@ -190,6 +190,7 @@ struct Collector::Impl {
     struct Xid {
         unsigned last = 0;
         std::uint64_t count = 0;
+        std::array<std::uint64_t, std::size(kXidClasses)> by_class{};  // counts per xid_class()
     };
     struct Process {
         unsigned gpu = 0;
@@ -805,6 +806,11 @@ struct Collector::Impl {
             const Xid x = it == xid_copy.end() ? Xid{} : it->second;
             add(Metric::gpu_last_xid, g.kgpu, x.last);
             add(Metric::gpu_xid_events_total, g.kgpu, double(x.count));
+            for (std::size_t c = 0; c < x.by_class.size(); ++c) {
+                LabelSet l = g.kgpu;
+                l.add("xid_class", kXidClasses[c]);
+                add(Metric::gpu_xid_class_events_total, l, double(x.by_class[c]));
+            }
         }
         const Gpu* by_index = nullptr;
         auto gpu_at = [&](unsigned index) -> const Gpu* {
@@ -970,6 +976,7 @@ struct Collector::Impl {
                 Xid& x = xids[keys[static_cast<std::size_t>(e.key)]];
                 x.last = static_cast<unsigned>(e.data);
                 ++x.count;
+                ++x.by_class[xid_class(x.last)];
                 log::info("exporter: XID {} on {}", e.data, keys[static_cast<std::size_t>(e.key)]);
             }
         }

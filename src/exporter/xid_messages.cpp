@@ -191,4 +191,13 @@ std::string_view xid_error_message(unsigned xid) {
     return it->text;
 }
 
+std::size_t xid_class(unsigned xid) {
+    // deviceplugin::HealthConfig's defaults (a unit test keeps them equal).
+    static constexpr unsigned kApplication[] = {13, 31, 43, 45, 68, 109};
+    static constexpr unsigned kRecoverable[] = {92, 94};
+    if (std::ranges::find(kApplication, xid) != std::end(kApplication)) return 0;
+    if (std::ranges::find(kRecoverable, xid) != std::end(kRecoverable)) return 1;
+    return 2;
+}
+
 }  // namespace kgpu::exporter

@@ -25,6 +25,10 @@ CHECK is one of:
                        blocks, values.yaml defaults equal the plain manifests' settings
   configdoc            every flag of every subcommand's --help is in docs/configuration.md
   mps                  the mps-control-daemon DaemonSet (plain and Helm) is NVIDIA's, with kgpu's paths
+  helm-prometheusrule  the chart's prometheusrule.yaml, rendered (a small Go-template renderer for
+                       what the chart uses): nothing by default or without the exporter; enabled,
+                       a PrometheusRule with additionalLabels whose spec is the groups of
+                       deploy/monitoring/kgpu-alerts.rules.yaml (the chart's files/ copy is equal)
 Exit 0 when the check passes; 1 with one line per problem on stderr otherwise.
 Run with Debian's /usr/bin/python3 (python3-yaml)."""
 import os
@@ -959,6 +963,197 @@ def check_helm():
             problem(f"helm daemonset.yaml: hostPath {p} of the plain manifest is missing")
 
 
+
+# A small renderer for the Go templates the chart uses (there is no helm here): text/template's
+# actions (if/with/else/end, define/include, {{- -}} trimming, pipelines) and the few Sprig/Helm
+# functions the templates call. Anything else is an error naming the template and the action, so
+# a template that starts using more fails here rather than rendering wrong.
+class TemplateError(Exception):
+    pass
+
+
+def _tokens(action):
+    return re.findall(r'"(?:[^"\\]|\\.)*"|\(|\)|\||[^\s()|]+', action)
+
+
+class Chart:
+    def __init__(self, chart_dir, values_overrides=None):
+        self.dir = chart_dir
+        self.meta = yaml.safe_load((chart_dir / "Chart.yaml").read_text())
+        self.values = yaml.safe_load((chart_dir / "values.yaml").read_text())
+        for path, value in (values_overrides or {}).items():  # --set a.b.c=value
+            node = self.values
+            *parents, last = path.split(".")
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[last] = value
+        self.root = {"Values": self.values, "Release": {"Name": "kgpu", "Namespace": self.values.get("namespace")},
+                     "Chart": {"Name": self.meta["name"], "Version": self.meta["version"],
+                               "AppVersion": self.meta["appVersion"]},
+                     "Files": {"Get": lambda path: (chart_dir / path).read_text()}}
+        self.defines = {}
+        for t in sorted((chart_dir / "templates").glob("*.tpl")):
+            self._parse(t.read_text(), t.name)
+
+    def _parse(self, text, name):
+        """Text and actions as a tree of ("text", s) / ("action", a) / (block, arg, body, else_body)."""
+        parts = []
+        pos = 0
+        for m in re.finditer(r"\{\{(-?)\s*(.*?)\s*(-?)\}\}", text, re.S):
+            before = text[pos:m.start()]
+            if m.group(1):
+                before = before.rstrip()
+            if parts and parts[-1][0] == "trim":
+                before = before.lstrip()
+                parts.pop()
+            parts.append(("text", before))
+            parts.append(("action", m.group(2)))
+            if m.group(3):
+                parts.append(("trim", ""))
+            pos = m.end()
+        tail = text[pos:]
+        if parts and parts[-1][0] == "trim":
+            tail = tail.lstrip()
+            parts.pop()
+        parts.append(("text", tail))
+        stack = [("root", None, [], None)]
+        for kind, value in parts:
+            if kind == "text":
+                stack[-1][2].append(("text", value))
+                continue
+            if value.startswith("/*"):
+                continue
+            word = value.split()[0]
+            if word in ("if", "with", "define"):
+                stack.append((word, value[len(word):].strip(), [], None))
+            elif word == "else":
+                block = stack.pop()
+                stack.append((block[0], block[1], block[2], []))
+            elif word == "end":
+                block = stack.pop()
+                if block[0] == "define":
+                    self.defines[block[1].strip('"')] = block[2]
+                else:
+                    node = (block[0], block[1], block[2], block[3] or [])
+                    (stack[-1][3] if stack[-1][3] is not None else stack[-1][2]).append(node)
+            else:
+                (stack[-1][3] if stack[-1][3] is not None else stack[-1][2]).append(("action", value))
+        if len(stack) != 1:
+            raise TemplateError(f"{name}: unclosed {stack[-1][0]}")
+        return stack[0][2]
+
+    def _value(self, token, dot):
+        if token.startswith('"'):
+            return yaml.safe_load(token)
+        if re.fullmatch(r"-?\d+", token):
+            return int(token)
+        if token == ".":
+            return dot
+        if token.startswith(".") or token.startswith("$."):
+            node = self.root if token.startswith("$") else dot
+            for part in token.lstrip("$").strip(".").split("."):
+                if not isinstance(node, dict) or part not in node:
+                    raise TemplateError(f"{token}: no field {part}")
+                node = node[part]
+            return node
+        raise TemplateError(f"unsupported operand {token}")
+
+    def _call(self, words, dot, piped):
+        args = [self._value(w, dot) for w in words[1:]] + piped
+        fn = words[0]
+        if not (fn.startswith(".") or fn.startswith('"') or fn == "$") and fn not in self.FUNCS:
+            raise TemplateError(f"unsupported function {fn}")
+        if fn in self.FUNCS:
+            return self.FUNCS[fn](self, *args)
+        value = self._value(fn, dot)
+        return value(*args) if callable(value) else value
+
+    def _pipeline(self, action, dot):
+        out = []
+        for command in " ".join(_tokens(action)).split(" | "):
+            out = [self._call(_tokens(command), dot, out)]
+        return out[0]
+
+    @staticmethod
+    def _truthy(v):
+        return bool(v)
+
+    def _exec(self, nodes, dot):
+        out = []
+        for node in nodes:
+            if node[0] == "text":
+                out.append(node[1])
+            elif node[0] == "action":
+                v = self._pipeline(node[1], dot)
+                out.append("" if v is None else str(v))
+            elif node[0] == "if":
+                out.append(self._exec(node[2] if self._truthy(self._pipeline(node[1], dot)) else node[3], dot))
+            elif node[0] == "with":
+                v = self._pipeline(node[1], dot)
+                out.append(self._exec(node[2], v) if self._truthy(v) else self._exec(node[3], dot))
+        return "".join(out)
+
+    def _to_yaml(self, v):
+        return yaml.safe_dump(v, default_flow_style=False, sort_keys=True).rstrip("\n")
+
+    FUNCS = {
+        "and": lambda self, *a: next((x for x in a if not x), a[-1]),
+        "or": lambda self, *a: next((x for x in a if x), a[-1]),
+        "not": lambda self, a: not a,
+        "include": lambda self, name, dot: self._exec(self.defines[name], dot),
+        "nindent": lambda self, n, s: "\n" + "\n".join(" " * n + line for line in str(s).split("\n")),
+        "indent": lambda self, n, s: "\n".join(" " * n + line for line in str(s).split("\n")),
+        "toYaml": lambda self, v: self._to_yaml(v),
+        "quote": lambda self, v: '"' + str(v) + '"',
+        "printf": lambda self, fmt, *a: re.sub(r"%[sdv]", "{}", fmt).format(*a),
+    }
+
+    def render(self, template):
+        path = self.dir / "templates" / template
+        try:
+            return self._exec(self._parse(path.read_text(), template), self.root)
+        except (TemplateError, KeyError, TypeError) as e:
+            raise TemplateError(f"{path.relative_to(SRC)}: {e}") from e
+
+
+def check_helm_prometheusrule():
+    """The chart's PrometheusRule, rendered: off by default; on, the rules file's groups as its spec."""
+    chart_dir = SRC / "deploy/helm/kgpu"
+    plain = SRC / "deploy/monitoring/kgpu-alerts.rules.yaml"
+    copy = chart_dir / "files/kgpu-alerts.rules.yaml"
+    if not copy.exists() or copy.read_text() != plain.read_text():
+        problem(f"{copy.relative_to(SRC)} differs from {plain.relative_to(SRC)}: copy it over")
+    try:
+        for overrides in ({}, {"exporter.enabled": False, "exporter.prometheusRule.enabled": True}):
+            out = Chart(chart_dir, overrides).render("prometheusrule.yaml")
+            if out.strip():
+                problem(f"helm prometheusrule.yaml renders an object with {overrides or 'the defaults'}:\n{out}")
+        on = {"exporter.prometheusRule.enabled": True, "exporter.prometheusRule.additionalLabels": {"release": "prom"}}
+        out = Chart(chart_dir, on).render("prometheusrule.yaml")
+    except TemplateError as e:
+        problem(str(e))
+        return
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    if len(docs) != 1:
+        problem(f"helm prometheusrule.yaml (enabled) renders {len(docs)} documents:\n{out}")
+        return
+    doc = docs[0]
+    if doc.get("apiVersion") != "monitoring.coreos.com/v1" or doc.get("kind") != "PrometheusRule":
+        problem(f"helm prometheusrule.yaml: {doc.get('apiVersion')} {doc.get('kind')}, expected a PrometheusRule")
+    meta = doc.get("metadata", {})
+    if meta.get("namespace") != values()["namespace"]:
+        problem(f"helm prometheusrule.yaml: namespace {meta.get('namespace')} != values' {values()['namespace']}")
+    labels = meta.get("labels") or {}
+    if labels.get("release") != "prom" or labels.get("app.kubernetes.io/name") != "kgpu":
+        problem(f"helm prometheusrule.yaml: labels {labels} lack additionalLabels (release: prom) or the chart's")
+    if doc.get("spec") != yaml.safe_load(plain.read_text()):
+        problem(f"helm prometheusrule.yaml: spec is not the groups of {plain.relative_to(SRC)}")
+    cr = [d for d in yaml.safe_load_all((SRC / "deploy/kubernetes/prometheusrule.yaml").read_text()) if d][-1]
+    if doc.get("spec") != cr.get("spec"):
+        problem("helm prometheusrule.yaml: spec differs from deploy/kubernetes/prometheusrule.yaml's")
+    if values()["exporter"]["prometheusRule"]["additionalLabels"] != {"release": cr["metadata"]["labels"].get("release")}:
+        problem("values.yaml: exporter.prometheusRule.additionalLabels differs from the plain PrometheusRule's release label")
+
 # --------------------------------------------------------------------------------------------
 # docs/configuration.md
 
@@ -1085,7 +1280,7 @@ def check_mps():
 CHECKS = {
     "manifests": check_manifests, "args": check_args, "hostpaths": check_hostpaths,
     "dockerfile": check_dockerfile, "image": check_image, "helm": check_helm, "configdoc": check_configdoc,
-    "mps": check_mps,
+    "mps": check_mps, "helm-prometheusrule": check_helm_prometheusrule,
 }
 
 if __name__ == "__main__":

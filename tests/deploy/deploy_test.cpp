@@ -33,5 +33,6 @@ TEST(Deploy, ManifestsRunWhatTheImageHas) { check({"image"}); }
 TEST(Deploy, HelmChartMatchesTheManifests) { check({"helm"}); }
 TEST(Docs, ConfigurationReferenceCoversEveryFlag) { check({"configdoc"}); }
 TEST(Deploy, MpsControlDaemonIsNvidias) { check({"mps"}); }
+TEST(Deploy, HelmPrometheusRuleHasTheRulesOfThePlainFile) { check({"helm-prometheusrule"}); }
 
 }  // namespace

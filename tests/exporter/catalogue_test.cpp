@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "deviceplugin/config.h"
 #include "exporter/catalogue.h"
 #include "exporter/exposition.h"
 
@@ -112,6 +113,20 @@ TEST(Catalogue, ProfilingMetricsReadTheGpmMetricsDcgmDocuments) {
     EXPECT_EQ(def(Metric::nvlink_bandwidth_total).read, Read::nvlink_throughput);
     EXPECT_EQ(find_metric("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"), &def(Metric::prof_pipe_tensor_active));
     EXPECT_EQ(find_metric("DCGM_FI_DEV_VGPU_LICENSE_STATUS"), nullptr);
+}
+
+TEST(Catalogue, XidClassesAreTheDevicePluginsDefaults) {
+    const deviceplugin::HealthConfig defaults;
+    for (unsigned xid = 0; xid < 300; ++xid) {
+        const auto c = defaults.classify(xid);
+        const std::string_view want = c == deviceplugin::XidClass::ignored       ? "application"
+                                      : c == deviceplugin::XidClass::recoverable ? "recoverable"
+                                                                                 : "reset-required";
+        EXPECT_EQ(kXidClasses[xid_class(xid)], want) << "XID " << xid;
+    }
+    EXPECT_EQ(kXidClasses[xid_class(79)], "reset-required");
+    EXPECT_EQ(kXidClasses[xid_class(13)], "application");
+    EXPECT_EQ(kXidClasses[xid_class(94)], "recoverable");
 }
 
 TEST(Catalogue, XidErrorMessagesAreDcgmExportersTexts) {

@@ -195,6 +195,12 @@ void check_fixture(const std::string& fixture) {
         }
         EXPECT_EQ(m.value("kgpu_gpu_health", {{"gpu", std::to_string(index)}, {"state", "ok"}}), 1.0);
         EXPECT_EQ(m.value("kgpu_gpu_xid_events_total", sel), 0.0);
+        // Every class at 0 from the start (a counter first seen at 1 has no increase in PromQL).
+        for (const char* c : {"application", "recoverable", "reset-required"}) {
+            auto with_class = sel;
+            with_class["xid_class"] = c;
+            EXPECT_EQ(m.value("kgpu_gpu_xid_class_events_total", with_class), 0.0) << c;
+        }
         ++index;
     }
     EXPECT_EQ(m.value("kgpu_collections_total"), 2.0);
@@ -280,6 +286,18 @@ TEST(Collector, SimEventsShowAtTheNextInterval) {
                m.value("DCGM_FI_DEV_XID_ERRORS", {{"gpu", "1"}, {"err_code", "31"}, {"err_msg", "GPU memory page fault"}}) ==
                    31.0;
     }));
+    // By class: 31 is the application's; then 94 (recoverable) and 48 (reset) on the same GPU.
+    append(events, "xid 1 94\nxid 1 48\nxid 1 48\n");
+    auto klass = [](const char* gpu, const char* c) {
+        return std::map<std::string, std::string>{{"gpu", gpu}, {"xid_class", c}};
+    };
+    EXPECT_TRUE(wait_for(c, [&](const ParsedMetrics& m) {
+        return m.value("kgpu_gpu_xid_events_total", gpu(1)) == 4.0 &&
+               m.value("kgpu_gpu_xid_class_events_total", klass("1", "application")) == 1.0 &&
+               m.value("kgpu_gpu_xid_class_events_total", klass("1", "recoverable")) == 1.0 &&
+               m.value("kgpu_gpu_xid_class_events_total", klass("1", "reset-required")) == 2.0 &&
+               m.value("kgpu_gpu_xid_class_events_total", klass("0", "reset-required")) == 0.0;
+    })) << "kgpu_gpu_xid_class_events_total by class after XIDs 31, 94, 48, 48 on GPU 1";
 
     append(events, "lost 5");
     EXPECT_TRUE(wait_for(c, [](const ParsedMetrics& m) {

@@ -5,8 +5,10 @@
 // it: the same securityContext (user, no capabilities, no privilege escalation, read-only root),
 // env and volume mounts, each hostPath a temp dir, the ConfigMap's file, and the simulator mounted
 // from the build tree where the NVIDIA runtime puts the driver's libnvidia-ml.so.1. A library the
-// image lacks fails every run. Skipped with the reason when buildah, containerd or root is missing
-// (scripts/setup installs buildah and containerd).
+// image lacks fails every run. The exporter also serves HTTPS with basic auth from a
+// --web-config-file there: OpenSSL and libcrypt are loaded with dlopen only then, so only such a
+// run shows the image carries them. Skipped with the reason when buildah, containerd or root is
+// missing (scripts/setup installs buildah and containerd).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,10 +18,13 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
+#include <thread>
 
 #include "support/containerd.h"
 #include "support/process.h"
+#include "tls_client.h"
 
 namespace kgpu::test {
 namespace {
@@ -231,6 +236,17 @@ TEST(Image, BuiltWithoutARegistryImportedIntoContainerdAndRunsLikeTheDaemonSet) 
         EXPECT_TRUE(slurp(layer + path) == slurp(staged + path)) << path << " differs";
     }
     EXPECT_LT(bytes, 40u * 1000 * 1000) << "the image is over its 40 MB budget";
+    // What the manifests and dcgm-exporter's Helm values point at: the toolkit's multi-call name
+    // and dcgm-exporter's default counters file (the binary's own list).
+    EXPECT_EQ(in_image.count("/usr/bin/kgpu-container-runtime") ? in_image.at("/usr/bin/kgpu-container-runtime") : "",
+              "link -> kgpu");
+    ASSERT_TRUE(in_image.contains("/etc/dcgm-exporter/default-counters.csv"));
+    EXPECT_TRUE(in_image.at("/etc/dcgm-exporter/default-counters.csv").starts_with("file 0644 "));
+    EXPECT_EQ(slurp(layer + "/etc/dcgm-exporter/default-counters.csv"),
+              run_process({KGPU_BINARY, "exporter", "--print-default-counters"}).out);
+    // The TLS and bcrypt libraries the exporter dlopens for --web-config-file (run below).
+    for (const char* lib : {"libssl.so.3", "libcrypto.so.3", "libcrypt.so.1"})
+        EXPECT_TRUE(fs::exists(layer + "/usr/lib/x86_64-linux-gnu/" + lib)) << lib << " is not in the image";
     std::cout << "image " << name << ": " << bytes / 1024 << " KiB uncompressed, archive "
               << fs::file_size(archive) / 1024 << " KiB, " << in_image.size() << " entries\n";
 
@@ -322,6 +338,54 @@ TEST(Image, BuiltWithoutARegistryImportedIntoContainerdAndRunsLikeTheDaemonSet) 
     EXPECT_EQ(demo.exit_code, 0) << demo.out << demo.err;
     EXPECT_NE(demo.out.find("all 5 steps passed"), std::string::npos) << demo.out << demo.err;
     EXPECT_TRUE(fs::is_empty(host.path() + "/tmp")) << "the demo left its work dir behind";
+
+    // The exporter container with TLS and basic auth (--web-config-file): the dlopen'ed OpenSSL
+    // and libcrypt must be in the image, or HTTPS fails only in production. Its args as the
+    // DaemonSet's, listening on a loopback port of the host's network, scraped over HTTPS.
+    {
+        TempDir exp_host;
+        PodSettings ex = settings_of("exporter", stage.user, exp_host.path());
+        const std::string web = exp_host.path() + "/web";
+        fs::create_directories(web);
+        std::string pki_error;
+        const auto pki = make_pki(web, pki_error);
+        ASSERT_TRUE(pki) << pki_error;
+        std::ofstream(web + "/web.yml") << "tls_server_config:\n  cert_file: /etc/kgpu-web/server.crt\n"
+                                           "  key_file: /etc/kgpu-web/server.key\n"
+                                           "basic_auth_users:\n  prometheus: " << bcrypt_hash("scrape-secret") << "\n";
+        auto xflags = ex.flags;
+        xflags.insert(xflags.end(), {"--mount", "type=bind,src=" + web + ",dst=/etc/kgpu-web,options=rbind:ro", "--net-host"});
+        auto xsim = simulated_driver();
+        xflags.insert(xflags.end(), xsim.begin(), xsim.end());
+        std::vector<std::string> argv = {"/usr/bin/ctr", "--address", containerd.socket(), "--namespace", "kgpu-test",
+                                         "run", "--rm"};
+        argv.insert(argv.end(), xflags.begin(), xflags.end());
+        argv.insert(argv.end(), {name, "kgpu-image-test-tls", "/usr/bin/kgpu"});
+        for (const auto& a : ex.args)
+            argv.push_back(a.starts_with("--address") ? "--address=127.0.0.1:0" : a);
+        argv.push_back("--web-config-file=/etc/kgpu-web/web.yml");
+        ChildProcess exporter(argv);
+        int port = 0;
+        for (int i = 0; i < 240 && port == 0 && exporter.running(); ++i) {
+            std::smatch m;
+            const std::string err = exporter.err();
+            if (std::regex_search(err, m, std::regex("listening on 127\\.0\\.0\\.1:([0-9]+)"))) port = std::stoi(m[1]);
+            else std::this_thread::sleep_for(std::chrono::milliseconds(250));
+        }
+        ASSERT_NE(port, 0) << "the exporter in the image did not start with TLS:\n" << exporter.err() << exporter.out();
+        TlsClientOptions o;
+        o.ca_file = pki->ca_cert;
+        auto denied = https_request(port, "GET", "/metrics", o);
+        EXPECT_EQ(denied.http.status, 401) << denied.error << "\n" << exporter.err();
+        o.headers = {"Authorization: " + basic_auth("prometheus", "scrape-secret")};
+        auto scraped = https_request(port, "GET", "/metrics", o);
+        EXPECT_EQ(scraped.http.status, 200) << scraped.error << "\n" << exporter.err();
+        EXPECT_NE(scraped.http.body.find("DCGM_FI_DEV_GPU_TEMP{gpu=\"0\""), std::string::npos) << scraped.http.body;
+        auto plain = http_request(port, "GET", "/metrics", {}, 5000);
+        EXPECT_NE(plain.status, 200) << "plain HTTP answered on the TLS port";
+        containerd.ctr({"task", "kill", "--signal", "SIGTERM", "kgpu-image-test-tls"});
+        EXPECT_EQ(exporter.wait(30000), 0) << exporter.err();
+    }
 
     EXPECT_EQ(containerd.stop(), 0) << containerd.process().err();
 }

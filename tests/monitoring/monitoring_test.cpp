@@ -1,8 +1,9 @@
 // deploy/monitoring: the alert rules (promtool check + promtool test rules with synthetic series
 // for every alert, the PrometheusRule equal to the plain file) and the Grafana dashboard, data
 // driven: a real Prometheus (Debian's) scrapes `kgpu exporter` on a simulated 8-GPU node with pods
-// (the fake kubelet PodResources and CRI servers), an XID, a lost GPU and a pod's process near its
-// GPU's memory; every variable and every panel expression of the dashboard must return data, and
+// (the fake kubelet PodResources and CRI servers), MPS sharing (kgpu mps-control-daemon), XIDs of
+// two classes, a lost GPU, a failing NVML call and a pod's process near its GPU's memory; every
+// variable and every panel expression of the dashboard must return data, and
 // the rules loaded into that Prometheus must raise the alerts the injected faults call for. A
 // panel added to the JSON is checked without touching this file.
 #include <gtest/gtest.h>
@@ -261,15 +262,29 @@ TEST(Dashboard, EveryPanelAndAlertHasDataFromARealPrometheusScrapingASimulatedNo
     dir.write("proc/777/cgroup", "0::/kubepods.slice/kubepods-pod9f2e3d4c_5b6a_7980_1a2b_3c4d5e6f7a8b.slice/cri-containerd-" +
                                      std::string(64, 'd') + ".scope\n");
     // The node: load and the pods' processes from the start; the faults come once the exporter
-    // watches XID events (below): an ECC XID on GPU 2, GPU 5 falls off the bus.
+    // watches XID events (below): an ECC XID on GPU 2, an application XID on GPU 1, GPU 5 falls off
+    // the bus, GPU 4's power reading fails.
     const std::string events = dir.write("events",
                                          "util 0 97 60\nutil 1 95 58\nutil 3 40 10\n"
-                                         "proc 0 4242 81604378624 train.py\nproc 3 777 2147483648 serve\n");
+                                         "proc 0 4242 81604378624 train.py sm=90 mem=55\n"
+                                         "proc 3 777 2147483648 serve sm=35 mem=8\n");
+    // MPS sharing of nvidia.com/gpu (2 replicas per GPU), as the kgpu-mps-control-daemon DaemonSet
+    // runs it: its status files under the MPS root feed kgpu_mps_*.
+    const std::string mps_root = dir.path() + "/mps";
+    const std::string mps_config = dir.write("config.yaml", "version: v1\nsharing:\n  mps:\n    resources:\n"
+                                                            "    - name: nvidia.com/gpu\n      replicas: 2\n");
+    ChildProcess mps({KGPU_BINARY, "mps-control-daemon", "--config-file", mps_config, "--nvml-library",
+                      KGPU_SIM_LIBRARY, "--mps-root", mps_root, "--mps-control-binary", KGPU_MPS_CONTROL_SIM},
+                     {{"KGPU_SIM_NODE", kSource + "/sim/nodes/dgx-h100.yaml"}, {"KGPU_SIM_EVENTS", events}});
+    ASSERT_TRUE(eventually([&] { return ::access((mps_root + "/.ready").c_str(), F_OK) == 0 || !mps.running(); }, 60) &&
+                mps.running())
+        << mps.err();
 
     ChildProcess exporter({KGPU_BINARY, "exporter", "--address", "127.0.0.1:0", "--collect-interval", "200",
                            "--nvml-library", KGPU_SIM_LIBRARY, "--kubernetes", "--pod-resources-kubelet-socket",
                            dir.path() + "/pod-resources.sock", "--container-runtime-endpoint",
-                           "unix://" + dir.path() + "/cri.sock", "--proc-root", dir.path() + "/proc"},
+                           "unix://" + dir.path() + "/cri.sock", "--proc-root", dir.path() + "/proc", "--mps-root",
+                           mps_root},
                           {{"KGPU_SIM_NODE", kSource + "/sim/nodes/dgx-h100.yaml"}, {"KGPU_SIM_EVENTS", events},
                            {"NODE_NAME", "sim-node"}});
     int port = 0;
@@ -297,14 +312,16 @@ TEST(Dashboard, EveryPanelAndAlertHasDataFromARealPrometheusScrapingASimulatedNo
         auto r = p.query("kgpu_gpu_xid_events_total{gpu=\"2\"} == 0");
         return r.is_array() && !r.empty();
     }, 120)) << "Prometheus never scraped the exporter; its log:\n" << prom.err();
-    std::ofstream(events, std::ios::app) << "xid 2 48\nlost 5\n";
+    std::ofstream(events, std::ios::app) << "xid 2 48\nxid 1 13\nlost 5\nfail 4 nvmlDeviceGetPowerUsage UNKNOWN\n";
     // Enough scrapes for the rate windows, and every fault visible.
     ASSERT_TRUE(eventually([&] {
         auto lost = p.query("kgpu_gpu_health{state=\"lost\",gpu=\"5\"} == 1");
         auto pods = p.query("kgpu_process_fb_used_bytes{pod=\"trainer-0\"}");
         auto samples = p.query("count_over_time(kgpu_collections_total[1m]) >= 4");
+        auto errors = p.query("increase(kgpu_nvml_errors_total[1m]) > 0");
+        auto mps_up = p.query("kgpu_mps_daemon_up == 1");
         return lost.is_array() && !lost.empty() && pods.is_array() && !pods.empty() && samples.is_array() &&
-               !samples.empty();
+               !samples.empty() && errors.is_array() && !errors.empty() && mps_up.is_array() && !mps_up.empty();
     }, 120)) << "Prometheus never had the faults; its log:\n" << prom.err() << "\nexporter:\n" << exporter.err();
 
     // The dashboard's variables, resolved as Grafana does (label_values), in order.
@@ -342,9 +359,21 @@ TEST(Dashboard, EveryPanelAndAlertHasDataFromARealPrometheusScrapingASimulatedNo
     }
     EXPECT_GE(checked, 20);
 
+    // XIDs by class: 48 on GPU 2 and 79 (lost) on GPU 5 need a reset, 13 on GPU 1 is the application's.
+    auto class_count = [&](const std::string& selector) {
+        auto r = p.query("kgpu_gpu_xid_class_events_total{" + selector + "}");
+        return r.is_array() && r.size() == 1 ? std::stod(r[0]["value"][1].get<std::string>()) : -1.0;
+    };
+    EXPECT_EQ(class_count("gpu=\"2\",xid_class=\"reset-required\""), 1.0);
+    EXPECT_EQ(class_count("gpu=\"5\",xid_class=\"reset-required\""), 1.0);
+    EXPECT_EQ(class_count("gpu=\"1\",xid_class=\"application\""), 1.0);
+    EXPECT_EQ(class_count("gpu=\"1\",xid_class=\"reset-required\""), 0.0);
+    EXPECT_EQ(class_count("gpu=\"2\",xid_class=\"recoverable\""), 0.0);
+
     // The alert rules against the same data: what the faults call for is pending or firing.
     std::multimap<std::string, nlohmann::json> alerts;
-    const std::set<std::string> expected = {"KgpuGpuLost", "KgpuXidResetRequired", "KgpuPodNearGpuMemory"};
+    const std::set<std::string> expected = {"KgpuGpuLost", "KgpuXidResetRequired", "KgpuPodNearGpuMemory",
+                                            "KgpuGpuUnhealthy", "KgpuNvmlErrors"};
     ASSERT_TRUE(eventually([&] {
         alerts.clear();
         const auto answer = p.get("/api/v1/alerts");
@@ -366,13 +395,19 @@ TEST(Dashboard, EveryPanelAndAlertHasDataFromARealPrometheusScrapingASimulatedNo
     ASSERT_EQ(labels_of("KgpuPodNearGpuMemory").size(), 1u);
     EXPECT_EQ(labels_of("KgpuPodNearGpuMemory")[0]["pod"], "trainer-0");
     EXPECT_EQ(labels_of("KgpuPodNearGpuMemory")[0]["gpu"], "0");
+    ASSERT_EQ(labels_of("KgpuGpuUnhealthy").size(), 1u);
+    EXPECT_EQ(labels_of("KgpuGpuUnhealthy")[0]["gpu"], "4") << "its power reading fails";
+    ASSERT_EQ(labels_of("KgpuNvmlErrors").size(), 1u);
+    EXPECT_EQ(labels_of("KgpuNvmlErrors")[0]["node"], "sim-node");
     // No GPU is misclassified (a missed scrape or a slow PodResources answer on a loaded machine may
-    // raise the exporter's own alerts as pending: those are not checked here).
-    for (const std::string name : {"KgpuGpuUnhealthy", "KgpuXidRecoverable"})
+    // raise the exporter's own alerts as pending: those are not checked here); the MPS daemon runs.
+    for (const std::string name : {"KgpuXidRecoverable", "KgpuMpsDaemonDown", "KgpuExporterPodsOverLimit"})
         EXPECT_FALSE(alerts.contains(name)) << name << " raised on a node without that fault: " << labels_of(name)[0];
 
     prom.signal(SIGTERM);
     prom.wait(30000);
+    mps.signal(SIGTERM);
+    mps.wait(30000);
 }
 
 }  // namespace

@@ -115,6 +115,24 @@ TEST_F(SimEvents, LostAndRestore) {
     EXPECT_TRUE(eventually([&] { return NV(nvmlDeviceGetName)(dev(2), buf, sizeof buf) == NVML_SUCCESS; }));
 }
 
+TEST_F(SimEvents, FailMakesOneEntryPointOfOneGpuAnswerAnError) {
+    ASSERT_EQ(start(fixture("dgx-h100.yaml"), events), NVML_SUCCESS);
+    unsigned mw = 0, temp = 0;
+    ASSERT_EQ(NV(nvmlDeviceGetPowerUsage)(dev(1), &mw), NVML_SUCCESS);
+    append(events, "fail 1 nvmlDeviceGetPowerUsage UNKNOWN\nfail 1 nvmlDeviceGetTemperature TIMEOUT\n");
+    EXPECT_TRUE(eventually([&] { return NV(nvmlDeviceGetPowerUsage)(dev(1), &mw) == NVML_ERROR_UNKNOWN; }));
+    EXPECT_EQ(NV(nvmlDeviceGetTemperature)(dev(1), NVML_TEMPERATURE_GPU, &temp), NVML_ERROR_TIMEOUT);
+    EXPECT_EQ(NV(nvmlDeviceGetPowerUsage)(dev(0), &mw), NVML_SUCCESS) << "only GPU 1";
+    char buf[96];
+    EXPECT_EQ(NV(nvmlDeviceGetName)(dev(1), buf, sizeof buf), NVML_SUCCESS) << "only the named entry points";
+    append(events, "fail 1 nvmlDeviceGetPowerUsage off\n");
+    EXPECT_TRUE(eventually([&] { return NV(nvmlDeviceGetPowerUsage)(dev(1), &mw) == NVML_SUCCESS; }));
+    EXPECT_EQ(NV(nvmlDeviceGetTemperature)(dev(1), NVML_TEMPERATURE_GPU, &temp), NVML_ERROR_TIMEOUT);
+    append(events, "restore 1\n");
+    EXPECT_TRUE(eventually(
+        [&] { return NV(nvmlDeviceGetTemperature)(dev(1), NVML_TEMPERATURE_GPU, &temp) == NVML_SUCCESS; }));
+}
+
 TEST_F(SimEvents, PendingRowsRecoveryActionAndRestore) {
     ASSERT_EQ(start(fixture("dgx-h100.yaml"), events), NVML_SUCCESS);
     nvmlEventSet_t set = registered({0}, nvmlEventTypeXidCriticalError | nvmlEventTypeGpuRecoveryAction);
@@ -335,6 +353,8 @@ TEST_F(SimEvents, BadLinesAreReportedAndSkipped) {
               "util 0 120 3\n"
               "xid 0\n"
               "mig 0 5g.50gb\n"
+              "fail 0 nvmlInit UNKNOWN\n"
+              "fail 0 nvmlDeviceGetName BOGUS\n"
               "util 0 61 62\n");
     StderrCapture err;
     ASSERT_EQ(start(fixture("t4x4.yaml"), events), NVML_SUCCESS);
@@ -344,6 +364,8 @@ TEST_F(SimEvents, BadLinesAreReportedAndSkipped) {
     EXPECT_NE(text.find(events + ":3: "), std::string::npos) << text;
     EXPECT_NE(text.find(events + ":4: usage: xid"), std::string::npos) << text;
     EXPECT_NE(text.find(events + ":5: GPU 0 is not MIG capable"), std::string::npos) << text;
+    EXPECT_NE(text.find(events + ":6: 'nvmlInit' is not an nvmlDevice* entry point"), std::string::npos) << text;
+    EXPECT_NE(text.find(events + ":7: 'BOGUS' is not an NVML error name"), std::string::npos) << text;
     EXPECT_EQ(util(0).gpu, 61u);  // the good line after the bad ones still applies
 }
 
