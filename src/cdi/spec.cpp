@@ -456,8 +456,15 @@ LibraryMismatch check_libraries(const nlohmann::json& spec, const std::string& d
             std::smatch match;
             const std::string base = fs::path(container).filename().string();
             if (!std::regex_match(base, match, re)) continue;
-            versions.insert(match[1].str());
-            if (match[1].str() != driver_version) out.other_version.push_back(container);
+            // The EGL platform libraries the graphics files bring carry their own versions
+            // (libnvidia-egl-gbm.so.1.1.2), not the driver's.
+            const bool own_version = base.starts_with("libnvidia-egl-gbm.so.") ||
+                                     base.starts_with("libnvidia-egl-wayland.so.") ||
+                                     base.starts_with("libnvidia-egl-wayland2.so.");
+            if (!own_version) {
+                versions.insert(match[1].str());
+                if (match[1].str() != driver_version) out.other_version.push_back(container);
+            }
             std::error_code ec;
             if (!host.empty() && !fs::exists(files::under_root(host_root, host), ec)) out.missing.push_back(host);
         }

@@ -67,8 +67,8 @@ std::string to_yaml(const nlohmann::ordered_json& spec);
 std::string to_json_text(const nlohmann::ordered_json& spec);
 
 // What a spec's driver libraries say about the loaded driver: the mounts of versioned driver
-// libraries ("lib*.so.<x.y[.z]>") whose version is not `driver_version`, and those whose host
-// file is gone. A spec generated before a driver upgrade lists the old ones, and every
+// libraries ("lib*.so.<x.y[.z]>", but the EGL GBM/Wayland libraries, versioned on their own)
+// whose version is not `driver_version`, and those whose host file is gone. A spec generated before a driver upgrade lists the old ones, and every
 // container that uses it fails to start.
 struct LibraryMismatch {
     std::vector<std::string> other_version;  // container paths
