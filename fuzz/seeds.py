@@ -6,6 +6,7 @@ crashed a target are added by hand (fuzz/README.md) and are left alone here."""
 import hashlib
 import pathlib
 import re
+import struct
 import subprocess
 import tempfile
 
@@ -227,5 +228,40 @@ daemons += ['', '{}', '{\n    "runtimes": {\n        "nvidia": {\n            "p
             '[1, 2]', '{"runtimes": []}', '{"features": "cdi"}', '{"a": 1,}']
 for i, d in enumerate(daemons):
     put("docker_daemon_json", bytes([i % 16]) + d.encode())
+
+# glibc's ld.so.cache (common/ld_cache.h): the new format alone, and after the old format (glibc
+# < 2.32, ldconfig -c compat), with x86-64, i386, AArch64, unknown-architecture and non-ELF
+# entries; one cut short, one counting absurdly many entries.
+def ld_so_cache(entries, compat=False):
+    new_size = 48 + 24 * len(entries)
+    strings, offsets = b"", []
+    for key, value, _ in entries:
+        k = new_size + len(strings)
+        strings += key + b"\0"
+        v = new_size + len(strings)
+        strings += value + b"\0"
+        offsets.append((k, v))
+    new = b"glibc-ld.so.cache1.1" + struct.pack("<II", len(entries), len(strings)) + bytes(20)
+    for (_, _, flags), (k, v) in zip(entries, offsets):
+        new += struct.pack("<iIIIQ", flags, k, v, 0, 0)
+    if not compat:
+        return new + strings
+    old = b"ld.so-1.7.0\0" + struct.pack("<I", len(entries))
+    pad = -(len(old) + 12 * len(entries)) % 8
+    for (_, _, flags), (k, v) in zip(entries, offsets):
+        old += struct.pack("<iII", flags, k + pad, v + pad)
+    return old + bytes(pad) + new + strings
+
+
+libs = [(b"libcuda.so.1", b"/usr/lib/x86_64-linux-gnu/nvidia/current/libcuda.so.1", 0x0303),
+        (b"libcuda.so.1", b"/usr/lib/i386-linux-gnu/nvidia/current/libcuda.so.1", 0x0003),
+        (b"libnvidia-ml.so.1", b"/usr/lib/aarch64-linux-gnu/libnvidia-ml.so.1", 0x0a03),
+        (b"libfoo.so.1", b"/../../opt/libfoo.so.1", 0x0403),
+        (b"libbar.so", b"/lib/libbar.so", 0x0300)]
+put("ld_so_cache", ld_so_cache(libs))
+put("ld_so_cache", ld_so_cache(libs[:1], compat=True))
+put("ld_so_cache", ld_so_cache(libs, compat=True))
+put("ld_so_cache", ld_so_cache(libs)[:100])
+put("ld_so_cache", ld_so_cache(libs)[:20] + b"\xff\xff\xff\xff" + ld_so_cache(libs)[24:])
 
 print(f"seeds written under {CORPUS}")

@@ -84,3 +84,6 @@ kgpu_fuzz_target(docker_daemon_json
   SOURCES src/runtime/docker.cpp
   PACKAGES nlohmann_json::nlohmann_json
   LIBS kgpu_runtime)
+
+kgpu_fuzz_target(ld_so_cache
+  LIBS kgpu_common)

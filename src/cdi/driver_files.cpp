@@ -13,6 +13,7 @@
 #include <set>
 
 #include "common/files.h"
+#include "common/ld_cache.h"
 #include "common/log.h"
 #include "common/strings.h"
 
@@ -68,47 +69,138 @@ std::vector<std::string> glob_dir(const fs::path& dir, const std::string& patter
     return names;
 }
 
+// `candidate` (a file under `root`) with its symlinks resolved, kept inside the root: a link
+// that leaves the driver root (an absolute target) is taken as found. nullopt when it is not a
+// file (following links).
+std::optional<std::string> resolve_in_root(const fs::path& root, const fs::path& canonical_root, const fs::path& candidate) {
+    if (!is_regular(candidate)) return std::nullopt;
+    std::error_code ec;
+    fs::path resolved = fs::canonical(candidate, ec);
+    std::string host = ec ? candidate.lexically_normal().string() : resolved.string();
+    if (!is_root(root) && !ec) {
+        const std::string cr = canonical_root.string();
+        if (!host.starts_with(cr + "/")) host = candidate.lexically_normal().string();
+        else host = (root.lexically_normal() / fs::path(host.substr(cr.size() + 1))).string();
+    }
+    return host;
+}
+
+fs::path canonical_root_of(const fs::path& root) { return is_root(root) ? fs::path("/") : fs::weakly_canonical(root); }
+
 // Files (not directories) matching `pattern` in each of `dirs` under `root`, symlinks resolved
 // (kept inside the root), each once, in search order.
 void locate_resolved(const fs::path& root, const std::vector<std::string>& dirs, const std::string& pattern,
                      std::vector<HostFile>& out, std::set<std::string>& seen) {
-    const fs::path canonical_root = is_root(root) ? fs::path("/") : fs::weakly_canonical(root);
+    const fs::path canonical_root = canonical_root_of(root);
     for (const auto& dir : dirs) {
         const fs::path host_dir = files::under_root(root, dir);
         for (const auto& name : glob_dir(host_dir, pattern)) {
-            const fs::path candidate = host_dir / name;
-            if (!is_regular(candidate)) continue;
-            std::error_code ec;
-            fs::path resolved = fs::canonical(candidate, ec);
-            std::string host = ec ? candidate.lexically_normal().string() : resolved.string();
-            // A link that leaves the driver root (an absolute target) is taken as found.
-            if (!is_root(root) && !ec) {
-                const std::string cr = canonical_root.string();
-                if (!host.starts_with(cr + "/")) host = candidate.lexically_normal().string();
-                else host = (root.lexically_normal() / fs::path(host.substr(cr.size() + 1))).string();
-            }
-            if (!seen.insert(host).second) continue;
-            out.push_back({relative_to_root(root, host), host});
+            auto host = resolve_in_root(root, canonical_root, host_dir / name);
+            if (!host || !seen.insert(*host).second) continue;
+            out.push_back({relative_to_root(root, *host), *host});
         }
     }
 }
 
+// `path` (under `root`) and the links it leads through, up to the file (nvidia-ctk's
+// ResolveChain, with absolute targets taken under the root). nullopt when a link dangles.
+std::optional<std::vector<std::string>> link_chain(const fs::path& root, std::string path) {
+    std::vector<std::string> chain;
+    std::set<std::string> seen;
+    while (seen.insert(path).second) {
+        std::error_code ec;
+        const auto st = fs::symlink_status(path, ec);
+        if (ec || !fs::exists(st)) return std::nullopt;
+        chain.push_back(path);
+        if (!fs::is_symlink(st)) break;
+        const fs::path target = fs::read_symlink(path, ec);
+        if (ec) return std::nullopt;
+        path = target.is_absolute() ? files::under_root(root, target.lexically_normal()).string()
+                                    : (fs::path(path).parent_path() / target).lexically_normal().string();
+    }
+    return chain;
+}
+
 }  // namespace
+
+LibraryLocator::LibraryLocator(fs::path root, std::vector<std::string> search_paths)
+    : root_(root.empty() ? fs::path("/") : std::move(root)),
+      search_paths_(std::move(search_paths)),
+      explicit_paths_(!search_paths_.empty()) {}
+
+std::vector<std::string> LibraryLocator::searched() const {
+    std::vector<std::string> out;
+    // Explicit search paths are host paths (nvidia-ctk: "used as absolute paths").
+    for (const auto& d : explicit_paths_ ? search_paths_ : library_dirs())
+        out.push_back(files::under_root(explicit_paths_ ? fs::path("/") : root_, d).string());
+    if (cache_files_) {
+        const std::string cache = files::under_root(root_, std::string(ldcache::kPath)).string();
+        out.push_back(cache_note_.empty() ? cache : cache + " (" + cache_note_ + ")");
+    }
+    return out;
+}
+
+const std::vector<std::string>& LibraryLocator::cache_files() {
+    if (cache_files_) return *cache_files_;
+    cache_files_.emplace();
+    auto entries = ldcache::read(root_);
+    if (!entries) {
+        if (entries.error().code == Code::not_found) {
+            cache_note_ = "missing";
+            log::debug("cdi: no {} under {}", ldcache::kPath, root_.string());
+        } else {
+            cache_note_ = "unreadable";
+            log::warn("cdi: ignoring the driver root's loader cache: {}", entries.error().message);
+        }
+        return *cache_files_;
+    }
+    for (const auto& lib : ldcache::libraries64(*entries, root_)) {
+        auto chain = link_chain(root_, lib);
+        if (!chain) {
+            log::debug("cdi: {} (from {}) is a dangling link; skipped", lib, ldcache::kPath);
+            continue;
+        }
+        cache_files_->insert(cache_files_->end(), chain->begin(), chain->end());
+    }
+    if (cache_files_->empty()) cache_note_ = "no 64-bit libraries";
+    return *cache_files_;
+}
+
+std::vector<HostFile> LibraryLocator::locate(const std::string& pattern) {
+    std::vector<HostFile> out;
+    std::set<std::string> seen;
+    const fs::path search_root = explicit_paths_ ? fs::path("/") : root_;
+    locate_resolved(search_root, explicit_paths_ ? search_paths_ : library_dirs(), pattern, out, seen);
+    if (!out.empty() || explicit_paths_) {
+        if (explicit_paths_)
+            for (auto& f : out) f.path = relative_to_root(root_, f.host_path);
+        return out;
+    }
+    // Not in the standard directories: the libraries the root's loader cache names.
+    const fs::path canonical_root = canonical_root_of(root_);
+    for (const auto& file : cache_files()) {
+        if (::fnmatch(pattern.c_str(), fs::path(file).filename().c_str(), 0) != 0) continue;
+        auto host = resolve_in_root(root_, canonical_root, file);
+        if (!host || !seen.insert(*host).second) continue;
+        out.push_back({relative_to_root(root_, *host), *host});
+    }
+    return out;
+}
 
 DriverLibraries find_driver_libraries(const fs::path& root, const std::string& driver_version,
                                       const std::vector<std::string>& search_paths) {
+    LibraryLocator libraries(root, search_paths);
+    return find_driver_libraries(libraries, driver_version);
+}
+
+DriverLibraries find_driver_libraries(LibraryLocator& libraries, const std::string& driver_version) {
     DriverLibraries out;
     if (driver_version.empty()) return out;
-    // Explicit search paths are host paths (nvidia-ctk: "used as absolute paths").
-    const bool explicit_paths = !search_paths.empty();
-    const fs::path search_root = explicit_paths ? fs::path("/") : root;
-    const std::vector<std::string>& dirs = explicit_paths ? search_paths : library_dirs();
-    for (const auto& d : dirs) out.searched.push_back(files::under_root(search_root, d).string());
+    const fs::path& root = libraries.root();
 
     // The directories of lib*.so.<version>: NVIDIA_CTK_LIBCUDA_DIR and where the rest is looked for.
-    std::vector<HostFile> versioned;
-    std::set<std::string> seen;
-    locate_resolved(search_root, dirs, "lib*.so." + driver_version, versioned, seen);
+    const std::vector<HostFile> versioned = libraries.locate("lib*.so." + driver_version);
+    out.searched = libraries.searched();
     std::vector<std::string> host_dirs;
     for (const auto& f : versioned) {
         const std::string host_dir = fs::path(f.host_path).parent_path().string();
@@ -121,7 +213,7 @@ DriverLibraries find_driver_libraries(const fs::path& root, const std::string& d
     // *.so.<version> in those directories, then in their vdpau/ subdirectories.
     std::vector<std::string> lib_dirs = host_dirs;
     for (const auto& d : host_dirs) lib_dirs.push_back(d + "/vdpau");
-    seen.clear();
+    std::set<std::string> seen;
     locate_resolved("/", lib_dirs, "*.so." + driver_version, out.libraries, seen);
     locate_resolved("/", host_dirs, "libnvidia-nvvm70.so.*", out.libraries, seen);
     for (auto& f : out.libraries) f.path = relative_to_root(root, f.host_path);

@@ -35,6 +35,32 @@ struct DeviceNode {
 // (nvidia-ctk's library locator; merged-/usr spellings are read once).
 const std::vector<std::string>& library_dirs();
 
+// nvidia-ctk v1.20's driver library locator (root.Driver.Libraries()): files matching a name
+// pattern, symlinks resolved (kept inside the root), each once. With explicit search paths
+// (absolute host directories, --library-search-path) only those are searched. Otherwise the
+// library_dirs() under the root, and, for a pattern they do not match, the 64-bit libraries of
+// the root's own /etc/ld.so.cache (a driver in a directory only ld.so.conf.d names): each cache
+// entry's path under the root and the links it leads through (absolute link targets taken under
+// the root), matched by file name. The cache is read once, when first needed; a missing one is
+// skipped, an unreadable or malformed one is skipped with a warning.
+class LibraryLocator {
+public:
+    explicit LibraryLocator(std::filesystem::path root, std::vector<std::string> search_paths = {});
+    std::vector<HostFile> locate(const std::string& pattern);
+    const std::filesystem::path& root() const { return root_; }
+    // The host directories searched, then the cache when it was read ("<path>" or "<path> (why
+    // not used)"), for the error when nothing is found.
+    std::vector<std::string> searched() const;
+
+private:
+    const std::vector<std::string>& cache_files();
+    std::filesystem::path root_;
+    std::vector<std::string> search_paths_;
+    bool explicit_paths_ = false;
+    std::optional<std::vector<std::string>> cache_files_;  // host paths, once read
+    std::string cache_note_;                                // why the cache gave nothing
+};
+
 // What find_driver_libraries found, and where it looked.
 struct DriverLibraries {
     // The container directories holding lib*.so.<version>, in search order: the spec's
@@ -47,10 +73,13 @@ struct DriverLibraries {
     std::vector<std::string> searched;
 };
 
-// The driver's libraries under `root` for `driver_version`. With `search_paths` (absolute host
-// directories, nvidia-ctk's --library-search-path) only those are searched.
+// The driver's libraries under `root` for `driver_version`: the directories of the
+// lib*.so.<version> that LibraryLocator(root, search_paths) finds, then every *.so.<version> in
+// them (and their vdpau/) and the legacy libnvidia-nvvm70.so.*.
 DriverLibraries find_driver_libraries(const std::filesystem::path& root, const std::string& driver_version,
                                       const std::vector<std::string>& search_paths = {});
+// The same through `libraries` (to share one ld.so.cache read with the graphics files).
+DriverLibraries find_driver_libraries(LibraryLocator& libraries, const std::string& driver_version);
 
 // Every `*.so.<driver_version>` in the library dirs under `root` (find_driver_libraries'
 // libraries, for callers that want only the files).

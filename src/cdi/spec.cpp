@@ -11,6 +11,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "cdi/driver_files.h"
+#include "cdi/graphics.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "common/strings.h"
@@ -222,7 +223,8 @@ Result<Edits> common_edits(const inventory::Node& node, const SpecOptions& o, co
     for (const char* path : kControlNodes)
         if (auto n = find_device_node(dev_root, path)) e.add_node(*n);
 
-    const auto libs = find_driver_libraries(o.driver_root, node.driver_version, o.library_search_paths);
+    LibraryLocator locator(o.driver_root, o.library_search_paths);
+    const auto libs = find_driver_libraries(locator, node.driver_version);
     if (libs.libraries.empty()) {
         std::string searched;
         for (const auto& d : libs.searched) searched += (searched.empty() ? "" : ", ") + d;
@@ -235,6 +237,11 @@ Result<Edits> common_edits(const inventory::Node& node, const SpecOptions& o, co
         log::warn("cdi: no driver libraries lib*.so.{} found under {} (searched {}): the spec has no driver mounts or hooks",
                   node.driver_version, o.driver_root.string(), searched);
     } else {
+        // Graphics files first (nvidia-ctk merges them before the driver's): their links get a
+        // create-symlinks hook of their own, ahead of the driver libraries' one.
+        const auto graphics = find_graphics_files(locator, node.driver_version, libs.dirs, o.config_search_paths);
+        e.add_hook(hooks.create(kCreateSymlinks, graphics.links));
+        for (const auto& f : graphics.mounts) e.mounts.push_back(mount_json(f, kFileOptions));
         std::vector<std::string> links;
         for (const auto& lib : libs.libraries)
             for (auto& l : library_links(lib))
@@ -449,8 +456,15 @@ LibraryMismatch check_libraries(const nlohmann::json& spec, const std::string& d
             std::smatch match;
             const std::string base = fs::path(container).filename().string();
             if (!std::regex_match(base, match, re)) continue;
-            versions.insert(match[1].str());
-            if (match[1].str() != driver_version) out.other_version.push_back(container);
+            // The EGL platform libraries the graphics files bring carry their own versions
+            // (libnvidia-egl-gbm.so.1.1.2), not the driver's.
+            const bool own_version = base.starts_with("libnvidia-egl-gbm.so.") ||
+                                     base.starts_with("libnvidia-egl-wayland.so.") ||
+                                     base.starts_with("libnvidia-egl-wayland2.so.");
+            if (!own_version) {
+                versions.insert(match[1].str());
+                if (match[1].str() != driver_version) out.other_version.push_back(container);
+            }
             std::error_code ec;
             if (!host.empty() && !fs::exists(files::under_root(host_root, host), ec)) out.missing.push_back(host);
         }

@@ -1,8 +1,9 @@
 // `kgpu cdi generate`: a CDI spec (facts/container-runtime-and-cdi.md, schema in
 // shared/facts/cdi-schema) with the content nvidia-ctk v1.20 generates for the same node and
 // driver root (pkg/nvcdi): devices per GPU and MIG device under each naming strategy plus
-// `all`; spec-wide control nodes, driver libraries, IPC sockets, firmware and binaries as
-// read-only bind mounts; the five createContainer hooks (create-symlinks with the SONAME links,
+// `all`; spec-wide control nodes, driver libraries (standard directories, then the root's
+// ld.so.cache), graphics files (cdi/graphics.h), IPC sockets, firmware and binaries as
+// read-only bind mounts; the graphics links' create-symlinks hook, then the five createContainer hooks (create-symlinks with the SONAME links,
 // enable-cuda-compat, update-ldcache, disable-device-node-modification,
 // update-application-profile); NVIDIA_CTK_LIBCUDA_DIR and NVIDIA_VISIBLE_DEVICES=void.
 // kgpu adds `type: c` to device nodes that are character devices (the schema allows it).
@@ -35,7 +36,8 @@ struct SpecOptions {
     std::filesystem::path proc_root = "/proc";
     std::filesystem::path sysfs_root = "/sys";
     HookOptions hooks;
-    std::vector<std::string> library_search_paths;  // host directories; empty: the standard ones
+    std::vector<std::string> library_search_paths;  // host directories; empty: the standard ones and ld.so.cache
+    std::vector<std::string> config_search_paths;   // host directories; empty: /etc, $XDG_DATA_DIRS under the root
     // "all", or GPU indexes / UUIDs, MIG "i:j" / UUIDs, or "none" (a placeholder device).
     std::vector<std::string> device_ids = {"all"};
     bool all_device = true;
@@ -65,8 +67,8 @@ std::string to_yaml(const nlohmann::ordered_json& spec);
 std::string to_json_text(const nlohmann::ordered_json& spec);
 
 // What a spec's driver libraries say about the loaded driver: the mounts of versioned driver
-// libraries ("lib*.so.<x.y[.z]>") whose version is not `driver_version`, and those whose host
-// file is gone. A spec generated before a driver upgrade lists the old ones, and every
+// libraries ("lib*.so.<x.y[.z]>", but the EGL GBM/Wayland libraries, versioned on their own)
+// whose version is not `driver_version`, and those whose host file is gone. A spec generated before a driver upgrade lists the old ones, and every
 // container that uses it fails to start.
 struct LibraryMismatch {
     std::vector<std::string> other_version;  // container paths

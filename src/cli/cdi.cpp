@@ -83,8 +83,8 @@ CLI::App* add_cdi_command(CLI::App& app, CdiOptions& opts) {
     gen->add_flag("--allow-missing-libraries", opts.allow_missing_libraries,
                   "Write the spec even when no driver library is found (it then has no driver mounts or hooks)");
     gen->add_option("--config-search-path", opts.config_search_paths,
-                    "nvidia-ctk's; accepted and ignored with a warning (kgpu finds the driver's files under the "
-                    "driver root itself)")
+                    "Host directories to find the graphics configuration files (EGL, Vulkan, X11, OpenCL) in, "
+                    "instead of /etc and $XDG_DATA_DIRS under the driver root; repeatable")
         ->delimiter(',')
         ->envname("NVIDIA_CTK_CDI_GENERATE_CONFIG_SEARCH_PATHS");
     gen->add_option("--feature-flag,--feature-flags", opts.feature_flags,
@@ -107,9 +107,6 @@ int run_cdi_generate(const CdiOptions& opts) {
         std::cerr << "kgpu cdi generate: " << m << "\n";
         return 2;
     };
-    for (const auto& p : opts.config_search_paths)
-        std::cerr << "kgpu cdi generate: warning: --config-search-path " << p
-                  << " ignored: kgpu finds the driver's files under the driver root itself\n";
     for (const auto& f : opts.feature_flags)
         std::cerr << "kgpu cdi generate: warning: --feature-flag " << f << " ignored: kgpu has no feature flags\n";
     cdi::SpecOptions so;
@@ -141,6 +138,7 @@ int run_cdi_generate(const CdiOptions& opts) {
     so.device_ids = opts.device_ids.empty() ? std::vector<std::string>{"all"} : opts.device_ids;
     if (std::find(so.device_ids.begin(), so.device_ids.end(), "none") != so.device_ids.end()) so.all_device = false;
     so.library_search_paths = opts.library_search_paths;
+    so.config_search_paths = opts.config_search_paths;
     so.allow_missing_libraries = opts.allow_missing_libraries;
     if (auto kind = cdi::make_kind(so.vendor, so.device_class); !kind) return usage(kind.error().message);
 

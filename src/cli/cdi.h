@@ -31,7 +31,7 @@ struct CdiOptions {
     std::vector<std::string> device_ids = {"all"};
     std::vector<std::string> library_search_paths;
     bool allow_missing_libraries = false;
-    std::vector<std::string> config_search_paths;       // nvidia-ctk's; ignored with a warning
+    std::vector<std::string> config_search_paths;       // graphics configs; empty: /etc, XDG_DATA_DIRS
     std::vector<std::string> feature_flags;             // nvidia-ctk's; ignored with a warning
 };
 

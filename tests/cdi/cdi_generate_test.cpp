@@ -24,6 +24,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "ld_cache_builder.h"
 #include "support/process.h"
 
 namespace fs = std::filesystem;
@@ -80,6 +81,36 @@ struct NvidiaRoot {
             dir.write(f, "");
         fs::create_symlink("libcuda.so.999.88.77", dir.path() + "/lib/x86_64-linux-gnu/libcuda.so.1");
     }
+    // The graphics files of a desktop driver (Debian's layout for the X.Org modules), in the
+    // places nvidia-ctk's graphics discoverer looks: EGL/GBM/Wayland libraries, the GBM
+    // allocator, the Vulkan producer, GLX, X.Org modules (a second nvidia_drv.so further down
+    // the search path, not taken), GLVND/EGL/X11/OpenCL configs in /etc and /usr/share (the
+    // GLVND one in both), Vulkan files in /usr/share and at the root itself (GKE).
+    void add_graphics() const {
+        for (const char* f : {"lib/x86_64-linux-gnu/libnvidia-egl-gbm.so.1.1.2",
+                              "lib/x86_64-linux-gnu/libnvidia-egl-wayland.so.1.1.17",
+                              "lib/x86_64-linux-gnu/libnvidia-allocator.so.999.88.77",
+                              "lib/x86_64-linux-gnu/libnvidia-vulkan-producer.so.999.88.77",
+                              "lib/x86_64-linux-gnu/libGLX_nvidia.so.999.88.77",
+                              "lib/x86_64-linux-gnu/nvidia/xorg/nvidia_drv.so",
+                              "lib/x86_64-linux-gnu/nvidia/xorg/libglxserver_nvidia.so.999.88.77",
+                              "usr/lib/xorg/modules/drivers/nvidia_drv.so",
+                              "etc/glvnd/egl_vendor.d/10_nvidia.json",
+                              "usr/share/glvnd/egl_vendor.d/10_nvidia.json",
+                              "usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json",
+                              "usr/share/egl/egl_external_platform.d/10_nvidia_wayland.json",
+                              "usr/share/nvidia/nvoptix.bin",
+                              "usr/share/X11/xorg.conf.d/10-nvidia.conf",
+                              "etc/OpenCL/vendors/nvidia.icd",
+                              "usr/share/vulkan/icd.d/nvidia_icd.json",
+                              "vulkan/icd.d/nvidia_layers.json",
+                              "usr/share/vulkan/implicit_layer.d/nvidia_layers.json"})
+            dir.write(f, "{}");
+        fs::create_symlink("libnvidia-egl-gbm.so.1.1.2", dir.path() + "/lib/x86_64-linux-gnu/libnvidia-egl-gbm.so.1");
+        fs::create_symlink("libnvidia-allocator.so.999.88.77", dir.path() + "/lib/x86_64-linux-gnu/libnvidia-allocator.so.1");
+        // A directory where a config file is looked for is not taken.
+        fs::create_directories(dir.path() + "/etc/X11/xorg.conf.d/nvidia-drm-outputclass.conf");
+    }
     const std::string& path() const { return dir.path(); }
 };
 
@@ -90,7 +121,8 @@ RunResult generate_nvidia(const NvidiaRoot& root, std::vector<std::string> extra
                                      "device", "--device-name-strategy", "index", "--nvidia-cdi-hook-path",
                                      "/usr/bin/nvidia-cdi-hook", "--format", "json"};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    return run_process(argv, {{"KGPU_SIM_NODE", kSource + "/tests/cdi/fixtures/nodes/one-gpu.yaml"}});
+    // XDG_DATA_DIRS empty: the default /usr/local/share:/usr/share, whatever the test's environment.
+    return run_process(argv, {{"KGPU_SIM_NODE", kSource + "/tests/cdi/fixtures/nodes/one-gpu.yaml"}, {"XDG_DATA_DIRS", ""}});
 }
 
 json hook(const std::vector<std::string>& args) {
@@ -127,6 +159,52 @@ json nvidia_expected(const std::string& root, const std::set<std::string>& disab
              {{{"name", "0"}, {"containerEdits", {{"deviceNodes", {gpu0}}}}},
               {{"name", "all"}, {"containerEdits", {{"deviceNodes", {gpu0}}}}}}},
             {"containerEdits", edits}};
+}
+
+// What nvidia-ctk v1.20 writes for that root with add_graphics()'s files (graphics.go's
+// discoverers merged before the driver's): the graphics links in a create-symlinks hook of their
+// own ahead of the driver's (whose links now include libGLX_indirect.so.0), the graphics files
+// mounted read-only (but libnvidia-allocator, which the driver's mounts have), sorted with the rest.
+json nvidia_graphics_expected(const std::string& root, const std::set<std::string>& disabled) {
+    json spec = nvidia_expected(root, disabled);
+    json& edits = spec["containerEdits"];
+    const std::string lib = "/lib/x86_64-linux-gnu";
+    if (!disabled.contains("create-symlinks") && !disabled.contains("all")) {
+        json& hooks = edits["hooks"];
+        hooks[0] = hook({"nvidia-cdi-hook", "create-symlinks", "--link", "libGLX_nvidia.so.999.88.77::" + lib + "/libGLX_indirect.so.0",
+                         "--link", "libcuda.so.1::" + lib + "/libcuda.so"});
+        hooks.insert(hooks.begin(),
+                     hook({"nvidia-cdi-hook", "create-symlinks", "--link", "../libnvidia-allocator.so.1::" + lib + "/gbm/nvidia-drm_gbm.so",
+                           "--link", "libnvidia-vulkan-producer.so.999.88.77::" + lib + "/libnvidia-vulkan-producer.so",
+                           "--link", "libglxserver_nvidia.so.999.88.77::" + lib + "/nvidia/xorg/libglxserver_nvidia.so"}));
+    }
+    auto at = [&](const std::string& container, const std::string& host) {
+        json m = file_mount(root, container);
+        m["hostPath"] = root + host;
+        return m;
+    };
+    edits["mounts"] = {
+        file_mount(root, lib + "/libGLX_nvidia.so.999.88.77"),
+        file_mount(root, lib + "/libcuda.so.999.88.77"),
+        file_mount(root, lib + "/libnvidia-allocator.so.999.88.77"),
+        file_mount(root, lib + "/libnvidia-egl-gbm.so.1.1.2"),
+        file_mount(root, lib + "/libnvidia-egl-wayland.so.1.1.17"),
+        file_mount(root, lib + "/libnvidia-vulkan-producer.so.999.88.77"),
+        file_mount(root, "/etc/OpenCL/vendors/nvidia.icd"),
+        file_mount(root, "/etc/glvnd/egl_vendor.d/10_nvidia.json"),
+        at("/etc/vulkan/icd.d/nvidia_icd.json", "/usr/share/vulkan/icd.d/nvidia_icd.json"),
+        at("/etc/vulkan/icd.d/nvidia_layers.json", "/vulkan/icd.d/nvidia_layers.json"),
+        at("/etc/vulkan/implicit_layer.d/nvidia_layers.json", "/usr/share/vulkan/implicit_layer.d/nvidia_layers.json"),
+        file_mount(root, lib + "/vdpau/libvdpau_nvidia.so.999.88.77"),
+        file_mount(root, "/usr/share/nvidia/nvoptix.bin"),
+        file_mount(root, lib + "/nvidia/xorg/libglxserver_nvidia.so.999.88.77"),
+        file_mount(root, lib + "/nvidia/xorg/nvidia_drv.so"),
+        file_mount(root, "/usr/share/X11/xorg.conf.d/10-nvidia.conf"),
+        file_mount(root, "/usr/share/egl/egl_external_platform.d/10_nvidia_wayland.json"),
+        file_mount(root, "/usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json"),
+        file_mount(root, "/usr/share/glvnd/egl_vendor.d/10_nvidia.json"),
+    };
+    return spec;
 }
 
 // Field by field, so a difference names the field; then the whole.
@@ -168,6 +246,64 @@ TEST(NvidiaCtkShape, DisabledHooks) {
     ASSERT_EQ(all.exit_code, 0) << all.err;
     expect_same_spec(json::parse(all.out), nvidia_expected(root.path(), {"all"}));
     expect_schema_valid(all.out, "json");
+}
+
+TEST(NvidiaCtkShape, GraphicsFiles) {
+    NvidiaRoot root;
+    root.add_graphics();
+    auto r = generate_nvidia(root, {});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    expect_same_spec(json::parse(r.out), nvidia_graphics_expected(root.path(), {}));
+    expect_schema_valid(r.out, "json");
+    // Both create-symlinks hooks go with the hook.
+    auto off = generate_nvidia(root, {"--disable-hook", "create-symlinks"});
+    ASSERT_EQ(off.exit_code, 0) << off.err;
+    expect_same_spec(json::parse(off.out), nvidia_graphics_expected(root.path(), {"create-symlinks"}));
+}
+
+// --config-search-path: the configuration files are looked for in those host directories only
+// (the Vulkan files then fall back to the root itself).
+TEST(NvidiaCtkShape, ConfigSearchPath) {
+    NvidiaRoot root;
+    root.add_graphics();
+    auto r = generate_nvidia(root, {"--config-search-path", root.path() + "/etc"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::set<std::string> containers;
+    const json spec = json::parse(r.out);
+    for (const auto& m : spec["containerEdits"]["mounts"]) containers.insert(m["containerPath"].get<std::string>());
+    EXPECT_TRUE(containers.contains("/etc/glvnd/egl_vendor.d/10_nvidia.json"));
+    EXPECT_TRUE(containers.contains("/etc/vulkan/icd.d/nvidia_layers.json"));  // <root>/vulkan
+    EXPECT_FALSE(containers.contains("/usr/share/glvnd/egl_vendor.d/10_nvidia.json"));
+    EXPECT_FALSE(containers.contains("/etc/vulkan/icd.d/nvidia_icd.json"));  // only in /usr/share
+    EXPECT_FALSE(containers.contains("/usr/share/nvidia/nvoptix.bin"));
+}
+
+// A driver installed where only ld.so.conf.d points (here /usr/lib64/nvidia, a .run install's
+// choice on some distributions): found through the driver root's /etc/ld.so.cache, and in the
+// spec exactly as one in a standard directory (mounts, NVIDIA_CTK_LIBCUDA_DIR, update-ldcache,
+// links). Without the cache it is the missing-libraries error, which names the cache.
+TEST(NvidiaCtkShape, DriverFoundThroughTheLdSoCache) {
+    NvidiaRoot root;
+    const std::string dir = "/usr/lib64/nvidia";
+    fs::create_directories(root.path() + dir + "/vdpau");
+    for (const char* f : {"/libcuda.so.999.88.77", "/vdpau/libvdpau_nvidia.so.999.88.77", "/libcuda.so.1"})
+        fs::rename(root.path() + "/lib/x86_64-linux-gnu" + f, root.path() + dir + f);
+    auto missing = generate_nvidia(root, {});
+    EXPECT_EQ(missing.exit_code, 1);
+    EXPECT_THAT(missing.err, HasSubstr(root.path() + "/etc/ld.so.cache (missing)"));
+    root.dir.write("etc/ld.so.cache", kgpu::test::ld_so_cache({{"libcuda.so.1", dir + "/libcuda.so.1"}}));
+    auto r = generate_nvidia(root, {});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::string want = nvidia_expected(root.path(), {}).dump();
+    for (std::string::size_type at; (at = want.find("/lib/x86_64-linux-gnu")) != std::string::npos;)
+        want.replace(at, std::string("/lib/x86_64-linux-gnu").size(), dir);
+    expect_same_spec(json::parse(r.out), json::parse(want));
+    // A cache that is not one: a warning naming it, and the missing-libraries error.
+    root.dir.write("etc/ld.so.cache", "garbage that is long enough to be looked at\n");
+    auto bad = generate_nvidia(root, {});
+    EXPECT_EQ(bad.exit_code, 1);
+    EXPECT_THAT(bad.err, HasSubstr("warn"));
+    EXPECT_THAT(bad.err, HasSubstr(root.path() + "/etc/ld.so.cache: not an ld.so.cache"));
 }
 
 TEST(NvidiaCtkShape, InvalidDeviceIdIsAnError) {
@@ -225,7 +361,7 @@ TEST(NvidiaCtkShape, HookBinaryChoices) {
 }
 
 // nvidia-ctk's own environment: NVIDIA_CTK_DRIVER_ROOT and NVIDIA_CTK_DEV_ROOT name the roots
-// (after kgpu's flags and NVIDIA_DRIVER_ROOT), and its --config-search-path is accepted.
+// (after kgpu's flags and NVIDIA_DRIVER_ROOT), and its --config-search-path is taken.
 TEST(NvidiaCtkShape, NvidiaCtkEnvironmentAndFlags) {
     NvidiaRoot root;
     std::vector<std::string> argv = {KGPU_BINARY, "cdi", "generate", "--nvml-library", KGPU_SIM_LIBRARY,
@@ -234,7 +370,7 @@ TEST(NvidiaCtkShape, NvidiaCtkEnvironmentAndFlags) {
     auto r = run_process(argv, {{"KGPU_SIM_NODE", node}, {"NVIDIA_CTK_DRIVER_ROOT", root.path()},
                                 {"NVIDIA_CTK_DEV_ROOT", root.path()}});
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_NE(r.err.find("--config-search-path /etc/nvidia-container-runtime ignored"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("ignored"), std::string::npos) << r.err;  // used: the graphics configs are looked for there
     const auto spec = json::parse(r.out);
     EXPECT_NE(spec.dump().find(root.path() + "/lib/x86_64-linux-gnu/libcuda.so.999.88.77"), std::string::npos);
     // kgpu's own variable wins over nvidia-ctk's.

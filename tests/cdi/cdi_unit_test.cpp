@@ -365,3 +365,23 @@ TEST(CdiStale, LibrariesOfAnotherDriverAreFound) {
     EXPECT_EQ(cdi::check_libraries(*parsed, "550.54.15").other_version.size(), 1u);
     EXPECT_FALSE(cdi::parse_spec("{ bad json", "spec.json"));
 }
+
+// The graphics files' EGL libraries have versions of their own: not a stale spec (but still
+// missing when their host file is gone).
+TEST(CdiStale, EglPlatformLibrariesKeepTheirOwnVersions) {
+    test::TempDir root;
+    root.write("usr/lib64/libcuda.so.550.54.15", "x");
+    root.write("usr/lib64/libnvidia-egl-gbm.so.1.1.2", "x");
+    auto mount = [](const std::string& p) { return nlohmann::json{{"hostPath", p}, {"containerPath", p}}; };
+    const nlohmann::json spec = {
+        {"containerEdits",
+         {{"mounts", nlohmann::json::array({mount("/usr/lib64/libcuda.so.550.54.15"),
+                                            mount("/usr/lib64/libnvidia-egl-gbm.so.1.1.2"),
+                                            mount("/usr/lib64/libnvidia-egl-wayland.so.1.1.17"),
+                                            mount("/usr/lib64/libnvidia-egl-wayland2.so.1.0.0")})}}}};
+    auto r = cdi::check_libraries(spec, "550.54.15", root.path());
+    EXPECT_TRUE(r.other_version.empty()) << r.other_version.front();
+    EXPECT_EQ(r.versions, (std::vector<std::string>{"550.54.15"}));
+    EXPECT_EQ(r.missing, (std::vector<std::string>{"/usr/lib64/libnvidia-egl-wayland.so.1.1.17",
+                                                   "/usr/lib64/libnvidia-egl-wayland2.so.1.0.0"}));
+}

@@ -470,3 +470,31 @@ TEST(RuntimeConfigureCli, DryRunOnAHundredThousandLinesIsLinear) {
     EXPECT_LT(cpu_s, 10.0);
     EXPECT_LT(peak_mb, 300);
 }
+
+// nvidia-ctk v1.20's default: without --drop-in-config the runtime goes to the drop-in
+// /etc/containerd/conf.d/99-nvidia.toml (on the real host path, whatever --config says). A dry
+// run names it in its diff and writes nothing anywhere: not the drop-in or its directory, not
+// the config, no backup, no temporary file.
+TEST(RuntimeConfigureCli, DryRunOfTheDefaultDropIn) {
+    Root r;
+    const std::string config = r.dir.write("config.toml", slurp(kFixtures + "v2-systemd.toml"));
+    const std::string original = slurp(config);
+    const std::string drop_in = "/etc/containerd/conf.d/99-nvidia.toml";
+    const bool dir_existed = fs::exists("/etc/containerd/conf.d");
+    const bool drop_in_existed = fs::exists(drop_in);
+    const std::string drop_in_before = drop_in_existed ? slurp(drop_in) : "";
+    auto res = configure({"--config", config, "--dry-run"});
+    ASSERT_EQ(res.exit_code, 0) << res.err;
+    EXPECT_THAT(res.out, HasSubstr("+++ " + drop_in + " (kgpu)"));
+    EXPECT_THAT(res.out, HasSubstr("+imports = [\"/etc/containerd/conf.d/*.toml\"]"));
+    EXPECT_THAT(res.out, HasSubstr("+            BinaryName = \"/usr/bin/nvidia-container-runtime\""));
+    EXPECT_EQ(slurp(config), original);
+    size_t files = 0;
+    for ([[maybe_unused]] const auto& e : fs::directory_iterator(r.dir.path())) ++files;
+    EXPECT_EQ(files, 1u);  // the config only: no backup, no temporary file
+    EXPECT_EQ(fs::exists("/etc/containerd/conf.d"), dir_existed);
+    EXPECT_EQ(fs::exists(drop_in), drop_in_existed);
+    if (drop_in_existed) {
+        EXPECT_EQ(slurp(drop_in), drop_in_before);
+    }
+}
