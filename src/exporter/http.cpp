@@ -361,6 +361,14 @@ public:
         std::lock_guard lk(mu_);
         return std::exchange(done_, {});
     }
+    // Drops the check for `key` if it has not started: true when it was still waiting.
+    bool cancel(const std::string& key) {
+        std::lock_guard lk(mu_);
+        auto it = std::find_if(jobs_.begin(), jobs_.end(), [&](const Job& j) { return j.key == key; });
+        if (it == jobs_.end()) return false;
+        jobs_.erase(it);
+        return true;
+    }
 
 private:
     void run() {
@@ -519,6 +527,7 @@ struct HttpServer::Impl {
     // Closes at once. `counter` says why, when it is a reason worth counting.
     void close_conn(Conn& c, std::atomic<std::uint64_t>* counter) {
         if (counter) ++*counter;
+        if (!c.auth_key.empty()) forget_auth_wait(c);
         order.erase(c.order);
         if (auto it = peers.find(c.peer); it != peers.end()) {
             it->second.erase(c.order);
@@ -533,6 +542,21 @@ struct HttpServer::Impl {
         graveyard.push_back(std::move(it->second));
         conns.erase(it);
         n_open = conns.size();
+    }
+
+    // A connection waiting for a password check goes: when nobody else waits for that check and it
+    // has not started, it is dropped, so a flood of clients that hang up leaves no queue of
+    // bcrypt work (which would refuse the next right password with 503).
+    void forget_auth_wait(Conn& c) {
+        auto w = auth_waiting.find(c.auth_key);
+        c.auth_key.clear();
+        if (w == auth_waiting.end()) return;
+        auto& ids = w->second.conns;
+        ids.erase(std::remove(ids.begin(), ids.end(), c.id), ids.end());
+        if (!ids.empty() || !auth || !auth->cancel(w->first)) return;
+        if (auto n = auth_per_peer.find(w->second.peer); n != auth_per_peer.end() && --n->second == 0)
+            auth_per_peer.erase(n);
+        auth_waiting.erase(w);
     }
 
     // Closes the most expendable connection of `set` (the global order or one peer's).
