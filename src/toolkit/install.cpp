@@ -214,12 +214,10 @@ Result<Carried> carry_glibc(const InstallOptions& o, std::string& image, const s
                    lib_dir};
 }
 
-// The directory of the program interpreter the installed binary at `binary` (a host path) names,
-// "" when there is none (no binary yet, a static one, unreadable).
-std::string installed_interpreter_dir(const InstallOptions& o, const std::string& binary) {
-    auto image = files::read(host_path(o, binary));
-    if (!image) return {};
-    auto interp = elf::read_interpreter(*image, binary);
+// The directory of the program interpreter that `image` (the installed binary) names, "" when
+// there is none (no binary yet, a static one, not ELF).
+std::string interpreter_dir(std::string_view image, const std::string& what) {
+    auto interp = elf::read_interpreter(image, what);
     if (!interp) return {};
     return fs::path(interp->value).lexically_normal().parent_path().string();
 }
@@ -299,17 +297,45 @@ Result<InstallReport> install(const InstallOptions& o) {
     auto carried = carry_glibc(o, *bytes, source);
     if (!carried) return std::unexpected(carried.error());
     if (!carried->line.empty()) report.lines.push_back(carried->line);
-    // The binary is swapped in by one rename (write_if_changed), after its glibc is complete.
+    // The binary is staged next to its place, run on the host (step 2), and only then swapped in
+    // by one rename, after its glibc is complete: until then the old binary and its glibc serve.
     const std::string binary = join_path(o.install_dir, "kgpu");
-    const std::string previous = installed_interpreter_dir(o, binary);
-    auto copied = write_if_changed(host(binary), *bytes, 0755);
-    if (!copied) return std::unexpected(copied.error());
-    if (::chmod(host(binary).c_str(), 0755) != 0)
-        return fail(Code::io, "chmod {}: {}", host(binary).string(), std::strerror(errno));
-    report.lines.push_back(fmt::format("{} {} ({:.1f} MB)", *copied ? "installed" : "unchanged:", binary,
+    auto existing = read_existing(host(binary));
+    if (!existing) return std::unexpected(existing.error());
+    const std::string previous = existing->exists ? interpreter_dir(existing->text, binary) : std::string();
+    const bool changed = !existing->exists || existing->text != *bytes;
+    const std::string staged = changed ? join_path(o.install_dir, ".kgpu.new") : binary;
+    if (changed) {
+        if (auto st = ensure_dir(host(o.install_dir)); !st) return std::unexpected(st.error());
+        if (auto st = files::write_atomic(host(staged), *bytes, 0755); !st) return std::unexpected(st.error());
+    }
+    if (::chmod(host(staged).c_str(), 0755) != 0)
+        return fail(Code::io, "chmod {}: {}", host(staged).string(), std::strerror(errno));
+
+    // 2. It runs on the host, before anything points at it (an upgrade: before it replaces the
+    // binary containerd runs).
+    std::string verified;
+    if (o.verify) {
+        if (o.host_root != "/" && ::geteuid() != 0) {
+            verified = "not verified: running it inside --host-root needs root (chroot)";
+        } else {
+            auto v = run_on_host(o.host_root, staged);
+            if (!v) {
+                std::error_code ec;
+                if (changed) fs::remove(host(staged), ec);
+                return fail(v.error().code, "{}; it was not put in place ({} {}), so containerd and the runtime's config "
+                            "were left as they were", v.error().message, binary,
+                            existing->exists ? "is the binary from before" : "was not installed");
+            }
+            verified = fmt::format("verified: {} --version runs on the host: {}", binary, *v);
+        }
+    }
+    if (changed && ::rename(host(staged).c_str(), host(binary).c_str()) != 0)
+        return fail(Code::io, "cannot rename {} to {}: {}", host(staged).string(), host(binary).string(), std::strerror(errno));
+    report.lines.push_back(fmt::format("{} {} ({:.1f} MB)", changed ? "installed" : "unchanged:", binary,
                                        static_cast<double>(bytes->size()) / 1e6));
     // Only a swap retires a glibc: an unchanged install changes nothing.
-    if (*copied && !carried->lib_dir.empty()) {
+    if (changed && !carried->lib_dir.empty()) {
         auto removed = prune_glibcs(o, carried->lib_dir, previous);
         if (!removed) return std::unexpected(removed.error());
         if (!previous.empty() && previous != carried->lib_dir)
@@ -327,19 +353,8 @@ Result<InstallReport> install(const InstallOptions& o) {
     }
     report.lines.push_back(linked.empty() ? fmt::format("unchanged: {}/{{kgpu-container-runtime,nvidia-cdi-hook}} -> kgpu", o.install_dir)
                                           : fmt::format("linked {} -> kgpu in {}", fmt::join(linked, ", "), o.install_dir));
+    if (!verified.empty()) report.lines.push_back(verified);
 
-    // 2. It runs on the host, before anything points at it.
-    if (o.verify) {
-        if (o.host_root != "/" && ::geteuid() != 0) {
-            report.lines.push_back("not verified: running it inside --host-root needs root (chroot)");
-        } else {
-            auto v = run_on_host(o.host_root, binary);
-            if (!v)
-                return fail(v.error().code, "{}; nothing points at the copy yet, so containerd and the runtime's config "
-                            "were left as they were", v.error().message);
-            report.lines.push_back(fmt::format("verified: {} --version runs on the host: {}", binary, *v));
-        }
-    }
     // 3. The runtime's config.
     RuntimeConfig rc = o.runtime;
     if (rc.hook_path.empty()) rc.hook_path = join_path(o.install_dir, "nvidia-cdi-hook");

@@ -8,7 +8,8 @@
 //      upgrade to another glibc keeps the directory the replaced binary names (a runtime may be
 //      starting on it) and removes older ones;
 //   2. runs the copy inside the host's root (chroot), to prove it runs there before anything
-//      points at it;
+//      points at it (the new binary is staged as <install-dir>/.kgpu.new and renamed into place
+//      only after this);
 //   3. writes the container runtime's config (toolkit/config.h);
 //   4. points containerd's `nvidia` runtime at <install-dir>/kgpu-container-runtime
 //      (src/runtime, as `kgpu runtime configure --kgpu-runtime`);

@@ -266,6 +266,33 @@ TEST(RuntimeInstall, AnUpgradeToAnotherGlibcKeepsThePreviousOne) {
     EXPECT_THAT(broken.out, HasSubstr("missing: " + c + "/libm.so.6")) << broken.out << broken.err;
 }
 
+// An upgrade whose new copy does not run on the host (here: its carried loader is broken) is not
+// put in place: the binary containerd runs stays the old one, on its old glibc.
+TEST(RuntimeInstall, AnUpgradeThatDoesNotRunLeavesTheOldBinary) {
+    if (::geteuid() != 0) GTEST_SKIP() << "chroot needs root";
+    Host host;
+    TempDir images;
+    auto install = [&](const std::string& binary) {
+        return run_process({binary, "runtime", "install", "--host-root", host.root(), "--restart-mode", "none", "--no-dev-char-links"});
+    };
+    const std::string installed = host.path("/usr/local/kgpu/kgpu");
+    auto first = install(KGPU_BINARY);
+    ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+    const std::string a = carried_dir(first.out);
+    const std::string before = slurp(installed);
+    const std::string image = kgpu_on_another_glibc(images, "broken", "");
+    std::ofstream(fs::path(image).parent_path() / "lib/ld-linux-x86-64.so.2", std::ios::trunc) << "not a loader";
+    auto broken = install(image);
+    EXPECT_EQ(broken.exit_code, 1) << broken.out << broken.err;
+    EXPECT_THAT(broken.err, HasSubstr("does not run on this host"));
+    EXPECT_THAT(broken.err, HasSubstr("it was not put in place (/usr/local/kgpu/kgpu is the binary from before)"));
+    EXPECT_TRUE(slurp(installed) == before);
+    EXPECT_EQ(interpreter_of(installed), a + "/ld-linux-x86-64.so.2");
+    EXPECT_FALSE(fs::exists(host.path("/usr/local/kgpu/.kgpu.new")));
+    auto still = run_process({"/usr/sbin/chroot", host.root(), "/usr/local/kgpu/kgpu", "--version"});
+    EXPECT_EQ(still.exit_code, 0) << still.out << still.err;
+}
+
 TEST(RuntimeInstall, RestartModes) {
     if (::geteuid() != 0) GTEST_SKIP() << "chroot and mknod need root";
     Host host;
