@@ -4,10 +4,11 @@
 // Why: `kgpu runtime install` copies kgpu onto the host, where containerd runs it as
 // kgpu-container-runtime and runc as the CDI hook. kgpu is static apart from glibc, but a build on
 // Debian 12 needs glibc 2.36, newer than most GPU nodes' (Ubuntu 22.04: 2.35, RHEL 8: 2.28). So
-// the install carries the image's own loader and glibc into <install-dir>/lib and points the
-// copy's PT_INTERP there; the link gives kgpu a padded interpreter path (src/CMakeLists.txt) so
-// the new path fits, and a padded RPATH ($ORIGIN/lib////...) that the install rewrites to
-// <install-dir>/lib so that loader finds the carried libc first (an absolute path: $ORIGIN needs
+// the install carries the image's own loader and glibc into <install-dir>/lib/<hash> (a directory
+// per glibc, toolkit/install.h) and points the copy's PT_INTERP there; the link gives kgpu a padded
+// interpreter path (src/CMakeLists.txt) so the new path fits, and a padded RPATH
+// ($ORIGIN/lib////...) that the install rewrites to <install-dir>/lib/<hash> so that loader finds
+// the carried libc first (an absolute path: $ORIGIN needs
 // /proc/self/exe, which a chroot or an early hook may not have).
 #pragma once
 
@@ -50,7 +51,7 @@ inline constexpr std::array<std::string_view, 5> kCarriedLibraries = {"libc.so.6
 std::string running_libc_dir();
 
 // When this process runs on a carried glibc (its loader and libc come from one directory, not the
-// system's /lib64 or /lib: <install-dir>/lib), loads
+// system's /lib64 or /lib: <install-dir>/lib/<hash>), loads
 // each of kCarriedLibraries from there, once, so that a library dlopened later (the driver's
 // libnvidia-ml.so.1) that links them by soname gets these and never the host's: the loader reuses
 // an object already loaded under that soname. The executable's RPATH does the same for libraries

@@ -780,18 +780,21 @@ void check_toolkit(State& s, CheckResult& r) {
             set(r, Status::fail, "Install kgpu's runtime on the host: `kgpu runtime install`.");
             return;
         }
-        // The copy runs on the loader and glibc it carries (<install-dir>/lib): without them every
-        // container of the nvidia runtime fails to start, so say so here.
+        // The copy runs on the loader and glibc it carries (<install-dir>/lib/<hash>, or
+        // <install-dir>/lib from before versioned directories): without them every container of
+        // the nvidia runtime fails to start, so say so here. The directory is the one its
+        // interpreter names, whichever the last install chose.
         auto image = files::read(s.host(s.containerd->nvidia_binary));
         auto interp = image ? elf::read_interpreter(*image, s.containerd->nvidia_binary) : Result<elf::Slot>();
         if (!image || !interp) {
             note(r, "{}", !image ? image.error().message : interp.error().message);
             return;
         }
-        const fs::path lib_dir = fs::path(interp->value).parent_path();
+        const fs::path lib_dir = fs::path(interp->value).lexically_normal().parent_path();
+        const fs::path install_lib = fs::path(s.containerd->nvidia_binary).lexically_normal().parent_path() / "lib";
         std::vector<std::string> missing;
         if (!fs::exists(s.host(interp->value), ec)) missing.push_back(interp->value);
-        if (fs::path(s.containerd->nvidia_binary).parent_path() / "lib" == lib_dir)
+        if (lib_dir == install_lib || lib_dir.parent_path() == install_lib)
             for (std::string_view name : elf::kCarriedLibraries)
                 if (!fs::exists(s.host((lib_dir / name).string()), ec)) missing.push_back((lib_dir / name).string());
         note(r, "its program interpreter: {}{}", interp->value, missing.empty() ? " (present, with the glibc it carries)" : "");

@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <ranges>
 
@@ -117,27 +119,68 @@ Result<std::string> run_on_host(const fs::path& host_root, const std::string& bi
 
 std::string join_path(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }
 
-// Step 1a: the dynamic loader and glibc this binary runs on, copied into <install-dir>/lib, and
-// `image` (the binary's bytes) pointed at that loader (common/elf.h says why). The copies are
-// those of this process's own glibc, which is the image's: the glibc the binary was built for.
-// Each file is written atomically and only when it differs; the binary is written after them,
-// so nothing ever runs a loader that is not there yet. Returns the report line, "" for a static
-// binary (nothing to carry).
-Result<std::string> carry_glibc(const InstallOptions& o, std::string& image, const std::string& source) {
+// The name of the versioned directory of one carried glibc: a short hash of the files' names and
+// contents (FNV-1a, 64 bits; only to tell glibcs apart, not a guard against tampering).
+constexpr size_t kGlibcDirNameLength = 12;
+
+std::string glibc_dir_name(const std::vector<std::pair<std::string, std::string>>& files) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    auto mix = [&h](std::string_view bytes) {
+        for (unsigned char c : bytes) h = (h ^ c) * 0x100000001b3ull;
+    };
+    for (const auto& [name, content] : files) {
+        mix(name);
+        mix(std::string_view("\0", 1));
+        mix(std::to_string(content.size()));
+        mix(std::string_view("\0", 1));
+        mix(content);
+    }
+    return fmt::format("{:016x}", h).substr(0, kGlibcDirNameLength);
+}
+
+bool is_glibc_dir_name(std::string_view name) {
+    return name.size() == kGlibcDirNameLength &&
+           std::ranges::all_of(name, [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+struct Carried {
+    std::string line;     // the report line, "" for a static binary (nothing to carry)
+    std::string lib_dir;  // <install-dir>/lib/<hash> (a host path), "" for a static binary
+};
+
+// Step 1a: the dynamic loader and glibc this binary runs on, copied into their own versioned
+// directory <install-dir>/lib/<hash of their contents>, and `image` (the binary's bytes) pointed
+// at that loader (common/elf.h says why). The copies are those of this process's own glibc, which
+// is the image's: the glibc the binary was built for. Each file is written atomically and only
+// when it differs, and the binary is swapped in after all of them (install()), so whatever runs
+// the binary, old or new, finds the loader and libraries it names complete and matching: an
+// upgrade to another glibc never mixes the new loader with the old libc. Errors (a too-long
+// --install-dir included) come before anything is written.
+Result<Carried> carry_glibc(const InstallOptions& o, std::string& image, const std::string& source) {
     auto interp = elf::read_interpreter(image, source);
-    if (!interp && interp.error().code == Code::not_found) return std::string();
+    if (!interp && interp.error().code == Code::not_found) return Carried{};
     if (!interp) return std::unexpected(interp.error().context("install"));
     const std::string libc_dir = elf::running_libc_dir();
     if (libc_dir.empty()) return fail(Code::not_found, "install: cannot find the libc.so.6 this process runs on (dladdr)");
     const std::string loader = fs::path(interp->value).filename().string();
-    const std::string lib_dir = join_path(o.install_dir, "lib");
     // The binary names the loader by its standard path (padded with slashes); the loader of the
     // glibc this process runs on is next to its libc.so.6 (Debian: /lib/x86_64-linux-gnu).
-    std::vector<std::pair<std::string, fs::path>> files;  // name in lib_dir, source
+    std::vector<std::pair<std::string, fs::path>> sources;  // name in the lib dir, source
     std::error_code ec;
-    files.emplace_back(loader, fs::exists(fs::path(libc_dir) / loader, ec) ? fs::path(libc_dir) / loader
-                                                                          : fs::path(interp->value).lexically_normal());
-    for (std::string_view name : elf::kCarriedLibraries) files.emplace_back(std::string(name), fs::path(libc_dir) / name);
+    sources.emplace_back(loader, fs::exists(fs::path(libc_dir) / loader, ec) ? fs::path(libc_dir) / loader
+                                                                            : fs::path(interp->value).lexically_normal());
+    for (std::string_view name : elf::kCarriedLibraries) sources.emplace_back(std::string(name), fs::path(libc_dir) / name);
+    std::vector<std::pair<std::string, std::string>> files;  // name, content
+    size_t total = 0;
+    for (const auto& [name, from] : sources) {
+        auto content = files::read(from);
+        if (!content)
+            return std::unexpected(content.error().context(
+                fmt::format("install: the glibc file {} to carry onto the host (kgpu's image ships it)", name)));
+        total += content->size();
+        files.emplace_back(name, std::move(*content));
+    }
+    const std::string lib_dir = join_path(join_path(o.install_dir, "lib"), glibc_dir_name(files));
     // The copy's loader is the carried one, and it searches the carried glibc first (an absolute
     // RPATH: $ORIGIN would need /proc). A binary linked without the padded RPATH cannot be
     // carried: the carried loader would take the host's libc.
@@ -146,19 +189,19 @@ Result<std::string> carry_glibc(const InstallOptions& o, std::string& image, con
         return fail(Code::invalid_argument, "install: {}: kgpu must be linked with the padded RPATH of src/CMakeLists.txt "
                     "to run on the glibc it carries ({})", source, rpath.error().message);
     const std::string what = fmt::format("install --install-dir {}: the copy's", o.install_dir);
-    if (auto st = elf::rewrite(image, *interp, join_path(lib_dir, loader), what + " program interpreter"); !st)
-        return std::unexpected(st.error());
+    const std::string new_interp = join_path(lib_dir, loader);
+    if (auto st = elf::rewrite(image, *interp, new_interp, what + " program interpreter"); !st) {
+        // <install-dir>/lib/<hash>/<loader>: what is left of the room is the install dir's.
+        const size_t fixed = new_interp.size() - o.install_dir.size();
+        const size_t most = interp->room > fixed + 1 ? interp->room - 1 - fixed : 0;
+        return fail(st.error().code, "{} (<install-dir>/lib/<{}-character hash>/{}: an --install-dir of at most {} "
+                    "characters fits)", st.error().message, kGlibcDirNameLength, loader, most);
+    }
     if (auto st = elf::rewrite(image, *rpath, lib_dir, what + " RPATH"); !st) return std::unexpected(st.error());
-    size_t total = 0;
     std::vector<std::string> written;
-    for (const auto& [name, from] : files) {
-        auto content = files::read(from);
-        if (!content)
-            return std::unexpected(content.error().context(
-                fmt::format("install: the glibc file {} to carry onto the host (kgpu's image ships it)", name)));
-        total += content->size();
+    for (const auto& [name, content] : files) {
         const fs::path to = host_path(o, join_path(lib_dir, name));
-        auto w = write_if_changed(to, *content, 0755);
+        auto w = write_if_changed(to, content, 0755);
         if (!w) return std::unexpected(w.error());
         if (::chmod(to.c_str(), 0755) != 0) return fail(Code::io, "chmod {}: {}", to.string(), std::strerror(errno));
         if (*w) written.push_back(name);
@@ -167,7 +210,49 @@ Result<std::string> carry_glibc(const InstallOptions& o, std::string& image, con
                                          "glibc ({:.1f} MB)",
                                          lib_dir, fmt::join(files | std::views::keys, ","), ::gnu_get_libc_version(),
                                          static_cast<double>(total) / 1e6);
-    return written.empty() ? "unchanged: " + line : fmt::format("carried {} (wrote {})", line, fmt::join(written, ", "));
+    return Carried{written.empty() ? "unchanged: " + line : fmt::format("carried {} (wrote {})", line, fmt::join(written, ", ")),
+                   lib_dir};
+}
+
+// The directory of the program interpreter that `image` (the installed binary) names, "" when
+// there is none (no binary yet, a static one, not ELF).
+std::string interpreter_dir(std::string_view image, const std::string& what) {
+    auto interp = elf::read_interpreter(image, what);
+    if (!interp) return {};
+    return fs::path(interp->value).lexically_normal().parent_path().string();
+}
+
+// After a new binary was swapped in: removes the carried glibcs in <install-dir>/lib other than
+// `current` (the new binary's) and `previous` (the replaced binary's, which a runtime or hook
+// started just before the swap may still be loading), i.e. the versioned directories and the
+// files of the old flat layout (<install-dir>/lib/ld-linux-…, before versioned directories).
+// Only names kgpu writes are touched. Returns what was removed (host-independent paths).
+Result<std::vector<std::string>> prune_glibcs(const InstallOptions& o, const std::string& current, const std::string& previous) {
+    const std::string lib_root = join_path(o.install_dir, "lib");
+    const fs::path host_root = host_path(o, lib_root);
+    std::vector<std::string> removed;
+    std::error_code ec;
+    fs::directory_iterator it(host_root, ec), end;
+    if (ec) return removed;
+    std::vector<fs::directory_entry> entries(it, end);
+    for (const auto& e : entries) {
+        const std::string name = e.path().filename().string();
+        const std::string path = join_path(lib_root, name);
+        const bool flat_file = name.starts_with("ld-linux") || std::ranges::find(elf::kCarriedLibraries, name) != elf::kCarriedLibraries.end();
+        if (is_glibc_dir_name(name) && e.is_directory(ec) && !e.is_symlink(ec)) {
+            if (path == current || path == previous) continue;
+            fs::remove_all(e.path(), ec);
+        } else if (flat_file && !e.is_directory(ec)) {
+            if (lib_root == current || lib_root == previous) continue;
+            fs::remove(e.path(), ec);
+        } else {
+            continue;
+        }
+        if (ec) return fail(Code::io, "install: cannot remove the old carried glibc {}: {}", e.path().string(), ec.message());
+        removed.push_back(path);
+    }
+    std::ranges::sort(removed);
+    return removed;
 }
 
 }  // namespace
@@ -209,17 +294,57 @@ Result<InstallReport> install(const InstallOptions& o) {
     }
     auto bytes = files::read(source);
     if (!bytes) return std::unexpected(bytes.error().context("install"));
-    if (auto carried = carry_glibc(o, *bytes, source); !carried)
-        return std::unexpected(carried.error());
-    else if (!carried->empty())
-        report.lines.push_back(*carried);
+    auto carried = carry_glibc(o, *bytes, source);
+    if (!carried) return std::unexpected(carried.error());
+    if (!carried->line.empty()) report.lines.push_back(carried->line);
+    // The binary is staged next to its place, run on the host (step 2), and only then swapped in
+    // by one rename, after its glibc is complete: until then the old binary and its glibc serve.
     const std::string binary = join_path(o.install_dir, "kgpu");
-    auto copied = write_if_changed(host(binary), *bytes, 0755);
-    if (!copied) return std::unexpected(copied.error());
-    if (::chmod(host(binary).c_str(), 0755) != 0)
-        return fail(Code::io, "chmod {}: {}", host(binary).string(), std::strerror(errno));
-    report.lines.push_back(fmt::format("{} {} ({:.1f} MB)", *copied ? "installed" : "unchanged:", binary,
+    auto existing = read_existing(host(binary));
+    if (!existing) return std::unexpected(existing.error());
+    const std::string previous = existing->exists ? interpreter_dir(existing->text, binary) : std::string();
+    const bool changed = !existing->exists || existing->text != *bytes;
+    const std::string staged = changed ? join_path(o.install_dir, ".kgpu.new") : binary;
+    if (changed) {
+        if (auto st = ensure_dir(host(o.install_dir)); !st) return std::unexpected(st.error());
+        if (auto st = files::write_atomic(host(staged), *bytes, 0755); !st) return std::unexpected(st.error());
+    }
+    if (::chmod(host(staged).c_str(), 0755) != 0)
+        return fail(Code::io, "chmod {}: {}", host(staged).string(), std::strerror(errno));
+
+    // 2. It runs on the host, before anything points at it (an upgrade: before it replaces the
+    // binary containerd runs).
+    std::string verified;
+    if (o.verify) {
+        if (o.host_root != "/" && ::geteuid() != 0) {
+            verified = "not verified: running it inside --host-root needs root (chroot)";
+        } else {
+            auto v = run_on_host(o.host_root, staged);
+            if (!v) {
+                std::error_code ec;
+                if (changed) fs::remove(host(staged), ec);
+                return fail(v.error().code, "{}; it was not put in place ({} {}), so containerd and the runtime's config "
+                            "were left as they were", v.error().message, binary,
+                            existing->exists ? "is the binary from before" : "was not installed");
+            }
+            verified = fmt::format("verified: {} --version runs on the host: {}", binary, *v);
+        }
+    }
+    if (changed && ::rename(host(staged).c_str(), host(binary).c_str()) != 0)
+        return fail(Code::io, "cannot rename {} to {}: {}", host(staged).string(), host(binary).string(), std::strerror(errno));
+    report.lines.push_back(fmt::format("{} {} ({:.1f} MB)", changed ? "installed" : "unchanged:", binary,
                                        static_cast<double>(bytes->size()) / 1e6));
+    // Only a swap retires a glibc: an unchanged install changes nothing.
+    if (changed && !carried->lib_dir.empty()) {
+        auto removed = prune_glibcs(o, carried->lib_dir, previous);
+        if (!removed) return std::unexpected(removed.error());
+        if (!previous.empty() && previous != carried->lib_dir)
+            report.lines.push_back(fmt::format("kept {}: the glibc of the binary it replaced, for a runtime or hook started "
+                                               "before the swap",
+                                               previous));
+        if (!removed->empty())
+            report.lines.push_back(fmt::format("removed {}: older carried glibc", fmt::join(*removed, ", ")));
+    }
     std::vector<std::string> linked;
     for (const char* name : {"kgpu-container-runtime", "nvidia-cdi-hook"}) {
         auto made = ensure_symlink(host(join_path(o.install_dir, name)), "kgpu");
@@ -228,19 +353,8 @@ Result<InstallReport> install(const InstallOptions& o) {
     }
     report.lines.push_back(linked.empty() ? fmt::format("unchanged: {}/{{kgpu-container-runtime,nvidia-cdi-hook}} -> kgpu", o.install_dir)
                                           : fmt::format("linked {} -> kgpu in {}", fmt::join(linked, ", "), o.install_dir));
+    if (!verified.empty()) report.lines.push_back(verified);
 
-    // 2. It runs on the host, before anything points at it.
-    if (o.verify) {
-        if (o.host_root != "/" && ::geteuid() != 0) {
-            report.lines.push_back("not verified: running it inside --host-root needs root (chroot)");
-        } else {
-            auto v = run_on_host(o.host_root, binary);
-            if (!v)
-                return fail(v.error().code, "{}; nothing points at the copy yet, so containerd and the runtime's config "
-                            "were left as they were", v.error().message);
-            report.lines.push_back(fmt::format("verified: {} --version runs on the host: {}", binary, *v));
-        }
-    }
     // 3. The runtime's config.
     RuntimeConfig rc = o.runtime;
     if (rc.hook_path.empty()) rc.hook_path = join_path(o.install_dir, "nvidia-cdi-hook");

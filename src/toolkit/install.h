@@ -1,11 +1,15 @@
 // `kgpu runtime install`: puts kgpu on the node so that a GPU node needs only the driver and
 // kgpu (what the GPU Operator's toolkit container does for NVIDIA's toolkit). Run on the host, or
 // from the DaemonSet's init container with the host's / mounted at --host-root:
-//   1. copies the loader and glibc this binary runs on to <install-dir>/lib, then this binary to
-//      <install-dir>/kgpu with its PT_INTERP and RPATH pointing there (common/elf.h: so it runs
-//      on any host glibc), with the links kgpu-container-runtime and nvidia-cdi-hook next to it;
+//   1. copies the loader and glibc this binary runs on to <install-dir>/lib/<hash of their
+//      contents>, then this binary to <install-dir>/kgpu (one rename, after the glibc is
+//      complete) with its PT_INTERP and RPATH pointing there (common/elf.h: so it runs on any
+//      host glibc), with the links kgpu-container-runtime and nvidia-cdi-hook next to it; an
+//      upgrade to another glibc keeps the directory the replaced binary names (a runtime may be
+//      starting on it) and removes older ones;
 //   2. runs the copy inside the host's root (chroot), to prove it runs there before anything
-//      points at it;
+//      points at it (the new binary is staged as <install-dir>/.kgpu.new and renamed into place
+//      only after this);
 //   3. writes the container runtime's config (toolkit/config.h);
 //   4. points containerd's `nvidia` runtime at <install-dir>/kgpu-container-runtime
 //      (src/runtime, as `kgpu runtime configure --kgpu-runtime`);

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <filesystem>
@@ -102,6 +103,13 @@ struct Host {
     }
 };
 
+// The versioned directory a `runtime install` reports carrying the glibc into.
+std::string carried_dir(const std::string& out) {
+    std::smatch m;
+    static const std::regex re(R"((?:carried|unchanged:) (/\S*)/\{ld-linux)");
+    return std::regex_search(out, m, re) ? m[1].str() : std::string();
+}
+
 TEST(RuntimeInstall, OntoAHostWithOnlyGlibcThenIdempotent) {
     if (::geteuid() != 0) GTEST_SKIP() << "chroot and mknod need root";
     Host host;
@@ -112,12 +120,15 @@ TEST(RuntimeInstall, OntoAHostWithOnlyGlibcThenIdempotent) {
     // The copy runs inside the host's root, with only glibc there.
     EXPECT_THAT(r.out, HasSubstr("verified: /usr/local/kgpu/kgpu --version runs on the host"));
     // The copy runs on the loader and glibc it carries, whatever the host's glibc.
-    EXPECT_THAT(r.out, HasSubstr("carried /usr/local/kgpu/lib/{ld-linux-x86-64.so.2,libc.so.6,libm.so.6,libpthread.so.0"));
-    for (const char* lib : {"ld-linux-x86-64.so.2", "libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1"})
-        EXPECT_EQ(slurp(host.path(std::string("/usr/local/kgpu/lib/") + lib)), slurp(std::string("/lib/x86_64-linux-gnu/") + lib)) << lib;
+    // ... in a directory of their own, named by their contents: an upgrade never mixes two glibcs.
+    const std::string lib = carried_dir(r.out);
+    ASSERT_THAT(lib, ::testing::MatchesRegex("/usr/local/kgpu/lib/[0-9a-f]{12}")) << r.out;
+    EXPECT_THAT(r.out, HasSubstr("carried " + lib + "/{ld-linux-x86-64.so.2,libc.so.6,libm.so.6,libpthread.so.0"));
+    for (const char* name : {"ld-linux-x86-64.so.2", "libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1"})
+        EXPECT_TRUE(slurp(host.path(lib + "/" + name)) == slurp(std::string("/lib/x86_64-linux-gnu/") + name)) << name;
     auto elf = run_process({"/usr/bin/readelf", "-l", "-d", host.path("/usr/local/kgpu/kgpu")});
-    EXPECT_THAT(elf.out, HasSubstr("[Requesting program interpreter: /usr/local/kgpu/lib/ld-linux-x86-64.so.2]"));
-    EXPECT_THAT(elf.out, HasSubstr("Library rpath: [/usr/local/kgpu/lib]"));
+    EXPECT_THAT(elf.out, HasSubstr("[Requesting program interpreter: " + lib + "/ld-linux-x86-64.so.2]"));
+    EXPECT_THAT(elf.out, HasSubstr("Library rpath: [" + lib + "]"));
     EXPECT_EQ(slurp(host.path("/usr/local/kgpu/kgpu")).size(), slurp(KGPU_BINARY).size());
     EXPECT_EQ(fs::read_symlink(host.path("/usr/local/kgpu/kgpu-container-runtime")), "kgpu");
     EXPECT_EQ(fs::read_symlink(host.path("/usr/local/kgpu/nvidia-cdi-hook")), "kgpu");
@@ -149,7 +160,7 @@ TEST(RuntimeInstall, OntoAHostWithOnlyGlibcThenIdempotent) {
     auto r2 = run_process({KGPU_BINARY, "runtime", "install", "--host-root", host.root()});
     ASSERT_EQ(r2.exit_code, 0) << r2.out << r2.err;
     EXPECT_THAT(r2.out, HasSubstr("unchanged: /usr/local/kgpu/kgpu"));
-    EXPECT_THAT(r2.out, HasSubstr("unchanged: /usr/local/kgpu/lib/{ld-linux-x86-64.so.2,"));
+    EXPECT_THAT(r2.out, HasSubstr("unchanged: " + lib + "/{ld-linux-x86-64.so.2,"));
     EXPECT_THAT(r2.out, HasSubstr("unchanged: /etc/kgpu/container-runtime.toml"));
     EXPECT_THAT(r2.out, HasSubstr("containerd not restarted: its config did not change"));
     EXPECT_THAT(r2.out, HasSubstr("unchanged: /dev/char links for 4 NVIDIA device nodes"));
@@ -159,6 +170,127 @@ TEST(RuntimeInstall, OntoAHostWithOnlyGlibcThenIdempotent) {
     EXPECT_EQ(before.st_ino, after.st_ino);
     ::usleep(50000);
     EXPECT_EQ(again.ended_by(), 0);
+}
+
+// A copy of the built kgpu that runs on its own copy of this machine's glibc (the build's RPATH
+// is $ORIGIN/lib////…, searched before the system's), with `marker` appended to librt.so.1: to
+// the install, which carries the glibc it runs on, another glibc (as in a newer image).
+std::string kgpu_on_another_glibc(const TempDir& dir, const std::string& name, const std::string& marker) {
+    const fs::path bin = fs::path(dir.path()) / name;
+    fs::create_directories(bin / "lib");
+    fs::copy_file(KGPU_BINARY, bin / "kgpu");
+    for (const char* lib : {"ld-linux-x86-64.so.2", "libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1"})
+        fs::copy_file(fs::canonical(std::string("/lib/x86_64-linux-gnu/") + lib), bin / "lib" / lib);
+    std::ofstream(bin / "lib/librt.so.1", std::ios::app) << marker;
+    return (bin / "kgpu").string();
+}
+
+std::string interpreter_of(const std::string& binary) {
+    auto elf = run_process({"/usr/bin/readelf", "-l", binary});
+    std::smatch m;
+    static const std::regex re(R"(program interpreter: (\S+)\])");
+    return std::regex_search(elf.out, m, re) ? m[1].str() : std::string();
+}
+
+// An upgrade to an image with another glibc: the new loader and libraries go to a directory of
+// their own, complete before the binary that names them is swapped in (one rename), so a runtime
+// or hook exec'ed meanwhile runs either the old binary on the old glibc or the new on the new, never
+// a mix. The previous directory stays (the old binary may still be starting); older ones go.
+TEST(RuntimeInstall, AnUpgradeToAnotherGlibcKeepsThePreviousOne) {
+    if (::geteuid() != 0) GTEST_SKIP() << "chroot needs root";
+    Host host;
+    TempDir images;
+    auto install = [&](const std::string& binary) {
+        return run_process({binary, "runtime", "install", "--host-root", host.root(), "--restart-mode", "none", "--no-dev-char-links"});
+    };
+    const std::string installed = host.path("/usr/local/kgpu/kgpu");
+    auto first = install(KGPU_BINARY);
+    ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+    const std::string a = carried_dir(first.out);
+    ASSERT_FALSE(a.empty()) << first.out;
+    EXPECT_EQ(interpreter_of(installed), a + "/ld-linux-x86-64.so.2");
+
+    const std::string image1 = kgpu_on_another_glibc(images, "image1", "glibc one");
+    auto second = install(image1);
+    ASSERT_EQ(second.exit_code, 0) << second.out << second.err;
+    const std::string b = carried_dir(second.out);
+    ASSERT_FALSE(b.empty()) << second.out;
+    EXPECT_NE(a, b);
+    EXPECT_THAT(second.out, HasSubstr("carried " + b + "/{"));
+    EXPECT_THAT(second.out, HasSubstr("installed /usr/local/kgpu/kgpu"));
+    EXPECT_THAT(second.out, HasSubstr("verified: /usr/local/kgpu/kgpu --version runs on the host"));
+    EXPECT_THAT(second.out, HasSubstr("kept " + a + ":"));
+    EXPECT_EQ(interpreter_of(installed), b + "/ld-linux-x86-64.so.2");
+    EXPECT_TRUE(slurp(host.path(b + "/librt.so.1")).ends_with("glibc one"));
+    // The old directory is whole: a binary that still names it finds the glibc it was started with.
+    for (const char* lib : {"ld-linux-x86-64.so.2", "libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1"})
+        EXPECT_TRUE(slurp(host.path(a + "/" + lib)) == slurp(std::string("/lib/x86_64-linux-gnu/") + lib)) << lib;
+
+    const std::string image2 = kgpu_on_another_glibc(images, "image2", "glibc two");
+    auto third = install(image2);
+    ASSERT_EQ(third.exit_code, 0) << third.out << third.err;
+    const std::string c = carried_dir(third.out);
+    EXPECT_NE(c, b);
+    EXPECT_EQ(interpreter_of(installed), c + "/ld-linux-x86-64.so.2");
+    EXPECT_TRUE(fs::exists(host.path(b + "/libc.so.6"))) << "the previous glibc was removed";
+    EXPECT_FALSE(fs::exists(host.path(a))) << "the glibc before the previous one is still there";
+    EXPECT_THAT(third.out, HasSubstr("kept " + b + ":"));
+    EXPECT_THAT(third.out, HasSubstr("removed " + a + ":"));
+
+    // The same image again: nothing changes, nothing is removed.
+    struct stat before {};
+    ::stat(installed.c_str(), &before);
+    auto again = install(image2);
+    ASSERT_EQ(again.exit_code, 0) << again.out << again.err;
+    EXPECT_THAT(again.out, HasSubstr("unchanged: " + c + "/{"));
+    EXPECT_THAT(again.out, HasSubstr("unchanged: /usr/local/kgpu/kgpu"));
+    EXPECT_THAT(again.out, Not(HasSubstr("removed")));
+    EXPECT_THAT(again.out, Not(HasSubstr("kept")));
+    struct stat after {};
+    ::stat(installed.c_str(), &after);
+    EXPECT_EQ(before.st_ino, after.st_ino);
+    EXPECT_TRUE(fs::exists(host.path(b + "/libc.so.6")));
+    std::vector<std::string> dirs;
+    for (const auto& e : fs::directory_iterator(host.path("/usr/local/kgpu/lib"))) dirs.push_back(e.path().filename().string());
+    std::ranges::sort(dirs);
+    std::vector<std::string> expected = {fs::path(b).filename().string(), fs::path(c).filename().string()};
+    std::ranges::sort(expected);
+    EXPECT_EQ(dirs, expected);
+
+    // kgpu doctor follows the interpreter the installed runtime names: a library missing from
+    // its directory fails runtime.toolkit.
+    auto ok = run_process({KGPU_BINARY, "doctor", "--root", host.root(), "--json"});
+    EXPECT_THAT(ok.out, HasSubstr("(present, with the glibc it carries)")) << ok.out << ok.err;
+    fs::remove(host.path(c + "/libm.so.6"));
+    auto broken = run_process({KGPU_BINARY, "doctor", "--root", host.root(), "--json"});
+    EXPECT_THAT(broken.out, HasSubstr("missing: " + c + "/libm.so.6")) << broken.out << broken.err;
+}
+
+// An upgrade whose new copy does not run on the host (here: its carried loader is broken) is not
+// put in place: the binary containerd runs stays the old one, on its old glibc.
+TEST(RuntimeInstall, AnUpgradeThatDoesNotRunLeavesTheOldBinary) {
+    if (::geteuid() != 0) GTEST_SKIP() << "chroot needs root";
+    Host host;
+    TempDir images;
+    auto install = [&](const std::string& binary) {
+        return run_process({binary, "runtime", "install", "--host-root", host.root(), "--restart-mode", "none", "--no-dev-char-links"});
+    };
+    const std::string installed = host.path("/usr/local/kgpu/kgpu");
+    auto first = install(KGPU_BINARY);
+    ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+    const std::string a = carried_dir(first.out);
+    const std::string before = slurp(installed);
+    const std::string image = kgpu_on_another_glibc(images, "broken", "");
+    std::ofstream(fs::path(image).parent_path() / "lib/ld-linux-x86-64.so.2", std::ios::trunc) << "not a loader";
+    auto broken = install(image);
+    EXPECT_EQ(broken.exit_code, 1) << broken.out << broken.err;
+    EXPECT_THAT(broken.err, HasSubstr("does not run on this host"));
+    EXPECT_THAT(broken.err, HasSubstr("it was not put in place (/usr/local/kgpu/kgpu is the binary from before)"));
+    EXPECT_TRUE(slurp(installed) == before);
+    EXPECT_EQ(interpreter_of(installed), a + "/ld-linux-x86-64.so.2");
+    EXPECT_FALSE(fs::exists(host.path("/usr/local/kgpu/.kgpu.new")));
+    auto still = run_process({"/usr/sbin/chroot", host.root(), "/usr/local/kgpu/kgpu", "--version"});
+    EXPECT_EQ(still.exit_code, 0) << still.out << still.err;
 }
 
 TEST(RuntimeInstall, RestartModes) {
@@ -270,6 +402,7 @@ TEST(RuntimeInstall, RunsOnAHostWithAnOlderGlibc) {
     EXPECT_EQ(too_long.exit_code, 2);
     EXPECT_THAT(too_long.err, HasSubstr("does not fit the 255 bytes the build reserved"));
     EXPECT_THAT(too_long.err, HasSubstr("choose a shorter --install-dir"));
+    EXPECT_THAT(too_long.err, HasSubstr("an --install-dir of at most 217 characters fits"));
 }
 
 TEST(RuntimeConfigure, KgpuRuntimeFlag) {
