@@ -126,8 +126,14 @@ void Registrar::kubelet_changed() {
     for (auto& [name, e] : entries_) {
         if (name == in_flight_) {
             // Its outcome is checked against kubelet.sock when it returns; a Register stuck on a
-            // kubelet that has gone away is cancelled.
-            if (in_flight_kubelet_ != id) {
+            // kubelet that has gone away is cancelled. One sent while kubelet.sock was absent
+            // either failed at once or reached the kubelet that has just bound it, this one: not
+            // cancelled, since the kubelet may already have taken it (it would keep that client
+            // and its stream, and our retry would add a second: every update twice).
+            if (!in_flight_kubelet_ && id) {
+                in_flight_kubelet_ = id;
+                e.poked = true;  // a failure (it went out before the bind) retries at once
+            } else if (in_flight_kubelet_ != id) {
                 e.poked = true;
                 cancel_.cancel();
             }

@@ -12,7 +12,11 @@
 //   served again) leads to one Register, not one per event.
 // - A changed device list is only a ListAndWatch update (the server publishes it): never a new
 //   registration.
-// - The stream of a registration is the first one opened after its Register began. When the
+// - The stream of a registration is the first one opened after its Register began (kgpu doctor's
+//   probe streams are not numbered among them: server.h). Another client of ListAndWatch that
+//   opens and closes a stream in the few milliseconds between a Register and the kubelet's
+//   stream costs one extra Register (our older stream is ended first, so no update is doubled);
+//   the server cannot tell the kubelet's connection from another on a unix socket. When the
 //   peer ends it while kubelet.sock is unchanged (the kubelet dropped us, e.g. because another
 //   plugin's stream for the name ended), register again, with backoff (100 ms doubling to 5 s,
 //   back to 100 ms once a registration held for 10 s). So also when no stream opens within

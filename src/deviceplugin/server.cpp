@@ -20,8 +20,8 @@ namespace kgpu::deviceplugin {
 // ended it.
 class ListAndWatchReactor : public grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse> {
 public:
-    explicit ListAndWatchReactor(ResourceServer* server) : server_(server) {
-        id_ = server_->attach(this);  // sends the current list
+    ListAndWatchReactor(ResourceServer* server, bool probe) : server_(server) {
+        id_ = server_->attach(this, probe);  // sends the current list
     }
 
     void push(const v1beta1::ListAndWatchResponse& list) {
@@ -113,9 +113,10 @@ public:
         return r;
     }
 
-    grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse>* ListAndWatch(grpc::CallbackServerContext*,
+    grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse>* ListAndWatch(grpc::CallbackServerContext* ctx,
                                                                          const v1beta1::Empty*) override {
-        return new ListAndWatchReactor(s_);
+        const bool probe = ctx->client_metadata().contains(kProbeMetadataKey);
+        return new ListAndWatchReactor(s_, probe);
     }
 
     grpc::ServerUnaryReactor* GetPreferredAllocation(grpc::CallbackServerContext* ctx,
@@ -252,9 +253,11 @@ v1beta1::ListAndWatchResponse ResourceServer::current() const {
     return list_;
 }
 
-std::uint64_t ResourceServer::attach(ListAndWatchReactor* r) {
+std::uint64_t ResourceServer::attach(ListAndWatchReactor* r, bool probe) {
     std::lock_guard lk(mu_);
-    const std::uint64_t id = next_id_++;
+    // Probes take numbers of their own (above every other stream's), so the next number stays
+    // the one the registrar reserved for the kubelet.
+    const std::uint64_t id = probe ? next_probe_id_++ : next_id_++;
     streams_.emplace(id, r);
     r->push(list_);
     if (stopping_) r->end();
@@ -267,7 +270,7 @@ void ResourceServer::detach(std::uint64_t id, bool by_peer) {
         streams_.erase(id);
         cv_.notify_all();
     }
-    if (handlers_.stream_ended) handlers_.stream_ended(id, by_peer);
+    if (handlers_.stream_ended && !(id & kProbeStreamBit)) handlers_.stream_ended(id, by_peer);
 }
 
 size_t ResourceServer::open_streams() const {

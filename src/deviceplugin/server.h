@@ -7,6 +7,11 @@
 // Streams are numbered in the order they open (0, 1, 2, ...): the registrar tells the kubelet's
 // stream for a registration (the first one opened after its Register began) from others, ends
 // the streams of earlier registrations, and hears when the peer ends a stream.
+// A stream whose client sends the metadata `kgpu-probe` (kgpu doctor's look at the device list)
+// is served like any other but is not numbered among them: it gets a number with kProbeStreamBit
+// set, is never ended by end_streams_before, and its end is not reported to stream_ended. So a
+// probe opened between a Register and the kubelet's stream cannot pass for the kubelet's
+// (issue #12: closing it looked like the kubelet dropping us, and kgpu registered again).
 #pragma once
 
 #include <chrono>
@@ -28,6 +33,12 @@ class Server;
 }
 
 namespace kgpu::deviceplugin {
+
+// The metadata key (any value) that marks a ListAndWatch client as a probe, not a kubelet; sent
+// by src/doctor/grpc_probe.cpp (which does not link this library: keep the two in step).
+inline constexpr char kProbeMetadataKey[] = "kgpu-probe";
+// Set in the numbers of probe streams.
+inline constexpr std::uint64_t kProbeStreamBit = std::uint64_t{1} << 63;
 
 struct Handlers {
     // Both return an error (answered as INVALID_ARGUMENT with the message) or the response.
@@ -58,8 +69,8 @@ public:
     void stop(bool empty_list_first = false);
     bool running() const;
 
-    // The number the next ListAndWatch stream will get, and the first number of streams served
-    // since the latest start().
+    // The number the next ListAndWatch stream (not a probe) will get, and the first number of
+    // such streams served since the latest start().
     std::uint64_t next_stream_id() const;
     std::uint64_t first_stream_of_start() const;
     // Ends (status OK) every open stream numbered below `id`, then waits up to `timeout` until
@@ -82,7 +93,7 @@ private:
     class Service;
 
     v1beta1::ListAndWatchResponse current() const;
-    std::uint64_t attach(ListAndWatchReactor* r);
+    std::uint64_t attach(ListAndWatchReactor* r, bool probe);
     void detach(std::uint64_t id, bool by_peer);
 
     std::string resource_name_;
@@ -99,6 +110,7 @@ private:
     bool published_ = false;
     std::map<std::uint64_t, ListAndWatchReactor*> streams_;
     std::uint64_t next_id_ = 0;
+    std::uint64_t next_probe_id_ = kProbeStreamBit;
     std::uint64_t start_id_ = 0;
     bool stopping_ = false;
 };

@@ -60,6 +60,10 @@ Result<std::map<std::string, std::string>> probe_device_list(const std::filesyst
     auto stub = v1beta1::DevicePlugin::NewStub(channel(socket));
     grpc::ClientContext ctx;
     deadline(ctx, timeout_ms);
+    // Marks the stream as a probe (kProbeMetadataKey in src/deviceplugin/server.h): kgpu does not
+    // take it for the kubelet's stream of a registration, so opening and closing it between a
+    // Register and the kubelet's stream does not make kgpu register again (issue #12).
+    ctx.AddMetadata("kgpu-probe", "1");
     v1beta1::Empty req;
     auto reader = stub->ListAndWatch(&ctx, req);
     v1beta1::ListAndWatchResponse resp;

@@ -25,7 +25,8 @@ Result<PodResourcesSummary> probe_pod_resources(const std::filesystem::path& soc
 
 // The first ListAndWatch message of a device-plugin socket, as device ID -> health; the stream is
 // closed right after. Only for kgpu's own sockets: NVIDIA's plugin hands each health event to one
-// of its streams, so a probe stream could take one meant for the kubelet.
+// of its streams, so a probe stream could take one meant for the kubelet. The stream carries the
+// metadata `kgpu-probe: 1`, so kgpu does not take it for the kubelet's stream of a registration.
 // Errors: unavailable, naming the socket and the gRPC status.
 Result<std::map<std::string, std::string>> probe_device_list(const std::filesystem::path& socket,
                                                              int timeout_ms = 2000);

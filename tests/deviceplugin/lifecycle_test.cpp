@@ -9,11 +9,13 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
+#include "doctor/grpc_probe.h"
 #include "plugin_fixture.h"
 #include "support/fake_device_plugin.h"
 #include "support/fake_kubelet.h"
@@ -148,6 +150,39 @@ TEST_F(LifecycleTest, ResourceThatDisappearsEmptiesItsListAndComesBackWithOneReg
     EXPECT_EQ(kubelet_->register_calls(kMig2g), 2);
     want.erase(kMig2g);
     EXPECT_TRUE(settled(want)) << counts(want);
+}
+
+// Items 1 and 7: `kgpu doctor` probing the plugin (its own ListAndWatch stream, closed after the
+// first list) all along, through kubelet restarts, with one probe forced into the window between
+// kgpu's Register and the kubelet's stream: still one Register and one stream per kubelet.
+TEST_F(LifecycleTest, DoctorProbesDuringRegistrationCauseNoSecondRegister) {
+    start("t4x4.yaml", {"--device-id-strategy", "index"});
+    const std::map<std::string, size_t> want = {{kGpu, 4}};
+    ASSERT_TRUE(settled(want)) << counts(want);
+    const std::string sock = dir_.path() + "/" + kSocket;
+    std::atomic<int> answered{0};
+    std::jthread doctor([&](std::stop_token stop) {  // joined on every way out of the test
+        while (!stop.stop_requested()) {
+            if (kgpu::doctor::probe_device_list(sock, 1000)) ++answered;
+            std::this_thread::sleep_for(2ms);
+        }
+    });
+    for (int i = 0; i < 3; ++i) {
+        kubelet_->hold_streams(true);
+        ASSERT_TRUE(kubelet_->restart());
+        ASSERT_TRUE(kubelet_->wait_until([&] { return kubelet_->held_streams() >= 1; }, 20s)) << counts(want);
+        const int before = answered;
+        ASSERT_TRUE(kubelet_->wait_until([&] { return answered > before + 1; }, 20s));  // probes in the window
+        kubelet_->hold_streams(false);
+        ASSERT_TRUE(settled(want)) << "after kubelet restart " << i + 1 << ":\n" << counts(want);
+        // Past the plugin's backoff (100 ms) and stream grace (500 ms): nothing registers again.
+        EXPECT_FALSE(kubelet_->wait_until([&] { return kubelet_->register_calls(kGpu) > 1; }, 700ms))
+            << "after kubelet restart " << i + 1 << ":\n" << counts(want);
+        EXPECT_TRUE(settled(want)) << counts(want);
+    }
+    doctor.request_stop();
+    doctor.join();
+    EXPECT_GT(answered.load(), 6);
 }
 
 // Item 4, natural order: NVIDIA's plugin runs, kgpu registers last, NVIDIA's DaemonSet is deleted.

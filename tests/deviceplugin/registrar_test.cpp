@@ -8,6 +8,7 @@
 
 #include "deviceplugin/registrar.h"
 #include "deviceplugin/server.h"
+#include "doctor/grpc_probe.h"
 #include "support/fake_kubelet.h"
 #include "support/process.h"
 
@@ -68,6 +69,57 @@ TEST(RegistrarTest, StopDuringTheSettleBeforeARegisterSendsNoRegister) {
     EXPECT_EQ(kubelet.register_calls(kGpu), 1) << "a Register went out after stop()";
     EXPECT_EQ(kubelet.hung_registers(), 0);
     kubelet.hang_register(false);
+    server->stop();
+}
+
+// Issue #12 items 1 and 7: `kgpu doctor` opens its own ListAndWatch stream on our socket. When it
+// lands between our Register and the kubelet's stream, it must not pass for the registration's
+// stream: before, the probe took the stream number the registrar had reserved for the kubelet,
+// and closing it made the registrar believe the kubelet had dropped us and register again (a
+// second Register, the kubelet's stream ended and the resource cut off meanwhile).
+TEST(RegistrarTest, ADoctorProbeBetweenRegisterAndTheKubeletsStreamIsNotTheRegistrationsStream) {
+    TempDir dir;
+    FakeKubelet kubelet(dir.path());
+    ASSERT_TRUE(kubelet.start());
+    Registrar* self = nullptr;
+    kgpu::deviceplugin::Handlers h;
+    h.stream_ended = [&self](std::uint64_t id, bool by_peer) {
+        if (self) self->stream_ended(kGpu, id, by_peer);
+    };
+    const std::string socket = dir.path() + "/kgpu-nvidia-com-gpu.sock";
+    auto server = std::make_shared<ResourceServer>(kGpu, socket, h);
+    server->publish(two_gpus());
+    ASSERT_TRUE(server->start());
+    Registrar::Options o;
+    o.kubelet_socket = kubelet.socket_path();
+    o.plugin_dir = dir.path();
+    o.min_backoff = 10ms;    // a wrong "the kubelet ended our stream" registers again at once...
+    o.stream_grace = 100ms;  // ... and so does a wrong "no stream opened"
+    Registrar registrar(o);
+    self = &registrar;
+    kubelet.hold_streams(true);  // the kubelet answers Register, then waits before its stream
+    registrar.start();
+    registrar.add(server);
+    ASSERT_TRUE(kubelet.wait_until([&] { return kubelet.held_streams() == 1 && registrar.registered(kGpu); }, 20s));
+    // The doctor's probe in that window: its stream opens first, sends the list and is closed.
+    auto list = kgpu::doctor::probe_device_list(socket);
+    ASSERT_TRUE(list) << list.error().message;
+    EXPECT_EQ(list->size(), 2u);
+    kubelet.hold_streams(false);
+    ASSERT_TRUE(kubelet.wait_until([&] { return kubelet.open_streams(kGpu) == 1 && kubelet.allocatable(kGpu) == 2; }, 20s));
+    // Well past the backoff and the stream grace: nothing registers again.
+    EXPECT_FALSE(kubelet.wait_until([&] { return kubelet.register_calls(kGpu) > 1; }, 600ms));
+    EXPECT_EQ(kubelet.register_calls(kGpu), 1);
+    EXPECT_EQ(kubelet.open_streams(kGpu), 1);
+    EXPECT_TRUE(kubelet.connected(kGpu));
+    EXPECT_EQ(kubelet.allocatable(kGpu), 2);
+    EXPECT_TRUE(registrar.registered(kGpu));
+    // And a probe at any later time changes nothing either.
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE(kgpu::doctor::probe_device_list(socket));
+    EXPECT_FALSE(kubelet.wait_until([&] { return kubelet.register_calls(kGpu) > 1; }, 200ms));
+    EXPECT_EQ(kubelet.open_streams(kGpu), 1);
+    registrar.stop();
+    self = nullptr;
     server->stop();
 }
 

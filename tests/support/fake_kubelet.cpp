@@ -153,6 +153,17 @@ int FakeKubelet::abandoned_registers() {
     return abandoned_;
 }
 
+void FakeKubelet::hold_streams(bool hold) {
+    std::lock_guard lk(mu_);
+    hold_ = hold;
+    cv_.notify_all();
+}
+
+int FakeKubelet::held_streams() {
+    std::lock_guard lk(mu_);
+    return held_;
+}
+
 bool FakeKubelet::serve_pod_resources(const std::string& path) {
     ::unlink(path.c_str());
     pod_service_ = std::make_unique<PodResourcesService>(this);
@@ -240,6 +251,16 @@ grpc::Status FakeKubelet::on_register(grpc::ServerContext* ctx, const v1beta1::R
 // runClient: read the stream; when it ends, drop the resource's CURRENT client (v1.26 looks it up
 // by name, so an older stream ending cuts off the newest registration).
 void FakeKubelet::run_client(const std::shared_ptr<Client>& c) {
+    {
+        std::unique_lock lk(mu_);
+        if (hold_) {
+            ++held_;
+            cv_.notify_all();
+            cv_.wait(lk, [&] { return !hold_ || stopping_; });
+            --held_;
+            cv_.notify_all();
+        }
+    }
     v1beta1::Empty empty;
     auto reader = c->stub->ListAndWatch(&c->stream_ctx, empty);
     {

@@ -80,6 +80,12 @@ public:
     // they hung.
     int hung_registers();
     int abandoned_registers();
+    // While true, a client whose Register was answered waits before opening its ListAndWatch
+    // stream (until set false or stop()): holds the kubelet in the window between its answer to
+    // Register and its stream, where another client's stream may open first. held_streams(): the
+    // clients waiting there right now.
+    void hold_streams(bool hold);
+    int held_streams();
 
     // Serves PodResources v1 on `path`: GetAllocatableResources answers the healthy devices of
     // every resource (one ContainerDevices per device, as the kubelet does); List answers no pod.
@@ -159,6 +165,8 @@ private:
     int instance_ = 0;  // bumped by every start(): clients of older instances are dead
     std::chrono::steady_clock::time_point started_at_{};
     bool hang_ = false;
+    bool hold_ = false;
+    int held_ = 0;
     bool stopping_ = false;
     int hung_ = 0;
     int abandoned_ = 0;
