@@ -5,6 +5,7 @@
 // kgpu, then the hook's name and arguments; every hook carries NVIDIA_CTK_DEBUG=<debug>).
 #pragma once
 
+#include <array>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -21,6 +22,9 @@ inline constexpr std::string_view kUpdateLdcache = "update-ldcache";
 inline constexpr std::string_view kDisableDeviceNodeModification = "disable-device-node-modification";
 inline constexpr std::string_view kUpdateApplicationProfile = "update-application-profile";
 inline constexpr std::string_view kChmod = "chmod";  // off unless enabled (deprecated upstream)
+// Those a spec gets by default, in nvidia-ctk's order.
+inline constexpr std::array<std::string_view, 5> kDefaultHooks = {
+    kCreateSymlinks, kEnableCudaCompat, kUpdateLdcache, kDisableDeviceNodeModification, kUpdateApplicationProfile};
 
 struct HookOptions {
     std::string path = "/usr/bin/nvidia-cdi-hook";  // absolute (see resolve_hook_path)

@@ -888,12 +888,10 @@ void add_warnings(Config& c) {
                          "the container (deploy/ does)",
                          c.container_driver_root, c.nvidia_driver_root));
     for (const auto& h : c.cdi_disabled_hooks)
-        if (h != "all" && h != cdi::kCreateSymlinks && h != cdi::kEnableCudaCompat && h != cdi::kUpdateLdcache &&
-            h != cdi::kDisableDeviceNodeModification && h != cdi::kUpdateApplicationProfile && h != cdi::kChmod)
-            warn(fmt::format("CDI hook '{}' (--cdi-disable-hooks) is not a hook kgpu writes ({}, {}, {}, {}, {}, or "
-                             "all): nothing is left out for it",
-                             h, cdi::kCreateSymlinks, cdi::kEnableCudaCompat, cdi::kUpdateLdcache,
-                             cdi::kDisableDeviceNodeModification, cdi::kUpdateApplicationProfile));
+        if (h != "all" && h != cdi::kChmod && std::ranges::find(cdi::kDefaultHooks, h) == cdi::kDefaultHooks.end())
+            warn(fmt::format("CDI hook '{}' (--cdi-disable-hooks) is not a hook kgpu writes ({}, or all): nothing is "
+                             "left out for it",
+                             h, fmt::join(cdi::kDefaultHooks, ", ")));
     for (const auto& f : c.cdi_feature_flags)
         warn(fmt::format("CDI feature flag '{}' is ignored: kgpu's CDI spec generation has no feature flags", f));
     if (!c.apply_resource_naming && (!c.resources.gpus.empty() || !c.resources.mig.empty()))

@@ -182,6 +182,29 @@ int connect_loopback(int port, const char* source_ip) {
     return fd;
 }
 
+HttpResult split_http_answer(const std::string& data) {
+    HttpResult r;
+    auto end = data.find("\r\n\r\n");
+    if (end == std::string::npos || !data.starts_with("HTTP/1.")) return r;
+    r.status = std::atoi(data.c_str() + 9);
+    std::string_view head(data.data(), end);
+    size_t p = head.find("\r\n");
+    while (p != std::string_view::npos && p < head.size()) {
+        size_t q = head.find("\r\n", p + 2);
+        std::string_view h = head.substr(p + 2, (q == std::string_view::npos ? head.size() : q) - p - 2);
+        if (auto c = h.find(':'); c != std::string_view::npos) {
+            std::string k(h.substr(0, c));
+            for (auto& ch : k) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+            std::string_view v = h.substr(c + 1);
+            while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
+            r.headers[k] = std::string(v);
+        }
+        p = q;
+    }
+    r.body = data.substr(end + 4);
+    return r;
+}
+
 HttpResult http_request(int port, std::string_view method, std::string_view path,
                         const std::vector<std::string>& extra_headers, int timeout_ms) {
     HttpResult r;
@@ -210,24 +233,8 @@ HttpResult http_request(int port, std::string_view method, std::string_view path
         data.append(buf, static_cast<size_t>(n));
     }
     ::close(fd);
-    auto end = data.find("\r\n\r\n");
-    if (end == std::string::npos || !data.starts_with("HTTP/1.")) return r;
-    r.status = std::atoi(data.c_str() + 9);
-    std::string_view head(data.data(), end);
-    size_t p = head.find("\r\n");
-    while (p != std::string_view::npos && p < head.size()) {
-        size_t q = head.find("\r\n", p + 2);
-        std::string_view h = head.substr(p + 2, (q == std::string_view::npos ? head.size() : q) - p - 2);
-        if (auto c = h.find(':'); c != std::string_view::npos) {
-            std::string k(h.substr(0, c));
-            for (auto& ch : k) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-            std::string_view v = h.substr(c + 1);
-            while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
-            r.headers[k] = std::string(v);
-        }
-        p = q;
-    }
-    r.body = data.substr(end + 4);
+    r = split_http_answer(data);
+    if (r.status == 0) return r;
     // Chunked bodies (kgpu always sends Content-Length; other servers may not).
     if (r.headers["transfer-encoding"] == "chunked") {
         std::string out;

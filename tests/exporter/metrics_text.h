@@ -42,6 +42,10 @@ struct HttpResult {
     std::string body;
 };
 
+// An HTTP/1.x answer as read from the socket, split into status, headers and body (the body as
+// sent: chunked bodies are not decoded here); status 0 when it is not one.
+HttpResult split_http_answer(const std::string& data);
+
 // One request on a fresh connection to 127.0.0.1:port with Connection: close; reads the whole
 // answer. `timeout_ms` bounds the whole exchange.
 HttpResult http_request(int port, std::string_view method, std::string_view path,

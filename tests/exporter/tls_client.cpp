@@ -32,30 +32,6 @@ std::string ssl_error() {
     return out;
 }
 
-// Splits an HTTP/1.1 answer (Connection: close, Content-Length) into status, headers, body.
-HttpResult parse_answer(const std::string& data) {
-    HttpResult r;
-    auto end = data.find("\r\n\r\n");
-    if (end == std::string::npos || !data.starts_with("HTTP/1.")) return r;
-    r.status = std::atoi(data.c_str() + 9);
-    std::string_view head(data.data(), end);
-    size_t p = head.find("\r\n");
-    while (p != std::string_view::npos && p < head.size()) {
-        size_t q = head.find("\r\n", p + 2);
-        std::string_view h = head.substr(p + 2, (q == std::string_view::npos ? head.size() : q) - p - 2);
-        if (auto c = h.find(':'); c != std::string_view::npos) {
-            std::string k(h.substr(0, c));
-            for (auto& ch : k) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-            std::string_view v = h.substr(c + 1);
-            while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
-            r.headers[k] = std::string(v);
-        }
-        p = q;
-    }
-    r.body = data.substr(end + 4);
-    return r;
-}
-
 }  // namespace
 
 TlsResult https_request(int port, const std::string& method, const std::string& path, const TlsClientOptions& o) {
@@ -123,7 +99,7 @@ TlsResult https_request(int port, const std::string& method, const std::string& 
         data.append(buf, static_cast<std::size_t>(n));
     }
     ::close(fd);
-    out.http = parse_answer(data);
+    out.http = split_http_answer(data);
     return out;
 }
 
