@@ -157,19 +157,28 @@ Status RootDir::write_file(std::string_view rel, std::string_view content, mode_
     // O_PATH descriptors cannot be used with openat's O_CREAT: reopen the directory for real.
     auto dir_fd = open_at(dir, O_RDONLY | O_DIRECTORY);
     if (!dir_fd) return std::unexpected(dir_fd.error());
-    int fd = ::openat(dir_fd->get(), name.c_str(), O_WRONLY | O_CREAT | (exclusive ? O_EXCL : O_TRUNC) | O_NOFOLLOW | O_CLOEXEC, mode);
+    // Replacing: a new file renamed over the old name. Opening the old one with O_TRUNC would
+    // write through a hard link the image put there (to any file on the same file system).
+    const std::string file = exclusive ? name : "." + name + ".kgpu-" + random_suffix();
+    int fd = ::openat(dir_fd->get(), file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
     if (fd < 0) return fail(code_of(errno), "creating /{} in container root {}: {}", r, path_, std::strerror(errno));
     Fd f(fd);
+    auto failed = [&](std::string_view what, int e) -> Status {
+        ::unlinkat(dir_fd->get(), file.c_str(), 0);  // ours (O_EXCL): nothing half-written stays
+        return fail(e == EPERM || e == EACCES ? Code::no_permission : Code::io, "{} /{} in container root {}: {}", what, r, path_,
+                    std::strerror(e));
+    };
     std::string_view left = content;
     while (!left.empty()) {
         ssize_t n = ::write(f.get(), left.data(), left.size());
         if (n < 0) {
             if (errno == EINTR) continue;
-            return fail(Code::io, "writing /{} in container root {}: {}", r, path_, std::strerror(errno));
+            return failed("writing", errno);
         }
         left.remove_prefix(static_cast<size_t>(n));
     }
-    if (::fchmod(f.get(), mode) != 0) return fail(Code::io, "chmod /{}: {}", r, std::strerror(errno));
+    if (::fchmod(f.get(), mode) != 0) return failed("chmod", errno);
+    if (!exclusive && ::renameat(dir_fd->get(), file.c_str(), dir_fd->get(), name.c_str()) != 0) return failed("replacing", errno);
     return {};
 }
 

@@ -51,7 +51,9 @@ public:
     // Creates the directory `rel` and its missing parents (each `mode`); returns it (O_PATH).
     Result<Fd> mkdir_all(std::string_view rel, mode_t mode) const;
     // Writes the file `rel` with `content` and `mode`, creating parent directories (`dir_mode`).
-    // `exclusive`: fail when it exists (O_EXCL); else an existing regular file is replaced.
+    // `exclusive`: fail when it exists (O_EXCL); else whatever is at `rel` (a file, a symlink, a
+    // hard link to a file elsewhere) is replaced by renaming a new file over it, so nothing it
+    // pointed to or shared an inode with is written.
     Status write_file(std::string_view rel, std::string_view content, mode_t mode, bool exclusive = true,
                       mode_t dir_mode = 0755) const;
     // Replaces `rel` with a symlink to `target` (a temporary link renamed over it).

@@ -2,6 +2,7 @@
 // that mount, chroot or make device nodes need root and skip without it.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -11,11 +12,14 @@
 
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <sstream>
 
+#include "support/canary.h"
 #include "support/process.h"
 #include "toolkit/hooks.h"
+#include "toolkit/root.h"
 
 using namespace kgpu;
 using namespace kgpu::toolkit;
@@ -167,6 +171,36 @@ TEST(ApplicationProfile, MasksTheContainersGpus) {
     ASSERT_TRUE(st) << st.error().message;
     EXPECT_EQ(slurp(b.root() + "/etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf"),
               R"({"profiles":[{"name":"_container_","settings":["EGLVisibleDGPUDevices",0x88]}],"rules":[{"pattern":[],"profile":"_container_"}]})");
+}
+
+// Issue #22 item 6a: an existing 10-container.conf is replaced, never written through: a hard
+// link there (to any file on the same file system) or a symlink keeps its target untouched.
+TEST(ApplicationProfile, ReplacesAHardLinkOrSymlinkInsteadOfWritingThroughIt) {
+    if (!is_root()) GTEST_SKIP() << "mknod needs root";
+    for (bool hard : {true, false}) {
+        SCOPED_TRACE(hard ? "hard link" : "symlink");
+        Bundle b;
+        test::TempDir outside;
+        const std::string victim = outside.write("victim", "the host's file\n");
+        ASSERT_EQ(::chmod(victim.c_str(), 0600), 0);
+        const std::string before = test::tree_snapshot(outside.path());
+        fs::create_directories(b.root() + "/dev");
+        ASSERT_EQ(::mknod((b.root() + "/dev/nvidia1").c_str(), S_IFCHR | 0666, makedev(195, 1)), 0);
+        const std::string conf = b.root() + "/etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf";
+        fs::create_directories(fs::path(conf).parent_path());
+        if (hard)
+            fs::create_hard_link(victim, conf);
+        else
+            fs::create_symlink(victim, conf);
+        auto st = update_application_profile(b.root());
+        ASSERT_TRUE(st) << st.error().message;
+        EXPECT_EQ(test::tree_snapshot(outside.path()), before);
+        EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(conf)));
+        EXPECT_THAT(slurp(conf), HasSubstr("\"EGLVisibleDGPUDevices\",0x2]"));
+        EXPECT_EQ(fs::status(conf).permissions(), fs::perms(0444));
+        // Only the file itself in the directory: no temporary left behind.
+        EXPECT_EQ(std::distance(fs::directory_iterator(fs::path(conf).parent_path()), fs::directory_iterator()), 1);
+    }
 }
 
 TEST(Chmod, SetsModesInsideTheRoot) {
