@@ -69,13 +69,18 @@ int openat2_in_root(int root, const std::string& rel, int flags, mode_t mode) {
 }  // namespace
 
 Result<RootDir> RootDir::open(const std::string& path) {
-    if (path.empty() || path == "/")
-        return fail(Code::invalid_argument, "container root '{}': refusing to work on the host's root", path);
+    if (path.empty()) return fail(Code::invalid_argument, "container root '': refusing to work on the host's root");
     int fd = ::open(path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return fail(code_of(errno), "container root {}: {}", path, std::strerror(errno));
     RootDir r;
     r.path_ = path;
     r.fd_ = Fd(fd);
+    // The directory opened, not its spelling: "//", "/." and "/tmp/.." are "/" too (issue #22).
+    struct stat opened {}, host {};
+    if (::fstat(fd, &opened) != 0 || ::stat("/", &host) != 0)
+        return fail(Code::io, "container root {}: {}", path, std::strerror(errno));
+    if (opened.st_dev == host.st_dev && opened.st_ino == host.st_ino)
+        return fail(Code::invalid_argument, "container root '{}' is the host's root directory: refusing to work on it", path);
     // Probe openat2 once, so an old kernel gets one clear message.
     int probe = openat2_in_root(fd, "", O_PATH, 0);
     if (probe < 0) {

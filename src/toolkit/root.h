@@ -38,11 +38,15 @@ private:
 
 class RootDir {
 public:
-    // Errors: not_found / io naming `path`; invalid_argument when `path` is "/" or empty (a hook
-    // must never work on the host's root).
+    // Errors: not_found / io naming `path`; invalid_argument when `path` is empty or names the
+    // caller's root directory however it is spelled ("/", "//", "/.", "/tmp/..", a bind mount of
+    // "/"): the opened directory's device and inode are compared with those of "/", because a
+    // hook must never work on the host's root.
     static Result<RootDir> open(const std::string& path);
 
     const std::string& path() const { return path_; }
+    // The O_PATH descriptor of the root directory (owned by this object).
+    int fd() const { return fd_.get(); }
 
     // openat2 of `rel` (absolute or relative, interpreted inside the root). Errors keep errno's
     // meaning: not_found for ENOENT.

@@ -81,6 +81,26 @@ TEST(CreateSymlinks, CreatesReplacesAndStaysInsideTheRoot) {
     EXPECT_FALSE(create_symlinks("/", {"a::b"}));  // never the host's root
 }
 
+// Issue #22 item 4: the guard compares the directory, not the string "/".
+TEST(RootDir, NeverTheHostsRootHoweverSpelled) {
+    test::TempDir outside;
+    for (const std::string spelling : {"/", "//", "/.", "/./", "/tmp/..", "/usr/../"}) {
+        SCOPED_TRACE(spelling);
+        auto r = RootDir::open(spelling);
+        ASSERT_FALSE(r);
+        EXPECT_EQ(r.error().code, Code::invalid_argument);
+        EXPECT_THAT(r.error().message, HasSubstr("host's root"));
+        // create-symlinks would otherwise write <outside>/pwned on the host.
+        EXPECT_FALSE(create_symlinks(spelling, {"pwned::" + outside.path() + "/pwned"}));
+        // update-ldcache refuses before it looks for ldconfig (which would then run on the host).
+        auto ld = update_ldcache(spelling, {{}, "/nonexistent/ldconfig"});
+        ASSERT_FALSE(ld);
+        EXPECT_THAT(ld.error().message, HasSubstr("host's root"));
+    }
+    EXPECT_TRUE(fs::is_empty(outside.path()));
+    EXPECT_TRUE(RootDir::open(outside.path()));  // any other directory is fine
+}
+
 TEST(DeviceNodeModification, ParamsRewrite) {
     EXPECT_EQ(params_without_device_modification("ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\nDeviceFileUID: 0\n"),
               "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 0\nDeviceFileUID: 0\n");
@@ -227,6 +247,96 @@ TEST(UpdateLdcache, TheContainersCacheFindsTheMountedLibrary) {
     EXPECT_TRUE(dropin);
     EXPECT_EQ(slurp(b.root() + "/etc/ld.so.conf"), "include /etc/ld.so.conf.d/*.conf\n");
     EXPECT_FALSE(update_ldcache(b.root(), {{}, "/nonexistent/ldconfig"}));
+}
+
+// Issue #22 item 1 (the class of CVE-2025-23267): runc runs createContainer hooks with the
+// container's procfs mounted at <root>/proc, where /proc/1 is runc's init, whose root is still
+// the host's "/". Here the procfs mounted at <root>/proc is the test's, and the process standing
+// for runc's init is the child that runs the hook (its /proc/<pid>/root is the host's "/"; the
+// machine's pid 1 may be out of reach). An image that routes /etc, an ld.so.conf.d entry, a
+// library folder or a system folder through it, or names an inherited descriptor, must not get
+// the hook or ldconfig to create anything on the host. The canary holds a real shared object,
+// so an ldconfig that scanned it would leave its SONAME link there.
+TEST(UpdateLdcache, NeverWritesOutsideTheRootThroughProc) {
+    if (!is_root()) GTEST_SKIP() << "namespaces, mounts and pivot_root need root";
+    test::TempDir canary;
+    fs::create_directories(canary.path() + "/lib");
+    fs::copy_file(KGPU_SIM_LIBRARY, canary.path() + "/lib/libnvidia-ml.so.550.54.15");
+    canary.write("etc/keep", "host\n");
+    const std::string before = test::tree_snapshot(canary.path());
+    const std::string from_cwd = fs::path(canary.path()).lexically_relative(fs::current_path()).string();
+    struct Case {
+        const char* name;
+        // Runs in the child, where the container's procfs is mounted; `proc` is "/proc/<pid>" of
+        // the process standing for runc's init.
+        std::function<void(const Bundle&, const std::string& proc)> image;
+        bool starts;  // whether the hook still succeeds (the link resolves inside the root)
+    };
+    const std::vector<Case> cases = {
+        {"/etc is a symlink through /proc/<pid>/root",
+         [&](const Bundle& b, const std::string& proc) { fs::create_symlink(proc + "/root" + canary.path() + "/etc", b.root() + "/etc"); },
+         false},
+        {"an ld.so.conf.d entry through /proc/<pid>/root",
+         [&](const Bundle& b, const std::string& proc) {
+             b.dir.write("rootfs/etc/ld.so.conf.d/evil.conf", proc + "/root" + canary.path() + "/lib\n");
+         },
+         true},
+        {"an ld.so.conf.d entry through /proc/<pid>/cwd",
+         [&](const Bundle& b, const std::string& proc) {
+             b.dir.write("rootfs/etc/ld.so.conf.d/evil.conf", proc + "/cwd/" + from_cwd + "/lib\n");
+         },
+         true},
+        {"a library folder that is a symlink through /proc",
+         [&](const Bundle& b, const std::string& proc) {
+             b.dir.write("rootfs/etc/ld.so.conf.d/evil.conf", "/opt/evil\n");
+             fs::create_symlink(proc + "/root" + canary.path() + "/lib", b.root() + "/opt/evil");
+         },
+         true},
+        {"a system folder that is a symlink through /proc",
+         [&](const Bundle& b, const std::string& proc) {
+             fs::create_symlink(proc + "/root" + canary.path() + "/lib", b.root() + "/usr/lib64");
+         },
+         true},
+        {"an inherited descriptor named in ld.so.conf.d",
+         [&](const Bundle& b, const std::string&) {
+             int fd = ::open((canary.path() + "/lib").c_str(), O_RDONLY | O_DIRECTORY);  // not close-on-exec
+             b.dir.write("rootfs/etc/ld.so.conf.d/evil.conf", "/proc/self/fd/" + std::to_string(fd) + "\n");
+         },
+         true},
+    };
+    for (const auto& c : cases) {
+        SCOPED_TRACE(c.name);
+        Bundle b;
+        fs::create_directories(b.root() + "/opt/nvidia/lib");
+        fs::create_directories(b.root() + "/usr");
+        fs::copy_file(KGPU_SIM_LIBRARY, b.root() + "/opt/nvidia/lib/libnvidia-ml.so.550.54.15");
+        test::TempDir out;
+        pid_t pid = ::fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0) {
+            // What runc has done when it runs the hook: the container's procfs at <root>/proc
+            // (in a mount namespace of this child only, so nothing stays mounted).
+            if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) ::_exit(10);
+            fs::create_directories(b.root() + "/proc");
+            if (::mount("proc", (b.root() + "/proc").c_str(), "proc", 0, nullptr) != 0) ::_exit(11);
+            c.image(b, "/proc/" + std::to_string(::getpid()));
+            auto st = update_ldcache(b.root(), {{"/opt/nvidia/lib"}, "/sbin/ldconfig"});
+            std::ofstream(out.path() + "/error") << (st ? "" : st.error().message);
+            ::_exit(st ? 0 : 1);
+        }
+        int status = 0;
+        ::waitpid(pid, &status, 0);
+        ASSERT_TRUE(WIFEXITED(status));
+        ASSERT_LT(WEXITSTATUS(status), 10);
+        EXPECT_EQ(test::tree_snapshot(canary.path()), before);
+        if (c.starts) {
+            EXPECT_EQ(WEXITSTATUS(status), 0) << slurp(out.path() + "/error");
+            EXPECT_EQ(fs::read_symlink(b.root() + "/opt/nvidia/lib/libnvidia-ml.so.1"), "libnvidia-ml.so.550.54.15");
+        } else {
+            EXPECT_NE(WEXITSTATUS(status), 0);
+            EXPECT_THAT(slurp(out.path() + "/error"), HasSubstr("ldconfig in " + b.root() + " failed"));
+        }
+    }
 }
 
 TEST(DeviceNodeModification, BindMountsTheRewrittenParams) {
