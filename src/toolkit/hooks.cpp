@@ -314,8 +314,15 @@ Status update_ldcache(const std::string& root, const LdcacheOptions& o) {
         // creating and tearing one down costs about 1 ms per container start (issue #26).
         if (::unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC) != 0)
             die(fmt::format("new namespaces: {}", std::strerror(errno)));
-        if (::mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0)
-            die(fmt::format("new mount namespace: {}", std::strerror(errno)));
+        if (::mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0) {
+            // EINVAL: the caller's "/" is no mount (it runs in a chroot). Then the root's own
+            // mount (runc bind-mounts the rootfs onto itself) is what must not propagate back;
+            // a root that is no mount either cannot be isolated, and nothing is mounted.
+            if (errno != EINVAL || ::mount(nullptr, root.c_str(), nullptr, MS_REC | MS_SLAVE, nullptr) != 0)
+                die(fmt::format("new mount namespace: neither / nor the container root {} is a mount whose mounts can be "
+                                "kept from the host's: {}",
+                                root, std::strerror(errno)));
+        }
         pid_t init = ::fork();
         if (init < 0) die(fmt::format("fork: {}", std::strerror(errno)));
         if (init == 0) ldconfig_in_new_root(root, root_st.st_dev, root_st.st_ino, ld_fd.get(), o.folders);

@@ -339,6 +339,47 @@ TEST(UpdateLdcache, NeverWritesOutsideTheRootThroughProc) {
     }
 }
 
+// A caller whose "/" is no mount (an initramfs root, or a chroot as here) cannot pivot_root:
+// update-ldcache then chroots behind the fresh procfs, which still keeps ldconfig in the root.
+TEST(UpdateLdcache, ACallerWithoutARootMountFallsBackToChroot) {
+    if (!is_root()) GTEST_SKIP() << "namespaces, mounts and chroot need root";
+    // The caller's world: a plain directory with its procfs and the host's (static) ldconfig;
+    // the container's root and a canary inside it.
+    test::TempDir world;
+    fs::create_directories(world.path() + "/proc");
+    fs::create_directories(world.path() + "/sbin");
+    fs::copy_file("/sbin/ldconfig", world.path() + "/sbin/ldconfig");
+    fs::create_directories(world.path() + "/canary/lib");
+    fs::copy_file(KGPU_SIM_LIBRARY, world.path() + "/canary/lib/libnvidia-ml.so.550.54.15");
+    fs::create_directories(world.path() + "/c/opt/nvidia/lib");
+    fs::copy_file(KGPU_SIM_LIBRARY, world.path() + "/c/opt/nvidia/lib/libnvidia-ml.so.550.54.15");
+    const std::string before = test::tree_snapshot(world.path() + "/canary");
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) ::_exit(10);
+        if (::mount("proc", (world.path() + "/proc").c_str(), "proc", 0, nullptr) != 0) ::_exit(11);
+        // The container's root is a mount, as runc makes it (a bind mount onto itself).
+        const std::string c = world.path() + "/c";
+        if (::mount(c.c_str(), c.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) ::_exit(14);
+        // The container's procfs as runc mounts it, and an image reaching for the canary through it.
+        fs::create_directories(world.path() + "/c/proc");
+        fs::create_directories(world.path() + "/c/etc");
+        if (::mount("proc", (world.path() + "/c/proc").c_str(), "proc", 0, nullptr) != 0) ::_exit(12);
+        std::ofstream(world.path() + "/c/etc/ld.so.conf") << "include /etc/ld.so.conf.d/*.conf\n/proc/" << ::getpid() << "/root/canary/lib\n";
+        if (::chroot(world.path().c_str()) != 0 || ::chdir("/") != 0) ::_exit(13);
+        auto st = update_ldcache("/c", {{"/opt/nvidia/lib"}, "/sbin/ldconfig"});
+        if (!st) std::fprintf(stderr, "%s\n", st.error().message.c_str());
+        ::_exit(st ? 0 : 1);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0);
+    EXPECT_EQ(fs::read_symlink(world.path() + "/c/opt/nvidia/lib/libnvidia-ml.so.1"), "libnvidia-ml.so.550.54.15");
+    EXPECT_EQ(test::tree_snapshot(world.path() + "/canary"), before);
+}
+
 TEST(DeviceNodeModification, BindMountsTheRewrittenParams) {
     if (!is_root()) GTEST_SKIP() << "mounting needs root";
     Bundle b;
