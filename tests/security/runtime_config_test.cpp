@@ -213,17 +213,22 @@ TEST_F(Node, NvidiasLegacyPrestartHookNeverReachesRunc) {
 }
 
 // Item 6: a config.json nested 70,000 levels deep crashed the runtime (stack overflow, rc 139)
-// even without a GPU request; now `create` fails with a message and runc never runs, while
-// commands that do not read the spec still pass through.
+// once it wrote the spec back: for a GPU, or to drop the legacy hook from a container without one.
+// Now `create` fails with a message and runc never runs, while commands that do not read the
+// spec still pass through.
 TEST_F(Node, ADeeplyNestedSpecIsRefusedNotACrash) {
     env["KGPU_RUNTIME_CONFIG"] = dir.write("rt.toml", config());
     place_kgpu(dir.path() + "/bin/kgpu-container-runtime");
-    dir.write("bundle/config.json", R"({"ociVersion":"1.0.2","process":{"env":[]},"annotations":{"x":)" + std::string(70000, '[') +
-                                        std::string(70000, ']') + "}}");
-    auto r = create(dir.path() + "/bin/kgpu-container-runtime");
-    EXPECT_EQ(r.exit_code, 1) << r.err;
-    EXPECT_THAT(r.err, HasSubstr("config.json: JSON nested deeper than 512 levels"));
-    EXPECT_FALSE(runc_called());
+    const std::string deep = std::string(70000, '[') + std::string(70000, ']');
+    for (const std::string request : {R"("env":["NVIDIA_VISIBLE_DEVICES=0"]})",
+                                      R"("env":["NVIDIA_VISIBLE_DEVICES=void"]},"hooks":{"prestart":[{"path":"/usr/bin/nvidia-container-toolkit"}]})"}) {
+        SCOPED_TRACE(request);
+        dir.write("bundle/config.json", R"({"ociVersion":"1.0.2","process":{)" + request + R"(,"annotations":{"x":)" + deep + "}}");
+        auto r = create(dir.path() + "/bin/kgpu-container-runtime");
+        EXPECT_EQ(r.exit_code, 1) << r.err;  // 139: the stack overflowed
+        EXPECT_THAT(r.err, HasSubstr("config.json: JSON nested deeper than 512 levels"));
+        EXPECT_FALSE(runc_called());
+    }
     auto del = run_process({dir.path() + "/bin/kgpu-container-runtime", "delete", "c1"}, env);
     EXPECT_EQ(del.exit_code, 0) << del.err;
     EXPECT_TRUE(runc_called());
