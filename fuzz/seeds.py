@@ -264,4 +264,23 @@ put("ld_so_cache", ld_so_cache(libs, compat=True))
 put("ld_so_cache", ld_so_cache(libs)[:100])
 put("ld_so_cache", ld_so_cache(libs)[:20] + b"\xff\xff\xff\xff" + ld_so_cache(libs)[24:])
 
+# The container runtime's config.json (toolkit/oci_edit.h, request.h): the first byte is the
+# security settings (bit 0 accept NVIDIA_VISIBLE_DEVICES unprivileged, bit 1 volume mounts).
+specs = [s.encode() for s in raw_strings("tests/toolkit/oci_edit_test.cpp", "ociVersion")]
+specs += [s.encode() for s in raw_strings("tests/toolkit/runtime_unit_test.cpp", "ociVersion")]
+specs += [b'{"ociVersion":"1.0.2","process":{"env":["NVIDIA_VISIBLE_DEVICES=all","NVIDIA_DRIVER_CAPABILITIES=compute,video",'
+          b'"NVIDIA_REQUIRE_CUDA=cuda>=12.4 brand=tesla,driver>=535","CUDA_VERSION=12.4.1"],'
+          b'"capabilities":{"bounding":["CAP_SYS_ADMIN"]}},"root":{"path":"rootfs"}}',
+          b'{"ociVersion":"1.0.2","process":{"env":["NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices"]},'
+          b'"mounts":[{"destination":"/var/run/nvidia-container-devices/GPU-2fbe396f","source":"/dev/null"},'
+          b'{"destination":"/var/run/nvidia-container-devices/cdi/nvidia.com/gpu/0","source":"/dev/null"}]}',
+          b'{"annotations":{"cdi.k8s.io/a":"nvidia.com/gpu=0,nvidia.com/gpu=1","cdi.k8s.io/b":"other.com/x=y"},'
+          b'"hooks":{"prestart":[{"path":"/usr/bin/nvidia-container-runtime-hook","args":["nvidia-container-runtime-hook","prestart"]},'
+          b'{"path":"/usr/local/bin/audit"},{"path":"nvidia-container-toolkit"}],"createContainer":[]}}',
+          b'{"process":{"user":{"uid":1000,"gid":1000,"additionalGids":[44]},"env":["A=1","A=2"]},'
+          b'"linux":{"devices":[{"path":"/dev/nvidia0","type":"c","major":195,"minor":0}],"resources":{"devices":[]}}}',
+          b'{"x":' + b"[" * 600 + b"]" * 600 + b'}', b'{"process":{"env":"x"}}', b'[1]', b'{"a":', b'{"\\ud800":1}']
+for i, spec in enumerate(specs):
+    put("oci_spec", bytes([i % 4]) + spec)
+
 print(f"seeds written under {CORPUS}")

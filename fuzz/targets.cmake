@@ -87,3 +87,7 @@ kgpu_fuzz_target(docker_daemon_json
 
 kgpu_fuzz_target(ld_so_cache
   LIBS kgpu_common)
+
+kgpu_fuzz_target(oci_spec
+  SOURCES src/toolkit/oci_edit.cpp src/toolkit/request.cpp
+  LIBS kgpu_toolkit)

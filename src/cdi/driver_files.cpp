@@ -21,23 +21,7 @@ namespace kgpu::cdi {
 
 namespace fs = std::filesystem;
 
-const std::vector<std::string>& library_dirs() {
-    // nvidia-ctk's fixed search paths ("/" first), before it falls back to the ldcache.
-    static const std::vector<std::string> dirs = {
-        "/",
-        "/usr/lib64",
-        "/usr/lib/x86_64-linux-gnu",
-        "/usr/lib/aarch64-linux-gnu",
-        "/usr/lib/x86_64-linux-gnu/nvidia/current",
-        "/usr/lib/aarch64-linux-gnu/nvidia/current",
-        "/lib64",
-        "/lib/x86_64-linux-gnu",
-        "/lib/aarch64-linux-gnu",
-        "/lib/x86_64-linux-gnu/nvidia/current",
-        "/lib/aarch64-linux-gnu/nvidia/current",
-    };
-    return dirs;
-}
+const std::vector<std::string>& library_dirs() { return ldcache::driver_library_dirs(); }
 
 namespace {
 

@@ -52,7 +52,11 @@ std::optional<nlohmann::ordered_json> HookCreator::create(std::string_view name,
         argv.insert(argv.end(), {"--mode", "755"});
         for (const auto& a : args) argv.insert(argv.end(), {"--path", a});
     } else if (name == kUpdateLdcache) {
-        if (!o_.ldconfig_path.empty()) argv.insert(argv.end(), {"--ldconfig-path", o_.ldconfig_path});
+        if (!o_.ldconfig_path.empty()) {
+            std::string_view ld = o_.ldconfig_path;
+            if (ld.starts_with('@')) ld.remove_prefix(1);  // the plain host path both hooks take
+            argv.insert(argv.end(), {"--ldconfig-path", std::string(ld)});
+        }
         for (const auto& a : args) argv.insert(argv.end(), {"--folder", a});
     } else {
         argv.insert(argv.end(), args.begin(), args.end());

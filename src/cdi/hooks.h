@@ -30,7 +30,12 @@ struct HookOptions {
     std::string path = "/usr/bin/nvidia-cdi-hook";  // absolute (see resolve_hook_path)
     std::vector<std::string> disabled;              // hook names, or "all"
     std::vector<std::string> enabled;               // wins over disabled (for chmod)
-    std::string ldconfig_path;                      // update-ldcache --ldconfig-path, when set
+    // update-ldcache --ldconfig-path, when set: a host path, with or without NVIDIA's config
+    // spelling "@/sbin/ldconfig". The hook's argv always gets the plain path: NVIDIA's
+    // nvidia-cdi-hook prepends the "@" itself (internal/ldconfig NewRunner: "@" + the flag), so
+    // "@/sbin/ldconfig" there becomes "stat @/sbin/ldconfig" and the container fails; kgpu's
+    // hook takes either spelling.
+    std::string ldconfig_path;
     bool debug = false;                             // NVIDIA_CTK_DEBUG
 };
 
@@ -45,7 +50,9 @@ public:
 
     // The hook `name` with `args` (create-symlinks: --link per arg; update-ldcache: --folder
     // per arg; chmod: --mode 755 --path per arg), or nullopt when it is disabled or, for
-    // create-symlinks and chmod, has no arguments.
+    // create-symlinks and chmod, has no arguments. argv: [nvidia-ctk|kgpu, hook, name, ...] for
+    // a binary of those names, else [<file name>, name, ...] (nvidia-ctk's rule), which kgpu runs
+    // as that hook whatever its file is called (cli/app.cpp dispatches a hook name in argv[1]).
     std::optional<nlohmann::ordered_json> create(std::string_view name, const std::vector<std::string>& args = {}) const;
 
     bool disabled(std::string_view name) const;

@@ -1,9 +1,11 @@
 #include "cli/app.h"
 
+#include <algorithm>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
 
+#include "cdi/hooks.h"
 #include "cli/cdi.h"
 #include "cli/container_runtime.h"
 #include "cli/hook.h"
@@ -33,12 +35,22 @@ std::string_view base_name(const char* argv0) {
     return s;
 }
 
+// The hooks' names: no kgpu subcommand and no runc command is spelled like one of them.
+bool is_hook_name(std::string_view s) {
+    return s == cdi::kChmod || std::ranges::find(cdi::kDefaultHooks, s) != cdi::kDefaultHooks.end();
+}
+
 }  // namespace
 
 int run(int argc, char** argv) {
     // Commands that take another program's command line are dispatched before the flag parser
     // (and before it is built: a container start waits for them).
     const std::string_view invoked_as = base_name(argc > 0 ? argv[0] : nullptr);
+    // A hook as specs spell it for any binary not named nvidia-ctk or kgpu (nvidia-ctk's rule,
+    // cdi/hooks.h): [<file name>, <hook>, ...]. It runs the hook whatever the file is called: a
+    // copy named kgpu-container-runtime, which would otherwise take the hook for a runc command.
+    if (argc > 1 && is_hook_name(argv[1]))
+        return run_hook_argv(invoked_as == "nvidia-cdi-hook" ? "nvidia-cdi-hook" : "kgpu hook", {argv + 1, argv + argc});
     if (invoked_as == "kgpu-container-runtime") return run_container_runtime({argv + 1, argv + argc});
     if (argc > 1 && std::string_view(argv[1]) == "container-runtime" &&
         !(argc == 3 && (std::string_view(argv[2]) == "--help" || std::string_view(argv[2]) == "-h")))

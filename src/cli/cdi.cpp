@@ -171,6 +171,11 @@ int run_cdi_generate(const CdiOptions& opts) {
         std::cout << text;
         return 0;
     }
+    // The directory too (nvidia-ctk: MkdirAll(dir, 0755)): /var/run/cdi does not survive a reboot.
+    if (auto st = files::create_directories(std::filesystem::path(opts.output).parent_path(), 0755); !st) {
+        std::cerr << "kgpu cdi generate: --output " << opts.output << ": " << st.error().message << "\n";
+        return 1;
+    }
     if (auto st = files::write_atomic(opts.output, text, 0644); !st) {
         std::cerr << "kgpu cdi generate: " << st.error().message << "\n";
         return 1;

@@ -194,7 +194,7 @@ Result<labels::Options> load_label_options(const LabelsSettings& s) {
 // file to read (a warning says why).
 std::string machine_type(const std::string& path) {
     if (path.empty()) return "unknown";
-    auto text = files::read(path);
+    auto text = files::read_regular(path);
     if (!text) {
         log::warn("labels: machine type: {}; gpu.machine=unknown", text.error().message);
         return "unknown";
@@ -202,12 +202,15 @@ std::string machine_type(const std::string& path) {
     return std::string(strings::trim(*text));
 }
 
-// The one place the labels are written (stdout, or the file replaced atomically).
+// The one place the labels are written (stdout, or the file replaced atomically). A missing
+// directory is created 0755 (GFD fails instead; features.d does not exist before NFD's first start,
+// and a /run path not after a reboot).
 Status write_output(const std::string& path, const std::string& text) {
     if (path.empty() || path == "-") {
         std::cout << text << std::flush;
         return {};
     }
+    if (auto st = files::create_directories(std::filesystem::path(path).parent_path(), 0755); !st) return st;
     return files::write_atomic(path, text, 0644);
 }
 

@@ -88,9 +88,8 @@ struct Original {
 };
 
 Result<Original> read_original(const std::string& path) {
-    std::error_code ec;
-    if (fs::is_directory(path, ec)) return fail(Code::invalid_argument, "{} is a directory, expected a file", path);
-    auto text = files::read(path);
+    // A directory, FIFO, socket or device is refused (a FIFO would block the read forever).
+    auto text = files::read_regular(path);
     if (!text) {
         if (text.error().code == Code::not_found) return Original{};
         return std::unexpected(text.error());

@@ -6,10 +6,12 @@
 #include <gnu/libc-version.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <optional>
+#include <vector>
 
 namespace kgpu::elf {
 
@@ -110,6 +112,105 @@ Status rewrite(std::string& image, const Slot& slot, const std::string& value, s
     std::memset(image.data() + slot.offset, 0, slot.room);
     std::memcpy(image.data() + slot.offset, value.data(), value.size());
     return {};
+}
+
+Result<Stripped> strip_debug(std::string_view image, std::string_view what) {
+    auto im = parse(image, what);
+    if (!im) return std::unexpected(im.error());
+    const Elf64_Ehdr& eh = im->eh;
+    if (eh.e_shnum == 0 || eh.e_shoff == 0) return Stripped{std::string(image), 0};  // no section headers
+    if (eh.e_shentsize != sizeof(Elf64_Shdr) || !im->in_bounds(eh.e_shoff, uint64_t{eh.e_shnum} * sizeof(Elf64_Shdr)) ||
+        eh.e_shstrndx >= eh.e_shnum)
+        return fail(Code::parse, "{}: section headers out of bounds", what);
+    std::vector<Elf64_Shdr> sh(eh.e_shnum);
+    std::memcpy(sh.data(), image.data() + eh.e_shoff, sh.size() * sizeof(Elf64_Shdr));
+    const Elf64_Shdr& names = sh[eh.e_shstrndx];
+    if (names.sh_type == SHT_NOBITS || !im->in_bounds(names.sh_offset, names.sh_size))
+        return fail(Code::parse, "{}: the section name table is out of bounds", what);
+    auto name_of = [&](const Elf64_Shdr& s) -> std::string_view {
+        if (s.sh_name >= names.sh_size) return {};
+        std::string_view n = image.substr(names.sh_offset + s.sh_name, names.sh_size - s.sh_name);
+        return n.substr(0, n.find('\0'));
+    };
+    std::vector<bool> drop(sh.size(), false);
+    for (size_t i = 1; i < sh.size(); ++i) {
+        if (sh[i].sh_flags & SHF_ALLOC) continue;
+        const std::string_view n = name_of(sh[i]);
+        if (n.starts_with(".debug_") || n.starts_with(".zdebug_") || sh[i].sh_type == SHT_SYMTAB) {
+            drop[i] = true;
+            // The symbol table's own string table goes with it (never the section names').
+            if (sh[i].sh_type == SHT_SYMTAB && sh[i].sh_link < sh.size() && sh[i].sh_link != eh.e_shstrndx &&
+                !(sh[sh[i].sh_link].sh_flags & SHF_ALLOC))
+                drop[sh[i].sh_link] = true;
+        }
+    }
+    size_t dropped = 0, first_dropped = sh.size(), last_alloc = 0;
+    for (size_t i = 1; i < sh.size(); ++i) {
+        if (drop[i]) {
+            ++dropped;
+            first_dropped = std::min(first_dropped, i);
+        }
+        if (sh[i].sh_flags & SHF_ALLOC) last_alloc = i;
+    }
+    if (dropped == 0) return Stripped{std::string(image), 0};
+    if (first_dropped < last_alloc)
+        return fail(Code::not_supported, "{}: a debug section (section {}) precedes an allocated one; strip it with "
+                    "`strip --strip-debug` first", what, first_dropped);
+    // New section numbers: allocated sections keep theirs (symbols refer to them).
+    std::vector<size_t> number(sh.size(), 0);
+    size_t next = 0;
+    for (size_t i = 0; i < sh.size(); ++i)
+        if (!drop[i]) number[i] = next++;
+    // Everything the loader reads stays where it is.
+    uint64_t end = uint64_t{eh.e_phoff} + uint64_t{eh.e_phnum} * sizeof(Elf64_Phdr);
+    end = std::max<uint64_t>(end, sizeof(Elf64_Ehdr));
+    for (unsigned i = 0; i < eh.e_phnum; ++i) {
+        const auto ph = im->phdr(i);
+        if (!im->in_bounds(ph.p_offset, ph.p_filesz)) return fail(Code::parse, "{}: a segment lies out of bounds", what);
+        end = std::max(end, ph.p_offset + ph.p_filesz);
+    }
+    for (size_t i = 1; i < sh.size(); ++i) {
+        if (!(sh[i].sh_flags & SHF_ALLOC) || sh[i].sh_type == SHT_NOBITS) continue;
+        if (!im->in_bounds(sh[i].sh_offset, sh[i].sh_size)) return fail(Code::parse, "{}: section {} out of bounds", what, i);
+        end = std::max(end, sh[i].sh_offset + sh[i].sh_size);
+    }
+    std::string out(image.substr(0, end));
+    auto align = [&out](uint64_t a) {
+        if (a > 1 && out.size() % a) out.append(a - out.size() % a, '\0');
+    };
+    std::vector<Elf64_Shdr> kept;
+    for (size_t i = 0; i < sh.size(); ++i) {
+        if (drop[i]) continue;
+        Elf64_Shdr s = sh[i];
+        if (s.sh_link != 0 && s.sh_link < sh.size()) {
+            if (drop[s.sh_link])
+                return fail(Code::not_supported, "{}: section {} links the dropped section {}", what, name_of(sh[i]),
+                            name_of(sh[s.sh_link]));
+            s.sh_link = static_cast<Elf64_Word>(number[s.sh_link]);
+        }
+        if ((s.sh_flags & SHF_INFO_LINK) && s.sh_info < sh.size()) {
+            if (drop[s.sh_info])
+                return fail(Code::not_supported, "{}: section {} refers to the dropped section {}", what, name_of(sh[i]),
+                            name_of(sh[s.sh_info]));
+            s.sh_info = static_cast<Elf64_Word>(number[s.sh_info]);
+        }
+        if (i != 0 && !(s.sh_flags & SHF_ALLOC) && s.sh_type != SHT_NOBITS) {
+            if (!im->in_bounds(s.sh_offset, s.sh_size)) return fail(Code::parse, "{}: section {} out of bounds", what, i);
+            align(s.sh_addralign);
+            const uint64_t at = out.size();
+            out.append(image.substr(s.sh_offset, s.sh_size));
+            s.sh_offset = at;
+        }
+        kept.push_back(s);
+    }
+    align(8);
+    Elf64_Ehdr neh = eh;
+    neh.e_shoff = out.size();
+    neh.e_shnum = static_cast<Elf64_Half>(kept.size());
+    neh.e_shstrndx = static_cast<Elf64_Half>(number[eh.e_shstrndx]);
+    out.append(reinterpret_cast<const char*>(kept.data()), kept.size() * sizeof(Elf64_Shdr));
+    std::memcpy(out.data(), &neh, sizeof neh);
+    return Stripped{std::move(out), dropped};
 }
 
 std::string running_libc_dir() {

@@ -41,6 +41,25 @@ Result<Slot> read_rpath(std::string_view image, std::string_view what);
 // when `value` is not an absolute path or does not fit (`what` names the file and the cause).
 Status rewrite(std::string& image, const Slot& slot, const std::string& value, std::string_view what);
 
+// What strip_debug() did.
+struct Stripped {
+    std::string image;         // the image without debug information (the input when there was none)
+    size_t sections = 0;       // how many sections were dropped
+};
+
+// `image` (a 64-bit little-endian ELF executable or shared object) without what only a debugger
+// reads: the non-allocated sections .debug_*, .zdebug_*, .symtab and the string table it links
+// (as `strip --strip-debug` plus the symbol table). Nothing the loader reads moves: every byte up
+// to the end of the last loaded segment and the last allocated section is kept in place, the
+// kept non-allocated sections (.comment, .shstrtab, ...) follow it, then the section headers.
+// Why: `kgpu runtime install` copies the binary every container start executes (as the runtime
+// and the hooks); from a build tree that is the 47.7 MB file with debug information, and each
+// exec pays for it (about +21 ms per container under load). A node has no binutils, so this is
+// kgpu's own code. Errors: parse when `image` is not such an ELF file or a header lies out of
+// bounds; not_supported when a dropped section precedes an allocated one or a kept section
+// links a dropped one (section numbers would change; `strip` can, this does not).
+Result<Stripped> strip_debug(std::string_view image, std::string_view what);
+
 // The glibc libraries a carried copy of kgpu needs besides the loader: what kgpu links (libc,
 // libm) and what the driver's libnvidia-ml.so.1, which kgpu dlopens, links (libm, libdl,
 // libpthread, librt). All must come from the same glibc as the loader: one process cannot mix two.

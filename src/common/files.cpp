@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -23,6 +24,47 @@ Result<std::string> read(const std::filesystem::path& path) {
         int e = errno;
         return fail(e == ENOENT ? Code::not_found : (e == EACCES ? Code::no_permission : Code::io),
                     "cannot open {}: {}", path.string(), std::strerror(e));
+    }
+    std::string out;
+    char buf[8192];
+    for (;;) {
+        ssize_t n = ::read(fd, buf, sizeof buf);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            int e = errno;
+            ::close(fd);
+            return fail(Code::io, "cannot read {}: {}", path.string(), std::strerror(e));
+        }
+        if (n == 0) break;
+        out.append(buf, static_cast<size_t>(n));
+    }
+    ::close(fd);
+    return out;
+}
+
+Result<std::string> read_regular(const std::filesystem::path& path) {
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever.
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        int e = errno;
+        return fail(e == ENOENT ? Code::not_found : (e == EACCES ? Code::no_permission : Code::io),
+                    "cannot open {}: {}", path.string(), std::strerror(e));
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+        int e = errno;
+        ::close(fd);
+        return fail(Code::io, "cannot inspect {}: {}", path.string(), std::strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        ::close(fd);
+        const char* what = S_ISFIFO(st.st_mode)   ? "a FIFO (named pipe)"
+                           : S_ISDIR(st.st_mode)  ? "a directory"
+                           : S_ISSOCK(st.st_mode) ? "a socket"
+                           : S_ISCHR(st.st_mode)  ? "a character device"
+                           : S_ISBLK(st.st_mode)  ? "a block device"
+                                                  : "not a regular file";
+        return fail(Code::invalid_argument, "{} is {}, expected a regular file", path.string(), what);
     }
     std::string out;
     char buf[8192];
@@ -207,6 +249,64 @@ Status create_directories(const std::filesystem::path& dir, unsigned mode) {
 std::filesystem::path under_root(const std::filesystem::path& root, const std::filesystem::path& path) {
     if (root.empty() || root == "/") return path;
     return root / path.relative_path();
+}
+
+Result<std::filesystem::path> resolve_in_root(const std::filesystem::path& root, const std::filesystem::path& path) {
+    if (!path.is_absolute()) return fail(Code::invalid_argument, "{}: expected an absolute path", path.string());
+    if (root.empty() || root == "/") return path;
+    // The components still to walk, front first; `done` is the resolved part (relative to root).
+    std::vector<std::string> todo;
+    for (const auto& c : path.relative_path()) todo.push_back(c.string());
+    std::reverse(todo.begin(), todo.end());
+    std::vector<std::string> done;
+    int links = 0;
+    while (!todo.empty()) {
+        const std::string c = std::move(todo.back());
+        todo.pop_back();
+        if (c.empty() || c == ".") continue;
+        if (c == "..") {
+            if (!done.empty()) done.pop_back();  // never above the root
+            continue;
+        }
+        fs::path here = root;
+        for (const auto& d : done) here /= d;
+        here /= c;
+        struct stat st {};
+        if (::lstat(here.c_str(), &st) != 0) {
+            // Missing (or not reachable): the rest is taken as it is.
+            done.push_back(c);
+            while (!todo.empty()) {
+                done.push_back(std::move(todo.back()));
+                todo.pop_back();
+            }
+            break;
+        }
+        if (!S_ISLNK(st.st_mode)) {
+            done.push_back(c);
+            continue;
+        }
+        if (++links > 40)
+            return fail(Code::invalid_argument, "{} (under {}): too many levels of symbolic links", path.string(),
+                        root.string());
+        std::string target(static_cast<size_t>(st.st_size > 0 ? st.st_size : 255) + 1, '\0');
+        for (;;) {
+            ssize_t n = ::readlink(here.c_str(), target.data(), target.size());
+            if (n < 0) return fail(Code::io, "cannot read the symlink {}: {}", here.string(), std::strerror(errno));
+            if (static_cast<size_t>(n) < target.size()) {
+                target.resize(static_cast<size_t>(n));
+                break;
+            }
+            target.resize(target.size() * 2);
+        }
+        const fs::path t(target);
+        if (t.is_absolute()) done.clear();  // from the root again: the host's /, not ours
+        std::vector<std::string> parts;
+        for (const auto& p : t.relative_path()) parts.push_back(p.string());
+        for (auto it = parts.rbegin(); it != parts.rend(); ++it) todo.push_back(*it);
+    }
+    fs::path out = root;
+    for (const auto& d : done) out /= d;
+    return out;
 }
 
 }  // namespace kgpu::files

@@ -11,6 +11,13 @@ namespace kgpu::files {
 // The whole file. Errors: not_found when it does not exist, io otherwise; the message names the path.
 Result<std::string> read(const std::filesystem::path& path);
 
+// The whole file, which must be a regular file (a symlink to one is followed): for the files an
+// operator names (configs), where a FIFO would block the read forever and a device or socket is
+// never meant. Opened without blocking, checked with fstat, then read. Errors: not_found,
+// no_permission and io as read(); invalid_argument "<path> is a FIFO (named pipe), expected a
+// regular file" (likewise for directories, sockets and devices).
+Result<std::string> read_regular(const std::filesystem::path& path);
+
 // The first line without its newline and surrounding blanks (sysfs attribute files).
 Result<std::string> read_line(const std::filesystem::path& path);
 
@@ -39,5 +46,16 @@ Status create_directories(const std::filesystem::path& dir, unsigned mode = 0755
 // `root` joined with an absolute `path` ("/run/nvidia/driver" + "/usr/lib64" ->
 // "/run/nvidia/driver/usr/lib64"); with root "/" or empty the path is returned unchanged.
 std::filesystem::path under_root(const std::filesystem::path& root, const std::filesystem::path& path);
+
+// under_root(root, path) with every symlink on the way resolved inside `root`, as if `root` were
+// `/` (what the kernel does for a process chroot'ed there, or openat2 RESOLVE_IN_ROOT): an
+// absolute link target starts again at `root`, `..` never climbs above it. For a host mounted at
+// `root` whose own links are absolute (NixOS: /etc/containerd/config.toml ->
+// /etc/static/containerd/config.toml -> /nix/store/...), so that the installer reads and writes the
+// host's files, never its own. The components from the first missing one on are appended as they
+// are (a file still to be created); the result names no symlink otherwise. With root "/" or
+// empty, `path` is returned unchanged (the kernel resolves it). Errors: invalid_argument when
+// `path` is not absolute or a loop has more than 40 links; io when a link cannot be read.
+Result<std::filesystem::path> resolve_in_root(const std::filesystem::path& root, const std::filesystem::path& path);
 
 }  // namespace kgpu::files

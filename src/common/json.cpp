@@ -123,7 +123,30 @@ std::string Reader::as_scalar_text() const {
     return value_->dump();
 }
 
+Status check_depth(std::string_view text, std::string_view document, size_t limit) {
+    size_t depth = 0;
+    bool in_string = false;
+    for (size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (in_string) {
+            if (c == '\\') ++i;  // the escaped character cannot end the string
+            else if (c == '"') in_string = false;
+            continue;
+        }
+        if (c == '"') {
+            in_string = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > limit)
+                return fail(Code::parse, "{}: JSON nested deeper than {} levels (at byte {}); refused", document, limit, i);
+        } else if ((c == ']' || c == '}') && depth > 0) {
+            --depth;
+        }
+    }
+    return {};
+}
+
 Result<nlohmann::json> parse(std::string_view text, std::string_view document) {
+    if (auto st = check_depth(text, document); !st) return std::unexpected(st.error());
     try {
         return nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {

@@ -93,7 +93,21 @@ auto decode(const nlohmann::json& root, std::string_view document, F&& f) -> Res
     }
 }
 
-// Parses `text` without exceptions. Errors: parse "<document>: not JSON: <where and why>".
+// How deep arrays and objects may nest in JSON kgpu reads from outside. nlohmann::json parses
+// deep nesting without recursion, but copying, comparing and serialising a value recurse once per
+// level: a config.json nested 70,000 levels deep overflows the stack (a crash, rc 139, of the
+// container runtime even for a container that asks for no GPU). No document kgpu reads (OCI
+// specs, kubectl output, daemon.json) comes near: an OCI spec nests about 6 levels.
+inline constexpr size_t kMaxDepth = 512;
+
+// Refuses `text` when its arrays and objects nest deeper than `limit`: one pass over the bytes
+// (strings and their escapes skipped), before any parser sees them. Malformed JSON passes
+// (the parser reports it). Errors: parse "<document>: JSON nested deeper than <limit> levels
+// (at byte <n>); refused".
+Status check_depth(std::string_view text, std::string_view document, size_t limit = kMaxDepth);
+
+// Parses `text` without exceptions, after check_depth. Errors: parse "<document>: not JSON:
+// <where and why>", and check_depth's.
 Result<nlohmann::json> parse(std::string_view text, std::string_view document);
 
 // jq-style path step: ".name" for identifier-like keys, `["nvidia.com/gpu"]` otherwise.

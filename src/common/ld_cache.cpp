@@ -101,6 +101,23 @@ std::vector<std::string> libraries64(const std::vector<Entry>& entries, const st
     return out;
 }
 
+const std::vector<std::string>& driver_library_dirs() {
+    static const std::vector<std::string> dirs = {
+        "/",
+        "/usr/lib64",
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib/x86_64-linux-gnu/nvidia/current",
+        "/usr/lib/aarch64-linux-gnu/nvidia/current",
+        "/lib64",
+        "/lib/x86_64-linux-gnu",
+        "/lib/aarch64-linux-gnu",
+        "/lib/x86_64-linux-gnu/nvidia/current",
+        "/lib/aarch64-linux-gnu/nvidia/current",
+    };
+    return dirs;
+}
+
 Result<std::vector<Entry>> read(const std::filesystem::path& root) {
     const std::filesystem::path path = files::under_root(root, std::string(kPath));
     struct stat st {};

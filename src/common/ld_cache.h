@@ -44,6 +44,11 @@ Result<std::vector<Entry>> parse(std::string_view data, std::string_view source)
 // cache's paths are the ones the root's own loader sees).
 std::vector<std::string> libraries64(const std::vector<Entry>& entries, const std::filesystem::path& root = "/");
 
+// The directories under a driver root where nvidia-ctk v1.20's library locator looks before it
+// falls back to the root's cache (pkg/lookup/library.go), in its order ("/" first). The CDI
+// code's driver libraries and NVML's libnvidia-ml.so.1 are looked for in the same places.
+const std::vector<std::string>& driver_library_dirs();
+
 // <root>/etc/ld.so.cache parsed. Errors: not_found when it does not exist, io when it cannot be
 // read or is larger than 256 MiB, parse as above.
 Result<std::vector<Entry>> read(const std::filesystem::path& root);

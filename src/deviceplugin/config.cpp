@@ -631,7 +631,7 @@ Result<Config> parse_config(std::string_view yaml_text, std::string_view source)
 }
 
 Result<Config> load_config_file(const std::string& path) {
-    auto text = files::read(path);
+    auto text = files::read_regular(path);  // a FIFO is refused, not waited on
     if (!text) return std::unexpected(text.error());
     return parse_config(*text, path);
 }

@@ -203,7 +203,7 @@ void parse_tls(const Walker& w, const YAML::Node& n, const std::filesystem::path
         w.error(at, k, "client CA's have been configured without a Client Auth Policy (client_auth_type)");
     auto read = [&](const std::string& file, std::string& pem, const char* key) {
         if (file.empty()) return;
-        auto text = files::read(file);
+        auto text = files::read_regular(file);
         if (!text) throw ParseError{Error::make(text.error().code, "{}: {}: {}", out.path, key, text.error().message)};
         pem = std::move(*text);
         out.files.push_back(file);
@@ -304,7 +304,7 @@ Result<bool> bcrypt_matches(std::string_view password, const std::string& hash) 
 Result<WebConfig> load_web_config(const std::string& path) {
     WebConfig out;
     out.path = path;
-    auto text = files::read(path);
+    auto text = files::read_regular(path);  // a FIFO is refused, not waited on
     if (!text) return fail(text.error().code, "--web-config-file: {}", text.error().message);
     out.files.push_back(path);
     YAML::Node root;

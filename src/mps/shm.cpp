@@ -52,8 +52,7 @@ Status mount_shm(const fs::path& dir_in, const fs::path& meminfo) {
             return fail(Code::io, "unmounting {}: {}", dir.string(), std::strerror(errno));
         log::info("MPS: unmounted the previous mount at {}", dir.string());
     }
-    fs::create_directories(dir, ec);
-    if (ec) return fail(Code::io, "creating {}: {}", dir.string(), ec.message());
+    if (auto st = files::create_directories(dir, 0755); !st) return st;  // parents too, whatever the umask
     fs::permissions(dir, fs::perms(0755), ec);
     auto info = files::read(meminfo);
     const std::string size = shm_size(info ? *info : "");

@@ -66,9 +66,10 @@ Status Supervisor::start() {
     if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
         log::warn("MPS: cannot become a child subreaper ({}); a daemon's death is seen by probes only",
                   std::strerror(errno));
-    std::error_code ec;
-    fs::create_directories(opts_.root.dir, ec);
-    if (ec) return fail(Code::io, "creating the MPS root {}: {}", opts_.root.dir.string(), ec.message());
+    // 0755 whatever the umask (NVIDIA's daemon: MkdirAll 0755): clients in containers need only
+    // to read and search it; nobody but us writes there.
+    if (auto st = files::create_directories(opts_.root.dir, 0755); !st)
+        return fail(Code::io, "creating the MPS root {}: {}", opts_.root.dir.string(), st.error().message);
     if (slots_.empty()) log::info("MPS: no resource is shared with MPS; nothing to start");
     for (auto& s : slots_) start_one(s);
     update_ready();
@@ -90,8 +91,7 @@ void Supervisor::start_one(Slot& s) {
     }
     std::error_code ec;
     for (const fs::path& dir : {opts_.root.pipe_dir(res), opts_.root.log_dir(res)}) {
-        fs::create_directories(dir, ec);
-        if (ec) return give_up(fmt::format("creating {}: {}", dir.string(), ec.message()));
+        if (auto st = files::create_directories(dir, 0755); !st) return give_up(st.error().message);  // as the root
     }
     if (auto st = label_for_containers(opts_.root.pipe_dir(res)); !st) return give_up(st.error().message);
     fs::remove(opts_.root.started_file(res), ec);

@@ -3,10 +3,12 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <set>
 #include <type_traits>
 
 #include "common/elf.h"
 #include "common/files.h"
+#include "common/ld_cache.h"
 
 namespace kgpu::nvml {
 namespace {
@@ -81,13 +83,24 @@ std::string join(const std::vector<std::string>& items, std::string_view sep) {
 
 std::vector<std::string> candidate_paths(const LoadOptions& options) {
     if (!options.library_path.empty()) return {options.library_path};
-    static constexpr const char* dirs[] = {
-        "/usr/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
-        "/lib64",     "/lib/x86_64-linux-gnu",     "/lib/aarch64-linux-gnu",
-    };
     std::vector<std::string> out;
-    for (const char* d : dirs) out.push_back((files::under_root(options.driver_root, d) / kLibraryName).string());
-    out.emplace_back(kLibraryName);  // the dynamic loader's own search (ld.so.cache, LD_LIBRARY_PATH)
+    std::set<std::string> seen;
+    // Under another root, links are the root's own: an absolute one points into the root, not
+    // at this machine's files (resolved inside it; an unresolvable one is tried as it is).
+    auto add = [&](const std::string& in_root) {
+        auto resolved = files::resolve_in_root(options.driver_root, in_root);
+        std::string p = resolved ? resolved->string() : files::under_root(options.driver_root, in_root).string();
+        if (seen.insert(p).second) out.push_back(std::move(p));
+    };
+    for (const auto& d : ldcache::driver_library_dirs()) add((std::filesystem::path(d) / kLibraryName).string());
+    // Then the root's own loader cache, as nvidia-ctk's locator falls back to it: a driver in a
+    // directory only its ld.so.conf.d names (a .run install under /opt, a distribution's own
+    // folder). A missing or unreadable cache adds nothing.
+    if (auto entries = ldcache::read(options.driver_root)) {
+        for (const auto& e : *entries)
+            if (e.bits == 64 && e.name == kLibraryName && e.path.starts_with('/')) add(e.path);
+    }
+    out.emplace_back(kLibraryName);  // the dynamic loader's own search (this machine's ld.so.cache, LD_LIBRARY_PATH)
     return out;
 }
 

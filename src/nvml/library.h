@@ -34,8 +34,11 @@ struct LoadOptions {
 // The file name real clients dlopen.
 inline constexpr const char* kLibraryName = "libnvidia-ml.so.1";
 
-// The candidate paths in search order: explicit path alone; else the library directories of
-// facts/nvml.md under the driver root, then the bare name (the dynamic loader's own search).
+// The candidate paths in search order: explicit path alone; else, under the driver root (its
+// symlinks resolved inside it), the library directories nvidia-ctk searches
+// (ldcache::driver_library_dirs(): facts/nvml.md's six and Debian's nvidia/current), then every
+// 64-bit libnvidia-ml.so.1 the root's own /etc/ld.so.cache lists, then the bare name (the dynamic
+// loader's own search). Each path once.
 std::vector<std::string> candidate_paths(const LoadOptions& options);
 
 class Library {

@@ -146,7 +146,7 @@ Result<Edited> configure(std::string_view text, std::string_view source, const C
     tomledit::Text t{std::string(text), std::string(source)};
     auto hint = [](const Error& e) {
         Error out = e;
-        if (e.code == Code::invalid_argument) out.message += "; write a drop-in instead (--drop-in-config, the default)";
+        if (e.code == Code::invalid_argument) out.message += std::string("; ") + std::string(kDropInHint);
         return std::unexpected(out);
     };
     if ((*doc)["version"].value<int64_t>() != v) {
@@ -175,9 +175,8 @@ Result<Edited> configure(std::string_view text, std::string_view source, const C
     if (!check) return std::unexpected(check.error());
     if (*check != target)
         return fail(Code::invalid_argument,
-                    "{}: kgpu cannot make this edit line by line without changing other settings; use the drop-in "
-                    "(--drop-in-config, the default for config version 2 and 3)",
-                    source);
+                    "{}: kgpu cannot make this edit line by line without changing other settings; {}", source,
+                    kDropInHint);
     Edited out;
     out.version = v;
     out.text = t.str();

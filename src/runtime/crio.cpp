@@ -73,22 +73,25 @@ Result<Edited> configure_crio(std::string_view text, std::string_view source, co
     if (auto st = add_runtime(target, from_doc ? *from_doc : *doc, o, source); !st) return std::unexpected(st.error());
 
     tomledit::Text t{std::string(text), std::string(source)};
+    // A layout kgpu cannot edit in place says so and that the drop-in works.
+    auto hint = [](const Error& e) {
+        Error out = e;
+        if (e.code == Code::invalid_argument) out.message += std::string("; ") + std::string(kDropInHint);
+        return std::unexpected(out);
+    };
     const Path rt = runtime_table(o.runtime_name);
-    if (auto st = t.replace_table(rt, *tomledit::find_table(target, rt)); !st) return std::unexpected(st.error());
+    if (auto st = t.replace_table(rt, *tomledit::find_table(target, rt)); !st) return hint(st.error());
     const toml::table& runtime = *tomledit::find_table(target, kRuntime);
     if (auto name = runtime["default_runtime"].value<std::string>()) {
-        if (auto st = t.set_key(kRuntime, "default_runtime", toml::value<std::string>(*name)); !st)
-            return std::unexpected(st.error());
+        if (auto st = t.set_key(kRuntime, "default_runtime", toml::value<std::string>(*name)); !st) return hint(st.error());
     } else if (auto st = t.remove_key(kRuntime, "default_runtime"); !st) {
-        return std::unexpected(st.error());
+        return hint(st.error());
     }
     auto check = tomledit::parse(t.str(), source);
     if (!check) return std::unexpected(check.error());
     if (*check != target)
-        return fail(Code::invalid_argument,
-                    "{}: kgpu cannot make this edit line by line without changing other settings; use the drop-in "
-                    "(--drop-in-config, the default)",
-                    source);
+        return fail(Code::invalid_argument, "{}: kgpu cannot make this edit line by line without changing other settings; {}",
+                    source, kDropInHint);
     Edited out;
     out.text = t.str();
     out.changed = out.text != text;

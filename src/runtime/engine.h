@@ -18,4 +18,11 @@ inline std::vector<std::string> low_level_runtimes(std::string_view default_runt
     return out;
 }
 
+// What an in-place edit the file's layout prevents (inline tables, tables made of dotted keys)
+// adds to its error: the drop-in leaves that layout alone (the engine merges the imported file),
+// so it works where the edit in place cannot.
+inline constexpr std::string_view kDropInHint =
+    "the drop-in works with this file as it is: `kgpu runtime configure --drop-in-config FILE` (the default for "
+    "containerd config version 2 and 3, and for CRI-O) or `kgpu runtime install --drop-in FILE`";
+
 }  // namespace kgpu::runtime

@@ -324,11 +324,42 @@ std::string serialize_table(const toml::table& table, const Path& path, const st
     return out;
 }
 
+Text::Text(std::string text, std::string source) : text_(std::move(text)), source_(std::move(source)) {
+    // CRLF only when every line ends so: a file of mixed endings is edited as it is.
+    size_t lf = 0, crlf = 0;
+    for (size_t i = 0; i < text_.size(); ++i) {
+        if (text_[i] != '\n') continue;
+        ++lf;
+        if (i > 0 && text_[i - 1] == '\r') ++crlf;
+    }
+    crlf_ = lf > 0 && crlf == lf;
+    if (!crlf_) return;
+    std::string lf_only;
+    lf_only.reserve(text_.size());
+    for (size_t i = 0; i < text_.size(); ++i)
+        if (!(text_[i] == '\r' && i + 1 < text_.size() && text_[i + 1] == '\n')) lf_only += text_[i];
+    text_ = std::move(lf_only);
+}
+
+std::string Text::str() const {
+    if (!crlf_) return text_;
+    std::string out;
+    out.reserve(text_.size() + text_.size() / 16);
+    for (char c : text_) {
+        if (c == '\n') out += '\r';
+        out += c;
+    }
+    return out;
+}
+
 Status Text::reparse_check(const std::string& candidate) const {
     auto doc = parse(candidate, source_);
+    // What the file already defines inline or with dotted keys cannot get a [section] next to it:
+    // the layout, not the request, makes the edit impossible in place.
     if (!doc)
-        return fail(Code::internal, "{}: the edited text does not parse ({}); the file was left untouched", source_,
-                    doc.error().message);
+        return fail(Code::invalid_argument, "{}: kgpu cannot make this edit line by line: the result would not be valid "
+                    "TOML ({}), as happens when a table is written inline or with dotted keys; the file was left untouched",
+                    source_, doc.error().message);
     return {};
 }
 

@@ -48,12 +48,14 @@ std::string serialize_table(const toml::table& table, const Path& path, const st
 // A config file's text under edit. Each call leaves the text valid TOML or fails with the text
 // unchanged. Errors: parse (the text was not TOML), invalid_argument when the layout cannot be
 // edited line by line (inline tables, a value spanning lines, a table defined by dotted keys):
-// the message names the file and the key.
+// the message names the file and the key. A file whose every line ends in CRLF (written on
+// Windows, or by a tool that does) keeps CRLF on every line, the added ones included.
 class Text {
 public:
-    Text(std::string text, std::string source) : text_(std::move(text)), source_(std::move(source)) {}
+    Text(std::string text, std::string source);
 
-    const std::string& str() const { return text_; }
+    // The text, with the file's line endings.
+    std::string str() const;
 
     // Sets `key` in the table at `path` (created when missing); an existing key is rewritten on
     // its own line. An empty path is the top level (new keys go above the first table).
@@ -67,8 +69,9 @@ public:
 
 private:
     Status reparse_check(const std::string& candidate) const;
-    std::string text_;
+    std::string text_;  // with LF line endings while edited
     std::string source_;
+    bool crlf_ = false;
 };
 
 }  // namespace kgpu::runtime::tomledit

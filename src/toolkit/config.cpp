@@ -1,5 +1,7 @@
 #include "toolkit/config.h"
 
+#include <filesystem>
+
 #include <toml++/toml.h>
 
 #include <fmt/format.h>
@@ -118,17 +120,43 @@ Result<RuntimeConfig> parse_config(std::string_view text, std::string_view sourc
     return c;
 }
 
-Result<RuntimeConfig> load_config(std::string_view env_value) {
-    const bool explicit_path = !env_value.empty();
-    const std::string path = explicit_path ? std::string(env_value) : std::string(kDefaultConfigPath);
-    auto text = files::read(path);
+Result<ConfigSource> config_source(std::string_view env_value, const std::string& install_dir) {
+    if (!env_value.empty()) return ConfigSource{std::string(env_value), std::string(kConfigEnv), {}, true};
+    if (!install_dir.empty()) {
+        const std::string record = (std::filesystem::path(install_dir) / kConfigRecordName).string();
+        auto text = files::read_regular(record);
+        if (text) {
+            std::string_view path = *text;
+            if (path.ends_with('\n')) path.remove_suffix(1);
+            if (path.empty() || path.front() != '/' || path.find('\n') != std::string_view::npos ||
+                path.find('\0') != std::string_view::npos)
+                return fail(Code::invalid_argument, "{}: expected one line, the absolute path of the container runtime's "
+                            "config (`kgpu runtime install` writes it)", record);
+            return ConfigSource{std::string(path), record, record, true};
+        }
+        if (text.error().code != Code::not_found) return std::unexpected(text.error());
+    }
+    return ConfigSource{std::string(kDefaultConfigPath), "the default path", {}, false};
+}
+
+Result<RuntimeConfig> load_config(const ConfigSource& source) {
+    auto text = files::read_regular(source.path);
     if (!text) {
-        if (text.error().code == Code::not_found && !explicit_path) return RuntimeConfig{};
+        if (text.error().code == Code::not_found && !source.required) return RuntimeConfig{};
         Error e = text.error();
-        if (explicit_path) e.message += fmt::format(" (named by {})", kConfigEnv);
+        if (!source.record.empty())
+            e.message += fmt::format(" (the config `kgpu runtime install` wrote, as recorded in {})", source.record);
+        else if (source.required)
+            e.message += fmt::format(" (named by {})", source.chosen_by);
         return std::unexpected(e);
     }
-    return parse_config(*text, path);
+    return parse_config(*text, source.path);
+}
+
+Result<RuntimeConfig> load_config(std::string_view env_value) {
+    auto source = config_source(env_value, "");
+    if (!source) return std::unexpected(source.error());
+    return load_config(*source);
 }
 
 namespace {

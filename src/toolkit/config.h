@@ -1,7 +1,10 @@
 // The container runtime's configuration (`kgpu container-runtime`, docs/container-runtime.md):
 // a flat TOML file, default /etc/kgpu/container-runtime.toml, or the file named by env
-// KGPU_RUNTIME_CONFIG (DESIGN.md "Fixed interfaces"). The two accept-* keys keep the names and the
-// meaning of NVIDIA's /etc/nvidia-container-runtime/config.toml.
+// KGPU_RUNTIME_CONFIG (DESIGN.md "Fixed interfaces"), or the file `kgpu runtime install` wrote
+// and recorded next to the binary it installed (containerd passes the runtime neither an env
+// variable nor a flag, so `install --runtime-config FILE` would otherwise write a file the runtime
+// never reads). The two accept-* keys keep the names and the meaning of NVIDIA's
+// /etc/nvidia-container-runtime/config.toml.
 #pragma once
 
 #include <string>
@@ -14,6 +17,10 @@ namespace kgpu::toolkit {
 
 inline constexpr std::string_view kDefaultConfigPath = "/etc/kgpu/container-runtime.toml";
 inline constexpr std::string_view kConfigEnv = "KGPU_RUNTIME_CONFIG";
+// The file `kgpu runtime install` writes next to the installed binary (<install-dir>/…): one line,
+// the host path of the config it wrote. Only root can write there (the install directory is
+// root's, like the binary containerd runs).
+inline constexpr std::string_view kConfigRecordName = "container-runtime-config.path";
 
 struct RuntimeConfig {
     // The OCI runtime that does the work: an absolute path, or names searched in PATH in order.
@@ -48,8 +55,28 @@ struct RuntimeConfig {
 // ("<source>:<line>: key '<k>': expected ...").
 Result<RuntimeConfig> parse_config(std::string_view text, std::string_view source);
 
-// The file named by KGPU_RUNTIME_CONFIG (`env_value`, when non-empty; it must exist), else
-// kDefaultConfigPath (missing = defaults).
+// Which file the runtime reads, and what chose it (for the runtime's log).
+struct ConfigSource {
+    std::string path;       // the config file
+    std::string chosen_by;  // "KGPU_RUNTIME_CONFIG", "<install-dir>/<kConfigRecordName>" or "the default path"
+    std::string record;     // the install's record when it chose the file, else ""
+    // Whether a missing file is an error: one the environment or the install's record names
+    // must exist; only the default path may be absent (then NVIDIA's defaults apply).
+    bool required = false;
+};
+
+// In order: the file named by KGPU_RUNTIME_CONFIG (`env_value`, when non-empty); the file named by
+// <install_dir>/kConfigRecordName when that exists (`install_dir`: the directory of the running
+// binary; "" = none); kDefaultConfigPath. Errors: the record exists but is not a regular file,
+// cannot be read, or does not hold one absolute path (invalid_argument naming it).
+Result<ConfigSource> config_source(std::string_view env_value, const std::string& install_dir);
+
+// Reads the chosen file: absent and not required = the built-in defaults (source ""). Errors:
+// not_found for an absent required file (the message names it and what named it); those of
+// files::read_regular (a FIFO or a directory is refused, never waited on) and parse_config.
+Result<RuntimeConfig> load_config(const ConfigSource& source);
+
+// load_config(config_source(env_value, "")): KGPU_RUNTIME_CONFIG, else the default path.
 Result<RuntimeConfig> load_config(std::string_view env_value);
 
 // The config as TOML (every key, with a comment each), for `kgpu runtime install`.

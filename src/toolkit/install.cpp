@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <ranges>
 
 #include <fmt/format.h>
@@ -36,7 +37,7 @@ struct Existing {
 };
 
 Result<Existing> read_existing(const fs::path& p) {
-    auto text = files::read(p);
+    auto text = files::read_regular(p);  // a FIFO at a config's path is refused, not waited on
     if (text) {
         struct stat st {};
         unsigned mode = ::stat(p.c_str(), &st) == 0 ? (st.st_mode & 07777) : 0644;
@@ -78,7 +79,15 @@ Result<bool> ensure_symlink(const fs::path& link, const std::string& target) {
     return true;
 }
 
-fs::path host_path(const InstallOptions& o, const std::string& p) { return files::under_root(o.host_root, p); }
+// A host path as the installer reaches it: under --host-root, with the host's own symlinks
+// resolved inside it (files::resolve_in_root): NixOS' /etc/containerd/config.toml ->
+// /etc/static/... -> /nix/store/... or a /usr/local that links elsewhere lead to the host's files,
+// never to the installer's (its container's) own.
+Result<fs::path> host_path(const InstallOptions& o, const std::string& p) {
+    auto r = files::resolve_in_root(o.host_root, p);
+    if (!r) return std::unexpected(r.error().context("install: --host-root " + o.host_root.string()));
+    return r;
+}
 
 // Runs `<dir>/kgpu --version` inside the host's root: proof the binary runs there with the
 // host's own libraries.
@@ -200,7 +209,9 @@ Result<Carried> carry_glibc(const InstallOptions& o, std::string& image, const s
     if (auto st = elf::rewrite(image, *rpath, lib_dir, what + " RPATH"); !st) return std::unexpected(st.error());
     std::vector<std::string> written;
     for (const auto& [name, content] : files) {
-        const fs::path to = host_path(o, join_path(lib_dir, name));
+        auto host_to = host_path(o, join_path(lib_dir, name));
+        if (!host_to) return std::unexpected(host_to.error());
+        const fs::path& to = *host_to;
         auto w = write_if_changed(to, content, 0755);
         if (!w) return std::unexpected(w.error());
         if (::chmod(to.c_str(), 0755) != 0) return fail(Code::io, "chmod {}: {}", to.string(), std::strerror(errno));
@@ -229,10 +240,11 @@ std::string interpreter_dir(std::string_view image, const std::string& what) {
 // Only names kgpu writes are touched. Returns what was removed (host-independent paths).
 Result<std::vector<std::string>> prune_glibcs(const InstallOptions& o, const std::string& current, const std::string& previous) {
     const std::string lib_root = join_path(o.install_dir, "lib");
-    const fs::path host_root = host_path(o, lib_root);
+    auto host_root = host_path(o, lib_root);
+    if (!host_root) return std::unexpected(host_root.error());
     std::vector<std::string> removed;
     std::error_code ec;
-    fs::directory_iterator it(host_root, ec), end;
+    fs::directory_iterator it(*host_root, ec), end;
     if (ec) return removed;
     std::vector<fs::directory_entry> entries(it, end);
     for (const auto& e : entries) {
@@ -281,9 +293,28 @@ Result<int> signal_socket_owner(const std::string& socket) {
 
 Result<InstallReport> install(const InstallOptions& o) {
     InstallReport report;
-    auto host = [&](const std::string& p) { return files::under_root(o.host_root, p); };
     if (o.install_dir.empty() || o.install_dir.front() != '/')
         return fail(Code::invalid_argument, "--install-dir '{}': expected an absolute host path", o.install_dir);
+    if (o.runtime_config_path.empty() || o.runtime_config_path.front() != '/' ||
+        o.runtime_config_path.find('\n') != std::string::npos)
+        return fail(Code::invalid_argument, "--runtime-config '{}': expected an absolute host path", o.runtime_config_path);
+    // Every host path, resolved inside --host-root before anything is written (host_path()). The
+    // install directory's own entries are named under the resolved directory, so that the links
+    // kgpu-container-runtime and nvidia-cdi-hook are replaced, not followed.
+    std::map<std::string, fs::path> resolved;
+    for (const std::string& p : {o.install_dir, o.runtime_config_path, o.containerd_config, o.drop_in, o.containerd_socket,
+                                 o.dbus_socket}) {
+        if (p.empty() || p.front() != '/' || resolved.contains(p)) continue;
+        auto r = host_path(o, p);
+        if (!r) return std::unexpected(r.error());
+        resolved.emplace(p, std::move(*r));
+    }
+    auto host = [&](const std::string& p) -> fs::path {
+        if (auto it = resolved.find(p); it != resolved.end()) return it->second;
+        const fs::path rel = fs::path(p).lexically_relative(o.install_dir);
+        if (!rel.empty() && *rel.begin() != "..") return resolved.at(o.install_dir) / rel;
+        return files::under_root(o.host_root, p);  // not reached: every path is one of the above
+    };
 
     // 1. The binary and its links.
     std::string source = o.source_binary;
@@ -294,6 +325,12 @@ Result<InstallReport> install(const InstallOptions& o) {
     }
     auto bytes = files::read(source);
     if (!bytes) return std::unexpected(bytes.error().context("install"));
+    // Every container start executes the copy (runtime, hooks): without the debug information a
+    // build tree's binary carries, which only a debugger reads (common/elf.h).
+    const size_t source_size = bytes->size();
+    auto stripped = elf::strip_debug(*bytes, source);
+    if (!stripped) return std::unexpected(stripped.error().context("install"));
+    *bytes = std::move(stripped->image);
     auto carried = carry_glibc(o, *bytes, source);
     if (!carried) return std::unexpected(carried.error());
     if (!carried->line.empty()) report.lines.push_back(carried->line);
@@ -332,8 +369,12 @@ Result<InstallReport> install(const InstallOptions& o) {
     }
     if (changed && ::rename(host(staged).c_str(), host(binary).c_str()) != 0)
         return fail(Code::io, "cannot rename {} to {}: {}", host(staged).string(), host(binary).string(), std::strerror(errno));
-    report.lines.push_back(fmt::format("{} {} ({:.1f} MB)", changed ? "installed" : "unchanged:", binary,
-                                       static_cast<double>(bytes->size()) / 1e6));
+    report.lines.push_back(fmt::format("{} {} ({:.1f} MB{})", changed ? "installed" : "unchanged:", binary,
+                                       static_cast<double>(bytes->size()) / 1e6,
+                                       stripped->sections == 0
+                                           ? std::string()
+                                           : fmt::format("; {} is {:.1f} MB with its debug information, not copied",
+                                                         source, static_cast<double>(source_size) / 1e6)));
     // Only a swap retires a glibc: an unchanged install changes nothing.
     if (changed && !carried->lib_dir.empty()) {
         auto removed = prune_glibcs(o, carried->lib_dir, previous);
@@ -355,12 +396,19 @@ Result<InstallReport> install(const InstallOptions& o) {
                                           : fmt::format("linked {} -> kgpu in {}", fmt::join(linked, ", "), o.install_dir));
     if (!verified.empty()) report.lines.push_back(verified);
 
-    // 3. The runtime's config.
+    // 3. The runtime's config, and where it is, next to the runtime: containerd passes the
+    // runtime no env variable or flag, so without the record an --runtime-config elsewhere than the
+    // default path would never be read (toolkit/config.h).
     RuntimeConfig rc = o.runtime;
     if (rc.hook_path.empty()) rc.hook_path = join_path(o.install_dir, "nvidia-cdi-hook");
     auto wrote = write_if_changed(host(o.runtime_config_path), render_config(rc), 0644, true);
     if (!wrote) return std::unexpected(wrote.error());
     report.lines.push_back(fmt::format("{} {}", *wrote ? "wrote" : "unchanged:", o.runtime_config_path));
+    const std::string record = join_path(o.install_dir, std::string(kConfigRecordName));
+    auto recorded = write_if_changed(host(record), o.runtime_config_path + "\n", 0644);
+    if (!recorded) return std::unexpected(recorded.error());
+    report.lines.push_back(fmt::format("{} {}: the runtime reads {}", *recorded ? "wrote" : "unchanged:", record,
+                                       o.runtime_config_path));
 
     // 4. containerd.
     runtime::ContainerdOptions co;

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "common/json.h"
+
 namespace kgpu::toolkit {
 
 using ojson = nlohmann::ordered_json;
@@ -210,6 +212,7 @@ Status apply_gids(ojson& spec, const ojson& gids) {
 }  // namespace
 
 Result<ojson> parse_spec(std::string_view text) {
+    if (auto st = json::check_depth(text, "config.json"); !st) return std::unexpected(st.error());
     try {
         auto spec = ojson::parse(text);
         if (!spec.is_object()) return fail(Code::parse, "config.json: expected a JSON object");
@@ -217,6 +220,31 @@ Result<ojson> parse_spec(std::string_view text) {
     } catch (const ojson::parse_error& e) {
         return fail(Code::parse, "config.json: not JSON (byte {}): {}", e.byte, e.what());
     }
+}
+
+std::vector<std::string> remove_legacy_hooks(ojson& spec) {
+    std::vector<std::string> removed;
+    auto hooks = spec.find("hooks");
+    if (hooks == spec.end() || !hooks->is_object()) return removed;
+    auto prestart = hooks->find("prestart");
+    if (prestart == hooks->end() || !prestart->is_array()) return removed;
+    ojson kept = ojson::array();
+    for (auto& h : *prestart) {
+        const auto path = h.is_object() ? h.find("path") : h.end();
+        if (path != h.end() && path->is_string()) {
+            const auto& p = path->get_ref<const std::string&>();
+            const std::string_view name = std::string_view(p).substr(p.rfind('/') + 1);
+            if (std::find(std::begin(kLegacyHookNames), std::end(kLegacyHookNames), name) != std::end(kLegacyHookNames)) {
+                removed.push_back(p);
+                continue;
+            }
+        }
+        kept.push_back(std::move(h));
+    }
+    if (removed.empty()) return removed;
+    if (kept.empty()) hooks->erase("prestart");
+    else *prestart = std::move(kept);
+    return removed;
 }
 
 Status apply_container_edits(ojson& spec, const ojson& edits) {

@@ -12,6 +12,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -19,8 +20,22 @@
 
 namespace kgpu::toolkit {
 
-// Parses config.json. Errors: Code::parse naming the byte offset.
+// Parses config.json. Errors: Code::parse naming the byte offset; arrays and objects nested
+// deeper than json::kMaxDepth (copying such a value would overflow the stack).
 Result<nlohmann::ordered_json> parse_spec(std::string_view config_json);
+
+// The executables of NVIDIA's legacy prestart hook (nvidia-container-toolkit v1.20's
+// config.NVIDIAContainerRuntimeHookExecutable and its alias), which CRI-O's hooks.d and Docker's
+// `--gpus` put into specs; it injects GPUs with libnvidia-container under its own settings.
+inline constexpr std::string_view kLegacyHookNames[] = {"nvidia-container-runtime-hook", "nvidia-container-toolkit"};
+
+// Removes from hooks.prestart every hook whose path's file name is one of kLegacyHookNames, as
+// NVIDIA's runtime does in its CDI and jit-cdi modes (internal/modifier/hook_remover.go), for
+// every container it creates: left in, it fails the container where the legacy toolkit is not
+// installed ("no such file") and injects GPUs a second time, under looser settings, where it
+// is. An emptied prestart list is removed. Returns the paths removed; a hooks or prestart of
+// the wrong type is left to the low-level runtime to refuse.
+std::vector<std::string> remove_legacy_hooks(nlohmann::ordered_json& spec);
 
 // Applies `edits` (a CDI containerEdits object) to `spec` in place. Errors (invalid_argument):
 // the spec has a field of the wrong type where an edit goes (e.g. `mounts` not an array), or an

@@ -118,12 +118,31 @@ Result<std::optional<Modified>> modify_spec(std::string_view text, const Runtime
                                             NodeSource& nodes, std::vector<std::string>& log) {
     auto spec = parse_spec(text);
     if (!spec) return std::unexpected(spec.error());
+    // NVIDIA's runtime drops the legacy hook from every container it creates in its CDI modes,
+    // whether or not the container asks for a GPU (hook_remover.go).
+    const std::vector<std::string> removed = remove_legacy_hooks(*spec);
+    const std::string removed_note =
+        removed.empty() ? std::string()
+                        : fmt::format("removed NVIDIA's legacy prestart hook {} (kgpu injects the GPUs itself)", fmt::join(removed, ", "));
+    // No GPU: the spec as it came, or without the legacy hook.
+    auto no_gpu = [&]() -> Result<std::optional<Modified>> {
+        if (removed.empty()) return std::optional<Modified>{};
+        auto out = dump_spec(*spec);
+        if (!out) return std::unexpected(out.error());
+        Modified m;
+        m.text = std::move(*out);
+        m.summary = "no GPU requested; " + removed_note;
+        return std::optional<Modified>{std::move(m)};
+    };
     auto view = read_container(*spec);
     if (!view) return std::unexpected(view.error());
     auto request = requested_devices(*view, config);
     if (!request) return std::unexpected(request.error());
     for (auto& n : request->notes) log.push_back(std::move(n));
-    if (request->devices.empty()) return std::optional<Modified>{};
+    if (request->devices.empty()) return no_gpu();
+    if (!options.refuse_gpus.empty())
+        return fail(Code::not_found, "{} (the container asks for {} by {})", options.refuse_gpus, fmt::join(request->devices, ","),
+                    to_string(request->source));
 
     const auto t_nvml = std::chrono::steady_clock::now();
     auto node = nodes.node();
@@ -132,7 +151,7 @@ Result<std::optional<Modified>> modify_spec(std::string_view text, const Runtime
     auto sel = resolve_devices(*node, request->devices, config.default_kind);
     if (!sel) return std::unexpected(sel.error());
     for (auto& n : sel->notes) log.push_back(std::move(n));
-    if (sel->empty()) return std::optional<Modified>{};
+    if (sel->empty()) return no_gpu();
 
     // The GPUs the container gets (MIG devices count as their parent), for arch/brand rules.
     std::vector<unsigned> gpus;
@@ -193,11 +212,12 @@ Result<std::optional<Modified>> modify_spec(std::string_view text, const Runtime
     m.text = std::move(*out);
     m.nvml_ms = ms(t_edit - t_nvml);
     m.edit_ms = ms(t_done - t_edit);
-    m.summary = fmt::format("injected {} (requested by {}: {}; capabilities {}): {} device nodes, {} mounts, {} hooks",
+    m.summary = fmt::format("injected {} (requested by {}: {}; capabilities {}): {} device nodes, {} mounts, {} hooks{}",
                             fmt::join(names, ","), to_string(request->source), fmt::join(request->devices, ","),
                             fmt::join(caps, ","), edits->value("deviceNodes", nlohmann::ordered_json::array()).size(),
                             edits->value("mounts", nlohmann::ordered_json::array()).size(),
-                            edits->value("hooks", nlohmann::ordered_json::array()).size());
+                            edits->value("hooks", nlohmann::ordered_json::array()).size(),
+                            removed.empty() ? std::string() : "; " + removed_note);
     return std::optional<Modified>{std::move(m)};
 }
 
@@ -334,7 +354,8 @@ std::string self_exe() {
     return ec ? std::string() : p.string();
 }
 
-int edit_bundle(const RuncArgs& a, const RuntimeConfig& config, const std::string& self, Logger& log) {
+int edit_bundle(const RuncArgs& a, const RuntimeConfig& config, const std::string& self, const std::string& refuse_gpus,
+                Logger& log) {
     const fs::path bundle = a.bundle.empty() ? fs::current_path() : fs::path(a.bundle);
     const fs::path path = bundle / "config.json";
     auto text = files::read(path);
@@ -344,6 +365,7 @@ int edit_bundle(const RuncArgs& a, const RuntimeConfig& config, const std::strin
     }
     ModifyOptions mo;
     mo.hook_path = resolve_hook_path(config, self);
+    mo.refuse_gpus = refuse_gpus;
     std::vector<std::string> notes;
     Result<std::optional<Modified>> modified = fail(Code::internal, "not run");
     {
@@ -374,17 +396,39 @@ int edit_bundle(const RuncArgs& a, const RuntimeConfig& config, const std::strin
 }  // namespace
 
 int container_runtime_main(const std::vector<std::string>& args, std::string_view version) {
-    const char* env_config = std::getenv(std::string(kConfigEnv).c_str());
-    auto loaded = load_config(env_config ? env_config : "");
-    RuntimeConfig config = loaded ? *loaded : RuntimeConfig{};
     const RuncArgs a = parse_runc_args(args);
+    const std::string self = self_exe();
+    const char* env_config = std::getenv(std::string(kConfigEnv).c_str());
+    // The install's record lies next to the binary it installed (/proc/self/exe has the links
+    // kgpu-container-runtime -> kgpu resolved).
+    auto source = config_source(env_config ? env_config : "", self.empty() ? std::string() : fs::path(self).parent_path().string());
+    Result<RuntimeConfig> loaded = source ? load_config(*source) : Result<RuntimeConfig>(std::unexpected(source.error()));
+    RuntimeConfig config = loaded ? *loaded : RuntimeConfig{};
     Logger log(config, a);
-    if (!loaded) {
+    // Which file decides, first: a create is only as safe as the settings it was read with.
+    const log::Level about = a.modifies ? log::Level::info : log::Level::debug;
+    std::string refuse_gpus;
+    if (loaded && !config.source.empty()) {
+        log.write(about, fmt::format("config {} (chosen by {})", config.source, source->chosen_by));
+    } else if (loaded) {
+        log.write(about, fmt::format("config: no file at {} ({}): NVIDIA's defaults apply (any unprivileged container may "
+                                     "select GPUs with NVIDIA_VISIBLE_DEVICES)",
+                                     source->path, source->chosen_by));
+    } else if (source && !source->record.empty() && loaded.error().code == Code::not_found) {
+        // The config install wrote is gone: NVIDIA's permissive defaults must not silently take
+        // its place. Containers that ask for GPUs are refused (read with the widest settings, so
+        // none slips through); the others, and every other command, run.
+        refuse_gpus = fmt::format("{}: a container that asks for GPUs is not started without the security settings "
+                                  "that file holds; restore it or run `kgpu runtime install` again",
+                                  loaded.error().message);
+        log.write(a.modifies ? log::Level::warn : log::Level::debug, fmt::format("kgpu: {}", refuse_gpus));
+        config.accept_envvar_when_unprivileged = true;
+        config.accept_volume_mounts = true;
+    } else {
         // A broken config must not stop `delete` or `kill` of containers that already run.
         log.write(a.modifies ? log::Level::error : log::Level::warn, fmt::format("kgpu: {}", loaded.error().message));
         if (a.modifies) return 1;
     }
-    const std::string self = self_exe();
     const char* path_env = std::getenv("PATH");
     auto runtime = find_low_level_runtime(config, path_env ? path_env : "", self);
     if (!runtime) {
@@ -392,7 +436,7 @@ int container_runtime_main(const std::vector<std::string>& args, std::string_vie
         return 1;
     }
     if (a.modifies) {
-        if (int rc = edit_bundle(a, config, self, log); rc != 0) return rc;
+        if (int rc = edit_bundle(a, config, self, refuse_gpus, log); rc != 0) return rc;
     }
     if (a.version) {
         std::string line = fmt::format("kgpu container runtime {}\n", version);

@@ -45,6 +45,10 @@ std::string brand_name(unsigned nvml_brand);
 
 struct ModifyOptions {
     std::string hook_path;   // resolved: absolute
+    // When set, a container that asks for GPUs fails with this message before NVML is opened
+    // (the config `kgpu runtime install` recorded is missing: its security settings are unknown,
+    // so `config` should then accept every way of asking). Containers without a GPU run.
+    std::string refuse_gpus = {};
 };
 
 struct Modified {
@@ -53,10 +57,12 @@ struct Modified {
     double nvml_ms = 0, edit_ms = 0;  // time spent on the inventory (NVML) and on the edit
 };
 
-// The decision and the edit, on config.json's text. nullopt: the container asks for no GPU (the
-// spec stays untouched); `log` receives the notes (ignored requests, CDI kinds left to
-// containerd). Errors: the spec is malformed, a requested device does not exist, NVML fails,
-// an image requirement is unmet (Code::not_supported, message from explain()).
+// The decision and the edit, on config.json's text. First, for every container, NVIDIA's legacy
+// prestart hook is removed (remove_legacy_hooks). nullopt: the container asks for no GPU and had
+// no such hook (the spec stays untouched); `log` receives the notes (ignored requests, CDI kinds
+// left to containerd). Errors: the spec is malformed or nested too deep, a requested device does
+// not exist, NVML fails, an image requirement is unmet (Code::not_supported, message from
+// explain()), options.refuse_gpus for a container that asks for GPUs (Code::not_found).
 Result<std::optional<Modified>> modify_spec(std::string_view config_json, const RuntimeConfig& config,
                                             const ModifyOptions& options, NodeSource& nodes,
                                             std::vector<std::string>& log);
@@ -66,7 +72,8 @@ Result<std::optional<Modified>> modify_spec(std::string_view config_json, const 
 // naming every candidate tried.
 Result<std::string> find_low_level_runtime(const RuntimeConfig& config, std::string_view path_env, const std::string& self);
 
-// The hooks' binary: config.hook_path, else nvidia-cdi-hook next to `self` when it exists, else self.
+// The hooks' binary: config.hook_path, else nvidia-cdi-hook next to `self` when it exists, else
+// self (under whatever name: cdi::HookCreator writes the argv kgpu runs as a hook by any name).
 std::string resolve_hook_path(const RuntimeConfig& config, const std::string& self);
 
 // The whole command: `args` are runc's arguments (argv without argv[0]). Returns only when it

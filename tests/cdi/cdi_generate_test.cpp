@@ -641,7 +641,26 @@ TEST(CdiGenerate, ErrorsNameTheInput) {
     auto minors = generate("a100-mig", root);
     EXPECT_EQ(minors.exit_code, 1);
     EXPECT_THAT(minors.err, HasSubstr("mig-minors"));
-    auto unwritable = generate("t4x4", root, {"--output", root.path() + "/no/such/dir/spec.yaml"});
+    const std::string file = root.dir.write("a-file", "");
+    auto unwritable = generate("t4x4", root, {"--output", file + "/dir/spec.yaml"});
     EXPECT_EQ(unwritable.exit_code, 1);
-    EXPECT_THAT(unwritable.err, HasSubstr("no/such/dir"));
+    EXPECT_THAT(unwritable.err, HasSubstr(file + " is not a directory"));
+}
+
+// Issue #22: /var/run/cdi does not exist after a reboot; nvidia-ctk creates the output's directory
+// (MkdirAll 0755), and so does kgpu, whatever the umask.
+TEST(CdiGenerate, CreatesTheOutputsDirectory) {
+    FakeRoot root;
+    TempDir out;
+    const std::string spec = out.path() + "/var/run/cdi/nvidia.yaml";
+    const mode_t old = ::umask(0);
+    auto r = generate("t4x4", root, {"--output", spec});
+    ::umask(old);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_TRUE(fs::exists(spec));
+    for (const std::string d : {"/var", "/var/run", "/var/run/cdi"}) {
+        struct stat st {};
+        ASSERT_EQ(::stat((out.path() + d).c_str(), &st), 0) << d;
+        EXPECT_EQ(st.st_mode & 07777, 0755u) << d;
+    }
 }

@@ -42,6 +42,24 @@ inventory::Node two_gpus() {
     return n;
 }
 
+// Issue #22 items 3 and 5: the hook's argv is one its binary runs, whatever that binary is called,
+// and --ldconfig-path is the plain host path both hooks take: NVIDIA's nvidia-cdi-hook prepends
+// "@" itself, so "@/sbin/ldconfig" failed there with "stat @/sbin/ldconfig".
+TEST(CdiHooks, ArgvKgpuRunsUnderAnyNameAndLdconfigWithoutTheAt) {
+    cdi::HookOptions o;
+    o.ldconfig_path = "@/sbin/ldconfig";
+    o.path = "/usr/bin/nvidia-cdi-hook";
+    EXPECT_EQ((*cdi::HookCreator(o).create(cdi::kUpdateLdcache, {"/usr/lib64"}))["args"],
+              ojson::array({"nvidia-cdi-hook", "update-ldcache", "--ldconfig-path", "/sbin/ldconfig", "--folder", "/usr/lib64"}));
+    o.path = "/usr/local/kgpu/kgpu";
+    EXPECT_EQ((*cdi::HookCreator(o).create(cdi::kUpdateLdcache, {"/usr/lib64"}))["args"],
+              ojson::array({"kgpu", "hook", "update-ldcache", "--ldconfig-path", "/sbin/ldconfig", "--folder", "/usr/lib64"}));
+    // Any other name: nvidia-ctk's [<name>, <hook>, ...], which kgpu dispatches on the hook's name.
+    o.path = "/opt/kgpu/kgpu-container-runtime";
+    EXPECT_EQ((*cdi::HookCreator(o).create(cdi::kEnableCudaCompat, {"--host-driver-version", "550.54.15"}))["args"],
+              ojson::array({"kgpu-container-runtime", "enable-cuda-compat", "--host-driver-version", "550.54.15"}));
+}
+
 }  // namespace
 
 TEST(CdiNaming, EachStrategyNamesGpusAndMigDevices) {

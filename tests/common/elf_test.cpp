@@ -3,6 +3,7 @@
 // the padded kgpu), and hostile ones: truncated, not ELF, headers out of bounds, a path too long.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include <iterator>
 
 #include "common/elf.h"
+#include "support/process.h"
 
 using ::testing::HasSubstr;
 
@@ -88,6 +90,48 @@ TEST(Elf, AStaticProgramHasNoInterpreter) {
     auto in = kgpu::elf::read_interpreter(slurp("/bin/busybox"), "busybox");
     ASSERT_FALSE(in);
     EXPECT_EQ(in.error().code, kgpu::Code::not_found);
+}
+
+// `runtime install` copies kgpu without its debug information (issue #22 item 7): every container
+// start executes the copy. What the loader reads stays byte for byte (so the copy runs, and its
+// interpreter and RPATH can still be rewritten); the section headers stay valid for readelf.
+TEST(Elf, StripDebugDropsDebugSectionsAndTheSymbolTableOnly) {
+    if (!std::filesystem::exists(KGPU_BINARY)) GTEST_SKIP() << KGPU_BINARY << " not built";
+    const std::string image = slurp(KGPU_BINARY);
+    auto s = kgpu::elf::strip_debug(image, "kgpu");
+    ASSERT_TRUE(s) << s.error().message;
+    ASSERT_GT(s->sections, 0u) << "the release build has debug information (-g1)";
+    EXPECT_LT(s->image.size(), image.size() / 2) << image.size() << " -> " << s->image.size();
+    EXPECT_EQ(kgpu::elf::read_interpreter(s->image, "stripped")->value, kgpu::elf::read_interpreter(image, "kgpu")->value);
+    EXPECT_EQ(kgpu::elf::read_rpath(s->image, "stripped")->value, kgpu::elf::read_rpath(image, "kgpu")->value);
+    // Again: nothing left to drop, the same bytes.
+    auto again = kgpu::elf::strip_debug(s->image, "stripped");
+    ASSERT_TRUE(again) << again.error().message;
+    EXPECT_EQ(again->sections, 0u);
+    EXPECT_TRUE(again->image == s->image);
+
+    const auto dir = std::filesystem::temp_directory_path() / ("kgpu-strip-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    const auto copy = dir / "kgpu";
+    std::ofstream(copy, std::ios::binary) << s->image;
+    std::filesystem::permissions(copy, std::filesystem::perms(0755));
+    auto version = kgpu::test::run_process({copy.string(), "--version"});
+    EXPECT_EQ(version.exit_code, 0) << version.out << version.err;
+    if (std::filesystem::exists("/usr/bin/readelf")) {
+        auto sections = kgpu::test::run_process({"/usr/bin/readelf", "-S", "-W", copy.string()});
+        EXPECT_EQ(sections.exit_code, 0);
+        EXPECT_EQ(sections.err, "");  // no warning about a broken header
+        EXPECT_THAT(sections.out, HasSubstr(".text"));
+        EXPECT_THAT(sections.out, HasSubstr(".dynsym"));
+        EXPECT_THAT(sections.out, HasSubstr(".shstrtab"));
+        EXPECT_THAT(sections.out, ::testing::Not(HasSubstr(".debug_")));
+        EXPECT_THAT(sections.out, ::testing::Not(HasSubstr(" .symtab")));
+    }
+    std::filesystem::remove_all(dir);
+    // Not ELF: an error naming the file, as the other readers.
+    auto bad = kgpu::elf::strip_debug("#!/bin/sh\n", "script");
+    ASSERT_FALSE(bad);
+    EXPECT_THAT(bad.error().message, HasSubstr("script: not an ELF file"));
 }
 
 }  // namespace

@@ -199,4 +199,56 @@ TEST(FilesCreateDirectories, ExactModesWhateverTheUmaskAndExistingOnesLeftAlone)
     EXPECT_THAT(st.error().message, HasSubstr("is not a directory"));
 }
 
+// A config named on the command line may be a FIFO (or a directory, a socket): reading it must
+// not wait for a writer forever (issue #22: `runtime configure --config` on a FIFO hung).
+TEST(FilesReadRegular, RefusesAFifoWithoutWaitingAndReadsFilesAndLinks) {
+    TempDir dir;
+    const std::string fifo = dir.path() + "/config.toml";
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    auto r = kgpu::files::read_regular(fifo);  // returns at once: no writer is needed to refuse
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, Code::invalid_argument);
+    EXPECT_THAT(r.error().message, HasSubstr(fifo + " is a FIFO (named pipe), expected a regular file"));
+    auto d = kgpu::files::read_regular(dir.path());
+    ASSERT_FALSE(d);
+    EXPECT_THAT(d.error().message, HasSubstr("is a directory, expected a regular file"));
+    EXPECT_EQ(kgpu::files::read_regular(dir.path() + "/absent").error().code, Code::not_found);
+    const std::string file = dir.write("real.toml", "x = 1\n");
+    fs::create_symlink(file, dir.path() + "/link.toml");
+    EXPECT_EQ(*kgpu::files::read_regular(dir.path() + "/link.toml"), "x = 1\n");
+    auto to_fifo = dir.path() + "/to-fifo";
+    fs::create_symlink(fifo, to_fifo);
+    EXPECT_FALSE(kgpu::files::read_regular(to_fifo));
+}
+
+// `runtime install --host-root H`: the host's absolute links lead into H, never to the
+// installer's own files (NixOS: /etc/containerd/config.toml -> /etc/static/... -> /nix/store/...).
+TEST(FilesResolveInRoot, AbsoluteLinksStayInsideTheRoot) {
+    TempDir host;
+    host.write("nix/store/abc-containerd/config.toml", "version = 2\n");
+    fs::create_directories(host.path() + "/etc/static");
+    fs::create_symlink("/nix/store/abc-containerd", host.path() + "/etc/static/containerd");
+    fs::create_directories(host.path() + "/etc/containerd");
+    fs::create_symlink("/etc/static/containerd/config.toml", host.path() + "/etc/containerd/config.toml");
+    auto r = kgpu::files::resolve_in_root(host.path(), "/etc/containerd/config.toml");
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_EQ(*r, fs::path(host.path() + "/nix/store/abc-containerd/config.toml"));
+    // A directory link on the way, relative links, ".." that would climb above the root.
+    fs::create_directories(host.path() + "/var/usrlocal");
+    fs::create_directories(host.path() + "/usr");
+    fs::create_symlink("../var/usrlocal", host.path() + "/usr/local");
+    EXPECT_EQ(*kgpu::files::resolve_in_root(host.path(), "/usr/local/kgpu/kgpu"),
+              fs::path(host.path() + "/var/usrlocal/kgpu/kgpu"));  // the missing rest as it is
+    fs::create_symlink("../../../../../../../etc/static", host.path() + "/up");
+    EXPECT_EQ(*kgpu::files::resolve_in_root(host.path(), "/up/containerd"), fs::path(host.path() + "/nix/store/abc-containerd"));
+    EXPECT_EQ(*kgpu::files::resolve_in_root(host.path(), "/../../etc/static"), fs::path(host.path() + "/etc/static"));
+    // The root "/" is the kernel's business; loops and relative paths are errors.
+    EXPECT_EQ(*kgpu::files::resolve_in_root("/", "/etc/containerd/config.toml"), fs::path("/etc/containerd/config.toml"));
+    fs::create_symlink("/loop", host.path() + "/loop");
+    auto loop = kgpu::files::resolve_in_root(host.path(), "/loop/x");
+    ASSERT_FALSE(loop);
+    EXPECT_THAT(loop.error().message, HasSubstr("too many levels of symbolic links"));
+    EXPECT_FALSE(kgpu::files::resolve_in_root(host.path(), "etc/x"));
+}
+
 }  // namespace

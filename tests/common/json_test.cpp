@@ -82,4 +82,22 @@ TEST(JsonReader, ParseErrorsNameTheDocumentAndWhere) {
     EXPECT_TRUE(kgpu::json::parse("[1, 2]", "x"));
 }
 
+// Deep nesting is refused before any parser sees it: copying or printing such a value recurses
+// once per level and overflowed the stack (issue #22: the container runtime crashed, rc 139, on
+// a config.json nested 70,000 levels deep). Brackets inside strings do not count.
+TEST(JsonDepth, DeepNestingIsRefusedNamingTheDocumentAndTheByte) {
+    const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+    auto st = kgpu::json::check_depth(deep, "config.json");
+    ASSERT_FALSE(st);
+    EXPECT_EQ(st.error().code, kgpu::Code::parse);
+    EXPECT_THAT(st.error().message, HasSubstr("config.json: JSON nested deeper than 512 levels (at byte 512); refused"));
+    auto parsed = kgpu::json::parse("{\"a\":" + deep + "}", "pods.json");
+    ASSERT_FALSE(parsed);
+    EXPECT_THAT(parsed.error().message, HasSubstr("pods.json: JSON nested deeper than 512 levels"));
+    // At the limit, and brackets in strings (with escaped quotes) that are not structure.
+    EXPECT_TRUE(kgpu::json::check_depth(std::string(512, '[') + std::string(512, ']'), "x"));
+    EXPECT_TRUE(kgpu::json::check_depth("[\"" + std::string(10000, '[') + "\\\"" + std::string(10000, '{') + "\"]", "x"));
+    EXPECT_TRUE(kgpu::json::parse("{\"a\":[[{\"b\":\"]]]]\"}]]}", "x"));
+}
+
 }  // namespace

@@ -521,6 +521,19 @@ TEST(LabelsCli, OutputAliasesAndBooleanSpellings) {
     }
 }
 
+// Issue #22: `-o` into a directory that does not exist yet (NFD's features.d before NFD ran, a
+// /run path after a reboot) creates it 0755 instead of failing.
+TEST(LabelsCli, OutputIntoAMissingDirectoryCreatesIt) {
+    TempDir dir;
+    const std::string file = dir.path() + "/features.d/sub/gfd";
+    auto r = labels("t4x4", {"--oneshot", "-o", file});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(parse(slurp(file))["nvidia.com/gpu.count"], "4");
+    struct stat st {};
+    ASSERT_EQ(::stat((dir.path() + "/features.d").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0755u);
+}
+
 TEST(LabelsCli, FailOnInitError) {
     const std::vector<std::string> base = {KGPU_BINARY, "labels", "--oneshot", "-o", "-", "--nvml-library",
                                            "/nonexistent/libnvidia-ml.so.1", "--sysfs-root", sysfs_root()};

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -296,6 +297,25 @@ TEST_F(MpsSupervisor, StartsAsNvidiaRestartsWhatDiesAndQuitsOnStop) {
     EXPECT_FALSE(fs::exists(opts.root.started_file(res)));
     EXPECT_FALSE(fs::exists(opts.root.ready_file()));
     EXPECT_EQ(status_json(res)["state"], "stopped");
+}
+
+// Issue #22: under umask 000 the MPS root and the pipe and log directories were 0777, so any
+// local user could replace a daemon's pipes. NVIDIA's daemon makes them 0755; so does kgpu,
+// whatever the umask.
+TEST_F(MpsSupervisor, DirectoriesAre0755WhateverTheUmask) {
+    const std::string res = "nvidia.com/gpu";
+    const mode_t old = ::umask(0);
+    Supervisor sup({spec(res, 0, 1, 2)}, opts, modes);
+    auto started = sup.start();
+    ::umask(old);
+    ASSERT_TRUE(started.has_value()) << started.error().message;
+    for (const fs::path& d : {opts.root.dir, opts.root.dir / "nvidia.com", opts.root.pipe_dir(res).parent_path(),
+                              opts.root.pipe_dir(res), opts.root.log_dir(res)}) {
+        struct stat st {};
+        ASSERT_EQ(::stat(d.c_str(), &st), 0) << d;
+        EXPECT_EQ(st.st_mode & 07777, 0755u) << d;
+    }
+    sup.stop();
 }
 
 TEST_F(MpsSupervisor, OneDaemonPerResourceAndOnlyTheDeadOneRestarts) {

@@ -65,6 +65,24 @@ struct Root {
     std::string p(const std::string& rel) const { return dir.path() + "/" + rel; }
 };
 
+// Issue #22: `--config` naming a FIFO hung forever (open waits for a writer); anything but a
+// regular file is refused at once, naming it, and nothing is written.
+TEST(RuntimeConfigureFiles, AFifoOrADirectoryIsRefusedAtOnce) {
+    TempDir dir;
+    const std::string fifo = dir.path() + "/config.toml";
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    // `timeout` turns the old hang into a failure instead of a stuck suite.
+    auto r = run_process({"/usr/bin/timeout", "20", KGPU_BINARY, "runtime", "configure", "--config", fifo, "--drop-in-config="});
+    EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+    EXPECT_THAT(r.err, HasSubstr(fifo + " is a FIFO (named pipe), expected a regular file"));
+    auto d = run_process({"/usr/bin/timeout", "20", KGPU_BINARY, "runtime", "configure", "--config", dir.path(), "--drop-in-config="});
+    EXPECT_NE(d.exit_code, 0);
+    EXPECT_THAT(d.err, HasSubstr("is a directory, expected a regular file"));
+    std::vector<std::string> left;
+    for (const auto& e : fs::directory_iterator(dir.path())) left.push_back(e.path().filename().string());
+    EXPECT_EQ(left, std::vector<std::string>{"config.toml"});
+}
+
 }  // namespace
 
 // ---- nvidia-ctk's TestConfigureLifecycle ----

@@ -17,6 +17,7 @@
 #include <toml++/toml.h>
 
 #include "runtime/containerd.h"
+#include "runtime/crio.h"
 #include "runtime/diff.h"
 #include "support/unified_patch.h"
 #include "common/strings.h"
@@ -58,6 +59,68 @@ struct Case {
 };
 
 class RuntimeFixture : public ::testing::TestWithParam<Case> {};
+
+// Issue #22: an in-place edit kgpu refuses because of the file's layout (inline tables, tables
+// made of dotted keys) says why and that the drop-in, which does not touch that layout, works.
+TEST(RuntimeConfigure, LayoutsThatCannotBeEditedInPlaceSuggestTheDropIn) {
+    const std::vector<std::pair<std::string, std::string>> layouts = {
+        // The new [..runtimes.nvidia] section would land in a table written inline.
+        {"inline plugins", "version = 2\nplugins = { \"io.containerd.grpc.v1.cri\" = { containerd = { snapshotter = \"overlayfs\" } } }\n"},
+        {"inline runtimes", "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n"
+                            "  runtimes = { runc = { runtime_type = \"io.containerd.runc.v2\" } }\n"},
+        // The runtime's own table is made of dotted keys.
+        {"dotted runtime", "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n"
+                           "  runtimes.nvidia.runtime_type = \"io.containerd.runc.v2\"\n"},
+    };
+    for (const auto& [what, text] : layouts) {
+        SCOPED_TRACE(what);
+        auto edited = runtime::configure(text, "/etc/containerd/config.toml", {});
+        ASSERT_FALSE(edited);
+        EXPECT_EQ(edited.error().code, Code::invalid_argument) << edited.error().message;
+        EXPECT_TRUE(edited.error().message.starts_with("/etc/containerd/config.toml: ")) << edited.error().message;
+        EXPECT_THAT(edited.error().message, HasSubstr("kgpu cannot"));
+        EXPECT_THAT(edited.error().message, HasSubstr("the drop-in works with this file as it is")) << edited.error().message;
+        // ... and it does.
+        auto drop = runtime::configure_drop_in(text, "/etc/containerd/config.toml", "/etc/containerd/conf.d/99-nvidia.toml", {});
+        EXPECT_TRUE(drop) << drop.error().message;
+    }
+    // CRI-O's config likewise.
+    auto crio = runtime::configure_crio("[crio.runtime]\nruntimes = { runc = { runtime_path = \"/usr/bin/runc\" } }\n",
+                                        "/etc/crio/crio.conf", {});
+    ASSERT_FALSE(crio);
+    EXPECT_THAT(crio.error().message, HasSubstr("/etc/crio/crio.conf: kgpu cannot"));
+    EXPECT_THAT(crio.error().message, HasSubstr("the drop-in works with this file as it is"));
+    // Dotted keys elsewhere are no obstacle.
+    EXPECT_TRUE(runtime::configure("version = 2\nplugins.\"io.containerd.grpc.v1.cri\".containerd.snapshotter = \"overlayfs\"\n",
+                                   "/etc/containerd/config.toml", {}));
+}
+
+// Issue #22: a file with CRLF line endings keeps them on every line, the added ones too.
+TEST(RuntimeConfigure, CrlfFilesStayCrlf) {
+    const std::string lf = "# node config\nversion = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n"
+                           "  snapshotter = \"overlayfs\"\n";
+    std::string crlf;
+    for (char c : lf) crlf += c == '\n' ? std::string("\r\n") : std::string(1, c);
+    auto edited = runtime::configure(crlf, "crlf.toml", {});
+    ASSERT_TRUE(edited) << edited.error().message;
+    size_t bare = 0, lines = 0;
+    for (size_t i = 0; i < edited->text.size(); ++i)
+        if (edited->text[i] == '\n') {
+            ++lines;
+            if (i == 0 || edited->text[i - 1] != '\r') ++bare;
+        }
+    EXPECT_GT(lines, 6u);
+    EXPECT_EQ(bare, 0u) << edited->text;
+    EXPECT_TRUE(edited->text.starts_with("# node config\r\nversion = 2\r\n"));
+    auto again = runtime::configure(edited->text, "crlf.toml", {});
+    ASSERT_TRUE(again);
+    EXPECT_FALSE(again->changed);
+    // The same edit on the LF file gives the same text with LF endings.
+    auto plain = runtime::configure(lf, "lf.toml", {});
+    std::string as_crlf;
+    for (char c : plain->text) as_crlf += c == '\n' ? std::string("\r\n") : std::string(1, c);
+    EXPECT_EQ(edited->text, as_crlf);
+}
 
 }  // namespace
 

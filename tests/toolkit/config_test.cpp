@@ -1,6 +1,9 @@
 // The container runtime's TOML config (toolkit/config.h).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
 
 #include "support/process.h"
 #include "toolkit/config.h"
@@ -79,6 +82,57 @@ TEST(RuntimeConfig, LoadingMissingFiles) {
     ASSERT_TRUE(loaded);
     EXPECT_EQ(loaded->log_level, "warn");
     EXPECT_EQ(loaded->source, file);
+}
+
+// Issue #22 item 2: containerd passes the runtime neither env nor flag, so the config `kgpu runtime
+// install` wrote is found through its record next to the installed binary; the environment
+// still wins, and without a record the default path is read (DESIGN.md's fixed interface).
+TEST(RuntimeConfig, TheInstallsRecordNamesTheFile) {
+    test::TempDir dir;
+    const std::string install_dir = dir.path() + "/usr/local/kgpu";
+    const std::string file = dir.write("etc/custom/rt.toml", "accept-nvidia-visible-devices-envvar-when-unprivileged = false\n");
+    auto none = config_source("", install_dir);
+    ASSERT_TRUE(none);
+    EXPECT_EQ(none->path, kDefaultConfigPath);
+    EXPECT_FALSE(none->required);
+
+    const std::string record = dir.write("usr/local/kgpu/" + std::string(kConfigRecordName), file + "\n");
+    auto recorded = config_source("", install_dir);
+    ASSERT_TRUE(recorded) << recorded.error().message;
+    EXPECT_EQ(recorded->path, file);
+    EXPECT_EQ(recorded->chosen_by, record);
+    EXPECT_TRUE(recorded->required);
+    auto loaded = load_config(*recorded);
+    ASSERT_TRUE(loaded) << loaded.error().message;
+    EXPECT_FALSE(loaded->accept_envvar_when_unprivileged);
+    EXPECT_EQ(loaded->source, file);
+
+    auto env = config_source("/from/env.toml", install_dir);
+    EXPECT_EQ(env->path, "/from/env.toml");
+    EXPECT_EQ(env->chosen_by, "KGPU_RUNTIME_CONFIG");
+
+    // The recorded file gone: an error naming it and the record, never NVIDIA's defaults.
+    std::filesystem::remove(file);
+    auto missing = load_config(*recorded);
+    ASSERT_FALSE(missing);
+    EXPECT_EQ(missing.error().code, Code::not_found);
+    EXPECT_THAT(missing.error().message, HasSubstr(file));
+    EXPECT_THAT(missing.error().message, HasSubstr("as recorded in " + record));
+
+    // A record that is not one absolute path is refused.
+    dir.write("usr/local/kgpu/" + std::string(kConfigRecordName), "relative.toml\n");
+    auto bad = config_source("", install_dir);
+    ASSERT_FALSE(bad);
+    EXPECT_THAT(bad.error().message, HasSubstr(record + ": expected one line, the absolute path"));
+}
+
+TEST(RuntimeConfig, AFifoIsRefusedNotWaitedOn) {
+    test::TempDir dir;
+    const std::string fifo = dir.path() + "/rt.toml";
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    auto r = load_config(fifo);
+    ASSERT_FALSE(r);
+    EXPECT_THAT(r.error().message, HasSubstr("is a FIFO (named pipe), expected a regular file"));
 }
 
 }  // namespace

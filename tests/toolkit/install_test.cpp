@@ -129,9 +129,17 @@ TEST(RuntimeInstall, OntoAHostWithOnlyGlibcThenIdempotent) {
     auto elf = run_process({"/usr/bin/readelf", "-l", "-d", host.path("/usr/local/kgpu/kgpu")});
     EXPECT_THAT(elf.out, HasSubstr("[Requesting program interpreter: " + lib + "/ld-linux-x86-64.so.2]"));
     EXPECT_THAT(elf.out, HasSubstr("Library rpath: [" + lib + "]"));
-    EXPECT_EQ(slurp(host.path("/usr/local/kgpu/kgpu")).size(), slurp(KGPU_BINARY).size());
+    // Without the build's debug information: every container start executes the copy.
+    const size_t built = slurp(KGPU_BINARY).size(), installed = slurp(host.path("/usr/local/kgpu/kgpu")).size();
+    EXPECT_LT(installed, built / 2) << built << " -> " << installed;
+    EXPECT_THAT(r.out, HasSubstr(std::string(KGPU_BINARY) + " is "));
+    EXPECT_THAT(r.out, HasSubstr("MB with its debug information, not copied"));
+    auto sections = run_process({"/usr/bin/readelf", "-S", "-W", host.path("/usr/local/kgpu/kgpu")});
+    EXPECT_THAT(sections.out, Not(HasSubstr(".debug_info")));
+    EXPECT_EQ(sections.err, "");
     EXPECT_EQ(fs::read_symlink(host.path("/usr/local/kgpu/kgpu-container-runtime")), "kgpu");
     EXPECT_EQ(fs::read_symlink(host.path("/usr/local/kgpu/nvidia-cdi-hook")), "kgpu");
+    EXPECT_EQ(slurp(host.path("/usr/local/kgpu/container-runtime-config.path")), "/etc/kgpu/container-runtime.toml\n");
     const std::string rc = slurp(host.path("/etc/kgpu/container-runtime.toml"));
     EXPECT_THAT(rc, HasSubstr("accept-nvidia-visible-devices-envvar-when-unprivileged = false"));
     EXPECT_THAT(rc, HasSubstr("accept-nvidia-visible-devices-as-volume-mounts = true"));
@@ -162,6 +170,7 @@ TEST(RuntimeInstall, OntoAHostWithOnlyGlibcThenIdempotent) {
     EXPECT_THAT(r2.out, HasSubstr("unchanged: /usr/local/kgpu/kgpu"));
     EXPECT_THAT(r2.out, HasSubstr("unchanged: " + lib + "/{ld-linux-x86-64.so.2,"));
     EXPECT_THAT(r2.out, HasSubstr("unchanged: /etc/kgpu/container-runtime.toml"));
+    EXPECT_THAT(r2.out, HasSubstr("unchanged: /usr/local/kgpu/container-runtime-config.path"));
     EXPECT_THAT(r2.out, HasSubstr("containerd not restarted: its config did not change"));
     EXPECT_THAT(r2.out, HasSubstr("unchanged: /dev/char links for 4 NVIDIA device nodes"));
     EXPECT_THAT(r2.out, Not(HasSubstr("SIGHUP")));
@@ -403,6 +412,66 @@ TEST(RuntimeInstall, RunsOnAHostWithAnOlderGlibc) {
     EXPECT_THAT(too_long.err, HasSubstr("does not fit the 255 bytes the build reserved"));
     EXPECT_THAT(too_long.err, HasSubstr("choose a shorter --install-dir"));
     EXPECT_THAT(too_long.err, HasSubstr("an --install-dir of at most 217 characters fits"));
+}
+
+// Issue #22 item 2: `--runtime-config FILE` writes FILE and records it next to the installed
+// binary; the installed runtime, started as containerd starts it (no KGPU_RUNTIME_CONFIG, no
+// flag), reads FILE and says so in its log, and without it refuses what FILE would decide.
+TEST(RuntimeInstall, TheRuntimeReadsTheConfigFileTheInstallWrote) {
+    if (::geteuid() != 0) GTEST_SKIP() << "chroot needs root";
+    if (!fs::exists("/usr/bin/unshare")) GTEST_SKIP() << "no unshare (util-linux)";
+    Host host;
+    auto r = run_process({KGPU_BINARY, "runtime", "install", "--host-root", host.root(), "--restart-mode", "none",
+                          "--no-dev-char-links", "--runtime-config", "/etc/custom/runtime.toml"});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_THAT(r.out, HasSubstr("wrote /etc/custom/runtime.toml"));
+    EXPECT_THAT(r.out, HasSubstr("wrote /usr/local/kgpu/container-runtime-config.path: the runtime reads /etc/custom/runtime.toml"));
+    EXPECT_EQ(slurp(host.path("/usr/local/kgpu/container-runtime-config.path")), "/etc/custom/runtime.toml\n");
+    EXPECT_FALSE(fs::exists(host.path("/etc/kgpu/container-runtime.toml")));
+    fs::create_directories(host.path("/var/log"));  // where the runtime's log-file goes, as on any host
+    // The runtime inside the host's root with its /proc (as containerd runs it there); no runc
+    // there, so `create` stops after choosing its config, naming it.
+    auto create = [&] {
+        return run_process({"/usr/bin/unshare", "-m", "--propagation", "private", "/bin/sh", "-c",
+                            "mkdir -p '" + host.path("/proc") + "' && mount -t proc proc '" + host.path("/proc") +
+                                "' && exec /usr/sbin/chroot '" + host.root() +
+                                "' /usr/local/kgpu/kgpu-container-runtime --log /runc-log.json create --bundle /bundle c1"});
+    };
+    auto rt = create();
+    EXPECT_EQ(rt.exit_code, 1);
+    EXPECT_THAT(rt.err, HasSubstr("no low-level OCI runtime found (low-level-runtime = [runc, crun] in /etc/custom/runtime.toml)"));
+    EXPECT_THAT(slurp(host.path("/var/log/kgpu-container-runtime.log")),
+                HasSubstr("config /etc/custom/runtime.toml (chosen by /usr/local/kgpu/container-runtime-config.path)"));
+    fs::remove(host.path("/etc/custom/runtime.toml"));
+    // Gone: the runtime says which file is missing in runc's log (containerd's), and never
+    // takes NVIDIA's defaults for it.
+    auto gone = create();
+    EXPECT_EQ(gone.exit_code, 1);
+    const std::string runc_log = slurp(host.path("/runc-log.json"));
+    EXPECT_THAT(runc_log, HasSubstr("cannot open /etc/custom/runtime.toml"));
+    EXPECT_THAT(runc_log, HasSubstr("a container that asks for GPUs is not started"));
+    EXPECT_THAT(runc_log, Not(HasSubstr("NVIDIA's defaults apply")));
+    EXPECT_FALSE(fs::exists(host.path("/proc/self")));  // the proc mount went with its namespace
+}
+
+// Issue #22 item 6: a host whose config files are absolute links (NixOS: /etc/containerd/config.toml
+// -> /etc/static/containerd/config.toml -> /nix/store/...) is edited there, inside --host-root,
+// never through the links as the installer's own root would resolve them.
+TEST(RuntimeInstall, TheHostsAbsoluteLinksResolveInsideTheHostRoot) {
+    TempDir host;
+    host.write("nix/store/0abc-containerd-config/config.toml", "version = 2\n");
+    fs::create_directories(host.path() + "/etc/static");
+    fs::create_symlink("/nix/store/0abc-containerd-config", host.path() + "/etc/static/containerd");
+    fs::create_directories(host.path() + "/etc/containerd");
+    fs::create_symlink("/etc/static/containerd/config.toml", host.path() + "/etc/containerd/config.toml");
+    ASSERT_FALSE(fs::exists("/etc/static/containerd")) << "this machine has the host's link target itself";
+    auto r = run_process({KGPU_BINARY, "runtime", "install", "--host-root", host.path(), "--restart-mode", "none",
+                          "--no-verify", "--no-dev-char-links"});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_THAT(slurp(host.path() + "/nix/store/0abc-containerd-config/config.toml"),
+                HasSubstr("BinaryName = \"/usr/local/kgpu/kgpu-container-runtime\""));
+    EXPECT_EQ(fs::read_symlink(host.path() + "/etc/containerd/config.toml"), "/etc/static/containerd/config.toml");
+    EXPECT_TRUE(fs::exists(host.path() + "/usr/local/kgpu/kgpu"));
 }
 
 TEST(RuntimeConfigure, KgpuRuntimeFlag) {

@@ -79,4 +79,31 @@ TEST(OciEdit, BadInputIsAnErrorNamingIt) {
     EXPECT_FALSE(apply_container_edits("{\"s\":\"\xff\"}", kEdits));  // invalid UTF-8
 }
 
+// Issue #22 item 5: NVIDIA's legacy prestart hook (CRI-O's hooks.d, Docker --gpus) is removed as
+// NVIDIA's runtime removes it in its CDI modes: by the file name of its path, from prestart only.
+TEST(OciEdit, RemovesNvidiasLegacyPrestartHookOnly) {
+    ojson s = ojson::parse(R"({"hooks":{"prestart":[
+        {"path":"/usr/bin/nvidia-container-runtime-hook","args":["nvidia-container-runtime-hook","prestart"]},
+        {"path":"/usr/local/bin/other-hook"},
+        {"path":"/usr/bin/nvidia-container-toolkit","args":["nvidia-container-toolkit","prestart"]},
+        {"args":["no path"]}, 7],
+      "createContainer":[{"path":"/usr/bin/nvidia-container-runtime-hook"}]}})");
+    auto removed = remove_legacy_hooks(s);
+    EXPECT_EQ(removed, (std::vector<std::string>{"/usr/bin/nvidia-container-runtime-hook", "/usr/bin/nvidia-container-toolkit"}));
+    EXPECT_EQ(s["hooks"]["prestart"], ojson::parse(R"([{"path":"/usr/local/bin/other-hook"},{"args":["no path"]},7])"));
+    EXPECT_EQ(s["hooks"]["createContainer"].size(), 1u);  // NVIDIA looks at prestart only
+    ojson only = ojson::parse(R"({"hooks":{"prestart":[{"path":"nvidia-container-runtime-hook"}]},"x":1})");
+    EXPECT_EQ(remove_legacy_hooks(only).size(), 1u);
+    EXPECT_EQ(only, ojson::parse(R"({"hooks":{},"x":1})"));
+    ojson odd = ojson::parse(R"({"hooks":{"prestart":{"path":"/usr/bin/nvidia-container-runtime-hook"}}})");
+    EXPECT_TRUE(remove_legacy_hooks(odd).empty());  // not a list: runc refuses it
+}
+
+TEST(OciEdit, DeepNestingIsRefused) {
+    const std::string deep = "{\"x\":" + std::string(70000, '[') + std::string(70000, ']') + "}";
+    auto r = parse_spec(deep);
+    ASSERT_FALSE(r);
+    EXPECT_THAT(r.error().message, HasSubstr("config.json: JSON nested deeper than 512 levels"));
+}
+
 }  // namespace

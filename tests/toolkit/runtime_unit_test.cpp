@@ -187,4 +187,46 @@ TEST(HookPath, CdiFindsTheInstalledKgpu) {
     }
 }
 
+// Issue #22 item 5: the legacy hook goes for every container, those without a GPU too (then the
+// spec is rewritten for that alone).
+TEST_F(Modify, TheLegacyHookIsRemovedWithOrWithoutAGpu) {
+    ojson s = ojson::parse(spec_with_env({"NVIDIA_VISIBLE_DEVICES=void"}));
+    s["hooks"]["prestart"] = ojson::parse(R"([{"path":"/usr/bin/nvidia-container-runtime-hook","args":["nvidia-container-runtime-hook","prestart"]}])");
+    auto r = run(s.dump());
+    ASSERT_TRUE(r) << r.error().message;
+    ASSERT_TRUE(*r);
+    EXPECT_EQ(nodes.node_calls, 0);
+    EXPECT_FALSE(ojson::parse((*r)->text)["hooks"].contains("prestart"));
+    EXPECT_THAT((*r)->summary, HasSubstr("no GPU requested; removed NVIDIA's legacy prestart hook /usr/bin/nvidia-container-runtime-hook"));
+    s["process"]["env"] = ojson::array({"NVIDIA_VISIBLE_DEVICES=0"});
+    auto gpu = run(s.dump());
+    ASSERT_TRUE(gpu) << gpu.error().message;
+    ojson out = ojson::parse((*gpu)->text);
+    EXPECT_FALSE(out["hooks"].contains("prestart"));
+    EXPECT_TRUE(out["hooks"].contains("createContainer"));
+    EXPECT_THAT((*gpu)->summary, HasSubstr("removed NVIDIA's legacy prestart hook"));
+}
+
+// Issue #22 item 2: with the config the install recorded gone, a container that asks for GPUs (in
+// any way, read with the widest settings) is refused naming the file; the others still run.
+TEST_F(Modify, RefusedGpusFailOnlyContainersThatAskForThem) {
+    config.accept_volume_mounts = true;
+    ModifyOptions o{"/usr/local/kgpu/nvidia-cdi-hook", "/etc/custom/rt.toml is missing"};
+    auto gpu = modify_spec(spec_with_env({"NVIDIA_VISIBLE_DEVICES=all"}), config, o, nodes, log);
+    ASSERT_FALSE(gpu);
+    EXPECT_EQ(gpu.error().code, Code::not_found);
+    EXPECT_THAT(gpu.error().message, HasSubstr("/etc/custom/rt.toml is missing (the container asks for all by"));
+    EXPECT_EQ(nodes.node_calls, 0);
+    auto none = modify_spec(spec_with_env({"NVIDIA_VISIBLE_DEVICES=void"}), config, o, nodes, log);
+    ASSERT_TRUE(none) << none.error().message;
+    EXPECT_FALSE(*none);
+}
+
+TEST_F(Modify, DeepNestingIsAnErrorNotACrash) {
+    const std::string deep = R"({"ociVersion":"1.0.2","x":)" + std::string(70000, '[') + std::string(70000, ']') + "}";
+    auto r = run(deep);
+    ASSERT_FALSE(r);
+    EXPECT_THAT(r.error().message, HasSubstr("nested deeper than 512 levels"));
+}
+
 }  // namespace

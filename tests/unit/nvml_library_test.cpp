@@ -10,7 +10,9 @@
 #include "nvml/device.h"
 #include "nvml/error.h"
 #include "nvml/library.h"
+#include "cdi/ld_cache_builder.h"
 #include "support/fake_nvml.h"
+#include "support/process.h"
 
 using namespace kgpu;
 using ::testing::AllOf;
@@ -104,14 +106,37 @@ TEST_F(NvmlLibraryTest, InitFailureCarriesTheReturnCode) {
 
 TEST(NvmlCandidatePaths, SearchesTheDriverRootThenTheLoader) {
     auto paths = nvml::candidate_paths({"", "/run/nvidia/driver"});
-    ASSERT_EQ(paths.size(), 7u);
-    EXPECT_EQ(paths.front(), "/run/nvidia/driver/usr/lib64/libnvidia-ml.so.1");
-    EXPECT_EQ(paths[1], "/run/nvidia/driver/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1");
-    EXPECT_EQ(paths[5], "/run/nvidia/driver/lib/aarch64-linux-gnu/libnvidia-ml.so.1");
+    ASSERT_EQ(paths.size(), 12u);  // nvidia-ctk's 11 directories, then the bare name
+    EXPECT_EQ(paths.front(), "/run/nvidia/driver/libnvidia-ml.so.1");
+    EXPECT_EQ(paths[1], "/run/nvidia/driver/usr/lib64/libnvidia-ml.so.1");
+    EXPECT_EQ(paths[2], "/run/nvidia/driver/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1");
+    EXPECT_EQ(paths[4], "/run/nvidia/driver/usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so.1");
+    EXPECT_EQ(paths[8], "/run/nvidia/driver/lib/aarch64-linux-gnu/libnvidia-ml.so.1");
     EXPECT_EQ(paths.back(), "libnvidia-ml.so.1");
-    EXPECT_EQ(nvml::candidate_paths({"", "/"}).front(), "/usr/lib64/libnvidia-ml.so.1");
+    EXPECT_EQ(nvml::candidate_paths({"", "/"})[1], "/usr/lib64/libnvidia-ml.so.1");
     EXPECT_EQ(nvml::candidate_paths({"/opt/x/libnvidia-ml.so.1", "/"}),
               std::vector<std::string>{"/opt/x/libnvidia-ml.so.1"});
+}
+
+// Issue #22 item 5: a driver only the driver root's /etc/ld.so.cache lists (a directory its
+// ld.so.conf.d names) is found there, as nvidia-ctk's locator finds it, before the bare name
+// (which searches this machine's cache, not the root's). The root's absolute links stay in it.
+TEST(NvmlLoad, FindsTheLibraryTheDriverRootsLoaderCacheLists) {
+    test::TempDir root;
+    const std::string dir = root.path() + "/opt/nvidia/lib";
+    std::filesystem::create_directories(dir);
+    std::filesystem::copy_file(KGPU_SIM_LIBRARY, dir + "/libnvidia-ml.so.550.54.15");
+    std::filesystem::create_symlink("/opt/nvidia/lib/libnvidia-ml.so.550.54.15", dir + "/libnvidia-ml.so.1");
+    root.write("etc/ld.so.cache", test::ld_so_cache({{"libnvidia-ml.so.1", "/opt/nvidia/lib/libnvidia-ml.so.1"},
+                                                     {"libnvidia-ml.so.1", "/opt/i386/libnvidia-ml.so.1", 0x0003},
+                                                     {"libcuda.so.1", "/opt/nvidia/lib/libcuda.so.1"}}));
+    auto paths = nvml::candidate_paths({"", root.path()});
+    ASSERT_EQ(paths.size(), 13u);
+    EXPECT_EQ(paths[11], dir + "/libnvidia-ml.so.550.54.15");  // the link resolved inside the root
+    EXPECT_EQ(paths.back(), "libnvidia-ml.so.1");
+    auto lib = nvml::Library::load({"", root.path()});
+    ASSERT_TRUE(lib) << lib.error().message;
+    EXPECT_EQ((*lib)->origin(), dir + "/libnvidia-ml.so.550.54.15");
 }
 
 TEST(NvmlLoad, NothingLoadsNamesEveryPathTriedAndSuggestsDoctor) {
