@@ -94,6 +94,8 @@ private:
     Result<v1beta1::PreferredAllocationResponse> prefer(const Entry& e,
                                                         const v1beta1::PreferredAllocationRequest& req) const;
     void reload();
+    // Warns about each unknown key of `cfg` not warned about before (once per key and file).
+    void warn_unknown_keys(const Config& cfg);
     void handle_inotify(int fd);
     std::chrono::milliseconds next_timeout() const;
 
@@ -102,6 +104,7 @@ private:
     bool nvml_failed_logged_ = false;
     Clock::time_point next_init_{};
     std::set<std::string> reported_;  // warnings already logged ("reported once")
+    std::set<std::string> unknown_warned_;  // "<file>\n<key>" of the unknown keys warned about
     int mig_fd_ = -1;                 // eventfd: the health thread saw a MIG configuration change
 
     // Guards served_->entries (structure and states) and health_ against the health thread and
@@ -467,6 +470,7 @@ void Plugin::reload() {
         return;
     }
     for (const auto& w : cfg->warnings) log::warn("{}", w);
+    warn_unknown_keys(*cfg);
     log::info("SIGHUP: reloading with\n{}", describe(*cfg));
     if (!served_) {
         // NVML was not up: the retry loop uses the new config.
@@ -478,6 +482,11 @@ void Plugin::reload() {
         log::error("SIGHUP: keeping the running configuration: {}", st.error().message);
         if (!served_) next_init_ = Clock::now() + opts_.init_retry;
     }
+}
+
+void Plugin::warn_unknown_keys(const Config& cfg) {
+    for (const auto& k : cfg.unknown_keys)
+        if (unknown_warned_.insert(k.source + "\n" + k.key).second) log::warn("{}", unknown_key_warning(k));
 }
 
 // Events in the device-plugin directory (and kubelet.sock's): our socket deleted (the kubelet
@@ -548,6 +557,7 @@ int Plugin::run() {
     const Config& cfg = opts_.config;
     log::info("kgpu device-plugin starting with\n{}", describe(cfg));
     for (const auto& w : cfg.warnings) log::warn("{}", w);
+    warn_unknown_keys(cfg);
 
     sigset_t mask;
     sigemptyset(&mask);
