@@ -327,7 +327,8 @@ TEST_F(LifecycleTest, SocketAndCreatedDirectoriesAreNotWorldWritableUnderUmask00
     ::umask(old);
     const std::string sock = dp + "/" + kSocket;
     ASSERT_TRUE(kubelet_->wait_until([&] { return std::filesystem::exists(sock); }, 20s)) << plugin_->err();
-    ASSERT_TRUE(kubelet_->wait_until([&] { return std::filesystem::exists(cdi + "/kgpu-nvidia-gpu.yaml"); }, 20s));
+    ASSERT_TRUE(kubelet_->wait_until(
+        [&] { return std::filesystem::exists(cdi + "/k8s.device-plugin.nvidia.com-gpu.json"); }, 20s));
     auto mode = [](const std::string& p) {
         struct stat st {};
         EXPECT_EQ(::lstat(p.c_str(), &st), 0) << p;
@@ -336,7 +337,7 @@ TEST_F(LifecycleTest, SocketAndCreatedDirectoriesAreNotWorldWritableUnderUmask00
     for (const std::string& d : {dir_.path() + "/sub", dp, dir_.path() + "/cdi", cdi})
         EXPECT_EQ(mode(d) & 0002, 0u) << d << " mode " << std::oct << mode(d);
     EXPECT_EQ(mode(sock) & 0002, 0u) << sock << " mode " << std::oct << mode(sock);
-    EXPECT_EQ(mode(cdi + "/kgpu-nvidia-gpu.yaml"), 0644u);
+    EXPECT_EQ(mode(cdi + "/k8s.device-plugin.nvidia.com-gpu.json"), 0644u);
 }
 
 }  // namespace
