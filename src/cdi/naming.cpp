@@ -55,6 +55,12 @@ std::string device_name(NameStrategy s, const inventory::Gpu& parent, const inve
 
 std::string qualified_name(std::string_view kind, std::string_view name) { return fmt::format("{}={}", kind, name); }
 
+std::string spec_file_name(std::string_view kind) {
+    std::string out(kind);
+    if (auto slash = out.find('/'); slash != std::string::npos) out[slash] = '-';
+    return out + ".json";
+}
+
 Result<std::string> name_for_device_id(const inventory::Node& node, std::string_view device_id, NameStrategy s) {
     std::string_view id = device_id;
     if (auto pos = id.find("::"); pos != std::string_view::npos) id = id.substr(0, pos);

@@ -184,6 +184,15 @@ int run_device_plugin(const DevicePluginFlags& f) {
         return 2;
     }
     if (f.check_config) {
+        // Strict where the plugin is lenient: an unknown key is most likely a misspelling whose
+        // setting silently does not apply.
+        if (!config->unknown_keys.empty()) {
+            for (const auto& k : config->unknown_keys)
+                std::cerr << "kgpu device-plugin: " << dp::unknown_key_error(k) << "\n";
+            std::cerr << "kgpu device-plugin: " << config->unknown_keys.size()
+                      << " unknown key(s): the plugin would ignore them (as NVIDIA's does) and serve\n";
+            return 2;
+        }
         std::cout << dp::describe(*config);
         for (const auto& w : config->warnings) std::cout << "warning: " << w << "\n";
         return 0;

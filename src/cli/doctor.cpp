@@ -23,6 +23,9 @@ CLI::App* add_doctor_command(CLI::App& app, DoctorCliOptions& opts) {
         ->capture_default_str();
     cmd->add_option("--pod-resources-socket", c.pod_resources_socket, "The kubelet's PodResources socket, on the host")
         ->capture_default_str();
+    cmd->add_option("--config-file", c.config_file,
+                    "The device plugin's config file, checked strictly (unknown keys are errors) [env CONFIG_FILE]")
+        ->envname("CONFIG_FILE");
 
     auto* compat = cmd->add_subcommand("compat", "Would an image built for this CUDA run on this driver and GPU?");
     compat->add_option("--cuda", opts.compat.cuda, "The image's CUDA version, e.g. 12.4")->required();

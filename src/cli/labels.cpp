@@ -183,6 +183,8 @@ Result<labels::Options> load_label_options(const LabelsSettings& s) {
         auto cfg = dp::load_config_file(s.config_file);
         if (!cfg) return std::unexpected(cfg.error());
         for (const auto& w : cfg->warnings) log::warn("labels: {}: {}", s.config_file, w);
+        // Ignored as by GFD (NVIDIA's parser), once per load (start, SIGHUP).
+        for (const auto& k : cfg->unknown_keys) log::warn("labels: {}", dp::unknown_key_warning(k));
         o.sharing = sharing_of(*cfg);
         o.mig_strategy = *labels::parse_mig_strategy(dp::to_string(cfg->mig_strategy));
     }

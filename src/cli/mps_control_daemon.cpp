@@ -97,6 +97,7 @@ std::expected<Plan, int> make_plan(const MpsControlDaemonFlags& f, const nvml::S
         std::cerr << "kgpu mps-control-daemon: " << config.error().message << "\n";
         return std::unexpected(2);
     }
+    for (const auto& k : config->unknown_keys) log::warn("{}", dp::unknown_key_warning(k));
     Plan plan{std::move(*config), {}};
     if (!dp::shares_with_mps(plan.config)) {
         log::info("MPS: the configuration shares nothing with MPS{}", config_file.empty() ? " (no config file)" : "");

@@ -36,19 +36,18 @@ std::string imex_channel_node(unsigned channel) {
     return fmt::format("/dev/nvidia-caps-imex-channels/channel{}", channel);
 }
 
-std::string cdi_spec_file_name(std::string_view kind) {
-    std::string out = "kgpu-";
-    for (char c : kind) out += c == '/' || c == '.' ? '-' : c;
-    // "nvidia.com/gds" -> "kgpu-nvidia-com-gds" would differ from the GPU spec's established name
-    // "kgpu-nvidia-gpu.yaml": drop the "-com" the vendor's dot produced.
-    if (out.starts_with("kgpu-nvidia-com-")) out = "kgpu-nvidia-" + out.substr(16);
-    return out + ".yaml";
+static_assert(kGpuKind == cdi::kDevicePluginKind, "one kind for the plugin's GPUs");
+
+std::string cdi_spec_file_name(std::string_view kind) { return cdi::spec_file_name(kind); }
+
+std::string legacy_cdi_spec_file_name(std::string_view device_class) {
+    return fmt::format("kgpu-nvidia-{}.yaml", device_class);
 }
 
 std::string cdi_device_name(const Device& device, const Config& config) {
-    // The index and UUID names are those `kgpu cdi generate` writes with its default
-    // index,uuid device-name strategy; the kind is the generator's default.
-    return cdi::qualified_name(cdi::kDefaultKind, visible_id(device, config));
+    // The index and UUID names are those the generator writes with its index,uuid device-name
+    // strategies, in the plugin's own spec (cdi_refresh.h).
+    return cdi::qualified_name(kGpuKind, visible_id(device, config));
 }
 
 std::string cdi_annotation_key(std::string_view resource_name, const Config& config) {
@@ -125,9 +124,8 @@ Result<ContainerAnswer> allocate(const Resource& resource, const std::vector<std
     if (any_cdi) {
         if (!channels.empty() && spec_exists(kImexChannelKind))
             for (unsigned ch : channels) names.push_back(cdi::qualified_name(kImexChannelKind, std::to_string(ch)));
-        for (auto [on, kind] : {std::pair{config.gdrcopy_enabled, "nvidia.com/gdrcopy"},
-                                std::pair{config.gds_enabled, "nvidia.com/gds"},
-                                std::pair{config.mofed_enabled, "nvidia.com/mofed"}})
+        for (auto [on, kind] : {std::pair{config.gdrcopy_enabled, kGdrcopyKind},
+                                std::pair{config.gds_enabled, kGdsKind}, std::pair{config.mofed_enabled, kMofedKind}})
             if (on && spec_exists(kind)) names.push_back(cdi::qualified_name(kind, "all"));
     }
     if (config.gdrcopy_enabled) a.envs["NVIDIA_GDRCOPY"] = "enabled";

@@ -62,18 +62,30 @@ inline constexpr std::string_view kRequiredControlNode = "/dev/nvidiactl";
 // IMEX channel N's device node (NVIDIA's path).
 std::string imex_channel_node(unsigned channel);
 
-// The CDI kinds of the extra devices NVIDIA's plugin names under the CDI strategies, in its
-// order: IMEX channels ("nvidia.com/imex-channel=<id>"), then "nvidia.com/gdrcopy=all",
-// "nvidia.com/gds=all", "nvidia.com/mofed=all" when enabled.
-inline constexpr std::string_view kImexChannelKind = "nvidia.com/imex-channel";
-// The spec file the plugin writes for a CDI kind ("nvidia.com/gds" -> "kgpu-nvidia-gds.yaml");
-// Allocate names an extra device only while its spec file exists, so the name resolves.
+// The CDI kinds the plugin names devices under, NVIDIA's plugin's (cdi::kDevicePluginVendor), so
+// that no name collides with a node-wide spec of nvidia.com/gpu (cdi/naming.h): GPUs and MIG
+// devices "k8s.device-plugin.nvidia.com/gpu=<id>"; then the extra devices NVIDIA's plugin names
+// under the CDI strategies, in its order: IMEX channels ("…/imex-channel=<id>"), then
+// "…/gdrcopy=all", "…/gds=all", "…/mofed=all" when enabled.
+inline constexpr std::string_view kGpuKind = "k8s.device-plugin.nvidia.com/gpu";
+inline constexpr std::string_view kImexChannelKind = "k8s.device-plugin.nvidia.com/imex-channel";
+inline constexpr std::string_view kGdrcopyKind = "k8s.device-plugin.nvidia.com/gdrcopy";
+inline constexpr std::string_view kGdsKind = "k8s.device-plugin.nvidia.com/gds";
+inline constexpr std::string_view kMofedKind = "k8s.device-plugin.nvidia.com/mofed";
+// The spec file the plugin writes for a CDI kind, NVIDIA's name (cdi::spec_file_name):
+// "k8s.device-plugin.nvidia.com/gds" -> "k8s.device-plugin.nvidia.com-gds.json". Allocate names
+// an extra device only while its spec file exists, so the name resolves.
 std::string cdi_spec_file_name(std::string_view kind);
+// The file an earlier kgpu (before issue #23) wrote for a kind's class, with nvidia.com names:
+// "gds" -> "kgpu-nvidia-gds.yaml". Removed under a CDI strategy: its names collide with a
+// node-wide spec.
+std::string legacy_cdi_spec_file_name(std::string_view device_class);
 
-// The CDI device a container asks for: "nvidia.com/gpu=<index>" ("<i>:<j>" for a MIG device)
-// with deviceIDStrategy index, "nvidia.com/gpu=<UUID>" (GPU- or MIG-) with uuid; a replica is
+// The CDI device a container asks for: "k8s.device-plugin.nvidia.com/gpu=<index>" ("<i>:<j>" for
+// a MIG device) with deviceIDStrategy index, "…/gpu=<UUID>" (GPU- or MIG-) with uuid; a replica is
 // named after its physical device — the names src/cdi's generator gives the spec's devices
-// (cdi::device_name with NameStrategy index / uuid). The one place the plugin spells them.
+// (cdi::device_name with NameStrategy index / uuid), as NVIDIA's plugin names them (its
+// QualifiedName("gpu", id)). The one place the plugin spells them.
 std::string cdi_device_name(const Device& device, const Config& config);
 
 // The annotation key of the cdi-annotations strategy: "<cdiAnnotationPrefix>kgpu_<resource name
@@ -89,8 +101,11 @@ std::string cdi_annotation_key(std::string_view resource_name, const Config& con
 // - volume-mounts: NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices (this wins over
 //   envvar's value when both are on, as in NVIDIA's plugin) and one read-only mount of host
 //   /dev/null at /var/run/nvidia-container-devices/<UUID or index> per device;
-// - cdi-annotations: annotations[cdi_annotation_key()] = "nvidia.com/gpu=<id>,...";
-// - cdi-cri: cdi_devices = ["nvidia.com/gpu=<id>", ...].
+// - cdi-annotations: annotations[cdi_annotation_key()] = "k8s.device-plugin.nvidia.com/gpu=<id>,...";
+// - cdi-cri: cdi_devices = ["k8s.device-plugin.nvidia.com/gpu=<id>", ...] (CRI's CDIDevices, which
+//   the kubelet passes to the runtime: containerd 1.7+ and 2.x inject them, 1.6 ignores them).
+// As NVIDIA's plugin (v0.17-v0.20): annotations only under cdi-annotations, cdi_devices only under
+// cdi-cri, both with the same names.
 // With passDeviceSpecs (and a strategy that is not CDI: Config::passes_device_specs, as NVIDIA
 // v0.17-v0.20 return early when every strategy is CDI), DeviceSpecs ("rw") for the control nodes
 // that exist under the dev root,
@@ -101,11 +116,12 @@ std::string cdi_annotation_key(std::string_view resource_name, const Config& con
 //
 // Extras every container gets, as NVIDIA's plugin hands them:
 // - gdrcopyEnabled / gdsEnabled / mofedEnabled: NVIDIA_GDRCOPY / NVIDIA_GDS / NVIDIA_MOFED =
-//   "enabled" (every strategy), and under the CDI strategies "nvidia.com/<kind>=all" while its
-//   spec file exists in cdiSpecDir;
+//   "enabled" (every strategy), and under the CDI strategies "k8s.device-plugin.nvidia.com/<set>=all"
+//   while its spec file exists in cdiSpecDir;
 // - imex.channelIDs, for each channel whose node exists under the dev root: envvar
 //   NVIDIA_IMEX_CHANNELS=<ids>, volume-mounts a /dev/null mount at <dir>/imex/<id>, CDI
-//   "nvidia.com/imex-channel=<id>" (while its spec file exists), passDeviceSpecs its node.
+//   "k8s.device-plugin.nvidia.com/imex-channel=<id>" (while its spec file exists), passDeviceSpecs
+//   its node.
 //
 // An MPS resource (sharing.mps) adds what NVIDIA's plugin adds for its replicas: env
 // CUDA_MPS_PIPE_DIRECTORY=/mps/<resource>/pipe, a mount of <mpsRoot>/<resource>/pipe there and

@@ -1,9 +1,11 @@
 #include "deviceplugin/cdi_refresh.h"
 
 #include "cdi/driver_files.h"
+#include "cdi/naming.h"
 #include "cdi/spec.h"
 #include "common/files.h"
 #include "common/log.h"
+#include "deviceplugin/allocate.h"
 
 namespace kgpu::deviceplugin {
 
@@ -23,6 +25,8 @@ void write_cdi_spec(const inventory::Node& node, const Config& cfg, const std::s
         n.driver_version = driver_version;
     }
     cdi::SpecOptions so;
+    so.vendor = std::string(cdi::kDevicePluginVendor);
+    so.device_class = "gpu";
     so.driver_root = cfg.nvidia_driver_root;
     so.dev_root = cfg.dev_root();
     so.proc_root = cfg.proc_root;
@@ -31,7 +35,7 @@ void write_cdi_spec(const inventory::Node& node, const Config& cfg, const std::s
     // Device names must resolve even on a node whose libraries kgpu cannot see (a warning says so).
     so.allow_missing_libraries = true;
     auto spec = cdi::generate(n, so);
-    const fs::path path = fs::path(cfg.cdi_spec_dir) / "kgpu-nvidia-gpu.yaml";
+    const fs::path path = fs::path(cfg.cdi_spec_dir) / cdi_spec_file_name(kGpuKind);
     if (!spec) {
         log::error("cannot generate the CDI spec for {}: {}; CDI device names will not resolve", path.string(),
                    spec.error().message);
@@ -41,11 +45,25 @@ void write_cdi_spec(const inventory::Node& node, const Config& cfg, const std::s
         log::error("{}; CDI device names will not resolve", st.error().message);
         return;
     }
-    if (auto st = files::write_atomic(path, cdi::to_yaml(*spec)); !st) {
+    if (auto st = files::write_atomic(path, cdi::to_json_text(*spec)); !st) {
         log::error("{}; CDI device names will not resolve", st.error().message);
         return;
     }
     log::info("wrote the CDI spec {} (driver {})", path.string(), n.driver_version);
+    // What kgpu wrote before issue #23: nvidia.com/gpu names, the node-wide spec's (kgpu cdi
+    // generate, nvidia-ctk, nvidia-cdi-refresh), which the CDI cache drops from both files.
+    const fs::path legacy = fs::path(cfg.cdi_spec_dir) / legacy_cdi_spec_file_name("gpu");
+    std::error_code ec;
+    if (fs::exists(legacy, ec)) {
+        if (fs::remove(legacy, ec))
+            log::info("removed {}, written by an earlier kgpu: its nvidia.com/gpu names collide with a node-wide "
+                      "CDI spec (the plugin's names are {}=… now)",
+                      legacy.string(), kGpuKind);
+        else
+            log::warn("cannot remove {} ({}), written by an earlier kgpu: its nvidia.com/gpu names collide with a "
+                      "node-wide CDI spec in the same directory; delete it",
+                      legacy.string(), ec.message());
+    }
 }
 
 std::optional<std::string> DriverVersionWatch::changed() {

@@ -18,9 +18,13 @@ namespace kgpu::deviceplugin {
 // file is missing or unparsable.
 std::string loaded_driver_version(const std::filesystem::path& proc_root);
 
-// Writes <cfg.cdi_spec_dir>/kgpu-nvidia-gpu.yaml for `node`, naming the libraries of
-// `driver_version` when given (the loaded driver's), else of node.driver_version. Failures are
-// logged (the plugin keeps serving; CDI device names then do not resolve).
+// Writes <cfg.cdi_spec_dir>/k8s.device-plugin.nvidia.com-gpu.json for `node` (JSON, NVIDIA's
+// plugin's file name and kind, so neither collides with a node-wide nvidia.com/gpu spec and either
+// plugin replaces the other's file), naming the libraries of `driver_version` when given (the
+// loaded driver's), else of node.driver_version. Devices are named by index and UUID ("0", "0:1",
+// "GPU-…", "MIG-…", the names Allocate hands out) plus "all". The spec an earlier kgpu wrote,
+// kgpu-nvidia-gpu.yaml with nvidia.com/gpu names, is removed: its names collide with the node-wide
+// spec. Failures are logged (the plugin keeps serving; CDI device names then do not resolve).
 void write_cdi_spec(const inventory::Node& node, const Config& cfg, const std::string& driver_version = {});
 
 // Polls the loaded driver's version (procfs has no inotify).

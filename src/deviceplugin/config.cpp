@@ -266,23 +266,28 @@ class Walker {
 public:
     explicit Walker(std::string_view source) : source_(source) {}
 
+    const std::string& source() const { return source_; }
+
     [[noreturn]] void error(const YAML::Node& node, const std::string& path, const std::string& what) const {
         const YAML::Mark mark = node.Mark();
         const int line = mark.line >= 0 ? mark.line + 1 : 0;
         throw ParseError{Error::make(Code::parse, "{}:{}: key '{}': {}", source_, line, path, what)};
     }
 
-    // Checks that `node` is a map whose keys are all in `allowed`.
+    // Checks that `node` is a map; keys not in `allowed` are recorded in unknown() (NVIDIA's
+    // parser ignores them, so they are not errors here) and the callers skip them.
     void expect_map(const YAML::Node& node, const std::string& path, std::initializer_list<std::string_view> allowed) const {
         if (node.IsNull()) return;  // "flags:" with nothing under it: an empty block
         if (!node.IsMap()) error(node, path, "expected a map");
         for (const auto& kv : node) {
             const std::string key = kv.first.as<std::string>();
             if (std::find(allowed.begin(), allowed.end(), key) == allowed.end())
-                error(kv.first, join(path, key),
-                      fmt::format("unknown key (expected one of: {})", fmt::join(allowed, ", ")));
+                unknown_.push_back(UnknownKey{source_, line_of(kv.first), join(path, key),
+                                              fmt::format("{}", fmt::join(allowed, ", "))});
         }
     }
+
+    std::vector<UnknownKey>& unknown() const { return unknown_; }
 
     static std::string join(const std::string& path, std::string_view key) {
         return path.empty() ? std::string(key) : path + "." + std::string(key);
@@ -335,6 +340,7 @@ public:
 
 private:
     std::string source_;
+    mutable std::vector<UnknownKey> unknown_;  // what expect_map() found, in file order
 };
 
 void parse_plugin(const Walker& w, const YAML::Node& node, Config& c) {
@@ -563,17 +569,25 @@ ReplicatedResource parse_replicated(const Walker& w, const YAML::Node& item, con
 // `sharing.timeSlicing` and `sharing.mps` share their shape (NVIDIA's ReplicatedResources):
 // `resources` is required and not empty.
 ReplicatedResources parse_replicated_resources(const Walker& w, const YAML::Node& node, const std::string& path,
-                                               bool fail_default) {
+                                               bool fail_default, std::vector<std::string>& warnings) {
     w.expect_map(node, path, {"renameByDefault", "failRequestsGreaterThanOne", "resources"});
     ReplicatedResources t;
     t.line = Walker::line_of(node);
     t.fail_requests_greater_than_one = fail_default;
     if (!Walker::unset(node["renameByDefault"]))
         t.rename_by_default = w.boolean(node["renameByDefault"], path + ".renameByDefault");
-    if (!Walker::unset(node["failRequestsGreaterThanOne"])) {
-        t.fail_requests_greater_than_one =
-            w.boolean(node["failRequestsGreaterThanOne"], path + ".failRequestsGreaterThanOne");
+    if (const YAML::Node f = node["failRequestsGreaterThanOne"]; !Walker::unset(f)) {
+        const bool v = w.boolean(f, path + ".failRequestsGreaterThanOne");
         t.fail_requests_set = true;
+        // MPS (fail_default): NVIDIA's NewConfig sets it to true whatever the file says, and its
+        // ValidateRequest refuses more than one MPS replica per request in any case.
+        if (fail_default && !v)
+            warnings.push_back(fmt::format(
+                "{}:{}: key '{}.failRequestsGreaterThanOne': false is ignored: a container gets at most one MPS "
+                "replica, as with NVIDIA's plugin (request one replica per container)",
+                w.source(), Walker::line_of(f), path));
+        else
+            t.fail_requests_greater_than_one = v;
     }
     const YAML::Node rs = node.IsMap() ? node["resources"] : YAML::Node();
     if (Walker::unset(rs))
@@ -590,10 +604,10 @@ void parse_sharing(const Walker& w, const YAML::Node& node, Config& c) {
     if (node.IsNull()) return;
     for (const auto& kv : node) {
         const std::string key = kv.first.as<std::string>();
-        if (Walker::unset(kv.second)) continue;
-        // MPS refuses more than one replica per request unless the file says otherwise (NVIDIA).
+        if (Walker::unset(kv.second) || (key != "mps" && key != "timeSlicing")) continue;  // unknown: recorded
+        // MPS always refuses more than one replica per request (NVIDIA's NewConfig forces it).
         auto& slot = key == "mps" ? c.sharing.mps : c.sharing.time_slicing;
-        slot = parse_replicated_resources(w, kv.second, "sharing." + key, key == "mps");
+        slot = parse_replicated_resources(w, kv.second, "sharing." + key, key == "mps", c.warnings);
         slot->line = Walker::line_of(kv.first);  // the key's line: a map's own mark is its first entry
     }
 }
@@ -622,12 +636,27 @@ Result<Config> parse_config(std::string_view yaml_text, std::string_view source)
             else if (key == "imex") parse_imex(w, kv.second, c);
         }
     } catch (const ParseError& e) {
-        return std::unexpected(e.error);
+        // An unknown key seen before the error is a likely cause (`replica:` for `replicas:`).
+        Error err = e.error;
+        for (const auto& k : w.unknown())
+            err.message += fmt::format("; {}:{}: unknown key '{}' (ignored)", k.source, k.line, k.key);
+        return std::unexpected(std::move(err));
     } catch (const YAML::Exception& e) {
         const int line = e.mark.line >= 0 ? e.mark.line + 1 : 0;
         return fail(Code::parse, "{}:{}: invalid YAML: {}", source, line, e.msg);
     }
+    c.unknown_keys = std::move(w.unknown());
     return c;
+}
+
+std::string unknown_key_error(const UnknownKey& k) {
+    return fmt::format("{}:{}: key '{}': unknown key (expected one of: {})", k.source, k.line, k.key, k.expected);
+}
+
+std::string unknown_key_warning(const UnknownKey& k) {
+    return fmt::format("{}; ignored, as NVIDIA's plugin ignores unknown keys (a misspelling? `kgpu device-plugin "
+                       "--check-config` reports it as an error)",
+                       unknown_key_error(k));
 }
 
 Result<Config> load_config_file(const std::string& path) {
@@ -779,11 +808,7 @@ Status check_replicated(const Config& c, const ReplicatedResources& rr, std::str
             return fail(Code::parse, "{}: {} is a MIG resource; MPS sharing is not supported for MIG devices (share "
                         "whole GPUs, or use timeSlicing)",
                         where(i, r.line, ".name"), r.name);
-        if (mig_name && c.mig_strategy != MigStrategy::mixed)
-            return fail(Code::parse,
-                        "{}: {} is a MIG resource, served only with migStrategy mixed (the strategy is {}); with "
-                        "single, MIG devices are served as nvidia.com/gpu",
-                        where(i, r.line, ".name"), r.name, to_string(c.mig_strategy));
+        if (r.unserved) continue;  // skip_unserved_mig_resources() warned
         for (size_t k = 0; k < r.device_ids.size(); ++k) {
             const int line = k < r.device_lines.size() ? r.device_lines[k] : r.line;
             if (mps && is_mig_device_ref(r.device_ids[k]))
@@ -843,6 +868,28 @@ void disable_resource_naming(Config& c, std::optional<ReplicatedResources>& rr, 
             r.device_ids.clear();
             r.device_lines.clear();
         }
+    }
+}
+
+// A MIG resource name in sharing.timeSlicing under migStrategy none or single names no resource
+// the plugin serves (whole GPUs, or MIG devices, are nvidia.com/gpu then): NVIDIA's plugin skips
+// a resource that matches no device (rm/device_map.go updateDeviceMapWithReplicas) and serves
+// nvidia.com/gpu unshared, so a config written for mixed keeps working after a strategy change.
+// kgpu does the same, with one warning per entry. (sharing.mps refuses MIG names: check_replicated.)
+void skip_unserved_mig_resources(Config& c) {
+    if (!c.sharing.time_slicing || c.mig_strategy == MigStrategy::mixed) return;
+    const std::string file = c.config_file.empty() ? "config" : c.config_file;
+    auto& list = c.sharing.time_slicing->resources;
+    for (size_t i = 0; i < list.size(); ++i) {
+        ReplicatedResource& r = list[i];
+        if (!r.name.starts_with("nvidia.com/mig-")) continue;
+        r.unserved = true;
+        c.warnings.push_back(fmt::format(
+            "{}:{}: key 'sharing.timeSlicing.resources[{}].name': {} is a MIG resource, served only with migStrategy "
+            "mixed (the strategy is {}: {} are served as nvidia.com/gpu); this entry is skipped and nothing is shared "
+            "for it, as NVIDIA's plugin skips a resource that matches no device",
+            file, r.line, i, r.name, to_string(c.mig_strategy),
+            c.mig_strategy == MigStrategy::none ? "whole GPUs" : "MIG devices"));
     }
 }
 
@@ -919,6 +966,7 @@ Result<Config> resolve(Config base, const Overrides& env, const Overrides& flags
         disable_resource_naming(c, c.sharing.time_slicing, "timeSlicing");
         disable_resource_naming(c, c.sharing.mps, "mps");
     }
+    skip_unserved_mig_resources(c);
     if (auto st = check_sharing(c); !st) return std::unexpected(st.error());
     if (auto st = validate_imex_channel_ids(c.imex.channel_ids); !st) return std::unexpected(st.error());
     if (!c.nvidia_ctk_path.empty() && c.nvidia_ctk_path.front() != '/')
@@ -984,8 +1032,9 @@ std::string describe(const Config& c) {
                                   : r.device_count ? std::to_string(*r.device_count)
                                                    : fmt::format("[{}]", fmt::join(r.device_ids, ","));
             line(fmt::format("{}.resources[{}]", key, i),
-                 fmt::format("name={} rename={} devices={} replicas={}", r.name, r.rename.empty() ? "-" : r.rename,
-                             devices, r.replicas));
+                 fmt::format("name={} rename={} devices={} replicas={}{}", r.name, r.rename.empty() ? "-" : r.rename,
+                             devices, r.replicas,
+                             r.unserved ? " (skipped: a MIG resource without migStrategy mixed)" : ""));
         }
     };
     replicated("timeSlicing", c.sharing.time_slicing);

@@ -5,9 +5,13 @@
 // reads the environment with from_env(), fills an Overrides from its flags, and calls resolve().
 //
 // Config file (YAML or JSON). Every key of NVIDIA's `version: v1` schema up to v0.20 is accepted
-// (a drop-in config map keeps working); unknown or mistyped keys are errors
-// "<file>:<line>: key '<dotted.key>': <what was expected>". A missing `version` means v1, as in
-// NVIDIA's plugin; a key whose value is null is treated as not set.
+// (a drop-in config map keeps working); mistyped values are errors
+// "<file>:<line>: key '<dotted.key>': <what was expected>". Unknown keys (a typo such as
+// `failOnInitErorr`) are ignored, as NVIDIA's parser ignores them: a config that ran for years
+// must not crash-loop after a migration. They are collected in Config::unknown_keys: a process
+// that serves warns once per key (file:line and the key), `--check-config` and `kgpu doctor`
+// report them as errors. A missing `version` means v1, as in NVIDIA's plugin; a key whose value
+// is null is treated as not set.
 //
 //   version: v1
 //   flags:
@@ -57,7 +61,8 @@
 //                                            #   from issue #18)
 //       renameByDefault: false               # true: a shared resource is served as <name>.shared
 //       failRequestsGreaterThanOne: false    # true: Allocate refuses more than one replica
-//                                            #   (default true for mps, as NVIDIA)
+//                                            #   (always true for mps, as NVIDIA: false is
+//                                            #   ignored with a warning)
 //       resources:
 //         - name: nvidia.com/gpu             # a resource the node serves ("gpu" = "nvidia.com/gpu")
 //           rename: ""                       # new name for the shared devices  } ignored with a warning,
@@ -72,7 +77,10 @@
 // (DisableResourceNamingInConfig): a rename other than the default and a devices subset, with
 // one warning each; renameByDefault stays.
 // Checks that need the resolved settings (resolve()): a MIG resource name (nvidia.com/mig-...)
-// or a MIG device ("i:j", "MIG-...") in sharing needs the strategy that serves it; a subset of
+// in sharing.timeSlicing under migStrategy none or single matches no device: the entry is
+// dropped with a warning, as NVIDIA's plugin skips resources that match no device (device_map.go)
+// and serves nvidia.com/gpu unshared; a MIG device ("i:j", "MIG-...") in a devices list needs a
+// strategy that serves MIG devices; a subset of
 // devices (`devices` other than all) needs a new name (rename or renameByDefault), so shared and
 // whole devices never hide under one name; MPS refuses MIG (migStrategy mixed, MIG resources or
 // devices) and needs a non-empty mpsRoot; timeSlicing and mps are not combined.
@@ -191,12 +199,16 @@ struct ReplicatedResource {
     int devices_line = 0;                 // of `devices:`
     int rename_line = 0;                  // of `rename:`
     std::vector<int> device_lines;        // one per device_ids entry
+    // Set by resolve(): the entry matches no resource the MIG strategy serves (a MIG resource name
+    // without migStrategy mixed); it was warned about and build_resources() skips it.
+    bool unserved = false;
 };
 // `sharing.timeSlicing` or `sharing.mps`: which devices are replicated, and how.
 struct ReplicatedResources {
     bool rename_by_default = false;
-    // Allocate refuses requests for more than one replica. Default false for time-slicing and
-    // true for MPS (NVIDIA's defaults); fail_requests_set says whether the file set it.
+    // Allocate refuses requests for more than one replica. Default false for time-slicing; always
+    // true for MPS (NVIDIA's NewConfig forces it, and its ValidateRequest ignores the setting for
+    // MPS): a `false` there is ignored with a warning. fail_requests_set says whether the file set it.
     bool fail_requests_greater_than_one = false;
     bool fail_requests_set = false;
     std::vector<ReplicatedResource> resources;
@@ -224,6 +236,19 @@ struct GfdFlags {
     std::optional<std::string> output_file;
     std::optional<std::string> machine_type_file;
 };
+
+// A key the config file has that the schema does not know; ignored (see the top).
+struct UnknownKey {
+    std::string source;    // the file
+    int line = 0;          // 1-based, 0 when unknown
+    std::string key;       // dotted path: "flags.failOnInitErorr", "sharing.timeSlicing.resources[0].replica"
+    std::string expected;  // the keys allowed there, comma separated
+};
+// "<file>:<line>: key '<key>': unknown key (expected one of: ...)": the error --check-config and
+// kgpu doctor report.
+std::string unknown_key_error(const UnknownKey& k);
+// The warning of a process that serves: the same, and that the key is ignored.
+std::string unknown_key_warning(const UnknownKey& k);
 
 struct Config {
     MigStrategy mig_strategy = MigStrategy::none;
@@ -269,6 +294,9 @@ struct Config {
     // The file this came from (empty: none) and what loading it noticed but accepted.
     std::string config_file;
     std::vector<std::string> warnings;
+    // Keys of the file no schema version knows, in file order (not in `warnings`: whoever serves
+    // warns about them, --check-config refuses them).
+    std::vector<UnknownKey> unknown_keys;
 
     std::string dev_root() const;             // nvidia_dev_root, or nvidia_driver_root when empty
     std::string kubelet_socket_path() const;  // kubelet_socket, or <device_plugin_path>/kubelet.sock
@@ -283,8 +311,9 @@ struct Config {
 };
 
 // Parses a config file's text; `source` names it in errors ("<source>:<line>: ..."). Errors:
-// parse for YAML syntax, a missing or wrong `version`, unknown keys, wrong types, invalid values,
-// `sharing.mps`. The result has config_file = source.
+// parse for YAML syntax, a wrong `version`, wrong types, invalid values (an error message also
+// lists the unknown keys seen, a likely cause: `replica:` for `replicas:`). Unknown keys are not
+// errors: Config::unknown_keys. The result has config_file = source.
 Result<Config> parse_config(std::string_view yaml_text, std::string_view source);
 // Reads and parses `path`. Errors: those of files::read (not_found, io) and parse_config.
 Result<Config> load_config_file(const std::string& path);

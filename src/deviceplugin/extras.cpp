@@ -77,23 +77,30 @@ Result<std::vector<std::string>> prepare_container_extras(const Config& c, Owned
     const fs::path dev_root = c.dev_root();
     const bool cdi = c.uses(DeviceListStrategy::cdi_annotations) || c.uses(DeviceListStrategy::cdi_cri);
 
+    // The file an earlier kgpu wrote for `kind` ("kgpu-nvidia-<class>.yaml"): nvidia.com names,
+    // which collide with `nvidia-ctk cdi generate --mode <class>`'s. Removed under a CDI strategy
+    // when it carries kgpu's marker (see extras.h).
+    auto remove_legacy = [&](std::string_view kind) {
+        if (!cdi) return;
+        const fs::path path = fs::path(c.cdi_spec_dir) / legacy_cdi_spec_file_name(kind.substr(kind.find('/') + 1));
+        auto text = files::read(path);
+        if (!text || !text->starts_with(kKgpuSpecMarker)) return;
+        std::error_code ec;
+        fs::remove(path, ec);
+    };
     auto write_spec = [&](std::string_view kind, const ojson& spec) -> Status {
         if (auto st = files::create_directories(c.cdi_spec_dir); !st) return st;
         const fs::path path = fs::path(c.cdi_spec_dir) / cdi_spec_file_name(kind);
-        if (auto st = files::write_atomic(path, fmt::format("{}\n{}", kKgpuSpecMarker, cdi::to_yaml(spec))); !st)
-            return st;
+        if (auto st = files::write_atomic(path, cdi::to_json_text(spec)); !st) return st;
         owned.insert(path.string());
+        remove_legacy(kind);
         return {};
     };
     // Only kgpu's own specs go (see extras.h).
     auto remove_spec = [&](std::string_view kind) {
+        remove_legacy(kind);
         const fs::path path = fs::path(c.cdi_spec_dir) / cdi_spec_file_name(kind);
-        bool ours = owned.erase(path.string()) > 0;
-        if (!ours && cdi) {
-            auto text = files::read(path);
-            ours = text && text->starts_with(kKgpuSpecMarker);
-        }
-        if (!ours) return;
+        if (owned.erase(path.string()) == 0) return;
         std::error_code ec;
         fs::remove(path, ec);
     };
@@ -133,7 +140,7 @@ Result<std::vector<std::string>> prepare_container_extras(const Config& c, Owned
     // GPUDirect sets: one "all" device each.
     struct Set {
         bool enabled;
-        const char* kind;
+        std::string_view kind;
         const char* flag;
         std::vector<std::string> nodes;
         std::vector<std::string> mounts;  // container paths, found under the driver root
@@ -147,9 +154,10 @@ Result<std::vector<std::string>> prepare_container_extras(const Config& c, Owned
         return out;
     };
     Set sets[] = {
-        {c.gdrcopy_enabled, "nvidia.com/gdrcopy", "gdrcopyEnabled", nodes({{"/dev", "gdrdrv", false}}), {}},
-        {c.gds_enabled, "nvidia.com/gds", "gdsEnabled", nodes({{"/dev", "nvidia-fs", true}}), {"/run/udev", "/etc/cufile.json"}},
-        {c.mofed_enabled, "nvidia.com/mofed", "mofedEnabled",
+        {c.gdrcopy_enabled, kGdrcopyKind, "gdrcopyEnabled", nodes({{"/dev", "gdrdrv", false}}), {}},
+        {c.gds_enabled, kGdsKind, "gdsEnabled", nodes({{"/dev", "nvidia-fs", true}}),
+         {"/run/udev", "/etc/cufile.json"}},
+        {c.mofed_enabled, kMofedKind, "mofedEnabled",
          nodes({{"/dev/infiniband", "uverbs", true}, {"/dev/infiniband", "rdma_cm", false}}), {}},
     };
     for (auto& s : sets) {

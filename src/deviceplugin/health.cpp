@@ -36,10 +36,12 @@ std::vector<HealthMonitor::Gpu> HealthMonitor::make_gpus(const nvml::Session& se
 }
 
 HealthMonitor::HealthMonitor(nvml::Session session, const inventory::Node& node, HealthConfig policy,
-                             Callback on_change, std::chrono::milliseconds probe_interval, MigChange on_mig_change)
+                             Callback on_change, std::chrono::milliseconds probe_interval, MigChange on_mig_change,
+                             std::chrono::milliseconds idle_probe_interval)
     : session_(std::move(session)),
       policy_(std::move(policy)),
       probe_interval_(probe_interval),
+      idle_probe_interval_(std::max(idle_probe_interval, probe_interval)),
       on_change_(std::move(on_change)),
       on_mig_change_(std::move(on_mig_change)) {
     gpus_ = make_gpus(session_, node);
@@ -50,6 +52,10 @@ HealthMonitor::~HealthMonitor() { stop(); }
 void HealthMonitor::start() {
     if (thread_.joinable()) return;
     stop_ = false;
+    {
+        std::lock_guard lk(exit_mu_);
+        exited_ = false;
+    }
     // Probe every GPU once before returning, so that a snapshot taken now already says what the
     // probes see (issue #12: the first ListAndWatch list after a restart must not call a GPU with
     // a reset pending Healthy).
@@ -57,12 +63,24 @@ void HealthMonitor::start() {
         std::lock_guard lk(mu_);
         for (size_t i = 0; i < gpus_.size(); ++i) probe(i);
     }
+    ++probe_rounds_;
     thread_ = std::thread([this] { run(); });
 }
 
 void HealthMonitor::stop() {
     stop_ = true;
     if (thread_.joinable()) thread_.join();
+}
+
+bool HealthMonitor::stop_within(std::chrono::milliseconds grace) {
+    stop_ = true;
+    if (!thread_.joinable()) return true;
+    {
+        std::unique_lock lk(exit_mu_);
+        if (!exit_cv_.wait_for(lk, grace, [this] { return exited_; })) return false;
+    }
+    thread_.join();
+    return true;
 }
 
 std::vector<GpuHealth> HealthMonitor::snapshot_locked() const {
@@ -75,6 +93,18 @@ std::vector<GpuHealth> HealthMonitor::snapshot_locked() const {
         out.push_back(std::move(h));
     }
     return out;
+}
+
+std::chrono::milliseconds HealthMonitor::probe_interval_now() {
+    std::lock_guard lk(mu_);
+    return calm_locked() ? idle_probe_interval_ : probe_interval_;
+}
+
+bool HealthMonitor::calm_locked() const {
+    return std::all_of(gpus_.begin(), gpus_.end(), [](const Gpu& g) {
+        return g.answering && g.state.healthy &&
+               std::all_of(g.migs.begin(), g.migs.end(), [](const Mig& m) { return m.state.healthy; });
+    });
 }
 
 std::vector<GpuHealth> HealthMonitor::snapshot() const {
@@ -276,7 +306,8 @@ void HealthMonitor::run() {
             handle(**ev);
         }
     };
-    auto next_probe = std::chrono::steady_clock::now();
+    // The start() round was the first probe; the next comes after the interval the state asks for.
+    auto last_probe = std::chrono::steady_clock::now();
     int failures = 0;
     while (!stop_) {
         if (rebuild_.exchange(false)) rebuild();
@@ -286,8 +317,13 @@ void HealthMonitor::run() {
             if (stop_) break;
             if (!rebuild_events(set)) ++failures;
         } else {
-            // Short waits: stop() joins this thread, and SIGTERM must exit within 200 ms (issue #12).
-            auto ev = set->wait(50);
+            // Bounded waits, as NVML's cannot be interrupted: stop() joins this thread. Not shorter
+            // than needed: every wake-up costs CPU on an idle node (issue #23); the next probe
+            // may ask for a shorter one.
+            const auto until_probe = std::chrono::duration_cast<std::chrono::milliseconds>(
+                last_probe + probe_interval_now() - std::chrono::steady_clock::now());
+            const auto wait = std::clamp(until_probe, std::chrono::milliseconds(1), kEventWait);
+            auto ev = set->wait(static_cast<unsigned>(wait.count()));
             if (!ev) {
                 ++failures;
                 {
@@ -302,8 +338,9 @@ void HealthMonitor::run() {
             }
         }
         const auto now = std::chrono::steady_clock::now();
-        if (now >= next_probe) {
-            next_probe = now + probe_interval_;
+        // Decided on every pass: an XID that just arrived brings the fast cadence at once.
+        if (now >= last_probe + probe_interval_now()) {
+            last_probe = now;
             bool came_back = false;
             {
                 std::lock_guard lk(mu_);
@@ -313,11 +350,15 @@ void HealthMonitor::run() {
                     came_back |= was_lost && gpus_[i].state.healthy;
                 }
             }
+            ++probe_rounds_;
             // A GPU that came back may have lost its event registration: register everything again.
             if (came_back) rebuild();
         }
         notify();
     }
+    std::lock_guard lk(exit_mu_);
+    exited_ = true;
+    exit_cv_.notify_all();
 }
 
 void HealthMonitor::notify() {

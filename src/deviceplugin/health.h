@@ -19,10 +19,19 @@
 //
 // MIG configuration change events (0x100) are handed to on_mig_change; the plugin rediscovers
 // and calls update_node().
+//
+// Probing costs CPU on an idle node, and events tell most of what it finds (an XID comes with
+// the remapped rows or recovery action it leaves, XID 79 with a GPU falling off the bus). So
+// probes run every `probe_interval` (1 s) only while a GPU or MIG device is Unhealthy or a GPU
+// does not answer (recovery is decided by probes: a reset seen, a quiet period passed), and every
+// `idle_probe_interval` (10 s) while everything is Healthy: that slow probe finds what comes
+// without an event (pending state, a GPU gone silently). An XID is handled when it arrives.
+
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -54,22 +63,43 @@ public:
     // Called from the monitor thread when a GPU reports a MIG configuration change (its index).
     using MigChange = std::function<void(unsigned gpu)>;
 
-    // `probe_interval`: how often every GPU is probed (answers? anything pending?).
+    static constexpr std::chrono::milliseconds kProbeInterval{1000};
+    static constexpr std::chrono::milliseconds kIdleProbeInterval{10000};
+    // How long one nvmlEventSetWait may block (less when a probe is due sooner): how often an
+    // idle thread wakes up, and what stop() may have to wait for, since NVML's wait cannot be
+    // interrupted. 500 ms: two wake-ups a second where 50 ms gave twenty, most of an idle
+    // plugin's CPU (issue #23). A process that exits does not wait for it: stop_within().
+    static constexpr std::chrono::milliseconds kEventWait{500};
+
+    // `probe_interval`: how often every GPU is probed (answers? anything pending?) while anything
+    // is Unhealthy; `idle_probe_interval`: while everything is Healthy (see above).
     HealthMonitor(nvml::Session session, const inventory::Node& node, HealthConfig policy, Callback on_change,
-                  std::chrono::milliseconds probe_interval = std::chrono::seconds(1), MigChange on_mig_change = {});
+                  std::chrono::milliseconds probe_interval = kProbeInterval, MigChange on_mig_change = {},
+                  std::chrono::milliseconds idle_probe_interval = kIdleProbeInterval);
     ~HealthMonitor();
     HealthMonitor(const HealthMonitor&) = delete;
     HealthMonitor& operator=(const HealthMonitor&) = delete;
 
     // Probes every GPU once (so snapshot() reflects the probes from then on), then starts the thread.
     void start();
+    // Asks the thread to end at its next wake-up (within kEventWait) without waiting for it, so a
+    // caller can tear down other things meanwhile; stop() then joins. Idempotent.
+    void request_stop() { stop_ = true; }
+    // Ends the thread and joins it (up to kEventWait); idempotent.
     void stop();
+    // For a process on its way out: asks the thread to end and joins it if it does within
+    // `grace`. Returns false when it is still inside NVML's wait: then the monitor must not be
+    // destroyed (the destructor would join); the caller ends the process instead (std::_Exit),
+    // which is safe at that point since the thread holds nothing the process must release.
+    bool stop_within(std::chrono::milliseconds grace);
     std::vector<GpuHealth> snapshot() const;
     // A rediscovered node (after a MIG change): GPUs keep their state by UUID, MIG devices by MIG
     // UUID (new ones start Healthy); events are registered again. Thread-safe.
     void update_node(const inventory::Node& node);
     // Number of Healthy<->Unhealthy transitions so far (for logs and metrics).
     unsigned long transitions() const { return transitions_.load(); }
+    // Probe rounds (every GPU once) so far, the one in start() included (tests, logs).
+    unsigned long probe_rounds() const { return probe_rounds_.load(); }
 
 private:
     enum class Bad { none, recoverable, reset, lost };
@@ -110,10 +140,15 @@ private:
     void maybe_recover(State& s, std::chrono::steady_clock::time_point now);
     void notify();
     std::vector<GpuHealth> snapshot_locked() const;
+    // Every GPU answers and nothing is Unhealthy: the slow probe cadence applies.
+    bool calm_locked() const;
+    // The probe interval the state asks for now (takes mu_).
+    std::chrono::milliseconds probe_interval_now();
 
     nvml::Session session_;
     HealthConfig policy_;
     std::chrono::milliseconds probe_interval_;
+    std::chrono::milliseconds idle_probe_interval_;
     Callback on_change_;
     MigChange on_mig_change_;
     mutable std::mutex mu_;
@@ -122,6 +157,10 @@ private:
     std::atomic<bool> rebuild_{false};  // update_node asks the thread to register events again
     std::atomic<bool> stop_{false};
     std::atomic<unsigned long> transitions_{0};
+    std::atomic<unsigned long> probe_rounds_{0};
+    std::mutex exit_mu_;
+    std::condition_variable exit_cv_;
+    bool exited_ = false;  // run() returned (guarded by exit_mu_)
     std::thread thread_;
 };
 

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -81,7 +82,11 @@ public:
 
 private:
     Status apply(const Config& cfg, Trigger trigger);
-    void stop_serving(bool empty_lists);
+    // Stops everything served. `exiting` (the process ends next): the health thread gets a
+    // short grace to leave NVML's uninterruptible wait; returns false when it did not, and then
+    // served_ is left in place (destroying it would wait for the thread) for the caller to end
+    // the process with std::_Exit.
+    bool stop_serving(bool empty_lists, bool exiting = false);
     void start_servers();
     void on_health(const std::vector<GpuHealth>& health);
     void on_mps(const std::map<std::string, MpsWatcher::State>& states);
@@ -94,6 +99,8 @@ private:
     Result<v1beta1::PreferredAllocationResponse> prefer(const Entry& e,
                                                         const v1beta1::PreferredAllocationRequest& req) const;
     void reload();
+    // Warns about each unknown key of `cfg` not warned about before (once per key and file).
+    void warn_unknown_keys(const Config& cfg);
     void handle_inotify(int fd);
     std::chrono::milliseconds next_timeout() const;
 
@@ -102,6 +109,7 @@ private:
     bool nvml_failed_logged_ = false;
     Clock::time_point next_init_{};
     std::set<std::string> reported_;  // warnings already logged ("reported once")
+    std::set<std::string> unknown_warned_;  // "<file>\n<key>" of the unknown keys warned about
     int mig_fd_ = -1;                 // eventfd: the health thread saw a MIG configuration change
 
     // Guards served_->entries (structure and states) and health_ against the health thread and
@@ -386,10 +394,12 @@ Status Plugin::apply(const Config& cfg, Trigger trigger) {
     if (!served_->health) {
         served_->health = std::make_unique<HealthMonitor>(
             *session, served_->node, cfg.health, [this](const std::vector<GpuHealth>& h) { on_health(h); },
-            opts_.probe_interval, [this](unsigned) {
+            opts_.probe_interval,
+            [this](unsigned) {
                 const std::uint64_t one = 1;
                 if (mig_fd_ >= 0) (void)!::write(mig_fd_, &one, sizeof one);
-            });
+            },
+            opts_.idle_probe_interval);
         served_->health->start();
         std::lock_guard lk(mu_);
         health_ = served_->health->snapshot();
@@ -417,8 +427,10 @@ Status Plugin::apply(const Config& cfg, Trigger trigger) {
 
 // SIGTERM and restarts: registration stops first (a Register in flight is cancelled), then every
 // server (streams ended, sockets removed), then health, whose thread may be waiting on NVML.
-void Plugin::stop_serving(bool empty_lists) {
-    if (!served_) return;
+bool Plugin::stop_serving(bool empty_lists, bool exiting) {
+    if (!served_) return true;
+    // The health thread ends at its next NVML wake-up: let that wait run out while the rest stops.
+    if (served_->health) served_->health->request_stop();
     if (served_->registrar) served_->registrar->stop();
     std::vector<std::unique_ptr<Entry>> entries;
     {
@@ -428,9 +440,16 @@ void Plugin::stop_serving(bool empty_lists) {
     // Outside mu_: stopping waits for calls in flight, which take mu_.
     for (auto& e : entries)
         if (e->server) e->server->stop(empty_lists);
-    if (served_->health) served_->health->stop();
     if (served_->mps) served_->mps->stop();
+    if (served_->health) {
+        // At exit there is nothing left for the health thread to do: sockets and streams are gone.
+        // 20 ms covers the common case (its wait returns at once once an event or its timeout
+        // comes); otherwise the process ends without it rather than wait up to kEventWait.
+        if (exiting && !served_->health->stop_within(std::chrono::milliseconds(20))) return false;
+        served_->health->stop();
+    }
     served_.reset();
+    return true;
 }
 
 // Servers that could not start (e.g. the directory was missing) are tried again.
@@ -467,6 +486,7 @@ void Plugin::reload() {
         return;
     }
     for (const auto& w : cfg->warnings) log::warn("{}", w);
+    warn_unknown_keys(*cfg);
     log::info("SIGHUP: reloading with\n{}", describe(*cfg));
     if (!served_) {
         // NVML was not up: the retry loop uses the new config.
@@ -478,6 +498,11 @@ void Plugin::reload() {
         log::error("SIGHUP: keeping the running configuration: {}", st.error().message);
         if (!served_) next_init_ = Clock::now() + opts_.init_retry;
     }
+}
+
+void Plugin::warn_unknown_keys(const Config& cfg) {
+    for (const auto& k : cfg.unknown_keys)
+        if (unknown_warned_.insert(k.source + "\n" + k.key).second) log::warn("{}", unknown_key_warning(k));
 }
 
 // Events in the device-plugin directory (and kubelet.sock's): our socket deleted (the kubelet
@@ -548,6 +573,7 @@ int Plugin::run() {
     const Config& cfg = opts_.config;
     log::info("kgpu device-plugin starting with\n{}", describe(cfg));
     for (const auto& w : cfg.warnings) log::warn("{}", w);
+    warn_unknown_keys(cfg);
 
     sigset_t mask;
     sigemptyset(&mask);
@@ -605,11 +631,18 @@ int Plugin::run() {
         return -1;
     };
     auto finish = [&](int code) {
-        stop_serving(false);
+        const bool joined = stop_serving(false, /*exiting=*/true);
         ::close(ifd);
         ::close(sfd);
         if (mig_fd_ >= 0) ::close(mig_fd_);
         mig_fd_ = -1;
+        if (!joined) {
+            // The health thread is inside nvmlEventSetWait, which nothing can interrupt: end the
+            // process now (its sockets are removed and its streams ended) instead of waiting out
+            // the wait. No destructor may run while that thread is inside NVML.
+            log::debug("the health thread is inside NVML's event wait: exiting without it");
+            std::_Exit(code);
+        }
         return code;
     };
     if (int code = start(true); code >= 0) return finish(code);

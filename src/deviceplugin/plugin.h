@@ -21,7 +21,9 @@ struct PluginOptions {
     std::string config_file; // re-read on SIGHUP (empty: none)
     // How often to retry NVML when fail_on_init_error is false, and kubelet registration.
     std::chrono::milliseconds init_retry{std::chrono::seconds(5)};
+    // GPU probes while a device is Unhealthy / while every device is Healthy (health.h).
     std::chrono::milliseconds probe_interval{std::chrono::seconds(1)};
+    std::chrono::milliseconds idle_probe_interval{std::chrono::seconds(10)};
     // The nvidia-cuda-mps-control the MPS watcher asks the daemons with (--mps-control-binary,
     // KGPU_MPS_CONTROL); empty: searched under the driver root (mps::find_control_binary).
     std::string mps_control_binary;

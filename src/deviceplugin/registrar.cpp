@@ -120,9 +120,34 @@ void Registrar::served_again(const std::string& resource) {
     due_now_locked(e);
 }
 
+void Registrar::await_kubelet_locked(const std::string& name, Entry& e, const std::optional<SocketId>& id,
+                                     const char* why) {
+    e.registered = false;
+    e.want = true;
+    const auto now = Clock::now();
+    if (id && announced_ == id) {
+        // Created a moment ago: bound, not listening yet. Look again soon.
+        log::debug("{}: {} {} (just created): looking again in {} ms", name, opts_.kubelet_socket, why,
+                   e.backoff.count());
+        e.next_try = now + e.backoff;
+        e.backoff = std::min(e.backoff * 2, opts_.max_backoff);
+    } else {
+        // The kubelet is gone, or not there yet: kubelet_changed() says when it (re)creates its
+        // socket; the slow check covers a missed event.
+        if (!e.waiting)
+            log::info("no kubelet listens on {} ({}): registering {} when the kubelet creates it again",
+                      opts_.kubelet_socket, why, name);
+        e.waiting = true;
+        e.next_try = now + opts_.max_backoff;
+        e.backoff = opts_.min_backoff;
+    }
+    cv_.notify_all();
+}
+
 void Registrar::kubelet_changed() {
     std::lock_guard lk(mu_);
     const auto id = socket_id(opts_.kubelet_socket);
+    if (id) announced_ = id;
     for (auto& [name, e] : entries_) {
         if (name == in_flight_) {
             // Its outcome is checked against kubelet.sock when it returns; a Register stuck on a
@@ -196,6 +221,13 @@ void Registrar::stream_ended(const std::string& resource, std::uint64_t stream, 
     Entry& e = it->second;
     log::debug("{}: stream {} ended{}", resource, stream, by_peer ? " by the peer" : "");
     if (!by_peer || !e.registered || stream != e.stream) return;
+    // The kubelet exited (a restart, a crash): no Register until a kubelet is there again.
+    if (const auto id = socket_id(opts_.kubelet_socket); !id || !listening(opts_.kubelet_socket)) {
+        await_kubelet_locked(resource, e, id,
+                             id ? "the kubelet ended our stream and its socket refuses connections"
+                                : "the kubelet ended our stream and its socket is gone");
+        return;
+    }
     const auto now = Clock::now();
     if (now - e.registered_at >= opts_.stable_after) e.backoff = opts_.min_backoff;
     log::info("the kubelet ended the ListAndWatch stream of {}: registering again in {} ms", resource,
@@ -211,6 +243,17 @@ bool Registrar::registered(const std::string& resource) const {
     std::lock_guard lk(mu_);
     auto it = entries_.find(resource);
     return it != entries_.end() && it->second.registered;
+}
+
+bool Registrar::waiting_for_kubelet(const std::string& resource) const {
+    std::lock_guard lk(mu_);
+    auto it = entries_.find(resource);
+    return it != entries_.end() && it->second.waiting && !it->second.registered;
+}
+
+std::uint64_t Registrar::register_attempts() const {
+    std::lock_guard lk(mu_);
+    return attempts_;
 }
 
 void Registrar::run() {
@@ -295,6 +338,17 @@ void Registrar::register_one(const std::string& name) {
         log::debug("{}: {} is not served right now: registering once it is", name, server->socket_path());
         return;
     }
+    // No kubelet to take it: kubelet.sock missing, or refusing connections (the kubelet exited and
+    // left its socket file). Wait for the next kubelet instead of trying the dead socket.
+    if (const auto kid = socket_id(opts_.kubelet_socket); !kid || !listening(opts_.kubelet_socket)) {
+        std::lock_guard lk(mu_);
+        in_flight_.clear();
+        auto it = entries_.find(name);
+        if (it == entries_.end()) return;
+        it->second.poked = false;
+        await_kubelet_locked(name, it->second, kid, kid ? "it refuses connections" : "it does not exist");
+        return;
+    }
     // Streams of earlier registrations still open: end them first and, when they belong to the
     // kubelet we are about to register with, give it a moment to see that, so that their end does
     // not drop the client this Register creates. (After a kubelet restart they belong to the old
@@ -311,6 +365,10 @@ void Registrar::register_one(const std::string& name) {
         before = in_flight_kubelet_ = socket_id(opts_.kubelet_socket);
     }
     log::debug("{}: Register (stream {} and later belong to it)", name, stream);
+    {
+        std::lock_guard lk(mu_);
+        ++attempts_;
+    }
     // A stop() during the settle above (or at any point since the pick) has cancelled cancel_:
     // the call returns at once instead of waiting out its deadline on a kubelet that never answers.
     auto st = register_with_kubelet(opts_.kubelet_socket, endpoint, name,
@@ -333,6 +391,7 @@ void Registrar::register_one(const std::string& name) {
         e.registered_at = now;
         e.last_error.clear();
         e.want = false;
+        e.waiting = false;
         log::info("registered {} with the kubelet at {} (endpoint {})", name, opts_.kubelet_socket, endpoint);
         if (server->next_stream_id() > stream && !server->stream_open(stream)) {
             // Its stream opened and already ended (the kubelet dropped the new client at once,
@@ -348,6 +407,12 @@ void Registrar::register_one(const std::string& name) {
     }
     e.registered = false;
     e.want = true;
+    // The kubelet went away during the call (or was on its way out): wait for the next one, quietly.
+    if ((id == before || !id) && !poked && (!id || !listening(opts_.kubelet_socket))) {
+        log::debug("{}: {}", name, st.error().message);
+        await_kubelet_locked(name, e, id, id ? "it refuses connections" : "it does not exist");
+        return;
+    }
     if ((id != before && id) || poked) {
         e.next_try = now;  // a new kubelet came up, or our socket was served again, during the call
         e.backoff = opts_.new_kubelet_backoff;

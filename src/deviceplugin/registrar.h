@@ -26,6 +26,13 @@
 // - Another plugin's socket for one of our resources (NVIDIA's naming: `nvidia-<name>.sock` for
 //   `nvidia.com/<name>`) is warned about once when it appears; when it disappears, register again
 //   (if the other plugin registered last, the kubelet has no client for the name left).
+// - No Register goes to a kubelet that is not there: a kubelet.sock that is missing, or that
+//   refuses connections (the kubelet exited; the file stays until the next kubelet deletes it),
+//   is waited for, with one log line, until kubelet.sock is created again (kubelet_changed, from
+//   inotify), instead of being retried with backoff: after a kubelet restart the log shows one
+//   registration, not a warning per attempt against the dead socket. A kubelet.sock that was just
+//   created may refuse for a moment (bound, not yet listening): looked at again soon, quietly. While
+//   waiting, a slow check (max_backoff) covers a missed event.
 #pragma once
 
 #include <chrono>
@@ -103,6 +110,10 @@ public:
 
     // True while `resource` is registered with the current kubelet (tests, logs).
     bool registered(const std::string& resource) const;
+    // True while `resource` waits for a kubelet to appear (kubelet.sock missing or not listening).
+    bool waiting_for_kubelet(const std::string& resource) const;
+    // Register calls sent so far, answered or not (tests, logs).
+    std::uint64_t register_attempts() const;
 
 private:
     using Clock = std::chrono::steady_clock;
@@ -118,6 +129,7 @@ private:
         std::string last_error;           // logged once per distinct failure
         bool foreign = false;             // another plugin listens on its socket for it
         bool poked = false;               // an event came while its Register ran: a failure retries at once
+        bool waiting = false;             // no kubelet listens: waits for kubelet.sock (said once)
     };
 
     void run();
@@ -128,6 +140,9 @@ private:
     // The other plugin is no longer there (socket gone, or nobody listens): register again.
     void foreign_gone_locked(const std::string& name, Entry& e, bool was);
     void due_now_locked(Entry& e);
+    // No kubelet listens on kubelet.sock (`id`: its identity, nullopt when missing): the next
+    // attempt waits for kubelet_changed, or soon when the socket was just created.
+    void await_kubelet_locked(const std::string& name, Entry& e, const std::optional<SocketId>& id, const char* why);
 
     Options opts_;
     mutable std::mutex mu_;
@@ -137,6 +152,10 @@ private:
     std::thread thread_;
     std::string in_flight_;                 // the resource whose Register runs
     std::optional<SocketId> in_flight_kubelet_;  // the kubelet.sock it went to
+    // The kubelet.sock kubelet_changed() last saw created: refusing connections right after it
+    // appeared means "not listening yet", not "gone".
+    std::optional<SocketId> announced_;
+    std::uint64_t attempts_ = 0;  // Register calls sent
     // Cancels that Register (stop, remove, a kubelet gone). Reset under mu_ when a Register is
     // picked (with stop_ checked in the same critical section) and cancelled under mu_, so a
     // stop() anywhere between the pick and the call is not lost.

@@ -247,7 +247,7 @@ Result<std::vector<Resource>> build_resources(const inventory::Node& node, const
         std::vector<std::pair<size_t, std::vector<size_t>>> selections;  // entry, device positions
         for (size_t i = 0; ts && i < ts->resources.size(); ++i) {
             const ReplicatedResource& e = ts->resources[i];
-            if (e.name != name) continue;
+            if (e.name != name || e.unserved) continue;
             matched[i] = true;
             std::vector<size_t> picked;
             auto take = [&](size_t pos, int line, std::string_view ref) -> Status {
@@ -315,8 +315,8 @@ Result<std::vector<Resource>> build_resources(const inventory::Node& node, const
     }
 
     for (size_t i = 0; ts && i < ts->resources.size(); ++i) {
-        if (matched[i]) continue;
         const ReplicatedResource& e = ts->resources[i];
+        if (matched[i] || e.unserved) continue;  // unserved: resolve() warned
         if (!e.all_devices) {
             const int line = e.devices_line ? e.devices_line : e.line;
             if (e.device_count)

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <optional>
@@ -11,11 +12,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "cdi/cache.h"
 #include "cdi/driver_files.h"
 #include "cdi/spec.h"
 #include "common/elf.h"
 #include "common/files.h"
 #include "common/strings.h"
+#include "deviceplugin/config.h"
 #include "doctor/compat.h"
 #include "doctor/devchar.h"
 #include "doctor/grpc_probe.h"
@@ -770,6 +773,61 @@ void check_cdi_spec(State& s, CheckResult& r) {
                              "generate --output=/var/run/cdi/nvidia.yaml`); regenerate after every driver upgrade.");
 }
 
+// Every CDI runtime (containerd 1.7+, CRI-O, nvidia-container-runtime's CDI mode) resolves names
+// through a CDI cache over /etc/cdi and /var/run/cdi, which drops a name two specs of one
+// directory define (cdi/cache.h): every container asking for it then fails to start. Typical
+// cause: a node-wide spec (kgpu / nvidia-ctk cdi generate, nvidia-cdi-refresh) next to another
+// one of the same kind, or next to what an older kgpu device plugin wrote (kgpu-nvidia-gpu.yaml).
+void check_cdi_names(State& s, CheckResult& r) {
+    std::vector<fs::path> dirs;
+    std::vector<std::string> shown_dirs;
+    for (const auto& d : cdi::kDefaultSpecDirs) {
+        dirs.push_back(s.host(d));
+        shown_dirs.push_back(dirs.back().string());
+    }
+    const cdi::CacheView view = cdi::scan_spec_dirs(dirs);
+    note(r, "{}: {} spec(s) loaded, {} device name(s) resolve", fmt::join(shown_dirs, ", "), view.specs.size(),
+         view.devices.size());
+    // Grouped by the files involved: one line per set of files, with the names they share.
+    auto grouped = [](const std::vector<cdi::NameDefinitions>& defs) {
+        std::map<std::vector<std::string>, std::vector<std::string>> by_files;
+        for (const auto& d : defs) by_files[d.paths].push_back(d.name);
+        return by_files;
+    };
+    auto names = [](const std::vector<std::string>& list) {
+        constexpr size_t kShown = 4;
+        std::vector<std::string> shown(list.begin(), list.begin() + static_cast<long>(std::min(list.size(), kShown)));
+        return fmt::format("{}{}", fmt::join(shown, ", "),
+                           list.size() > kShown ? fmt::format(" … ({} names)", list.size()) : std::string());
+    };
+    bool legacy = false;
+    for (const auto& [files, list] : grouped(view.conflicts)) {
+        note(r, "defined in {}: {}; the CDI cache drops them (\"conflicting device\"), so a container asking for "
+                "one fails to start",
+             fmt::join(files, " and "), names(list));
+        for (const auto& f : files) legacy |= fs::path(f).filename() == "kgpu-nvidia-gpu.yaml";
+    }
+    for (const auto& [files, list] : grouped(view.overridden))
+        note(r, "defined in {}: {}; the last one is used (a higher-priority directory), the other is dead weight",
+             fmt::join(files, " and "), names(list));
+    for (const auto& [path, why] : view.errors) note(r, "not loaded by the CDI cache: {}", why);
+    if (!view.conflicts.empty()) {
+        set(r, Status::fail,
+            std::string("Keep each CDI device name in one spec per directory: delete or regenerate the stale spec "
+                        "(`nvidia-ctk cdi list` shows what resolves).") +
+                (legacy ? " kgpu-nvidia-gpu.yaml was written by an older kgpu device plugin: delete it (the plugin "
+                          "now writes k8s.device-plugin.nvidia.com-gpu.json, whose names cannot collide)."
+                        : ""));
+        return;
+    }
+    if (!view.overridden.empty() || !view.errors.empty())
+        set(r, Status::warn,
+            !view.errors.empty() ? "A spec the CDI cache cannot load gives no device: fix or delete it (the reason is "
+                                   "above)."
+                                 : "Delete the spec that is overridden (the /etc/cdi one, usually), so that what "
+                                   "containers get is what the files seem to say.");
+}
+
 void check_toolkit(State& s, CheckResult& r) {
     if (s.containerd && s.containerd->nvidia_runtime && s.containerd->nvidia_binary.ends_with("kgpu-container-runtime")) {
         std::error_code ec;
@@ -822,6 +880,44 @@ void check_toolkit(State& s, CheckResult& r) {
 }
 
 // ---- device plugin, kubelet ----------------------------------------------------------------
+
+// The device plugin's config file, as strictly as `kgpu device-plugin --check-config`: the plugin
+// itself serves with unknown keys (warning once each, as NVIDIA's parser ignores them), so a
+// misspelt key whose setting silently does not apply is found here. Flags are not known here;
+// the environment is this process's (run in the plugin's container, the plugin's own).
+void check_dp_config(State& s, CheckResult& r) {
+    if (s.opt.config_file.empty()) {
+        note(r, "no --config-file (or CONFIG_FILE) given");
+        set(r, Status::skipped);
+        return;
+    }
+    auto file = deviceplugin::load_config_file(s.opt.config_file);
+    if (!file) {
+        note(r, "{}", file.error().message);
+        set(r, Status::fail, "The device plugin refuses this file (exit 2, or it keeps the running config on "
+                             "SIGHUP): fix the line named above; `kgpu device-plugin --check-config --config-file "
+                             "<file>` checks it.");
+        return;
+    }
+    for (const auto& k : file->unknown_keys) note(r, "{}", deviceplugin::unknown_key_error(k));
+    auto env = deviceplugin::from_env([](const char* n) { return std::getenv(n); });
+    auto resolved =
+        env ? deviceplugin::resolve(*file, *env, {}) : Result<deviceplugin::Config>(std::unexpected(env.error()));
+    if (!resolved) {
+        note(r, "{}", resolved.error().message);
+        set(r, Status::fail, "The device plugin refuses this configuration at start: fix what is named above.");
+        return;
+    }
+    for (const auto& w : resolved->warnings) note(r, "note: {}", w);
+    if (!file->unknown_keys.empty()) {
+        set(r, Status::fail,
+            fmt::format("{} unknown key(s): the device plugin ignores them (as NVIDIA's does), so their settings do "
+                        "not apply. Fix the spelling (the keys allowed there are listed above).",
+                        file->unknown_keys.size()));
+        return;
+    }
+    note(r, "{}: valid", s.opt.config_file);
+}
 
 void check_dp_dir(State& s, CheckResult& r) {
     auto dir = s.host(s.opt.device_plugin_dir);
@@ -1073,7 +1169,11 @@ std::vector<Check> registry() {
         {"runtime.containerd", Layer::runtime, "containerd has an nvidia runtime or CDI", {}, check_containerd},
         {"runtime.cdi_spec", Layer::runtime, "a CDI spec for nvidia.com/gpu (when CDI is on)", {"runtime.containerd"},
          check_cdi_spec},
+        {"runtime.cdi_names", Layer::runtime, "no CDI device name defined twice in /etc/cdi, /var/run/cdi", {},
+         check_cdi_names},
         {"runtime.toolkit", Layer::runtime, "NVIDIA container toolkit binaries", {}, check_toolkit},
+        {"deviceplugin.config", Layer::device_plugin, "the device plugin's config file is valid, no unknown keys", {},
+         check_dp_config},
         {"deviceplugin.dir", Layer::device_plugin, "device-plugin directory present", {}, check_dp_dir},
         {"deviceplugin.kubelet_socket", Layer::device_plugin, "kubelet.sock accepts connections", {"deviceplugin.dir"},
          check_kubelet_socket},

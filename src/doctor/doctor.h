@@ -19,6 +19,10 @@ struct Options {
     std::string containerd_config = "/etc/containerd/config.toml";
     std::string device_plugin_dir = "/var/lib/kubelet/device-plugins";
     std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
+    // --config-file (env CONFIG_FILE, as the device plugin): the device plugin's config file, a
+    // path as the doctor process sees it (not under root: run in the plugin's container, it is the
+    // mounted ConfigMap). Empty: its check is skipped.
+    std::string config_file;
     double memory_threshold = 0.95;     // a process above this share of a GPU's memory: OOM risk
 };
 

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "cdi/naming.h"
 #include "common/strings.h"
 
 namespace kgpu::toolkit {
@@ -155,7 +156,9 @@ Result<Selection> resolve_devices(const inventory::Node& node, const std::vector
         if (name.empty()) continue;
         if (auto eq = name.find('='); eq != std::string_view::npos) {
             std::string_view k = name.substr(0, eq);
-            if (k != kind) {
+            // The device plugin's kind names the same GPUs the same way (its spec is generated
+            // by src/cdi too), so a container that kgpu's plugin handed such a name is ours.
+            if (k != kind && k != cdi::kDevicePluginKind) {
                 r.sel.notes.push_back(fmt::format("CDI device '{}' is not of kind {}: left to containerd's CDI support", name, kind));
                 continue;
             }

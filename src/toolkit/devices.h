@@ -30,8 +30,9 @@ struct Selection {
 // Resolves `names`. Accepted: "all", "none", a GPU index ("3"), a GPU UUID or a unique prefix of
 // one ("GPU-…", any case), a MIG UUID ("MIG-…"), "<gpu>:<mig>", a PCI bus id ("0000:3b:00.0" or
 // NVML's "00000000:3B:00.0"), and fully qualified CDI names "<kind>=<name>" where name is any of
-// the above or type-index ("gpu3", "mig3:1"). Names of another CDI kind are skipped with a note
-// (containerd injects those itself). Errors (not_found / invalid_argument): a name that matches
+// the above or type-index ("gpu3", "mig3:1"), of `kind` or of the device plugin's kind
+// (k8s.device-plugin.nvidia.com/gpu, cdi/naming.h). Names of another CDI kind are skipped with a
+// note (containerd injects those itself). Errors (not_found / invalid_argument): a name that matches
 // no device, or an ambiguous UUID prefix, or a lost GPU, each naming the name and what exists.
 Result<Selection> resolve_devices(const inventory::Node& node, const std::vector<std::string>& names,
                                   std::string_view kind);

@@ -59,7 +59,7 @@ TEST(CdiRefresh, DevicePluginRewritesItsSpecWhenTheLoadedDriverChanges) {
                          KGPU_SIM_LIBRARY, "--device-list-strategy", "cdi-cri", "--cdi-spec-dir", cdi.path(),
                          "--nvidia-driver-root", root.path(), "--proc-root", root.path() + "/proc"},
                         {{"KGPU_SIM_NODE", kSource + "/sim/nodes/t4x4.yaml"}});
-    const std::string spec = cdi.path() + "/kgpu-nvidia-gpu.yaml";
+    const std::string spec = cdi.path() + "/k8s.device-plugin.nvidia.com-gpu.json";
     ASSERT_TRUE(wait_for(spec, [](const std::string& s) { return s.find("libcuda.so.535.161.08") != std::string::npos; }))
         << plugin.err();
     EXPECT_THAT(slurp(spec), Not(HasSubstr("550.54.15")));
@@ -89,7 +89,7 @@ TEST(CdiRefresh, DisabledHooksAreLeftOutOfThePluginsSpec) {
                          "--cdi-feature-flags", "disable-nvsandboxutils"},
                         {{"KGPU_SIM_NODE", kSource + "/sim/nodes/t4x4.yaml"},
                          {"CDI_DISABLE_HOOKS", "update-ldcache,create-symlinks,enable-cuda-compat"}});
-    const std::string spec = cdi.path() + "/kgpu-nvidia-gpu.yaml";
+    const std::string spec = cdi.path() + "/k8s.device-plugin.nvidia.com-gpu.json";
     ASSERT_TRUE(wait_for(spec, [](const std::string& s) { return s.find("libcuda.so.535.161.08") != std::string::npos; }))
         << plugin.err();
     EXPECT_THAT(slurp(spec), Not(HasSubstr("update-ldcache")));

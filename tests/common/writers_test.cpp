@@ -186,10 +186,10 @@ TEST(Writers, DevicePluginCdiSpecDirectoryAndSpecModesDoNotDependOnTheUmask) {
                                      cdi.string()},
                                     {{"KGPU_SIM_NODE", kSource + "/sim/nodes/t4x4.yaml"}});
     ASSERT_TRUE(kubelet.wait_registered("nvidia.com/gpu", 1, std::chrono::seconds(20))) << plugin.err();
-    ASSERT_TRUE(fs::exists(cdi / "kgpu-nvidia-gpu.yaml")) << plugin.err();
+    ASSERT_TRUE(fs::exists(cdi / "k8s.device-plugin.nvidia.com-gpu.json")) << plugin.err();
     EXPECT_EQ(mode_of(fs::path(dir.path()) / "run"), 0755u);
     EXPECT_EQ(mode_of(cdi), 0755u);
-    EXPECT_EQ(mode_of(cdi / "kgpu-nvidia-gpu.yaml"), 0644u);
+    EXPECT_EQ(mode_of(cdi / "k8s.device-plugin.nvidia.com-gpu.json"), 0644u);
     plugin.signal(SIGTERM);
     plugin.wait(10000);
 }

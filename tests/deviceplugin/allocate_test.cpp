@@ -9,6 +9,10 @@
 namespace kgpu::deviceplugin {
 namespace {
 
+// The device plugin's CDI vendor, NVIDIA's plugin's (issue #23: names that cannot collide with a
+// node-wide nvidia.com/gpu spec).
+const std::string kDp = "k8s.device-plugin.nvidia.com/";
+
 const std::string kUuid0 = "GPU-ec27bccf-af4d-bf80-04f8-04dfca67ad77";
 const std::string kUuid1 = "GPU-49005985-4777-3876-1392-121435b83ab5";
 const std::string kUuid2 = "GPU-ed41d99c-1127-c5ac-c4ee-501cabe400bc";
@@ -90,27 +94,28 @@ TEST(DevicePluginAllocate, CdiAnnotations) {
     ASSERT_TRUE(a.has_value()) << a.error().message;
     EXPECT_TRUE(a->envs.empty());
     EXPECT_EQ(a->annotations, (std::map<std::string, std::string>{
-                                  {"cdi.k8s.io/kgpu_nvidia.com-gpu", "nvidia.com/gpu=" + kUuid1 + ",nvidia.com/gpu=" + kUuid0}}));
+                                  {"cdi.k8s.io/kgpu_nvidia.com-gpu",
+                                   kDp + "gpu=" + kUuid1 + "," + kDp + "gpu=" + kUuid0}}));
     Config c = with({DeviceListStrategy::cdi_annotations}, DeviceIdStrategy::index);
     c.cdi_annotation_prefix = "example.com/";
     auto idx = allocate(gpus(DeviceIdStrategy::index), {kUuid0, kUuid2}, c, {}, kNoDevRoot);
     ASSERT_TRUE(idx.has_value());
-    EXPECT_EQ(idx->annotations.at("example.com/kgpu_nvidia.com-gpu"), "nvidia.com/gpu=0,nvidia.com/gpu=2");
+    EXPECT_EQ(idx->annotations.at("example.com/kgpu_nvidia.com-gpu"), kDp + "gpu=0," + kDp + "gpu=2");
 }
 
 TEST(DevicePluginAllocate, CdiCri) {
     auto a = allocate(gpus(DeviceIdStrategy::index), {kUuid2, kUuid0}, with({DeviceListStrategy::cdi_cri}, DeviceIdStrategy::index),
                       {}, kNoDevRoot);
     ASSERT_TRUE(a.has_value()) << a.error().message;
-    EXPECT_EQ(a->cdi_devices, (std::vector<std::string>{"nvidia.com/gpu=2", "nvidia.com/gpu=0"}));
+    EXPECT_EQ(a->cdi_devices, (std::vector<std::string>{kDp + "gpu=2", kDp + "gpu=0"}));
     EXPECT_TRUE(a->envs.empty());
     EXPECT_TRUE(a->annotations.empty());
 }
 
 TEST(DevicePluginAllocate, CdiDeviceNameFollowsIdStrategy) {
     const Resource r = gpus(DeviceIdStrategy::uuid);
-    EXPECT_EQ(cdi_device_name(r.devices[1], Config{}), "nvidia.com/gpu=" + kUuid1);
-    EXPECT_EQ(cdi_device_name(r.devices[1], with({}, DeviceIdStrategy::index)), "nvidia.com/gpu=1");
+    EXPECT_EQ(cdi_device_name(r.devices[1], Config{}), kDp + "gpu=" + kUuid1);
+    EXPECT_EQ(cdi_device_name(r.devices[1], with({}, DeviceIdStrategy::index)), kDp + "gpu=1");
     EXPECT_EQ(cdi_annotation_key("nvidia.com/mig-1g.10gb", Config{}), "cdi.k8s.io/kgpu_nvidia.com-mig-1g.10gb");
 }
 
@@ -120,8 +125,8 @@ TEST(DevicePluginAllocate, SeveralStrategiesAtOnce) {
                       {}, kNoDevRoot);
     ASSERT_TRUE(a.has_value()) << a.error().message;
     EXPECT_EQ(a->envs.at("NVIDIA_VISIBLE_DEVICES"), kUuid0);
-    EXPECT_EQ(a->annotations.at("cdi.k8s.io/kgpu_nvidia.com-gpu"), "nvidia.com/gpu=" + kUuid0);
-    EXPECT_EQ(a->cdi_devices, std::vector<std::string>{"nvidia.com/gpu=" + kUuid0});
+    EXPECT_EQ(a->annotations.at("cdi.k8s.io/kgpu_nvidia.com-gpu"), kDp + "gpu=" + kUuid0);
+    EXPECT_EQ(a->cdi_devices, std::vector<std::string>{kDp + "gpu=" + kUuid0});
     // envvar + volume-mounts: the mounts win the variable.
     auto b = allocate(gpus(DeviceIdStrategy::uuid), {kUuid0},
                       with({DeviceListStrategy::envvar, DeviceListStrategy::volume_mounts}), {}, kNoDevRoot);
@@ -246,17 +251,18 @@ TEST_F(DevicePluginDevRoot, GpuDirectAndImexExtras) {
     EXPECT_EQ(a->envs.at("NVIDIA_MOFED"), "enabled");
     EXPECT_EQ(a->envs.at("NVIDIA_GDRCOPY"), "enabled");
     EXPECT_FALSE(a->envs.contains("NVIDIA_IMEX_CHANNELS"));
-    EXPECT_EQ(a->cdi_devices, std::vector<std::string>{"nvidia.com/gpu=" + kUuid0});
+    EXPECT_EQ(a->cdi_devices, std::vector<std::string>{kDp + "gpu=" + kUuid0});
     // The channel exists and the specs were written: names in NVIDIA's order.
     std::filesystem::create_directories(root_ / "dev/nvidia-caps-imex-channels");
     touch("/dev/nvidia-caps-imex-channels/channel0");
     std::filesystem::create_directories(root_ / "cdi");
-    for (const char* f : {"kgpu-nvidia-imex-channel.yaml", "kgpu-nvidia-gds.yaml", "kgpu-nvidia-gdrcopy.yaml"})
+    for (const char* f : {"k8s.device-plugin.nvidia.com-imex-channel.json", "k8s.device-plugin.nvidia.com-gds.json",
+                          "k8s.device-plugin.nvidia.com-gdrcopy.json"})
         std::ofstream(root_ / "cdi" / f) << "";
     auto b = allocate(gpus(), {kUuid0}, c, {}, view);
     ASSERT_TRUE(b.has_value()) << b.error().message;
-    EXPECT_EQ(b->cdi_devices, (std::vector<std::string>{"nvidia.com/gpu=" + kUuid0, "nvidia.com/imex-channel=0",
-                                                        "nvidia.com/gdrcopy=all", "nvidia.com/gds=all"}));
+    EXPECT_EQ(b->cdi_devices, (std::vector<std::string>{kDp + "gpu=" + kUuid0, kDp + "imex-channel=0",
+                                                        kDp + "gdrcopy=all", kDp + "gds=all"}));
     EXPECT_EQ(b->envs.at("NVIDIA_IMEX_CHANNELS"), "0");
     EXPECT_EQ(b->mounts.back(), (Mount{"/var/run/nvidia-container-devices/imex/0", "/dev/null", true}));
     c.pass_device_specs = true;
@@ -265,7 +271,10 @@ TEST_F(DevicePluginDevRoot, GpuDirectAndImexExtras) {
     ASSERT_TRUE(d.has_value()) << d.error().message;
     EXPECT_EQ(d->devices.back(), (DeviceSpec{"/dev/nvidia-caps-imex-channels/channel0",
                                              root_.string() + "/dev/nvidia-caps-imex-channels/channel0", "rw"}));
-    EXPECT_EQ(cdi_spec_file_name("nvidia.com/gpu"), "kgpu-nvidia-gpu.yaml");  // the GPU spec's established name
+    // NVIDIA's plugin's file names (CDI's GenerateNameForSpec + ".json"), and kgpu's old ones.
+    EXPECT_EQ(cdi_spec_file_name(kGpuKind), "k8s.device-plugin.nvidia.com-gpu.json");
+    EXPECT_EQ(cdi_spec_file_name(kGdsKind), "k8s.device-plugin.nvidia.com-gds.json");
+    EXPECT_EQ(legacy_cdi_spec_file_name("gpu"), "kgpu-nvidia-gpu.yaml");
 }
 
 TEST(DevicePluginAllocate, DevRootViewPaths) {

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cdi/cache.h"
 #include "deviceplugin/plugin_fixture.h"
 
 using namespace std::chrono_literals;
@@ -23,6 +24,10 @@ using ::testing::Not;
 namespace fs = std::filesystem;
 
 namespace {
+
+// The device plugin's CDI vendor, NVIDIA's plugin's (issue #23: names that cannot collide with a
+// node-wide nvidia.com/gpu spec).
+const std::string kDp = "k8s.device-plugin.nvidia.com/";
 
 constexpr const char* kGpu = "nvidia.com/gpu";
 
@@ -71,8 +76,8 @@ TEST_F(CompatTest, IndexStrategyAdvertisesUuidsAndHandsIndicesToTheContainer) {
     EXPECT_EQ(c.mounts(0).container_path(), "/var/run/nvidia-container-devices/3");
     EXPECT_EQ(c.mounts(1).container_path(), "/var/run/nvidia-container-devices/1");
     ASSERT_EQ(c.cdi_devices_size(), 2);
-    EXPECT_EQ(c.cdi_devices(0).name(), "nvidia.com/gpu=3");
-    EXPECT_EQ(c.cdi_devices(1).name(), "nvidia.com/gpu=1");
+    EXPECT_EQ(c.cdi_devices(0).name(), kDp + "gpu=3");
+    EXPECT_EQ(c.cdi_devices(1).name(), kDp + "gpu=1");
     // An index is not an advertised ID.
     EXPECT_EQ(kubelet_->allocate(kGpu, {{"1"}}, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
@@ -248,38 +253,45 @@ TEST_F(CompatTest, GpuDirectAndImexChannelsInAllocate) {
     std::vector<std::string> names;
     for (const auto& d : c.cdi_devices()) names.push_back(d.name());
     // No /dev/infiniband here: no MOFED CDI device (and a warning says so).
-    EXPECT_EQ(names, (std::vector<std::string>{"nvidia.com/gpu=" + sim_.uuid("0"), "nvidia.com/imex-channel=0",
-                                               "nvidia.com/gdrcopy=all", "nvidia.com/gds=all"}));
+    EXPECT_EQ(names, (std::vector<std::string>{kDp + "gpu=" + sim_.uuid("0"), kDp + "imex-channel=0",
+                                               kDp + "gdrcopy=all", kDp + "gds=all"}));
     EXPECT_EQ(c.devices(c.devices_size() - 1).container_path(), "/dev/nvidia-caps-imex-channels/channel0");
-    EXPECT_THAT(plugin_->err(), HasSubstr("flags.mofedEnabled: no device node of nvidia.com/mofed"));
-    // The specs the names refer to.
-    const std::string gds = slurp(cdi.path() + "/kgpu-nvidia-gds.yaml");
-    EXPECT_THAT(gds, HasSubstr("kind: nvidia.com/gds"));
-    EXPECT_THAT(gds, HasSubstr("path: /dev/nvidia-fs1"));
-    EXPECT_THAT(slurp(cdi.path() + "/kgpu-nvidia-imex-channel.yaml"),
-                HasSubstr("path: /dev/nvidia-caps-imex-channels/channel0"));
-    EXPECT_THAT(slurp(cdi.path() + "/kgpu-nvidia-gdrcopy.yaml"), HasSubstr("path: /dev/gdrdrv"));
-    EXPECT_FALSE(fs::exists(cdi.path() + "/kgpu-nvidia-mofed.yaml"));
+    EXPECT_THAT(plugin_->err(), HasSubstr("flags.mofedEnabled: no device node of " + kDp + "mofed"));
+    // The specs the names refer to: JSON under NVIDIA's plugin's file names.
+    const std::string gds_path = cdi.path() + "/k8s.device-plugin.nvidia.com-gds.json";
+    const std::string imex_path = cdi.path() + "/k8s.device-plugin.nvidia.com-imex-channel.json";
+    const std::string gdrcopy_path = cdi.path() + "/k8s.device-plugin.nvidia.com-gdrcopy.json";
+    const std::string gds = slurp(gds_path);
+    EXPECT_THAT(gds, HasSubstr("\"kind\": \"k8s.device-plugin.nvidia.com/gds\""));
+    EXPECT_THAT(gds, HasSubstr("\"path\": \"/dev/nvidia-fs1\""));
+    EXPECT_THAT(slurp(imex_path), HasSubstr("\"path\": \"/dev/nvidia-caps-imex-channels/channel0\""));
+    EXPECT_THAT(slurp(gdrcopy_path), HasSubstr("\"path\": \"/dev/gdrdrv\""));
+    EXPECT_FALSE(fs::exists(cdi.path() + "/k8s.device-plugin.nvidia.com-mofed.json"));
+    // Every name resolves, as a CDI cache (containerd's) resolves them in that directory.
+    const auto view = kgpu::cdi::scan_spec_dirs({cdi.path()});
+    EXPECT_THAT(kgpu::cdi::unresolved(view, names), ::testing::IsEmpty());
     for (const std::string& schema : {std::string(KGPU_SOURCE_DIR) + "/../shared/facts/cdi-schema",
                                       std::string("/work/shared/facts/cdi-schema")}) {
         if (!fs::exists(schema + "/schema.json")) continue;
         auto v = run_process({"/usr/bin/python3", std::string(KGPU_SOURCE_DIR) + "/tests/cdi/validate_cdi.py", schema,
-                              cdi.path() + "/kgpu-nvidia-gds.yaml", cdi.path() + "/kgpu-nvidia-imex-channel.yaml",
-                              cdi.path() + "/kgpu-nvidia-gdrcopy.yaml"});
+                              gds_path, imex_path, gdrcopy_path});
         EXPECT_EQ(v.exit_code, 0) << v.out << v.err;
         break;
     }
 }
 
-// The extra specs' file names are kgpu's, but the directory is the node's (/var/run/cdi): a
-// plugin removes only specs it wrote, or, while it writes CDI specs itself, ones that carry
-// kgpu's marker. With the default envvar strategy it touches nothing there.
+// The directory is the node's (/var/run/cdi): a plugin removes only extra specs it wrote, and,
+// while it writes CDI specs itself, the ones an earlier kgpu wrote under its old file names
+// (kgpu-nvidia-<class>.yaml, nvidia.com names) when they carry kgpu's marker. A spec under
+// NVIDIA's file name that this process did not write (NVIDIA's plugin's) stays. With the default
+// envvar strategy it touches nothing there.
 TEST_F(CompatTest, ExtraSpecsNotWrittenByKgpuAreLeftAlone) {
     TempDir cdi;
     const std::string foreign = "cdiVersion: 0.5.0\nkind: nvidia.com/gds\ndevices: []\n";
     const std::string gds = cdi.write("kgpu-nvidia-gds.yaml", foreign);
     const std::string imex = cdi.write("kgpu-nvidia-imex-channel.yaml", foreign);
     const std::string marked = cdi.write("kgpu-nvidia-gdrcopy.yaml", "# Written by kgpu device-plugin\n" + foreign);
+    const std::string nvidias = cdi.write("k8s.device-plugin.nvidia.com-gds.json", "{\"cdiVersion\": \"0.5.0\"}\n");
     start("t4x4.yaml", {"--cdi-spec-dir", cdi.path()});
     registered(kGpu, 4);
     plugin_->signal(SIGHUP);  // applies the config again
@@ -289,6 +301,7 @@ TEST_F(CompatTest, ExtraSpecsNotWrittenByKgpuAreLeftAlone) {
     EXPECT_EQ(slurp(gds), foreign);
     EXPECT_EQ(slurp(imex), foreign);
     EXPECT_TRUE(fs::exists(marked)) << "envvar strategy: nothing in the CDI directory is kgpu's business";
+    EXPECT_TRUE(fs::exists(nvidias));
     // A CDI strategy with no extras in use: the marked leftover goes, the others stay.
     start("t4x4.yaml", {"--cdi-spec-dir", cdi.path(), "--device-list-strategy", "cdi-cri"});
     registered(kGpu, 4);
@@ -298,6 +311,32 @@ TEST_F(CompatTest, ExtraSpecsNotWrittenByKgpuAreLeftAlone) {
     EXPECT_FALSE(fs::exists(marked));
     EXPECT_EQ(slurp(gds), foreign);
     EXPECT_EQ(slurp(imex), foreign);
+    EXPECT_TRUE(fs::exists(nvidias));
+}
+
+// Issue #23 items 2 and 3, end to end: a config written for migStrategy mixed (a MIG resource in
+// sharing.timeSlicing) with a misspelt key, used under single. The plugin serves nvidia.com/gpu
+// unshared with one warning per thing it ignores, and `kgpu labels` (the same file) agrees: no
+// replicas, no sharing strategy. Before, both exited 2.
+TEST_F(CompatTest, MigResourceInTimeSlicingUnderSingleAndAnUnknownKeyPluginAndLabelsAgree) {
+    const std::string cfg = config("version: v1\nflags:\n  migStrategy: single\n  failOnInitErorr: true\n"
+                                   "sharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/mig-2g.20gb\n"
+                                   "      replicas: 4\n");
+    start("a100-mig-uniform.yaml", {"--config-file", cfg});
+    const Devices d = registered(kGpu, 12);
+    for (const auto& [id, state] : d) EXPECT_EQ(id.find("::"), std::string::npos) << id << ": shared";
+    ASSERT_TRUE(logged("is a MIG resource, served only with migStrategy mixed"));
+    EXPECT_THAT(plugin_->err(), HasSubstr(cfg + ":8: key 'sharing.timeSlicing.resources[0].name'"));
+    EXPECT_THAT(plugin_->err(), HasSubstr(cfg + ":4: key 'flags.failOnInitErorr': unknown key"));
+
+    auto l = run_process({KGPU_BINARY, "labels", "--oneshot", "--output-file", "-", "--nvml-library", KGPU_SIM_LIBRARY,
+                          "--config-file", cfg, "--sysfs-root", aux_.path() + "/no-sysfs"},
+                         {{"KGPU_SIM_NODE", sim_fixture("a100-mig-uniform.yaml")}});
+    ASSERT_EQ(l.exit_code, 0) << l.err;
+    EXPECT_THAT(l.out, HasSubstr("nvidia.com/gpu.replicas=1\n"));
+    EXPECT_THAT(l.out, HasSubstr("nvidia.com/gpu.sharing-strategy=none\n"));
+    EXPECT_THAT(l.out, HasSubstr("nvidia.com/mig.strategy=single\n"));
+    EXPECT_THAT(l.err, HasSubstr(cfg + ":4: key 'flags.failOnInitErorr': unknown key"));
 }
 
 TEST_F(CompatTest, RequiredImexChannelMissingFailsTheStartNamingIt) {

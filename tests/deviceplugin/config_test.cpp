@@ -148,15 +148,65 @@ TEST(DevicePluginConfig, EmptyBlocksAreAccepted) {
     EXPECT_FALSE(c->sharing.time_slicing.has_value());
 }
 
-TEST(DevicePluginConfig, UnknownKeysNameFileLineAndKey) {
-    std::string e = error_of("version: v1\nflags:\n  migStratgy: none\n");
-    EXPECT_NE(e.find("cfg.yaml:3: key 'flags.migStratgy': unknown key"), std::string::npos) << e;
-    e = error_of("version: v1\nflags:\n  plugin:\n    passDeviceSpec: true\n");
-    EXPECT_NE(e.find("cfg.yaml:4: key 'flags.plugin.passDeviceSpec'"), std::string::npos) << e;
-    e = error_of("version: v1\nhealthz: {}\n");
-    EXPECT_NE(e.find("cfg.yaml:2: key 'healthz'"), std::string::npos) << e;
-    e = error_of("version: v1\nhealth:\n  recoveryPeriod: 5m\n  ignoreXids: [1]\n");
-    EXPECT_NE(e.find("cfg.yaml:4: key 'health.ignoreXids'"), std::string::npos) << e;
+// Issue #23 item 2: unknown keys are ignored, as NVIDIA's parser ignores them (a config that ran
+// for years must not crash-loop after a migration), and recorded with file, line and key for the
+// warning of a process that serves and the error of --check-config / kgpu doctor.
+std::vector<std::string> unknown_of(std::string_view yaml) {
+    auto c = parse_config(yaml, "cfg.yaml");
+    EXPECT_TRUE(c.has_value()) << (c ? "" : c.error().message);
+    std::vector<std::string> out;
+    if (c)
+        for (const auto& k : c->unknown_keys) out.push_back(unknown_key_error(k));
+    return out;
+}
+
+TEST(DevicePluginConfig, UnknownKeysAreIgnoredAndNamedWithFileLineAndKey) {
+    EXPECT_EQ(unknown_of("version: v1\nflags:\n  migStratgy: mixed\n"),
+              std::vector<std::string>{"cfg.yaml:3: key 'flags.migStratgy': unknown key (expected one of: migStrategy, "
+                                       "failOnInitError, nvidiaDriverRoot, nvidiaDevRoot, plugin, gfd, mpsRoot, "
+                                       "gdrcopyEnabled, gdsEnabled, mofedEnabled, useNodeFeatureAPI, "
+                                       "deviceDiscoveryStrategy, devicePluginPath, kubeletSocket, nvmlLibrary, "
+                                       "cdiSpecDir, procRoot, applyResourceNaming, applyResourcePatterns)"});
+    auto u = unknown_of("version: v1\nflags:\n  plugin:\n    passDeviceSpec: true\n");
+    ASSERT_EQ(u.size(), 1u);
+    EXPECT_EQ(u[0].rfind("cfg.yaml:4: key 'flags.plugin.passDeviceSpec': unknown key", 0), 0u) << u[0];
+    u = unknown_of("version: v1\nhealthz: {}\nflags:\n  failOnInitErorr: false\n");
+    ASSERT_EQ(u.size(), 2u);
+    EXPECT_EQ(u[0].rfind("cfg.yaml:2: key 'healthz'", 0), 0u) << u[0];
+    EXPECT_EQ(u[1].rfind("cfg.yaml:4: key 'flags.failOnInitErorr'", 0), 0u) << u[1];
+    u = unknown_of("version: v1\nhealth:\n  recoveryPeriod: 5m\n  ignoreXids: [1]\n");
+    ASSERT_EQ(u.size(), 1u);
+    EXPECT_EQ(u[0].rfind("cfg.yaml:4: key 'health.ignoreXids'", 0), 0u) << u[0];
+    u = unknown_of("version: v1\nsharing:\n  timeslicing:\n    resources: [{name: gpu, replicas: 2}]\n");
+    ASSERT_EQ(u.size(), 1u);
+    EXPECT_EQ(u[0].rfind("cfg.yaml:3: key 'sharing.timeslicing'", 0), 0u) << u[0];
+    u = unknown_of("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {name: gpu, replicas: 2, renam: x}\n");
+    ASSERT_EQ(u.size(), 1u);
+    EXPECT_EQ(u[0].rfind("cfg.yaml:5: key 'sharing.timeSlicing.resources[0].renam'", 0), 0u) << u[0];
+
+    // What is ignored changes nothing else: the known keys around it apply; an unknown block is
+    // not read (sharing.timeslicing shares nothing).
+    auto c = parse_config("version: v1\nflags:\n  failOnInitErorr: false\n  migStrategy: mixed\nsharing:\n"
+                          "  timeslicing:\n    resources: [{name: gpu, replicas: 2}]\n",
+                          "cfg.yaml");
+    ASSERT_TRUE(c.has_value()) << c.error().message;
+    EXPECT_EQ(c->mig_strategy, MigStrategy::mixed);
+    EXPECT_TRUE(c->fail_on_init_error);
+    EXPECT_FALSE(c->sharing.time_slicing.has_value());
+    ASSERT_EQ(c->unknown_keys.size(), 2u);
+    EXPECT_EQ(c->unknown_keys[0].key, "flags.failOnInitErorr");
+    EXPECT_EQ(c->unknown_keys[0].line, 3);
+    EXPECT_EQ(c->unknown_keys[0].source, "cfg.yaml");
+    // The service's warning says it is ignored and how to find it strictly.
+    const std::string w = unknown_key_warning(c->unknown_keys[0]);
+    EXPECT_EQ(w.rfind("cfg.yaml:3: key 'flags.failOnInitErorr': unknown key", 0), 0u) << w;
+    EXPECT_NE(w.find("ignored"), std::string::npos) << w;
+    EXPECT_NE(w.find("--check-config"), std::string::npos) << w;
+    // Unknown keys are not settings the plugin ignores on purpose: not in `warnings`.
+    auto r = resolve(*c, {}, {});
+    ASSERT_TRUE(r.has_value()) << r.error().message;
+    EXPECT_EQ(r->unknown_keys.size(), 2u);
+    for (const auto& line : r->warnings) EXPECT_EQ(line.find("failOnInitErorr"), std::string::npos) << line;
 }
 
 TEST(DevicePluginConfig, MistypedAndInvalidValues) {
@@ -188,8 +238,13 @@ TEST(DevicePluginConfig, TimeSlicingValidated) {
     EXPECT_NE(e.find("cfg.yaml:5: key 'sharing.timeSlicing.resources[0].replicas': replicas must be at least 2"),
               std::string::npos)
         << e;
+    // `replica` is unknown (ignored), so `replicas` is missing: the error names both.
     e = error_of("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replica: 3}\n");
-    EXPECT_NE(e.find("unknown key"), std::string::npos) << e;
+    EXPECT_NE(e.find("key 'sharing.timeSlicing.resources[0].replicas': expected a number of replicas"),
+              std::string::npos)
+        << e;
+    EXPECT_NE(e.find("cfg.yaml:5: unknown key 'sharing.timeSlicing.resources[0].replica' (ignored)"), std::string::npos)
+        << e;
     e = error_of("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {replicas: 3}\n");
     EXPECT_NE(e.find("expected the name of a resource to share"), std::string::npos) << e;
     // NVIDIA: "no resources specified".
@@ -221,11 +276,29 @@ TEST(DevicePluginConfig, MpsParsesWithNvidiasRulesAndIsNotServedYet) {
     ASSERT_TRUE(dflt.has_value());
     EXPECT_EQ(dflt->mps_root, "/run/nvidia/mps");
     EXPECT_TRUE(resolve(*dflt, Overrides{}, Overrides{}).has_value());
+    // Issue #23 item 4: NVIDIA forces failRequestsGreaterThanOne for MPS (NewConfig) and refuses
+    // more than one MPS replica per request whatever it says (ValidateRequest): false is ignored,
+    // with a warning naming the line.
     auto relaxed = parse_config("version: v1\nsharing:\n  mps:\n    failRequestsGreaterThanOne: false\n"
                                 "    resources: [{name: gpu, replicas: 2}]\n",
                                 "f");
     ASSERT_TRUE(relaxed.has_value()) << relaxed.error().message;
-    EXPECT_FALSE(relaxed->sharing.mps->fail_requests_greater_than_one);
+    EXPECT_TRUE(relaxed->sharing.mps->fail_requests_greater_than_one);
+    EXPECT_TRUE(relaxed->sharing.mps->fail_requests_set);
+    ASSERT_EQ(relaxed->warnings.size(), 1u);
+    EXPECT_NE(relaxed->warnings[0].find("f:4: key 'sharing.mps.failRequestsGreaterThanOne': false is ignored"),
+              std::string::npos)
+        << relaxed->warnings[0];
+    auto relaxed_resolved = resolve(*relaxed, {}, {});
+    ASSERT_TRUE(relaxed_resolved.has_value()) << relaxed_resolved.error().message;
+    EXPECT_EQ(relaxed_resolved->warnings, relaxed->warnings);
+    // Time-slicing keeps the setting as written.
+    auto ts = parse_config("version: v1\nsharing:\n  timeSlicing:\n    failRequestsGreaterThanOne: false\n"
+                           "    resources: [{name: gpu, replicas: 2}]\n",
+                           "f");
+    ASSERT_TRUE(ts.has_value()) << ts.error().message;
+    EXPECT_FALSE(ts->sharing.time_slicing->fail_requests_greater_than_one);
+    EXPECT_TRUE(ts->warnings.empty());
 
     // Rejections: parsing ...
     std::string e = error_of("version: v1\nsharing:\n  mps:\n    resources:\n    - {name: gpu, replicas: 1}\n");
@@ -380,8 +453,7 @@ TEST(DevicePluginConfig, ImexChannelIdsAreEmptyOrZero) {
     EXPECT_NE(e.find("expected [] or [0]"), std::string::npos) << e;
     e = error_of("version: v1\nimex:\n  channelIDs: 0\n");
     EXPECT_NE(e.find("expected a list"), std::string::npos) << e;
-    e = error_of("version: v1\nimex:\n  channels: [0]\n");
-    EXPECT_NE(e.find("key 'imex.channels': unknown key"), std::string::npos) << e;
+    EXPECT_EQ(unknown_of("version: v1\nimex:\n  channels: [0]\n").size(), 1u);
     EXPECT_EQ(parse_imex_channel_ids(" 0 "), std::vector<unsigned>{0});
     EXPECT_EQ(parse_imex_channel_ids(""), std::vector<unsigned>{});
     EXPECT_FALSE(parse_imex_channel_ids("3").has_value());
@@ -507,10 +579,13 @@ TEST(DevicePluginConfig, LoadConfigFile) {
     ASSERT_TRUE(c.has_value()) << c.error().message;
     EXPECT_EQ(c->mig_strategy, MigStrategy::single);
     EXPECT_EQ(c->config_file, path.string());
-    std::ofstream(path) << "version: v1\nflags:\n  bogus: 1\n";
+    std::ofstream(path) << "version: v1\nflags:\n  bogus: 1\n  migStrategy: [none]\n";
     auto bad = load_config_file(path.string());
     ASSERT_FALSE(bad.has_value());
-    EXPECT_NE(bad.error().message.find(path.string() + ":3: key 'flags.bogus'"), std::string::npos) << bad.error().message;
+    EXPECT_NE(bad.error().message.find(path.string() + ":4: key 'flags.migStrategy'"), std::string::npos)
+        << bad.error().message;
+    EXPECT_NE(bad.error().message.find(path.string() + ":3: unknown key 'flags.bogus' (ignored)"), std::string::npos)
+        << bad.error().message;
     auto missing = load_config_file((dir / "absent.yaml").string());
     ASSERT_FALSE(missing.has_value());
     EXPECT_EQ(missing.error().code, Code::not_found);

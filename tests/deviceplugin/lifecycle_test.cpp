@@ -257,6 +257,33 @@ TEST_F(LifecycleTest, NvidiasPluginKilledLeavingItsSocketKgpuServesAgain) {
 // Item 3: Register runs off the control loop. The kubelet accepts the connection and never
 // answers; SIGHUP, health changes and SIGTERM are handled while that Register still hangs (the
 // plugin's Register deadline is seconds away, so none of them waited for it).
+// Issue #23 item 7: a kubelet restart as the real one does it. The old kubelet exits first (its
+// streams end; kubelet.sock stays behind, refusing connections), and only later does the new one
+// empty the directory and serve kubelet.sock again. kgpu sends no Register to the dead socket: its
+// log says once per restart that it waits, then shows one registration, and no warning. (Before,
+// it retried the stale socket with backoff, 100 ms doubling, a warning per distinct failure.)
+TEST_F(LifecycleTest, AKubeletThatExitedIsWaitedForNotRetriedOnItsStaleSocket) {
+    start("t4x4.yaml");
+    ASSERT_TRUE(settled({{kGpu, 4}})) << counts({{kGpu, 4}});
+    for (size_t i = 1; i <= 2; ++i) {
+        kubelet_->stop();
+        ASSERT_TRUE(kgpu::test::eventually([&] { return count(plugin_->err(), "no kubelet listens on") >= i; }))
+            << plugin_->err();
+        // The old code's retries came 100, 300 and 700 ms after the stream ended: none may go out.
+        std::this_thread::sleep_for(800ms);
+        ASSERT_TRUE(kubelet_->restart());
+        ASSERT_TRUE(settled({{kGpu, 4}})) << "after kubelet restart " << i << ":\n" << counts({{kGpu, 4}});
+    }
+    // The kubelet may see a registration before the plugin has logged that Register returned.
+    ASSERT_TRUE(kgpu::test::eventually([&] { return count(plugin_->err(), "registered nvidia.com/gpu") >= 3; }))
+        << plugin_->err();
+    const std::string err = plugin_->err();
+    EXPECT_EQ(count(err, "registered nvidia.com/gpu"), 3u) << err;
+    EXPECT_EQ(count(err, "no kubelet listens on"), 2u) << err;
+    EXPECT_EQ(count(err, "retrying with backoff"), 0u) << err;
+    EXPECT_EQ(count(err, " warn "), 0u) << err;
+}
+
 TEST_F(LifecycleTest, HungKubeletBlocksNeitherSighupNorHealthNorSigterm) {
     kubelet_->hang_register(true);
     const std::string cfg = files_.path() + "/config.yaml";
@@ -327,7 +354,8 @@ TEST_F(LifecycleTest, SocketAndCreatedDirectoriesAreNotWorldWritableUnderUmask00
     ::umask(old);
     const std::string sock = dp + "/" + kSocket;
     ASSERT_TRUE(kubelet_->wait_until([&] { return std::filesystem::exists(sock); }, 20s)) << plugin_->err();
-    ASSERT_TRUE(kubelet_->wait_until([&] { return std::filesystem::exists(cdi + "/kgpu-nvidia-gpu.yaml"); }, 20s));
+    ASSERT_TRUE(kubelet_->wait_until(
+        [&] { return std::filesystem::exists(cdi + "/k8s.device-plugin.nvidia.com-gpu.json"); }, 20s));
     auto mode = [](const std::string& p) {
         struct stat st {};
         EXPECT_EQ(::lstat(p.c_str(), &st), 0) << p;
@@ -336,7 +364,7 @@ TEST_F(LifecycleTest, SocketAndCreatedDirectoriesAreNotWorldWritableUnderUmask00
     for (const std::string& d : {dir_.path() + "/sub", dp, dir_.path() + "/cdi", cdi})
         EXPECT_EQ(mode(d) & 0002, 0u) << d << " mode " << std::oct << mode(d);
     EXPECT_EQ(mode(sock) & 0002, 0u) << sock << " mode " << std::oct << mode(sock);
-    EXPECT_EQ(mode(cdi + "/kgpu-nvidia-gpu.yaml"), 0644u);
+    EXPECT_EQ(mode(cdi + "/k8s.device-plugin.nvidia.com-gpu.json"), 0644u);
 }
 
 }  // namespace

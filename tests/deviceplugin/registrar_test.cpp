@@ -123,4 +123,54 @@ TEST(RegistrarTest, ADoctorProbeBetweenRegisterAndTheKubeletsStreamIsNotTheRegis
     server->stop();
 }
 
+// Issue #23 item 7: the kubelet exits (its stream ends, kubelet.sock stays and refuses
+// connections). The registrar sends nothing to the dead socket, however short its backoff: it
+// waits until kubelet.sock is created again (here the test calls kubelet_changed() as the
+// plugin's inotify watch does), then registers once. Before, it retried the stale socket with
+// backoff until the new kubelet answered.
+TEST(RegistrarTest, AKubeletThatExitedIsWaitedForNotRetried) {
+    TempDir dir;
+    FakeKubelet kubelet(dir.path());
+    ASSERT_TRUE(kubelet.start());
+    Registrar* self = nullptr;
+    kgpu::deviceplugin::Handlers h;
+    h.stream_ended = [&self](std::uint64_t id, bool by_peer) {
+        if (self) self->stream_ended(kGpu, id, by_peer);
+    };
+    auto server = std::make_shared<ResourceServer>(kGpu, dir.path() + "/kgpu-nvidia-com-gpu.sock", h);
+    server->publish(two_gpus());
+    ASSERT_TRUE(server->start());
+    Registrar::Options o;
+    o.kubelet_socket = kubelet.socket_path();
+    o.plugin_dir = dir.path();
+    o.min_backoff = 5ms;  // a retry against the dead socket would come at once, and often
+    o.new_kubelet_backoff = 5ms;
+    Registrar registrar(o);
+    self = &registrar;
+    registrar.start();
+    registrar.add(server);
+    ASSERT_TRUE(kubelet.wait_until([&] { return kubelet.open_streams(kGpu) == 1 && registrar.registered(kGpu); }, 20s));
+    EXPECT_EQ(registrar.register_attempts(), 1u);
+
+    kubelet.stop();  // the kubelet exits; its socket file stays
+    ASSERT_TRUE(kubelet.wait_until([&] { return registrar.waiting_for_kubelet(kGpu); }, 20s));
+    EXPECT_FALSE(kubelet.wait_until([&] { return registrar.register_attempts() > 1; }, 300ms))
+        << "a Register went to the kubelet that exited";
+    // Events that used to trigger a Register (our socket served again, the other plugin gone)
+    // send none while no kubelet listens either.
+    registrar.served_again(kGpu);
+    registrar.directory_changed("nvidia-gpu.sock");
+    EXPECT_FALSE(kubelet.wait_until([&] { return registrar.register_attempts() > 1; }, 100ms));
+
+    ASSERT_TRUE(kubelet.start());  // the next kubelet binds kubelet.sock again
+    registrar.kubelet_changed();
+    ASSERT_TRUE(kubelet.wait_until([&] { return kubelet.open_streams(kGpu) == 1 && registrar.registered(kGpu); }, 20s));
+    EXPECT_EQ(registrar.register_attempts(), 2u);
+    EXPECT_EQ(kubelet.register_calls(kGpu), 1);
+    EXPECT_FALSE(registrar.waiting_for_kubelet(kGpu));
+    registrar.stop();
+    self = nullptr;
+    server->stop();
+}
+
 }  // namespace

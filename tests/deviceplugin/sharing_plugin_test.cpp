@@ -228,7 +228,6 @@ TEST_F(SharedDevicesTest, ConfigErrorsFoundWithoutTheNodeExitTwo) {
     const Case cases[] = {
         {head + "    - name: gpu\n      replicas: 1\n", "none", ":6: key 'sharing.timeSlicing.resources[0].replicas'"},
         {head + "    - name: gpu\n      rename: s\n      devices: [1, 1]\n      replicas: 2\n", "none", "listed twice"},
-        {head + "    - name: mig-1g.10gb\n      replicas: 2\n", "single", "migStrategy mixed"},
         {head + "    - name: gpu\n      rename: " + std::string(70, 'x') + "\n      replicas: 2\n", "none", "1..63"},
         {head + "    - name: gpu\n      rename: under_score.com/x\n      replicas: 2\n", "none", "DNS subdomain"},
         {"version: v1\nflags: {mpsRoot: \"\"}\nsharing:\n  mps:\n    resources: [{name: gpu, replicas: 2}]\n", "none",

@@ -16,6 +16,10 @@
 namespace kgpu::deviceplugin {
 namespace {
 
+// The device plugin's CDI vendor, NVIDIA's plugin's (issue #23: names that cannot collide with a
+// node-wide nvidia.com/gpu spec).
+const std::string kDp = "k8s.device-plugin.nvidia.com/";
+
 using ::testing::HasSubstr;
 
 template <class T>
@@ -234,7 +238,6 @@ TEST(DevicePluginTimeSlicing, EveryValidationErrorNamesFileLineAndReason) {
         {"    - name: gpu\n      replicas: 1\n", MigStrategy::none, "at least 2", 6},
         {"    - name: gpu\n      devices: [0, 1, 0]\n      rename: x\n      replicas: 2\n", MigStrategy::none,
          "listed twice", 6},
-        {"    - name: nvidia.com/mig-1g.10gb\n      replicas: 2\n", MigStrategy::single, "migStrategy mixed", 5},
         {"    - name: gpu\n      devices: [\"0:1\"]\n      rename: x\n      replicas: 2\n", MigStrategy::none,
          "MIG device", 6},
         {"    - name: gpu\n      rename: nvidia.com/this-name-is-far-too-long-for-a-kubernetes-extended-resource-name\n"
@@ -291,6 +294,51 @@ TEST(DevicePluginTimeSlicing, EveryValidationErrorNamesFileLineAndReason) {
         EXPECT_THAT(r.error().message, HasSubstr(bc.needle)) << r.error().message;
         EXPECT_THAT(r.error().message, HasSubstr(fmt::format("ts.yaml:{}:", bc.line))) << r.error().message;
     }
+}
+
+// Issue #23 item 3: a MIG resource named in sharing.timeSlicing under migStrategy none or single
+// matches no device: NVIDIA's plugin skips it (rm/device_map.go) and serves nvidia.com/gpu
+// unshared; so does kgpu, with a warning naming the line. Before, resolve() refused the config and
+// the plugin (and `kgpu labels`) exited 2.
+TEST(DevicePluginTimeSlicing, MigResourceWithoutMixedIsSkippedWithAWarning) {
+    const std::string yaml = "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+                             "    - name: nvidia.com/mig-1g.10gb\n      replicas: 2\n";
+    for (MigStrategy s : {MigStrategy::none, MigStrategy::single}) {
+        SCOPED_TRACE(to_string(s));
+        auto parsed = parse_config(yaml, "ts.yaml");
+        ASSERT_TRUE(parsed.has_value()) << parsed.error().message;
+        Overrides flags;
+        flags.mig_strategy = s;
+        auto c = resolve(*parsed, {}, flags);
+        ASSERT_TRUE(c.has_value()) << c.error().message;
+        ASSERT_EQ(c->warnings.size(), 1u);
+        EXPECT_THAT(c->warnings[0], HasSubstr("ts.yaml:5: key 'sharing.timeSlicing.resources[0].name': "
+                                              "nvidia.com/mig-1g.10gb is a MIG resource, served only with "
+                                              "migStrategy mixed"));
+        EXPECT_THAT(describe(*c), HasSubstr("(skipped: a MIG resource without migStrategy mixed)"));
+        // A node without MIG-enabled GPUs serves its whole GPUs under both strategies, unshared.
+        auto node = a100_mig();
+        for (auto& g : node.gpus) {
+            g.mig_mode = inventory::MigMode::disabled;
+            g.mig_devices.clear();
+        }
+        std::vector<std::string> warnings;
+        auto rs = must(build_resources(node, *c, &warnings));
+        EXPECT_EQ(counts(rs), (std::map<std::string, size_t>{{"nvidia.com/gpu", 4}}));
+        EXPECT_EQ(rs[0].replicas, 1u);
+        EXPECT_TRUE(warnings.empty()) << warnings.front();  // warned once, by resolve()
+    }
+    // The other entries still apply; under mixed the MIG entry is served as before.
+    auto both = sharing(yaml + "    - name: gpu\n      replicas: 3\n", MigStrategy::none);
+    EXPECT_EQ(counts(must(build_resources(a100_mig(), both))), (std::map<std::string, size_t>{{"nvidia.com/gpu", 12}}));
+    auto mixed = sharing(yaml, MigStrategy::mixed);
+    EXPECT_TRUE(mixed.warnings.empty());
+    auto rs = must(build_resources(a100_mig(), mixed));
+    EXPECT_EQ(counts(rs)["nvidia.com/mig-1g.10gb"], 18u);
+    // sharing.mps still refuses MIG names (MPS cannot share MIG devices, as NVIDIA).
+    auto mps = parse_config("version: v1\nsharing:\n  mps:\n    resources: [{name: mig-1g.10gb, replicas: 2}]\n", "m");
+    ASSERT_TRUE(mps.has_value());
+    EXPECT_FALSE(resolve(*mps, {}, {}).has_value());
 }
 
 TEST(DevicePluginTimeSlicing, ResourceNameRules) {
@@ -385,7 +433,7 @@ TEST_F(DevicePluginSharedAllocate, MigDeviceGetsParentAndCapabilityNodes) {
     const std::string a = node.gpus[0].mig_devices[1].uuid, b = node.gpus[1].mig_devices[2].uuid;
     auto answer = must(allocate(r, {a, b}, c, {}, DevRootView(root_)));
     EXPECT_EQ(answer.envs["NVIDIA_VISIBLE_DEVICES"], a + "," + b);
-    EXPECT_EQ(answer.cdi_devices, (std::vector<std::string>{"nvidia.com/gpu=" + a, "nvidia.com/gpu=" + b}));
+    EXPECT_EQ(answer.cdi_devices, (std::vector<std::string>{kDp + "gpu=" + a, kDp + "gpu=" + b}));
     std::vector<std::string> paths;
     for (const auto& d : answer.devices) paths.push_back(d.container_path);
     EXPECT_EQ(paths, (std::vector<std::string>{"/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia1",
@@ -419,6 +467,26 @@ TEST_F(DevicePluginSharedAllocate, ReplicasMapToPhysicalGpusOnce) {
     ASSERT_FALSE(refused.has_value());
     EXPECT_THAT(refused.error().message, HasSubstr("maximum request size for shared resources is 1"));
     EXPECT_TRUE(allocate(strict[0], {uid("1::3")}, c, {}, DevRootView(root_)).has_value());
+}
+
+// Issue #23 item 4: MPS refuses more than one replica per container whatever
+// failRequestsGreaterThanOne says, as NVIDIA's plugin (NewConfig forces it; ValidateRequest
+// ignores it for MPS). Before, `false` let one container have two replicas on two GPUs.
+TEST_F(DevicePluginSharedAllocate, MpsRefusesTwoReplicasWhateverFailRequestsGreaterThanOneSays) {
+    auto c = sharing("version: v1\nsharing:\n  mps:\n    failRequestsGreaterThanOne: false\n    resources:\n"
+                     "    - name: gpu\n      replicas: 2\n");
+    auto node = a100_mig();
+    for (auto& g : node.gpus) {
+        g.mig_mode = inventory::MigMode::disabled;
+        g.mig_devices.clear();
+    }
+    auto rs = must(build_resources(node, c));
+    ASSERT_EQ(rs.size(), 1u);
+    ASSERT_TRUE(rs[0].mps);
+    auto refused = allocate(rs[0], uids({"0::0", "1::1"}), c, {}, DevRootView(root_));
+    ASSERT_FALSE(refused.has_value());
+    EXPECT_THAT(refused.error().message, HasSubstr("maximum request size for shared resources is 1"));
+    EXPECT_TRUE(allocate(rs[0], {uid("1::1")}, c, {}, DevRootView(root_)).has_value());
 }
 
 TEST(DevicePluginMigCaps, ReadsAccessFilesThenTheTableAndNamesWhatItTried) {

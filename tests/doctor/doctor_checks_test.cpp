@@ -72,8 +72,10 @@ TEST(DoctorChecks, HealthySimulatedNodeIsAllOk) {
     auto r = Doc{host}();
     EXPECT_EQ(r.exit_code(), 0) << dump(r);
     for (const auto& c : r.checks) {
-        if (c.id == "driver.build_tools" || c.id == "runtime.cdi_spec" || c.id == "driver.dev_char") {
-            // driver loaded; CDI off; the fake host's device nodes are regular files, not devices
+        if (c.id == "driver.build_tools" || c.id == "runtime.cdi_spec" || c.id == "driver.dev_char" ||
+            c.id == "deviceplugin.config") {
+            // driver loaded; CDI off; the fake host's device nodes are regular files, not devices;
+            // no device plugin config file given
             EXPECT_EQ(c.status, Status::skipped) << c.id;
             continue;
         }
@@ -325,6 +327,70 @@ TEST(DoctorChecks, XidsInTheKernelLog) {
     r = Doc{host}();
     EXPECT_EQ(get(r, "kernel.xid").status, Status::warn);
     EXPECT_THAT(get(r, "kernel.xid").fix, HasSubstr("--kernel-log"));
+}
+
+// Issue #23 item 1: a CDI name two specs of one directory define is dropped by every CDI runtime's
+// cache; doctor names the names and the files, and what an older kgpu left gets its own advice.
+TEST(DoctorChecks, CdiNamesDefinedTwiceFailNamingTheFiles) {
+    FakeHost host;
+    host.live_kubelet();
+    auto r = Doc{host}();
+    EXPECT_EQ(get(r, "runtime.cdi_names").status, Status::ok) << get(r, "runtime.cdi_names").evidence;
+    auto spec = [](const std::string& kind, const std::string& names) {
+        std::string out = "cdiVersion: 0.5.0\nkind: " + kind + "\ndevices:\n";
+        for (char n : names) out += std::string("- name: \"") + n + "\"\n  containerEdits:\n    env: [A=1]\n";
+        return out;
+    };
+    host.write("/var/run/cdi/nvidia.yaml", spec("nvidia.com/gpu", "012"));
+    host.write("/var/run/cdi/k8s.device-plugin.nvidia.com-gpu.json",
+               R"({"cdiVersion":"0.5.0","kind":"k8s.device-plugin.nvidia.com/gpu","devices":[{"name":"0",)"
+               R"("containerEdits":{"env":["A=1"]}}]})");
+    r = Doc{host}();
+    EXPECT_EQ(get(r, "runtime.cdi_names").status, Status::ok) << get(r, "runtime.cdi_names").evidence;
+    EXPECT_THAT(get(r, "runtime.cdi_names").evidence, HasSubstr("2 spec(s) loaded, 4 device name(s) resolve"));
+
+    host.write("/var/run/cdi/kgpu-nvidia-gpu.yaml", spec("nvidia.com/gpu", "01"));
+    r = Doc{host}();
+    const CheckResult& c = get(r, "runtime.cdi_names");
+    EXPECT_EQ(c.status, Status::fail);
+    EXPECT_THAT(c.evidence, HasSubstr("defined in " + host.path("/var/run/cdi/kgpu-nvidia-gpu.yaml") + " and " +
+                                      host.path("/var/run/cdi/nvidia.yaml") +
+                                      ": nvidia.com/gpu=0, nvidia.com/gpu=1; the CDI cache drops them"));
+    EXPECT_THAT(c.fix, HasSubstr("kgpu-nvidia-gpu.yaml was written by an older kgpu device plugin"));
+
+    // Across the directories the dynamic one wins: a warning names both files.
+    host.remove("/var/run/cdi/kgpu-nvidia-gpu.yaml");
+    host.write("/etc/cdi/nvidia.yaml", spec("nvidia.com/gpu", "2"));
+    r = Doc{host}();
+    EXPECT_EQ(get(r, "runtime.cdi_names").status, Status::warn);
+    EXPECT_THAT(get(r, "runtime.cdi_names").evidence,
+                HasSubstr("defined in " + host.path("/etc/cdi/nvidia.yaml") + " and " +
+                          host.path("/var/run/cdi/nvidia.yaml") + ": nvidia.com/gpu=2; the last one is used"));
+}
+
+// Issue #23 item 2: the device plugin serves with unknown keys (NVIDIA's parser ignores them), so
+// doctor is where they are errors, with file, line and key.
+TEST(DoctorChecks, DevicePluginConfigUnknownKeysFail) {
+    FakeHost host;
+    host.live_kubelet();
+    kgpu::test::TempDir dir;
+    Doc run{host};
+    run.opt.config_file =
+        dir.write("config.yaml", "version: v1\nflags:\n  migStrategy: none\n  failOnInitErorr: false\n");
+    auto r = run();
+    const CheckResult& c = get(r, "deviceplugin.config");
+    EXPECT_EQ(c.status, Status::fail);
+    EXPECT_THAT(c.evidence, HasSubstr(run.opt.config_file + ":4: key 'flags.failOnInitErorr': unknown key"));
+    EXPECT_THAT(c.fix, HasSubstr("1 unknown key(s)"));
+    run.opt.config_file = dir.write("config.yaml", "version: v1\nflags:\n  migStrategy: sometimes\n");
+    r = run();
+    EXPECT_EQ(get(r, "deviceplugin.config").status, Status::fail);
+    EXPECT_THAT(get(r, "deviceplugin.config").evidence, HasSubstr(":3: key 'flags.migStrategy'"));
+    run.opt.config_file = dir.write("config.yaml", "version: v1\nflags:\n  migStrategy: mixed\n");
+    r = run();
+    EXPECT_EQ(get(r, "deviceplugin.config").status, Status::ok) << get(r, "deviceplugin.config").evidence;
+    run.opt.config_file.clear();
+    EXPECT_EQ(get(run(), "deviceplugin.config").status, Status::skipped);
 }
 
 TEST(DoctorChecks, ContainerdConfigs) {

@@ -50,6 +50,13 @@ TEST(Devices, CdiNames) {
     EXPECT_EQ(ok({"nvidia.com/gpu=mig1:0"}).migs.size(), 1u);
     EXPECT_THAT(ok({"nvidia.com/gpu=GPU-64bbca15-1776-feaf-35c7-c0761cd05691"}).gpus, ElementsAre(0u));
     EXPECT_TRUE(ok({"nvidia.com/gpu=all"}).all);
+    // The device plugin's own kind under the CDI strategies (issue #23: NVIDIA's plugin's vendor,
+    // so its names cannot collide with a node-wide spec) names the same devices.
+    EXPECT_THAT(ok({"k8s.device-plugin.nvidia.com/gpu=3", "k8s.device-plugin.nvidia.com/gpu=GPU-64bbca15-1776-feaf-"
+                                                          "35c7-c0761cd05691"})
+                    .gpus,
+                ElementsAre(3u, 0u));
+    EXPECT_EQ(ok({"k8s.device-plugin.nvidia.com/gpu=1:0"}).migs.size(), 1u);
     // Another kind is containerd's business: noted, not resolved, not an error.
     auto other = ok({"vendor.com/nic=0"});
     EXPECT_TRUE(other.empty());

@@ -1,0 +1,74 @@
+// The health monitor on its own (health.h) against the simulator, in process: how often it probes
+// the GPUs. Issue #23 item 9: probing every GPU once a second was most of an idle plugin's CPU;
+// while everything is Healthy the probes follow the slow timer, and an XID brings the fast one
+// (recovery is decided by probes) until everything is Healthy again.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+#include "deviceplugin/health.h"
+#include "inventory/discovery.h"
+#include "nvml/library.h"
+#include "support/process.h"
+
+using namespace std::chrono_literals;
+using kgpu::deviceplugin::GpuHealth;
+using kgpu::deviceplugin::HealthConfig;
+using kgpu::deviceplugin::HealthMonitor;
+
+namespace {
+
+bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 20s) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+        if (pred()) return true;
+        std::this_thread::sleep_for(5ms);
+    }
+    return pred();
+}
+
+TEST(HealthMonitor, ProbesOnTheSlowTimerWhileEverythingIsHealthyAndFastWhileSomethingIsNot) {
+    kgpu::test::TempDir dir;
+    const std::string events = dir.path() + "/events";
+    std::ofstream(events).flush();
+    ::setenv("KGPU_SIM_NODE", (std::string(KGPU_SOURCE_DIR) + "/sim/nodes/t4x4.yaml").c_str(), 1);
+    ::setenv("KGPU_SIM_EVENTS", events.c_str(), 1);
+    auto lib = kgpu::nvml::Library::load({KGPU_SIM_LIBRARY, "/"});
+    ASSERT_TRUE(lib) << lib.error().message;
+    auto session = kgpu::nvml::Session::open(*lib);
+    ASSERT_TRUE(session) << session.error().message;
+    auto node = kgpu::inventory::discover(*session, {"/nonexistent-sysfs", false});
+    ASSERT_TRUE(node) << node.error().message;
+
+    HealthConfig policy;
+    policy.recovery_period = 1s;
+    std::atomic<int> unhealthy{-1};  // Unhealthy GPUs in the latest report
+    auto on_change = [&](const std::vector<GpuHealth>& h) {
+        int n = 0;
+        for (const auto& g : h) n += g.healthy ? 0 : 1;
+        unhealthy = n;
+    };
+    // Fast: 20 ms; slow: an hour, so any probe in a calm window is one too many.
+    HealthMonitor monitor(*session, *node, policy, on_change, 20ms, {}, 1h);
+    monitor.start();
+    EXPECT_EQ(monitor.probe_rounds(), 1u) << "start() probes every GPU once";
+    // Calm: no probe round follows (the old cadence gave one every 20 ms here).
+    EXPECT_FALSE(eventually([&] { return monitor.probe_rounds() > 1; }, 400ms)) << monitor.probe_rounds();
+
+    // A recoverable XID: Unhealthy at once (the event), then probes every 20 ms decide the
+    // recovery after the quiet period, and the slow timer is back.
+    std::ofstream(events, std::ios::app) << "xid 2 94\n";
+    ASSERT_TRUE(eventually([&] { return unhealthy == 1; })) << "the XID event";
+    ASSERT_TRUE(eventually([&] { return monitor.probe_rounds() >= 5; })) << monitor.probe_rounds();
+    ASSERT_TRUE(eventually([&] { return unhealthy == 0; })) << "recovery after the quiet period";
+    const unsigned long after = monitor.probe_rounds();
+    EXPECT_FALSE(eventually([&] { return monitor.probe_rounds() > after; }, 400ms)) << monitor.probe_rounds();
+    monitor.stop();
+    ::unsetenv("KGPU_SIM_EVENTS");
+}
+
+}  // namespace
