@@ -15,6 +15,7 @@
 #include "common/strings.h"
 #include "deviceplugin/config.h"
 #include "inventory/discovery.h"
+#include "inventory/pci.h"
 #include "inventory/vgpu.h"
 
 namespace kgpu::cli {
@@ -225,7 +226,7 @@ Status label_once(const LabelsOptions& opts, const LabelsSettings& s, const labe
     if (!session) {
         pass.init_failed = true;
         if (s.fail_on_init_error) return std::unexpected(session.error());
-        pass.warnings.push_back(fmt::format("NVML did not start ({}); labelling a node without GPUs",
+        pass.warnings.push_back(fmt::format("NVML did not start ({}); labelling the node without device labels",
                                             session.error().message));
     } else {
         inventory::DiscoveryOptions dopts;
@@ -237,10 +238,19 @@ Status label_once(const LabelsOptions& opts, const LabelsSettings& s, const labe
     }
     labels::Options lopts = base;
     lopts.timestamp = timestamp;
-    // GFD's vGPU labeler runs on every node, whatever NVML says; when the scan fails it writes no
-    // vgpu label and logs why.
-    if (auto vgpu = inventory::find_vgpu_devices(opts.sysfs_root)) lopts.vgpu = std::move(*vgpu);
-    else pass.warnings.push_back(fmt::format("vGPU scan: {}; no nvidia.com/vgpu labels", vgpu.error().message));
+    // One scan of the PCI bus, whatever NVML says: GFD's vGPU labeler runs on every node (when the
+    // scan fails it writes no vgpu label and logs why), and gpu.present follows the GPUs on the bus.
+    auto functions = inventory::nvidia_pci_functions(opts.sysfs_root);
+    if (functions) {
+        lopts.pci_gpus.emplace();
+        for (const auto& f : *functions)
+            if (inventory::is_gpu_class(f.class_code)) lopts.pci_gpus->push_back(f.address);
+        if (auto vgpu = inventory::find_vgpu_devices(*functions)) lopts.vgpu = std::move(*vgpu);
+        else pass.warnings.push_back(fmt::format("vGPU scan: {}; no nvidia.com/vgpu labels", vgpu.error().message));
+    } else {
+        pass.warnings.push_back(fmt::format("PCI scan: {}; no nvidia.com/vgpu labels, and nvidia.com/gpu.present from NVML only",
+                                            functions.error().message));
+    }
     if (!node.gpus.empty()) lopts.machine = machine_type(s.machine_type_file);
     auto generated = labels::generate(node, lopts);
     if (!generated) return std::unexpected(generated.error());
