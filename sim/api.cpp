@@ -637,8 +637,9 @@ nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int
 
 // ---- telemetry ---------------------------------------------------------------------------------
 
+// nvml.h: "On MIG-enabled GPUs, querying device utilization rates is not currently supported."
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* utilization) {
-    return withDevice(device, On::Gpu, [&](State& st, DevRef d) -> nvmlReturn_t {
+    return withDevice(device, On::GpuMigOff, [&](State& st, DevRef d) -> nvmlReturn_t {
         if (!utilization) return NVML_ERROR_INVALID_ARGUMENT;
         Sample s = sample(st, *d.gpu);
         *utilization = nvmlUtilization_t{s.gpuUtil, s.memUtil};
@@ -691,8 +692,9 @@ nvmlReturn_t clockMhz(nvmlDevice_t device, nvmlClockType_t type, unsigned* clk, 
     });
 }
 
+// nvml.h: "On MIG-enabled GPUs, querying encoder (decoder) utilization is not currently supported."
 nvmlReturn_t engineUtil(nvmlDevice_t device, unsigned* util, unsigned* period, bool encoder) {
-    return withDevice(device, On::Gpu, [&](State&, DevRef d) -> nvmlReturn_t {
+    return withDevice(device, On::GpuMigOff, [&](State&, DevRef d) -> nvmlReturn_t {
         if (!util || !period) return NVML_ERROR_INVALID_ARGUMENT;
         *util = encoder ? d.gpu->spec.telemetry.encUtil : d.gpu->spec.telemetry.decUtil;
         *period = 167000;
@@ -755,10 +757,13 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorTyp
     });
 }
 
+// nvml.h: "On MIG-enabled GPUs with active instances, querying the number of remapped rows is not
+// supported."
 nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int* corrRows, unsigned int* uncRows,
                                        unsigned int* isPending, unsigned int* failureOccurred) {
     return withDevice(device, On::Gpu, [&](State&, DevRef d) -> nvmlReturn_t {
         if (!corrRows || !uncRows || !isPending || !failureOccurred) return NVML_ERROR_INVALID_ARGUMENT;
+        if (d.gpu->migEnabled && !d.gpu->migs.empty()) return NVML_ERROR_NOT_SUPPORTED;
         *corrRows = d.gpu->remapCorr;
         *uncRows = d.gpu->remapUnc;
         *isPending = d.gpu->remapPending ? 1 : 0;

@@ -549,7 +549,11 @@ void check_remapped_rows(State& s, CheckResult& r) {
         auto rr = d.remapped_rows();
         if (!rr) {
             note(r, "GPU {}: remapped rows {}", g.index,
-                 rr.error().code == Code::not_supported ? "not supported (pre-Ampere: see nvml.retired_pages)" : rr.error().message);
+                 rr.error().code != Code::not_supported ? rr.error().message
+                 : g.mig_mode == inventory::MigMode::enabled
+                     ? "not readable while MIG instances exist (NVML answers NOT_SUPPORTED on a MIG-enabled GPU; "
+                       "see nvml.retired_pages and kernel.xid)"
+                     : "not supported (pre-Ampere: see nvml.retired_pages)");
             return;
         }
         note(r, "GPU {}: remapped rows correctable {}, uncorrectable {}, pending {}, failure {}", g.index,
