@@ -1,6 +1,7 @@
 #include "cli/labels.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
@@ -203,13 +204,18 @@ std::string machine_type(const std::string& path) {
     return std::string(strings::trim(*text));
 }
 
-// The one place the labels are written (stdout, or the file replaced atomically).
+// The one place the labels are written (stdout, or the file replaced atomically). A file that
+// cannot be written (the default is NFD's features.d, root's) says how to print them instead.
 Status write_output(const std::string& path, const std::string& text) {
     if (path.empty() || path == "-") {
         std::cout << text << std::flush;
         return {};
     }
-    return files::write_atomic(path, text, 0644);
+    auto st = files::write_atomic(path, text, 0644);
+    if (!st)
+        return fail(st.error().code, "{} (to print the labels instead, pass --output-file -{})", st.error().message,
+                    ::geteuid() != 0 ? "; writing NFD's feature file needs root" : "");
+    return {};
 }
 
 struct Pass {
