@@ -15,6 +15,30 @@ CORPUS = ROOT / "fuzz" / "corpus"
 SEP = b"\n---8<---\n"
 
 
+def mixed_pending_seeds():
+    """doctor pending inputs with a List of mixed kinds (kubectl get pods,nodes,events -o json)."""
+    import json
+    node = {"kind": "Node", "metadata": {"name": "gpu-a"},
+            "status": {"capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "7"}}}
+    holder = {"kind": "Pod", "metadata": {"namespace": "ml", "name": "holder"},
+              "spec": {"nodeName": "gpu-a", "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
+              "status": {"phase": "Running"}}
+    event = {"kind": "Event", "metadata": {"namespace": "ml", "name": "train.1"},
+             "involvedObject": {"kind": "Pod", "namespace": "ml", "name": "train"}, "type": "Warning",
+             "reason": "FailedScheduling", "count": 3, "lastTimestamp": "2025-01-02T03:04:05Z",
+             "source": {"component": "default-scheduler"},
+             "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."}
+    train = {"kind": "Pod", "metadata": {"namespace": "ml", "name": "train"},
+             "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "9"}}}]},
+             "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                        "reason": "Unschedulable", "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."}]}}
+    mixed = json.dumps({"kind": "List", "items": [node, holder, event, {"kind": "Service", "metadata": {"name": "s"}}]}).encode()
+    p = json.dumps(train).encode()
+    return [p + SEP + mixed + SEP + mixed + SEP + b"null" + SEP + mixed,
+            p + SEP + mixed + SEP + b"null" + SEP + b"null" + SEP + json.dumps({"items": [event]}).encode(),
+            p + SEP + json.dumps({"items": [holder]}).encode()]
+
+
 def put(target, data):
     if isinstance(data, str):
         data = data.encode()
@@ -110,6 +134,9 @@ put("doctor_pending", pod + SEP + nodes)
 for shape in [b"1", b"[1]", b'"x"', b'{"items":[1]}', b'{"items":[{"metadata":[]}]}']:  # issue #14
     put("doctor_pending", pod + SEP + shape)
     put("doctor_pending", pod + SEP + nodes + SEP + shape + SEP + shape)
+# issue #23: a mixed List (nodes, pods and events in one) for every option, and events
+for seed in mixed_pending_seeds():
+    put("doctor_pending", seed)
 
 # /proc/<pid>/cgroup (shapes of tests/attribution/cgroup_test.cpp).
 cid = "0b1c4e2b7f3d1a9e8c6b5a4f3e2d1c0b9a8f7e6d5c4b3a291807f6e5d4c3b2a1"

@@ -15,12 +15,15 @@
 #include "handles.h"
 #include "model.h"
 
+#include <dlfcn.h>
 #include <strings.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <type_traits>
 
@@ -41,6 +44,36 @@ bool equalsIgnoreCase(const std::string& a, const char* b) {
 
 // ---- init -----------------------------------------------------------------------------------
 
+// Why the simulator cannot start without KGPU_SIM_NODE, and what to set it to: the fixtures next
+// to this library (<build>/sim/nodes, or <prefix>/share/kgpu/nodes beside <prefix>/lib/kgpu).
+// Computed once; nvmlErrorString hands it out for the UNKNOWN that nvmlInit returned, so the
+// caller's own error message names the cause rather than a driver state (issue #23: kgpu used to
+// say "the NVIDIA kernel module is not loaded").
+const std::string& missingNodeText() {
+    static const std::string text = [] {
+        namespace fs = std::filesystem;
+        std::string fixtures;
+        Dl_info info{};
+        if (dladdr(reinterpret_cast<void*>(&missingNodeText), &info) != 0 && info.dli_fname) {
+            const fs::path dir = fs::path(info.dli_fname).parent_path();
+            for (const fs::path& d : {dir / "nodes", (dir / "../../share/kgpu/nodes").lexically_normal()}) {
+                std::error_code ec;
+                if (fs::exists(d / "dgx-h100.yaml", ec)) {
+                    fixtures = d.string();
+                    break;
+                }
+            }
+        }
+        if (fixtures.empty())
+            return std::string("KGPU_SIM_NODE is unset: the simulated driver needs a node description; set "
+                               "KGPU_SIM_NODE to a node YAML, e.g. sim/nodes/dgx-h100.yaml of the kgpu sources");
+        return "KGPU_SIM_NODE is unset: the simulated driver needs a node description; set KGPU_SIM_NODE=" + fixtures +
+               "/dgx-h100.yaml (or another node YAML in " + fixtures + ")";
+    }();
+    return text;
+}
+std::atomic<bool> g_missingNode{false};  // the last nvmlInit failed for want of KGPU_SIM_NODE
+
 nvmlReturn_t initImpl() {
     State& st = state();
     std::lock_guard life(st.lifecycle);
@@ -53,9 +86,12 @@ nvmlReturn_t initImpl() {
     }
     const char* path = std::getenv("KGPU_SIM_NODE");
     if (!path || !*path) {
-        std::cerr << "kgpu-sim: KGPU_SIM_NODE is not set (expected a node YAML path)" << std::endl;
-        return NVML_ERROR_DRIVER_NOT_LOADED;
+        // Not a driver state (DRIVER_NOT_LOADED would send the user looking for a kernel module).
+        g_missingNode = true;
+        std::cerr << "kgpu-sim: " << missingNodeText() << std::endl;
+        return NVML_ERROR_UNKNOWN;
     }
+    g_missingNode = false;
     auto spec = loadNode(path);
     if (!spec) return NVML_ERROR_UNKNOWN;
     if (spec->initError) return *spec->initError;
@@ -371,7 +407,10 @@ nvmlReturn_t nvmlShutdown(void) {
     return NVML_SUCCESS;
 }
 
-const char* nvmlErrorString(nvmlReturn_t result) { return errorText(result); }
+const char* nvmlErrorString(nvmlReturn_t result) {
+    if (result == NVML_ERROR_UNKNOWN && g_missingNode) return missingNodeText().c_str();
+    return errorText(result);
+}
 
 nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned int length) {
     return withState([&](State& st) { return copyString(st.node.driverVersion, version, length); });
@@ -637,8 +676,9 @@ nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int
 
 // ---- telemetry ---------------------------------------------------------------------------------
 
+// nvml.h: "On MIG-enabled GPUs, querying device utilization rates is not currently supported."
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* utilization) {
-    return withDevice(device, On::Gpu, [&](State& st, DevRef d) -> nvmlReturn_t {
+    return withDevice(device, On::GpuMigOff, [&](State& st, DevRef d) -> nvmlReturn_t {
         if (!utilization) return NVML_ERROR_INVALID_ARGUMENT;
         Sample s = sample(st, *d.gpu);
         *utilization = nvmlUtilization_t{s.gpuUtil, s.memUtil};
@@ -691,8 +731,9 @@ nvmlReturn_t clockMhz(nvmlDevice_t device, nvmlClockType_t type, unsigned* clk, 
     });
 }
 
+// nvml.h: "On MIG-enabled GPUs, querying encoder (decoder) utilization is not currently supported."
 nvmlReturn_t engineUtil(nvmlDevice_t device, unsigned* util, unsigned* period, bool encoder) {
-    return withDevice(device, On::Gpu, [&](State&, DevRef d) -> nvmlReturn_t {
+    return withDevice(device, On::GpuMigOff, [&](State&, DevRef d) -> nvmlReturn_t {
         if (!util || !period) return NVML_ERROR_INVALID_ARGUMENT;
         *util = encoder ? d.gpu->spec.telemetry.encUtil : d.gpu->spec.telemetry.decUtil;
         *period = 167000;
@@ -755,10 +796,13 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorTyp
     });
 }
 
+// nvml.h: "On MIG-enabled GPUs with active instances, querying the number of remapped rows is not
+// supported."
 nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int* corrRows, unsigned int* uncRows,
                                        unsigned int* isPending, unsigned int* failureOccurred) {
     return withDevice(device, On::Gpu, [&](State&, DevRef d) -> nvmlReturn_t {
         if (!corrRows || !uncRows || !isPending || !failureOccurred) return NVML_ERROR_INVALID_ARGUMENT;
+        if (d.gpu->migEnabled && !d.gpu->migs.empty()) return NVML_ERROR_NOT_SUPPORTED;
         *corrRows = d.gpu->remapCorr;
         *uncRows = d.gpu->remapUnc;
         *isPending = d.gpu->remapPending ? 1 : 0;

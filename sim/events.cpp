@@ -107,7 +107,10 @@ void applyXid(State& st, Gpu& g, MigDevice* mig, unsigned xid) {
 }
 
 void applyMig(State& st, Gpu& g, const std::string& arg) {
-    if (!g.spec.migCapable) throw CommandError{"GPU " + std::to_string(g.index) + " is not MIG capable"};
+    if (!g.spec.migCapable)
+        throw CommandError{"GPU " + std::to_string(g.index) + " (" + g.spec.name +
+                           ") is not MIG capable in this node's fixture: its entry has no `mig:` key (give it "
+                           "`mig: {mode: disabled}` if the product supports MIG)"};
     if (arg == "off") {
         recreateMig(st, g, {});
         g.migEnabled = g.migPendingEnabled = false;

@@ -21,8 +21,10 @@ struct DevRef {
 };
 
 enum class On {
-    Gpu,  // full GPUs only: a MIG device handle gets NOT_SUPPORTED
-    Any,  // GPUs and MIG devices
+    Gpu,        // full GPUs only: a MIG device handle gets NOT_SUPPORTED
+    GpuMigOff,  // full GPUs with MIG off: a MIG device handle or a MIG-enabled GPU gets NOT_SUPPORTED
+                // (nvml.h: "On MIG-enabled GPUs, querying ... is not currently supported")
+    Any,        // GPUs and MIG devices
 };
 
 // Runs f(State&) with the global mutex held, after the init check.
@@ -57,7 +59,8 @@ nvmlReturn_t withDevice(nvmlDevice_t h, On on, F&& f, const char* entry = __buil
         if (d.gpu->lost) return NVML_ERROR_GPU_IS_LOST;
         if (!d.gpu->failing.empty())
             if (auto it = d.gpu->failing.find(std::string_view(entry)); it != d.gpu->failing.end()) return it->second;
-        if (d.mig && on == On::Gpu) return NVML_ERROR_NOT_SUPPORTED;
+        if (d.mig && on != On::Any) return NVML_ERROR_NOT_SUPPORTED;
+        if (on == On::GpuMigOff && d.gpu->migEnabled) return NVML_ERROR_NOT_SUPPORTED;
         return f(st, d);
     });
 }

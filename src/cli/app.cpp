@@ -1,9 +1,16 @@
 #include "cli/app.h"
 
 #include <algorithm>
+#include <cctype>
 #include <iostream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <CLI/CLI.hpp>
+#include <grpc/support/log.h>
 
 #include "cdi/hooks.h"
 #include "cli/cdi.h"
@@ -40,6 +47,100 @@ bool is_hook_name(std::string_view s) {
     return s == cdi::kChmod || std::ranges::find(cdi::kDefaultHooks, s) != cdi::kDefaultHooks.end();
 }
 
+// The index of the first word after kgpu's global options (`--log-level LEVEL`): the
+// subcommand's name. args.size() when there is none, or when another option comes first (CLI11
+// reports that one).
+std::size_t command_word(const std::vector<std::string>& args) {
+    for (std::size_t i = 1; i < args.size(); ++i) {
+        const std::string_view a = args[i];
+        if (a == "--log-level") {
+            ++i;
+            continue;
+        }
+        if (a.starts_with("--log-level=")) continue;
+        if (a.starts_with("-")) return args.size();
+        return i;
+    }
+    return args.size();
+}
+
+CLI::App* subcommand(CLI::App& app, std::string_view name) {
+    auto found = app.get_subcommands([&](CLI::App* c) { return c->get_name() == name; });
+    return found.empty() ? nullptr : found.front();
+}
+
+// Levenshtein distance, for "did you mean".
+std::size_t distance(std::string_view a, std::string_view b) {
+    std::vector<std::size_t> row(b.size() + 1);
+    for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (std::size_t i = 1; i <= a.size(); ++i) {
+        std::size_t diag = row[0];
+        row[0] = i;
+        for (std::size_t j = 1; j <= b.size(); ++j) {
+            const std::size_t up = row[j];
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+            diag = up;
+        }
+    }
+    return row[b.size()];
+}
+
+// "kgpu: unknown subcommand 'exporterr' (did you mean 'exporter'?)" and the list.
+std::string unknown_subcommand(CLI::App& app, std::string_view word) {
+    std::vector<std::string> names;
+    std::string closest;
+    std::size_t best = 3;  // suggest within two edits, or a prefix
+    for (const auto* c : app.get_subcommands([](CLI::App*) { return true; })) {
+        names.push_back(c->get_name());
+        const std::size_t d = c->get_name().starts_with(word) ? 1 : distance(word, c->get_name());
+        if (d < best) best = d, closest = c->get_name();
+    }
+    std::string out = fmt::format("kgpu: unknown subcommand '{}'", word);
+    if (!closest.empty()) out += fmt::format(" (did you mean '{}'?)", closest);
+    out += fmt::format("\nSubcommands: {}, help, version. `kgpu --help` describes them.\n", fmt::join(names, ", "));
+    return out;
+}
+
+// NVIDIA's Go binaries (dcgm-exporter, the device plugin, GFD) parse flags with Go's flag
+// package, where `-debug` and `--debug` are the same flag: so do kgpu's drop-ins for them. A
+// single-dash word whose name is one of the subcommand's long options is rewritten to the
+// double-dash spelling; another single-dash word longer than one letter is an error naming it,
+// as Go's "flag provided but not defined" (CLI11 would read `-debug` as `-d ebug` and blame
+// whatever option `-d` is). Words after `--` are left alone. Returns the error text, or "".
+std::string go_style_flags(CLI::App& app, CLI::App& sub, std::vector<std::string>& args, std::size_t from) {
+    for (std::size_t i = from; i < args.size(); ++i) {
+        std::string& a = args[i];
+        if (a == "--") break;
+        if (a.size() < 3 || a[0] != '-' || a[1] == '-' || !std::isalpha(static_cast<unsigned char>(a[1]))) continue;
+        const std::string name = a.substr(1, a.find('=') - 1);
+        if (sub.get_option_no_throw("--" + name) || app.get_option_no_throw("--" + name)) {
+            a.insert(0, "-");
+            continue;
+        }
+        return fmt::format("kgpu {}: unknown flag -{}: flags are spelt -name or --name (as {}'s), a short flag's value "
+                           "goes after a blank (-f FILE); `kgpu {} --help` lists them",
+                           sub.get_name(), name,
+                           sub.get_name() == "exporter" ? "dcgm-exporter" : "NVIDIA's", sub.get_name());
+    }
+    return {};
+}
+
+// gRPC's own log (gpr_log: "E0102 ... chttp2_server.cc:1051] UNKNOWN:No address added out of
+// total 1 resolved ...") goes through kgpu's log, at debug level: every gRPC failure also reaches
+// kgpu as a status, which kgpu reports with what it was doing, so gRPC's raw lines only came
+// before kgpu's clear message (issue #23: a device plugin run as non-root). An assertion gRPC
+// fails before it aborts stays an error. Debian 12's gRPC 1.51 logs through gpr_log only (the
+// absl log sink came with gRPC 1.65).
+void grpc_log_line(gpr_log_func_args* a) {
+    std::string_view file = a->file ? a->file : "?";
+    if (auto slash = file.rfind('/'); slash != std::string_view::npos) file.remove_prefix(slash + 1);
+    const std::string_view msg = a->message ? a->message : "";
+    if (a->severity == GPR_LOG_SEVERITY_ERROR && msg.starts_with("assertion failed"))
+        log::error("grpc: {} ({}:{})", msg, file, a->line);
+    else
+        log::debug("grpc: {} ({}:{})", msg, file, a->line);
+}
+
 }  // namespace
 
 int run(int argc, char** argv) {
@@ -58,6 +159,8 @@ int run(int argc, char** argv) {
     if (invoked_as == "nvidia-smi") return run_smi_argv({argv + 1, argv + argc});
     if (invoked_as == "nvidia-cdi-hook") return run_hook_argv("nvidia-cdi-hook", {argv + 1, argv + argc});
     if (argc > 1 && std::string_view(argv[1]) == "hook") return run_hook_argv("kgpu hook", {argv + 2, argv + argc});
+
+    gpr_set_log_function(grpc_log_line);
 
     CLI::App app{"kgpu: the node side of NVIDIA GPUs in Kubernetes"};
     app.require_subcommand(1);
@@ -91,10 +194,50 @@ int run(int argc, char** argv) {
     HookOptions hook_opts;  // `kgpu hook` runs before this parser (run_hook_argv); here for --help
     CLI::App* hook_cmd = add_hook_command(app, hook_opts);
     SmiOptions smi_opts;
-    add_smi_command(app, smi_opts);
+    CLI::App* smi_cmd = add_smi_command(app, smi_opts);
+
+    // What CLI11 would only answer with "A subcommand is required": `kgpu help [subcommand]`,
+    // `kgpu version`, and a word that names no subcommand.
+    std::vector<std::string> args(argv, argv + argc);
+    if (const std::size_t w = command_word(args); w < args.size()) {
+        const std::string& word = args[w];
+        if (word == "version") {
+            std::cout << KGPU_VERSION << "\n";
+            return 0;
+        }
+        if (word == "help") {
+            if (w + 1 >= args.size()) {
+                std::cout << app.help();
+                return 0;
+            }
+            if (auto* sub = subcommand(app, args[w + 1])) {
+                std::cout << sub->help();
+                return 0;
+            }
+            std::cerr << unknown_subcommand(app, args[w + 1]);
+            return 2;
+        }
+        auto* sub = subcommand(app, word);
+        if (!sub) {
+            std::cerr << unknown_subcommand(app, word);
+            return 2;
+        }
+        if (word == "exporter" || word == "device-plugin" || word == "labels" || word == "mps-control-daemon")
+            if (auto bad = go_style_flags(app, *sub, args, w + 1); !bad.empty()) {
+                std::cerr << bad << "\n";
+                return 2;
+            }
+    }
+    std::vector<char*> rewritten;
+    for (auto& a : args) rewritten.push_back(a.data());
+    rewritten.push_back(nullptr);
 
     try {
-        app.parse(argc, argv);
+        app.parse(argc, rewritten.data());
+    } catch (const CLI::ExtrasError& e) {
+        if (!smi_cmd->parsed()) return app.exit(e) == 0 ? 0 : 2;
+        std::cerr << smi_usage_error("kgpu smi", e.what());  // e.g. --query-gpu: say which modes exist
+        return 2;
     } catch (const CLI::ParseError& e) {
         int code = app.exit(e);  // prints help / version / the error
         return code == 0 ? 0 : 2;

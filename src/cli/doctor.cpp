@@ -2,8 +2,13 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
+
+#include "common/files.h"
+#include "doctor/grpc_probe.h"
 
 namespace kgpu::cli {
 
@@ -41,11 +46,46 @@ CLI::App* add_doctor_command(CLI::App& app, DoctorCliOptions& opts) {
         ->check(CLI::ExistingFile);
     pending->add_option("--quotas", opts.pending.quotas, "ResourceQuotas (kubectl get resourcequota -A -o json)")
         ->check(CLI::ExistingFile);
+    pending->add_option("--events", opts.pending.events,
+                        "Events (kubectl get events -n <namespace> -o json): the scheduler's own message is quoted")
+        ->check(CLI::ExistingFile);
+    pending->add_option("--node-name", opts.pending_node_name,
+                        "The node this host is, whose kgpu device plugin names its Unhealthy GPUs (default $NODE_NAME, "
+                        "else the host name)");
     pending->add_flag("--json", opts.pending_json, "Print JSON (schema: docs/doctor.md)");
     return cmd;
 }
 
 namespace {
+
+// This host's node name: --node-name, $NODE_NAME (a DaemonSet's downward API), else the host
+// name as the kubelet takes it by default (lower case).
+std::string local_node_name(const DoctorCliOptions& opts) {
+    if (!opts.pending_node_name.empty()) return opts.pending_node_name;
+    if (const char* n = std::getenv("NODE_NAME"); n && *n) return n;
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) != 0) return {};
+    std::string out = host;
+    for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+}
+
+// The nvidia.com/gpu devices kgpu's device plugin on this host lists as not Healthy (doctor's
+// own probe of its socket: a ListAndWatch stream closed after the first list), as this node's.
+// None when no kgpu plugin serves here.
+doctor::pending::UnhealthyDevices local_unhealthy(const DoctorCliOptions& opts) {
+    const auto sock =
+        files::under_root(opts.checks.root, std::filesystem::path(opts.checks.device_plugin_dir) / "kgpu-nvidia-com-gpu.sock");
+    std::error_code ec;
+    if (!std::filesystem::is_socket(sock, ec)) return {};
+    const std::string node = local_node_name(opts);
+    auto list = doctor::probe_device_list(sock);
+    if (node.empty() || !list) return {};
+    std::vector<std::string> ids;
+    for (const auto& [id, health] : *list)
+        if (health != "Healthy") ids.push_back(id);
+    return {{node, ids}};
+}
 
 bool colour_wanted() {
     const char* no = std::getenv("NO_COLOR");
@@ -76,7 +116,7 @@ int run_doctor(DoctorCliOptions& opts) {
         return a.exit_code;
     }
     if (opts.cmd->got_subcommand("pending")) {
-        auto r = doctor::pending::explain(opts.pending);
+        auto r = doctor::pending::explain(opts.pending, local_unhealthy(opts));
         if (!r) {
             std::cerr << "kgpu doctor pending: " << r.error().message << "\n";
             return 2;

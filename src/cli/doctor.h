@@ -20,6 +20,7 @@ struct DoctorCliOptions {
     doctor::compat::Query compat;
     doctor::pending::Inputs pending;
     bool pending_json = false;
+    std::string pending_node_name;  // --node-name: the node this host is ("" = $NODE_NAME, else the host name)
     CLI::App* cmd = nullptr;          // set by add_doctor_command
     CLI::App* driver_root_cmd = nullptr;
 };

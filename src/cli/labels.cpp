@@ -1,6 +1,7 @@
 #include "cli/labels.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
@@ -15,6 +16,7 @@
 #include "common/strings.h"
 #include "deviceplugin/config.h"
 #include "inventory/discovery.h"
+#include "inventory/pci.h"
 #include "inventory/vgpu.h"
 
 namespace kgpu::cli {
@@ -206,14 +208,19 @@ std::string machine_type(const std::string& path) {
 
 // The one place the labels are written (stdout, or the file replaced atomically). A missing
 // directory is created 0755 (GFD fails instead; features.d does not exist before NFD's first start,
-// and a /run path not after a reboot).
+// and a /run path not after a reboot). A file that cannot be written (the default is NFD's
+// features.d, root's) says how to print them instead.
 Status write_output(const std::string& path, const std::string& text) {
     if (path.empty() || path == "-") {
         std::cout << text << std::flush;
         return {};
     }
-    if (auto st = files::create_directories(std::filesystem::path(path).parent_path(), 0755); !st) return st;
-    return files::write_atomic(path, text, 0644);
+    auto st = files::create_directories(std::filesystem::path(path).parent_path(), 0755);
+    if (st) st = files::write_atomic(path, text, 0644);
+    if (!st)
+        return fail(st.error().code, "{} (to print the labels instead, pass --output-file -{})", st.error().message,
+                    ::geteuid() != 0 ? "; writing NFD's feature file needs root" : "");
+    return {};
 }
 
 struct Pass {
@@ -230,7 +237,7 @@ Status label_once(const LabelsOptions& opts, const LabelsSettings& s, const labe
     if (!session) {
         pass.init_failed = true;
         if (s.fail_on_init_error) return std::unexpected(session.error());
-        pass.warnings.push_back(fmt::format("NVML did not start ({}); labelling a node without GPUs",
+        pass.warnings.push_back(fmt::format("NVML did not start ({}); labelling the node without device labels",
                                             session.error().message));
     } else {
         inventory::DiscoveryOptions dopts;
@@ -242,10 +249,19 @@ Status label_once(const LabelsOptions& opts, const LabelsSettings& s, const labe
     }
     labels::Options lopts = base;
     lopts.timestamp = timestamp;
-    // GFD's vGPU labeler runs on every node, whatever NVML says; when the scan fails it writes no
-    // vgpu label and logs why.
-    if (auto vgpu = inventory::find_vgpu_devices(opts.sysfs_root)) lopts.vgpu = std::move(*vgpu);
-    else pass.warnings.push_back(fmt::format("vGPU scan: {}; no nvidia.com/vgpu labels", vgpu.error().message));
+    // One scan of the PCI bus, whatever NVML says: GFD's vGPU labeler runs on every node (when the
+    // scan fails it writes no vgpu label and logs why), and gpu.present follows the GPUs on the bus.
+    auto functions = inventory::nvidia_pci_functions(opts.sysfs_root);
+    if (functions) {
+        lopts.pci_gpus.emplace();
+        for (const auto& f : *functions)
+            if (inventory::is_gpu_class(f.class_code)) lopts.pci_gpus->push_back(f.address);
+        if (auto vgpu = inventory::find_vgpu_devices(*functions)) lopts.vgpu = std::move(*vgpu);
+        else pass.warnings.push_back(fmt::format("vGPU scan: {}; no nvidia.com/vgpu labels", vgpu.error().message));
+    } else {
+        pass.warnings.push_back(fmt::format("PCI scan: {}; no nvidia.com/vgpu labels, and nvidia.com/gpu.present from NVML only",
+                                            functions.error().message));
+    }
     if (!node.gpus.empty()) lopts.machine = machine_type(s.machine_type_file);
     auto generated = labels::generate(node, lopts);
     if (!generated) return std::unexpected(generated.error());

@@ -2,6 +2,8 @@
 
 #include <iostream>
 
+#include <fmt/format.h>
+
 #include "toolkit/smi.h"
 
 namespace kgpu::cli {
@@ -16,9 +18,19 @@ void add_flags(CLI::App& c, SmiOptions& o) {
 
 }  // namespace
 
-void add_smi_command(CLI::App& app, SmiOptions& o) {
+CLI::App* add_smi_command(CLI::App& app, SmiOptions& o) {
     auto* c = app.add_subcommand("smi", "nvidia-smi's default table and -L (also run as nvidia-smi): what this process sees");
     add_flags(*c, o);
+    return c;
+}
+
+std::string smi_usage_error(std::string_view program, std::string_view parse_error) {
+    return fmt::format("{}: {}\n"
+                       "{} has two of nvidia-smi's modes: its default table (no argument) and its GPU list (-L, "
+                       "--list-gpus), each for every GPU or those -i/--id names (indices or UUIDs, comma list). "
+                       "Other modes (--query-gpu, -q, topo, mig, ...) are not implemented: `kgpu info --json` has "
+                       "the inventory and `kgpu info` the topology matrix; or run the driver's own nvidia-smi.\n",
+                       program, parse_error, program);
 }
 
 int run_smi(const SmiOptions& o) {
@@ -54,6 +66,9 @@ int run_smi_argv(const std::vector<std::string>& args) {
     std::vector<std::string> reversed(args.rbegin(), args.rend());
     try {
         app.parse(reversed);
+    } catch (const CLI::ExtrasError& e) {
+        std::cerr << smi_usage_error("nvidia-smi (kgpu)", e.what());
+        return 2;  // nvidia-smi's "a supplied argument or flag is invalid"
     } catch (const CLI::ParseError& e) {
         int code = app.exit(e);
         return code == 0 ? 0 : 2;

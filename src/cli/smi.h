@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -18,7 +19,11 @@ struct SmiOptions {
     std::vector<std::string> ids;   // -i, --id: indices or UUIDs (comma list)
 };
 
-void add_smi_command(CLI::App& app, SmiOptions& opts);
+CLI::App* add_smi_command(CLI::App& app, SmiOptions& opts);
+
+// What to say for an argument `kgpu smi` does not take (`--query-gpu=name`, `-q`, `topo -m`):
+// the argument CLI11 rejected (`parse_error`), then the modes there are and where the rest is.
+std::string smi_usage_error(std::string_view program, std::string_view parse_error);
 
 // Exit codes as nvidia-smi's: 0 ok, 6 no GPU matches --id, 9 NVML could not be initialised, 2 usage.
 int run_smi(const SmiOptions& opts);

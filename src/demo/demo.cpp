@@ -428,6 +428,9 @@ std::optional<Failure> Demo::step_xid() {
     faulted_uuid_ = id;
     const size_t log_offset = read_or_empty(plugin_.log_path()).size();
     const int total = static_cast<int>(node_.gpus.size());
+    // NVML hands an event only to the processes registered for it when it happens: the exporter
+    // must be up before the XID, or step 4 would show no XID (issue #23).
+    if (auto f = wait_exporter()) return f;
 
     auto t_xid = Clock::now();
     if (auto st = append_event(fmt::format("xid {} {}", target->index, kXid)); !st) return step_failure(st.error().message);
@@ -477,8 +480,10 @@ std::optional<Failure> Demo::step_xid() {
     return std::nullopt;
 }
 
-// Reads the exporter's address from its log ("listening on <address>").
+// Reads the exporter's address from its log ("listening on <address>"). The exporter logs it
+// after its GPUs are registered for XID events, so an XID appended afterwards reaches it.
 std::optional<Failure> Demo::wait_exporter() {
+    if (exporter_port_ != 0) return std::nullopt;
     auto end = Clock::now() + opts_.step_timeout;
     while (exporter_port_ == 0) {
         auto where = find_listening_address(read_or_empty(exporter_.log_path()));
@@ -497,7 +502,8 @@ std::optional<Failure> Demo::wait_exporter() {
                                 exporter_.log_path());
         std::this_thread::sleep_for(50ms);
     }
-    say("  kgpu exporter listens on {}:{} (read from its log)", exporter_host_, exporter_port_);
+    say("  kgpu exporter listens on {}:{} (read from its log; it watches XID events from then on)", exporter_host_,
+        exporter_port_);
     return std::nullopt;
 }
 
@@ -512,6 +518,8 @@ std::optional<Failure> Demo::step_metrics() {
                                       fmt::format("container=\"{}\"", kContainer)};
     std::string body, last_error;
     std::vector<std::string> util_lines, pod_lines;
+    std::string xid_line;  // step 3's XID on the faulted GPU, once the exporter reports it
+    const std::string xid_code = fmt::format("err_code=\"{}\"", kXid);
     int scrapes = 0;
     auto t_scrape = Clock::now();
     while (true) {
@@ -521,7 +529,11 @@ std::optional<Failure> Demo::step_metrics() {
             body = std::move(r->body);
             util_lines.clear();
             pod_lines.clear();
+            xid_line.clear();
             for (auto l : strings::split(body, '\n')) {
+                if (l.starts_with("DCGM_FI_DEV_XID_ERRORS{") && !faulted_uuid_.empty() &&
+                    l.find("\"" + faulted_uuid_ + "\"") != std::string_view::npos && l.find(xid_code) != std::string_view::npos)
+                    xid_line = l;
                 if (!l.starts_with("DCGM_FI_DEV_GPU_UTIL{")) continue;
                 util_lines.emplace_back(l);
                 if (std::all_of(std::begin(pod_labels), std::end(pod_labels),
@@ -534,8 +546,12 @@ std::optional<Failure> Demo::step_metrics() {
                     return g && l.find("\"" + g->uuid + "\"") != std::string::npos;
                 });
             });
-            if (every_gpu) break;
-            last_error = fmt::format("{} DCGM_FI_DEV_GPU_UTIL lines, {} with the pod's labels", util_lines.size(), pod_lines.size());
+            const bool xid_seen = faulted_uuid_.empty() || !xid_line.empty();
+            if (every_gpu && xid_seen) break;
+            last_error = fmt::format("{} DCGM_FI_DEV_GPU_UTIL lines, {} with the pod's labels{}", util_lines.size(),
+                                     pod_lines.size(),
+                                     xid_seen ? "" : fmt::format("; no DCGM_FI_DEV_XID_ERRORS line for {} with {}",
+                                                                 faulted_uuid_, xid_code));
         } else {
             last_error = r ? fmt::format("HTTP {}", r->status) : r.error().message;
         }
@@ -545,9 +561,9 @@ std::optional<Failure> Demo::step_metrics() {
         if (Clock::now() > end) {
             (void)files::write_atomic(logs_ / "metrics.txt", body);
             return step_failure(fmt::format("no scrape of http://{}:{}/metrics showed DCGM_FI_DEV_GPU_UTIL with {} {} {} "
-                                            "for the pod's GPUs within {} s (last: {})",
+                                            "for the pod's GPUs and step 3's XID {} within {} s (last: {})",
                                             exporter_host_, exporter_port_, pod_labels[0], pod_labels[1], pod_labels[2],
-                                            opts_.step_timeout.count(), last_error),
+                                            kXid, opts_.step_timeout.count(), last_error),
                                 exporter_.log_path());
         }
         std::this_thread::sleep_for(250ms);
@@ -567,12 +583,10 @@ std::optional<Failure> Demo::step_metrics() {
             say("    … ({} more GPU_UTIL lines without a pod: GPUs no pod holds)", util_lines.size() - pod_lines.size() - 1);
             break;
         }
-    for (auto l : strings::split(body, '\n'))
-        if (l.starts_with("DCGM_FI_DEV_XID_ERRORS{") && !faulted_uuid_.empty() &&
-            l.find("\"" + faulted_uuid_ + "\"") != std::string_view::npos) {
-            say("  and step 3's XID, as dcgm-exporter reports the last one:");
-            say("    {}", l);
-        }
+    if (!xid_line.empty()) {
+        say("  and step 3's XID, as dcgm-exporter reports the last one:");
+        say("    {}", xid_line);
+    }
     say("  => the pod's GPUs are labelled pod/namespace/container from the kubelet's PodResources List, like dcgm-exporter");
     say("     with --kubernetes");
     return std::nullopt;

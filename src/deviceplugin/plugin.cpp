@@ -586,7 +586,37 @@ int Plugin::run() {
     int sfd = ::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
     mig_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 
-    if (auto st = files::create_directories(cfg.device_plugin_path); !st) log::error("{}", st.error().message);
+    // The kubelet makes its device-plugin directory when it starts; the plugin never does (run by
+    // hand on a host without a kubelet it would leave a kubelet directory behind, issue #23). It
+    // says the directory is missing and waits for it; SIGTERM and SIGINT still stop it.
+    // Missing, that is: a directory this process may not look into is left to the bind to report.
+    auto missing = [&] {
+        std::error_code ec;
+        return !fs::exists(cfg.device_plugin_path, ec) && !ec;
+    };
+    if (missing()) {
+        log::warn("{} does not exist: no kubelet has started on this host (the kubelet creates it), or "
+                  "--device-plugin-path names another directory; waiting for it",
+                  cfg.device_plugin_path);
+        for (;;) {
+            pollfd p{sfd, POLLIN, 0};
+            if (::poll(&p, 1, 500) > 0 && (p.revents & POLLIN)) {
+                signalfd_siginfo si{};
+                bool stop = false;
+                while (::read(sfd, &si, sizeof si) == sizeof si)
+                    if (si.ssi_signo != SIGHUP) stop = true;  // SIGHUP: the config is read when serving starts
+                if (stop) {
+                    log::info("signal {}: stopping", si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT");
+                    ::close(sfd);
+                    if (mig_fd_ >= 0) ::close(mig_fd_);
+                    mig_fd_ = -1;
+                    return 0;
+                }
+            }
+            if (!missing()) break;
+        }
+        log::info("{} exists now: starting", cfg.device_plugin_path);
+    }
     int ifd = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
     std::set<std::string> watched;
     for (const auto& dir : {fs::path(cfg.device_plugin_path), fs::path(cfg.kubelet_socket_path()).parent_path()}) {

@@ -25,6 +25,7 @@
 #include "doctor/host.h"
 #include "nvml/xid.h"
 #include "inventory/discovery.h"
+#include "inventory/pci.h"
 #include "nvml/error.h"
 #include "nvml/library.h"
 
@@ -83,34 +84,32 @@ struct Check {
 // ---- hardware -------------------------------------------------------------------------------
 
 void check_pci(State& s, CheckResult& r) {
-    fs::path dir = s.host("/sys/bus/pci/devices");
+    const fs::path sysfs = s.host("/sys");
+    const fs::path dir = sysfs / "bus/pci/devices";
     std::error_code ec;
     if (!fs::is_directory(dir, ec)) {
         note(r, "{}: not readable (no sysfs under --root?)", dir.string());
         set(r, Status::warn, "Run kgpu doctor on the node itself, or mount the host's /sys and pass --root.");
         return;
     }
-    std::vector<std::string> found;
-    for (const auto& e : fs::directory_iterator(dir, ec)) {
-        auto vendor = files::read_line(e.path() / "vendor");
-        auto cls = files::read_line(e.path() / "class");
-        if (!vendor || !cls) continue;
-        if (strings::lower(*vendor) != "0x10de" || !strings::lower(*cls).starts_with("0x03")) continue;
-        found.push_back(e.path().filename().string());
-        s.pci_gpus.push_back(e.path().filename().string());
+    auto functions = inventory::nvidia_pci_functions(sysfs);
+    if (!functions) {
+        note(r, "{}", functions.error().message);
+        set(r, Status::warn, "Run kgpu doctor on the node itself, or mount the host's /sys and pass --root.");
+        return;
     }
-    std::sort(found.begin(), found.end());
-    if (found.empty()) {
+    for (const auto& f : *functions)
+        if (inventory::is_display_class(f.class_code)) s.pci_gpus.push_back(f.address);
+    if (s.pci_gpus.empty()) {
         note(r, "{}: no function with vendor 0x10de and class 0x03xxxx", dir.string());
         set(r, Status::fail,
             "No NVIDIA GPU on the PCI bus (`lspci | grep -i nvidia` shows none): check the instance type, reseat the "
             "card and its power, or enable the slot / above-4G decoding in the BIOS.");
         return;
     }
-    for (const auto& b : found) {
-        auto cls = files::read_line(dir / b / "class");
-        note(r, "{}/{}: vendor 0x10de class {}", dir.string(), b, cls ? *cls : "?");
-    }
+    for (const auto& f : *functions)
+        if (inventory::is_display_class(f.class_code))
+            note(r, "{}/{}: vendor 0x10de class 0x{:06x}", dir.string(), f.address, f.class_code);
 }
 
 void check_xid(State& s, CheckResult& r) {
@@ -553,7 +552,11 @@ void check_remapped_rows(State& s, CheckResult& r) {
         auto rr = d.remapped_rows();
         if (!rr) {
             note(r, "GPU {}: remapped rows {}", g.index,
-                 rr.error().code == Code::not_supported ? "not supported (pre-Ampere: see nvml.retired_pages)" : rr.error().message);
+                 rr.error().code != Code::not_supported ? rr.error().message
+                 : g.mig_mode == inventory::MigMode::enabled
+                     ? "not readable while MIG instances exist (NVML answers NOT_SUPPORTED on a MIG-enabled GPU; "
+                       "see nvml.retired_pages and kernel.xid)"
+                     : "not supported (pre-Ampere: see nvml.retired_pages)");
             return;
         }
         note(r, "GPU {}: remapped rows correctable {}, uncorrectable {}, pending {}, failure {}", g.index,

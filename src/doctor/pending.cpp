@@ -1,11 +1,14 @@
 #include "doctor/pending.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <map>
+#include <set>
 #include <ostream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/files.h"
 #include "common/json.h"
@@ -67,6 +70,9 @@ struct Pod {
     std::map<std::string, std::string> node_selector;
     std::vector<Toleration> tolerations;
     std::vector<SelectorTerm> required_terms;  // required node affinity; empty: none
+    // status.conditions PodScheduled=False: the scheduler's reason and message ("Unschedulable",
+    // "0/4 nodes are available: 4 Insufficient nvidia.com/gpu.").
+    std::string unscheduled_reason, unscheduled_message;
     std::string label() const { return fmt::format("{}/{}", ns, name); }
 };
 
@@ -76,6 +82,15 @@ struct Node {
     bool unschedulable = false;
     std::vector<Taint> taints;
     Quantities allocatable;
+    Quantities capacity;  // allocatable plus what is reserved or, for a device plugin's resource, Unhealthy
+};
+
+// A core/v1 Event (what `kubectl get events -o json` lists).
+struct Event {
+    std::string key;  // namespace/name of the Event itself
+    std::string kind, ns, name;  // involvedObject
+    std::string reason, type, message, source, last_seen;
+    long count = 1;
 };
 
 struct Quota {
@@ -138,6 +153,11 @@ Pod decode_pod(const json::Reader& r) {
     const auto spec = r.object("spec");
     p.node_name = spec.string("nodeName");
     p.phase = r.object("status").string("phase");
+    for (const auto& c : r.object("status").array("conditions").elements())
+        if (c.string("type") == "PodScheduled" && c.string("status") == "False") {
+            p.unscheduled_reason = c.string("reason");
+            p.unscheduled_message = c.string("message");
+        }
     p.containers = decode_containers(spec.array("containers"));
     p.init_containers = decode_containers(spec.array("initContainers"));
     p.node_selector = decode_strings(spec.object("nodeSelector"));
@@ -163,7 +183,34 @@ Node decode_node(const json::Reader& r) {
     for (const auto& t : spec.array("taints").elements())
         n.taints.push_back({t.string("key"), t.string("value"), t.string("effect"), t.has("value")});
     n.allocatable = decode_quantities(r.object("status").object("allocatable"));
+    n.capacity = decode_quantities(r.object("status").object("capacity"));
     return n;
+}
+
+Event decode_event(const json::Reader& r) {
+    Event e;
+    std::string ns, name;
+    decode_metadata(r, ns, name);
+    e.key = ns + "/" + name;
+    const auto obj = r.object("involvedObject");
+    e.kind = obj.string("kind");
+    e.ns = obj.string("namespace");
+    e.name = obj.string("name");
+    e.reason = r.string("reason");
+    e.type = r.string("type");
+    e.message = r.string("message");
+    e.source = r.object("source").string("component");
+    if (e.source.empty()) e.source = r.string("reportingComponent");
+    if (auto c = r.find("count")) {
+        const std::string text = c->as_scalar_text();
+        auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), e.count);
+        if (ec != std::errc() || end != text.data() + text.size() || e.count < 0) c->fail("a count of occurrences");
+    }
+    // The newest of the times an Event may carry (RFC 3339 strings compare in time order).
+    for (const std::string& t : {r.string("lastTimestamp"), r.object("series").string("lastObservedTime"),
+                                 r.string("eventTime"), r.string("firstTimestamp")})
+        if (t > e.last_seen) e.last_seen = t;
+    return e;
 }
 
 Quota decode_quota(const json::Reader& r) {
@@ -175,23 +222,44 @@ Quota decode_quota(const json::Reader& r) {
     return q;
 }
 
-// The objects of a document that is a List (`items`), a bare array, or one object; a null
-// document (an optional file not given) has none.
-template <class T>
-std::vector<T> decode_list(const json::Reader& r, std::string_view kind, std::string_view command,
-                           T (*decode_one)(const json::Reader&)) {
-    std::vector<T> out;
-    if (r.is_null()) return out;
+// Every object the documents hold, by kind.
+struct Objects {
+    std::vector<Node> nodes;
+    std::vector<Pod> pods;
+    std::vector<Quota> quotas;
+    std::vector<Event> events;
+    std::map<std::string, std::size_t> skipped;  // objects of other kinds, by kind
+};
+
+// Adds the objects of a document that is a List (`items`), a bare array, or one object to `out`
+// by their `kind` (`kind` names what an object without one is: the option's); a null document
+// (an optional file not given) has none. Returns how many objects of `kind` it held.
+std::size_t collect(const json::Reader& r, std::string_view kind, std::string_view command, Objects& out) {
+    if (r.is_null()) return 0;
     std::vector<json::Reader> objects;
     if (r.is_array()) objects = r.elements();
     else if (r.is_object() && r.has("items")) objects = r.array("items").elements();
     else if (r.is_object()) objects.push_back(r);
     else r.fail(fmt::format("a List of {}s ({}) or a {} object", kind, command, kind));
+    std::size_t own = 0;
     for (const auto& o : objects) {
         if (!o.is_object()) o.fail(fmt::format("a {} object", kind));
-        out.push_back(decode_one(o));
+        const std::string k = o.string("kind", kind);
+        if (k == kind) ++own;
+        if (k == "Node") out.nodes.push_back(decode_node(o));
+        else if (k == "Pod") out.pods.push_back(decode_pod(o));
+        else if (k == "ResourceQuota") out.quotas.push_back(decode_quota(o));
+        else if (k == "Event") out.events.push_back(decode_event(o));
+        else ++out.skipped[k];
     }
-    return out;
+    return own;
+}
+
+// Each object once, the first one seen (the same file may be given for two options).
+template <class T, class Key>
+void dedupe(std::vector<T>& v, Key key) {
+    std::set<std::string> seen;
+    std::erase_if(v, [&](const T& x) { return !seen.insert(key(x)).second; });
 }
 
 Resources sum_of(const Quantities& q) {
@@ -312,9 +380,12 @@ bool Explanation::fits_somewhere() const {
 namespace {
 
 Explanation explain_decoded(const Pod& pod, const std::vector<Node>& nodes, const std::vector<Pod>& pods,
-                            const std::vector<Quota>& quotas) {
+                            const std::vector<Quota>& quotas, const UnhealthyDevices& unhealthy) {
     Explanation e;
     e.pod = pod.label();
+    if (!pod.unscheduled_message.empty())
+        e.scheduler = fmt::format("{}{}", pod.unscheduled_reason.empty() ? "" : pod.unscheduled_reason + ": ",
+                                  pod.unscheduled_message);
     const PodRequests reqs = pod_requests(pod);
     e.gpus = reqs.requests.get(kGpu);
 
@@ -419,15 +490,40 @@ Explanation explain_decoded(const Pod& pod, const std::vector<Node>& nodes, cons
         const Resources alloc = sum_of(n.allocatable);
         const Resources& used = used_on[v.node];
         if (e.gpus > 0) {
-            double have = alloc.get(kGpu);
-            if (have == 0) {
-                why("no nvidia.com/gpu allocatable: the device plugin is not running or not registered on this node, or "
-                    "every GPU is unhealthy (run `kgpu doctor` there)");
+            const double have = alloc.get(kGpu);
+            // Capacity counts every device the plugin lists, allocatable only the Healthy ones.
+            const auto c = n.capacity.find(kGpu);
+            const double cap = c == n.capacity.end() ? have : c->second.value;
+            std::string sick;
+            if (cap > have) {
+                auto u = unhealthy.find(v.node);
+                sick = fmt::format("{:g} of the node's {:g} GPUs Unhealthy (capacity {:g}, allocatable {:g}){}", cap - have,
+                                   cap, cap, have,
+                                   u != unhealthy.end() && !u->second.empty()
+                                       ? fmt::format(": {}", fmt::join(u->second, ", "))
+                                       : fmt::format(": the device plugin reports them (`kgpu doctor` on {} names them "
+                                                     "and says why)",
+                                                     v.node));
+            }
+            if (cap > 0 && e.gpus > cap) {
+                why(fmt::format("nvidia.com/gpu: the pod requests {:g}, more than the node has in all (capacity {:g}): it "
+                                "can never run here; request at most {:g}, or use a node with more GPUs",
+                                e.gpus, cap, cap));
+            } else if (have == 0) {
+                why(sick.empty() ? std::string("no nvidia.com/gpu allocatable: the device plugin is not running or not "
+                                               "registered on this node, or every GPU is unhealthy (run `kgpu doctor` "
+                                               "there)")
+                                 : "no nvidia.com/gpu allocatable: " + sick);
             } else if (have - used.get(kGpu) < e.gpus) {
                 std::string users;
                 for (const auto& s : gpu_pods_on[v.node]) users += (users.empty() ? "" : ", ") + s;
-                why(fmt::format("nvidia.com/gpu: {:g} of {:g} allocatable already requested{}, the pod needs {:g}",
-                                used.get(kGpu), have, users.empty() ? "" : " by " + users, e.gpus));
+                std::string r = fmt::format("nvidia.com/gpu: {:g} of {:g} allocatable already requested{}, the pod needs {:g}",
+                                            used.get(kGpu), have, users.empty() ? "" : " by " + users, e.gpus);
+                if (!sick.empty()) r += "; " + sick;
+                if (used.get(kGpu) > have)
+                    r += "; pods keep the GPUs they were given when those turn Unhealthy, so more are requested than "
+                         "allocatable";
+                why(std::move(r));
             }
         }
         for (const char* res : {"cpu", "memory", "ephemeral-storage"}) {
@@ -454,29 +550,63 @@ Explanation explain_decoded(const Pod& pod, const std::vector<Node>& nodes, cons
 }  // namespace
 
 Result<Explanation> explain(const nlohmann::json& pod, const nlohmann::json& nodes, const nlohmann::json& pods,
-                            const nlohmann::json& quotas, const Names& names) {
+                            const nlohmann::json& quotas, const Names& names, const nlohmann::json& events,
+                            const UnhealthyDevices& unhealthy) {
     auto p = json::decode(pod, names.pod, [](const json::Reader& r) {
         if (!r.is_object()) r.fail("a Pod object (kubectl get pod <name> -o json)");
         if (r.string("kind", "Pod") != "Pod") r.find("kind")->fail("kind \"Pod\" (kubectl get pod <name> -o json)");
         return decode_pod(r);
     });
     if (!p) return std::unexpected(p.error());
-    auto n = json::decode(nodes, names.nodes, [](const json::Reader& r) {
-        return decode_list(r, "Node", "kubectl get nodes -o json", decode_node);
-    });
-    if (!n) return std::unexpected(n.error());
-    auto ps = json::decode(pods, names.pods, [](const json::Reader& r) {
-        return decode_list(r, "Pod", "kubectl get pods -A -o json", decode_pod);
-    });
-    if (!ps) return std::unexpected(ps.error());
-    auto qs = json::decode(quotas, names.quotas, [](const json::Reader& r) {
-        return decode_list(r, "ResourceQuota", "kubectl get resourcequota -A -o json", decode_quota);
-    });
-    if (!qs) return std::unexpected(qs.error());
-    return explain_decoded(*p, *n, *ps, *qs);
+    Objects all;
+    struct Document {
+        const nlohmann::json& json;
+        const std::string& name;
+        const char* kind;
+        const char* command;
+    };
+    std::size_t own_nodes = 0, in_nodes = 0;
+    const Document documents[] = {{nodes, names.nodes, "Node", "kubectl get nodes -o json"},
+                                  {pods, names.pods, "Pod", "kubectl get pods -A -o json"},
+                                  {quotas, names.quotas, "ResourceQuota", "kubectl get resourcequota -A -o json"},
+                                  {events, names.events, "Event", "kubectl get events -n <namespace> -o json"}};
+    for (const auto& d : documents) {
+        auto own = json::decode(d.json, d.name, [&](const json::Reader& r) { return collect(r, d.kind, d.command, all); });
+        if (!own) return std::unexpected(own.error());
+        if (&d == &documents[0]) {
+            own_nodes = *own;
+            in_nodes = all.nodes.size() + all.pods.size() + all.quotas.size() + all.events.size();
+            for (const auto& [kind, n] : all.skipped) in_nodes += n;
+        }
+    }
+    // A Pod list given as --nodes would otherwise read as "no nodes".
+    if (own_nodes == 0 && in_nodes > 0)
+        return fail(Code::parse, "{}: no Node among its {} object(s): expected kubectl get nodes -o json (or a List that "
+                                 "includes nodes)",
+                    names.nodes, in_nodes);
+    dedupe(all.nodes, [](const Node& n) { return n.name; });
+    dedupe(all.pods, [](const Pod& x) { return x.label(); });
+    dedupe(all.quotas, [](const Quota& q) { return q.ns + "/" + q.name; });
+    dedupe(all.events, [](const Event& x) { return x.key; });
+    Explanation e = explain_decoded(*p, all.nodes, all.pods, all.quotas, unhealthy);
+    for (const auto& [kind, n] : all.skipped)
+        e.warnings.push_back(fmt::format("{} object(s) of kind {} skipped: only Nodes, Pods, ResourceQuotas and Events are read",
+                                         n, kind.empty() ? "(none)" : kind));
+    // The pod's Warning events (the scheduler's FailedScheduling above all), oldest first.
+    for (const auto& ev : all.events)
+        if (ev.kind == "Pod" && ev.name == p->name && (ev.ns.empty() ? "default" : ev.ns) == p->ns &&
+            (ev.type == "Warning" || ev.reason == "FailedScheduling"))
+            e.events.push_back(PodEvent{ev.reason, ev.source, ev.message, ev.count, ev.last_seen});
+    std::stable_sort(e.events.begin(), e.events.end(),
+                     [](const PodEvent& a, const PodEvent& b) { return a.last_seen < b.last_seen; });
+    if (!events.is_null() && e.events.empty())
+        e.warnings.push_back(fmt::format("{} holds no Warning event of {}: the scheduler has not tried it yet, or its "
+                                         "events expired (kube-apiserver keeps them 1 h by default)",
+                                         names.events, e.pod));
+    return e;
 }
 
-Result<Explanation> explain(const Inputs& in) {
+Result<Explanation> explain(const Inputs& in, const UnhealthyDevices& unhealthy) {
     auto pod = read_json(in.pod);
     if (!pod) return std::unexpected(pod.error());
     auto nodes = read_json(in.nodes);
@@ -485,12 +615,23 @@ Result<Explanation> explain(const Inputs& in) {
     if (!pods) return std::unexpected(pods.error());
     auto quotas = read_json(in.quotas);
     if (!quotas) return std::unexpected(quotas.error());
-    return explain(*pod, *nodes, *pods, *quotas, Names{in.pod, in.nodes, in.pods, in.quotas});
+    auto events = read_json(in.events);
+    if (!events) return std::unexpected(events.error());
+    return explain(*pod, *nodes, *pods, *quotas, Names{in.pod, in.nodes, in.pods, in.quotas, in.events}, *events,
+                   unhealthy);
 }
 
 void print_text(const Explanation& e, std::ostream& out) {
     out << fmt::format("Pod {} requests {:g} nvidia.com/gpu.\n", e.pod, e.gpus);
+    if (!e.scheduler.empty()) out << "the scheduler (the pod's PodScheduled condition): " << e.scheduler << "\n";
     for (const auto& w : e.warnings) out << "warning: " << w << "\n";
+    for (const auto& ev : e.events) {
+        std::vector<std::string> when;
+        if (ev.count > 1) when.push_back(fmt::format("{} times", ev.count));
+        if (!ev.last_seen.empty()) when.push_back("last " + ev.last_seen);
+        out << fmt::format("{} {}{}: {}\n", ev.source.empty() ? "event" : ev.source, ev.reason,
+                           when.empty() ? "" : fmt::format(" ({})", fmt::join(when, ", ")), ev.message);
+    }
     for (const auto& p : e.pod_problems) out << "blocks every node: " << p << "\n";
     if (e.nodes.empty()) out << "No nodes in --nodes.\n";
     for (const auto& n : e.nodes) {
@@ -501,15 +642,24 @@ void print_text(const Explanation& e, std::ostream& out) {
         out << fmt::format("{}: does not fit\n", n.node);
         for (const auto& r : n.reasons) out << "  - " << r << "\n";
     }
-    out << (e.fits_somewhere() ? "The pod fits on at least one node: if it stays Pending, read `kubectl describe pod` events.\n"
-                               : "The pod fits on no node.\n");
+    if (!e.fits_somewhere()) out << "The pod fits on no node.\n";
+    else if (e.events.empty() && e.scheduler.empty())
+        out << "The pod fits on at least one node: if it stays Pending, read `kubectl describe pod` events.\n";
+    else
+        out << "The pod fits on at least one node by these files, unlike what the events above say: the files may be "
+               "older or newer than the events (take them together), or a filter kgpu does not model applies.\n";
 }
 
 nlohmann::json to_json(const Explanation& e) {
     nlohmann::json nodes = nlohmann::json::array();
     for (const auto& n : e.nodes) nodes.push_back({{"node", n.node}, {"fits", n.fits}, {"reasons", n.reasons}});
+    nlohmann::json events = nlohmann::json::array();
+    for (const auto& ev : e.events)
+        events.push_back({{"reason", ev.reason}, {"source", ev.source}, {"message", ev.message}, {"count", ev.count},
+                          {"last_seen", ev.last_seen}});
     return {{"pod", e.pod},          {"gpus", e.gpus},         {"fits", e.fits_somewhere()},
-            {"pod_problems", e.pod_problems}, {"warnings", e.warnings}, {"nodes", nodes}};
+            {"pod_problems", e.pod_problems}, {"warnings", e.warnings}, {"nodes", nodes},
+            {"scheduler", e.scheduler},       {"events", events}};
 }
 
 }  // namespace kgpu::doctor::pending

@@ -930,32 +930,42 @@ struct Collector::Impl {
         return stopping;
     }
 
-    void event_loop() {
-        std::optional<nvml::EventSet> set;
-        std::vector<std::string> keys;
-        unsigned built = ~0u;
-        int failures = 0;
+    // An event set with every GPU registered for XIDs and MIG changes, or nullopt when NVML
+    // cannot make one (`failures` counts those; the first is logged). `keys` gets the xid key of
+    // each registration, by the key index the events carry.
+    std::optional<nvml::EventSet> build_event_set(std::vector<std::string>& keys, int& failures) {
+        auto s = nvml::EventSet::create(session);
+        if (!s) {
+            if (failures++ == 0) log::warn("exporter: no XID events: {}", s.error().message);
+            return std::nullopt;
+        }
+        keys.clear();
+        std::lock_guard lk(event_mu);
+        for (std::size_t i = 0; i < event_devices.size(); ++i) {
+            auto r = s->add(event_devices[i].second, nvml::kEventXid | nvml::kEventMigConfigChange, static_cast<int>(i));
+            if (!r) log::debug("exporter: XID events for {}: {}", event_devices[i].first, r.error().message);
+            keys.push_back(event_devices[i].first);
+        }
+        return std::move(*s);
+    }
+
+    // `set` and `keys`: what start() registered, for generation `built`.
+    void event_loop(std::optional<nvml::EventSet> set, std::vector<std::string> keys, unsigned built, int failures) {
+        if (!set) {  // start() could not make one: the first retry after a pause too
+            std::unique_lock lk(stop_mu);
+            stop_cv.wait_for(lk, std::chrono::milliseconds(250), [&] { return stopping; });
+        }
         while (!should_stop()) {
             if (!set || built != generation.load()) {
                 set.reset();
                 built = generation.load();
-                auto s = nvml::EventSet::create(session);
-                if (!s) {
-                    if (failures++ == 0) log::warn("exporter: no XID events: {}", s.error().message);
+                set = build_event_set(keys, failures);
+                if (!set) {
                     std::unique_lock lk(stop_mu);
                     stop_cv.wait_for(lk, std::chrono::milliseconds(std::min(250 << std::min(failures, 4), 4000)),
                                      [&] { return stopping; });
                     continue;
                 }
-                keys.clear();
-                std::lock_guard lk(event_mu);
-                for (std::size_t i = 0; i < event_devices.size(); ++i) {
-                    auto r = s->add(event_devices[i].second, nvml::kEventXid | nvml::kEventMigConfigChange,
-                                    static_cast<int>(i));
-                    if (!r) log::debug("exporter: XID events for {}: {}", event_devices[i].first, r.error().message);
-                    keys.push_back(event_devices[i].first);
-                }
-                set.emplace(std::move(*s));
             }
             auto ev = set->wait(250);
             if (!ev) {
@@ -999,7 +1009,17 @@ void Collector::start() {
     }
     if (!impl_->discovered) impl_->discover();
     impl_->running = true;
-    impl_->event_thread = std::thread([this] { impl_->event_loop(); });
+    // The XID events are registered before start() returns: an XID raised after it (or after the
+    // exporter logs "listening on") is counted. NVML delivers an event only to the sets registered
+    // when it happens, so a set built later on the event thread missed what came before it
+    // (issue #23: the demo's XID showed as 0 "No Error" in 2 of 20 runs).
+    std::vector<std::string> keys;
+    int failures = 0;
+    const unsigned built = impl_->generation.load();
+    auto set = impl_->build_event_set(keys, failures);
+    impl_->event_thread = std::thread([this, set = std::move(set), keys = std::move(keys), built, failures]() mutable {
+        impl_->event_loop(std::move(set), std::move(keys), built, failures);
+    });
     impl_->collector_thread = std::thread([this] { impl_->collector_loop(); });
 }
 

@@ -100,7 +100,8 @@ public:
     // and benchmarks call it directly. Not to be called concurrently with the thread.
     void collect();
     // Starts the collector thread (a pass every interval, the first one interval after the call)
-    // and the XID event thread.
+    // and the XID event thread. The GPUs are registered for XID events before it returns, so an
+    // XID raised after the call is counted (NVML does not deliver earlier ones to a new set).
     void start();
     void stop();
 

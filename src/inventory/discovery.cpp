@@ -5,6 +5,7 @@
 #include <map>
 
 #include "common/files.h"
+#include "inventory/pci.h"
 #include "nvml/library.h"
 
 namespace kgpu::inventory {
@@ -46,11 +47,7 @@ void read_numa(const nvml::Device& dev, const nvml::PciInfo& pci, const Discover
 void read_pci_class(const nvml::PciInfo& pci, const DiscoveryOptions& opts, Gpu& gpu) {
     auto text = files::read_line(opts.sysfs_root / "bus/pci/devices" / pci.sysfs_bus_id() / "class");
     if (!text) return;
-    std::string_view v = *text;
-    if (v.starts_with("0x") || v.starts_with("0X")) v.remove_prefix(2);
-    std::uint32_t cls = 0;
-    auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), cls, 16);
-    if (ec == std::errc() && p == v.data() + v.size() && !v.empty()) gpu.pci_class = cls;
+    gpu.pci_class = parse_pci_class(*text);
 }
 
 void read_mig(const nvml::Device& dev, Gpu& gpu, std::vector<std::string>& warnings) {

@@ -86,27 +86,15 @@ std::optional<VgpuHostDriver> vgpu_host_driver(std::string_view cap) {
     return VgpuHostDriver{trim_nul(cap.substr(data, kFieldLength)), trim_nul(cap.substr(data + kFieldLength, kFieldLength))};
 }
 
-Result<std::vector<VgpuDevice>> find_vgpu_devices(const std::filesystem::path& sysfs_root) {
-    const auto dir = sysfs_root / "bus/pci/devices";
-    std::error_code ec;
-    std::vector<std::filesystem::path> devices;
-    for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
-        devices.push_back(it->path());
-    if (ec) return fail(Code::io, "cannot list the PCI devices in {}: {}", dir.string(), ec.message());
-    std::sort(devices.begin(), devices.end());
-
+Result<std::vector<VgpuDevice>> find_vgpu_devices(const std::vector<PciFunction>& nvidia_functions) {
     std::vector<VgpuDevice> out;
-    for (const auto& d : devices) {
-        auto vendor = files::read_line(d / "vendor");
-        if (!vendor) return std::unexpected(vendor.error().context("PCI device vendor"));
-        if (strings::lower(*vendor) != "0x10de") continue;
-        if (auto cls = files::read(d / "class"); !cls) return std::unexpected(cls.error().context("PCI device class"));
-        auto config = files::read(d / "config");
+    for (const auto& f : nvidia_functions) {
+        auto config = files::read(f.dir / "config");
         if (!config) return std::unexpected(config.error().context("PCI configuration space"));
-        auto cap = vendor_capability(*config, (d / "config").string());
+        auto cap = vendor_capability(*config, (f.dir / "config").string());
         if (!cap) return std::unexpected(cap.error());
         if (!*cap || !is_vgpu_capability(**cap)) continue;
-        out.push_back(VgpuDevice{d.filename().string(), vgpu_host_driver(**cap)});
+        out.push_back(VgpuDevice{f.address, vgpu_host_driver(**cap)});
     }
     return out;
 }

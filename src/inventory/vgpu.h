@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "inventory/pci.h"
 
 namespace kgpu::inventory {
 
@@ -46,11 +47,10 @@ bool is_vgpu_capability(std::string_view capability);
 // fewer than 20 bytes of data).
 std::optional<VgpuHostDriver> vgpu_host_driver(std::string_view capability);
 
-// The vGPUs under <sysfs_root>/bus/pci/devices, by address. Every device's `vendor` is read; an
-// NVIDIA one's `class` and `config` too. Errors, as GFD's (which then writes no vGPU labels):
-// the directory, a vendor, class or config file unreadable, a config space under 256 bytes
-// (kgpu needs CAP_SYS_ADMIN, i.e. a privileged container, to read all of it), a malformed
-// capability; each names the file.
-Result<std::vector<VgpuDevice>> find_vgpu_devices(const std::filesystem::path& sysfs_root);
+// The vGPUs among NVIDIA's PCI functions (nvidia_pci_functions, which reads `vendor` and `class`),
+// by address: each function's `config` is read. Errors, as GFD's (which then writes no vGPU
+// labels): a config file unreadable, a config space under 256 bytes (kgpu needs CAP_SYS_ADMIN,
+// i.e. a privileged container, to read all of it), a malformed capability; each names the file.
+Result<std::vector<VgpuDevice>> find_vgpu_devices(const std::vector<PciFunction>& nvidia_functions);
 
 }  // namespace kgpu::inventory

@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/strings.h"
 
@@ -307,8 +308,16 @@ Result<Generated> generate(const inventory::Node& node, const Options& o) {
     std::vector<const inventory::Gpu*> gpus;
     for (const auto& gpu : node.gpus)
         if (!gpu.lost && !gpu.uuid.empty()) gpus.push_back(&gpu);
-    // kgpu's addition (docs/labels.md): the seeds' DaemonSets select nodes on it.
-    out["nvidia.com/gpu.present"] = gpus.empty() ? "false" : "true";
+    // kgpu's addition (docs/labels.md), derived as the GPU Operator derives its label of that name:
+    // from the PCI bus, so a failing driver does not take the node's GPU stack away.
+    const std::size_t on_bus = o.pci_gpus ? o.pci_gpus->size() : 0;
+    out["nvidia.com/gpu.present"] = gpus.empty() && on_bus == 0 ? "false" : "true";
+    if (gpus.empty() && on_bus > 0)
+        g.warnings.push_back(fmt::format(
+            "NVML reports no GPU but the PCI bus has {} NVIDIA GPU(s) ({}): nvidia.com/gpu.present=true as the GPU "
+            "Operator sets it, so the node keeps its GPU stack; no device labels until the driver reports them (run "
+            "`kgpu doctor` on this node)",
+            on_bus, fmt::join(*o.pci_gpus, ", ")));
     if (o.vgpu)
         if (auto st = vgpu_labels(out, *o.vgpu); !st) return std::unexpected(st.error());
     if (gpus.empty()) return g;  // GFD: no devices, no device labels

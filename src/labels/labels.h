@@ -45,6 +45,10 @@ struct Options {
     // What the vGPU scan found (inventory::find_vgpu_devices); nullopt when the scan failed, and
     // then no nvidia.com/vgpu.* label is written, as GFD's vGPU labeler does.
     std::optional<std::vector<inventory::VgpuDevice>> vgpu;
+    // The NVIDIA GPUs on the PCI bus (sysfs addresses of the functions inventory::is_gpu_class
+    // accepts), whatever NVML says; nullopt when the scan failed. nvidia.com/gpu.present follows
+    // them as the GPU Operator's label does.
+    std::optional<std::vector<std::string>> pci_gpus;
 };
 
 using Labels = std::map<std::string, std::string>;
@@ -55,8 +59,12 @@ struct Generated {
 };
 
 // The labels GFD writes for `node`, plus kgpu's one addition, nvidia.com/gpu.present. Lost GPUs
-// are left out. A node without GPUs gets only gfd.timestamp, gpu.present=false and the vGPU
-// labels.
+// are left out. A node without GPUs gets only gfd.timestamp, gpu.present and the vGPU labels.
+//
+// nvidia.com/gpu.present is the GPU Operator's label: "true" when the PCI bus has an NVIDIA GPU
+// (options.pci_gpus; the Operator reads NFD's PCI labels) or NVML reports one, else "false". A
+// node whose driver is broken (NVML failing, or reporting no GPU while the bus has some) keeps
+// "true", so the operands selected on it stay while the driver is fixed; a warning says so.
 //
 // GFD's vGPU labeler, on every node: vgpu.present (true when options.vgpu lists a device) and,
 // for a vGPU, vgpu.host-driver-version and vgpu.host-driver-branch (of the last one by address,

@@ -118,6 +118,13 @@ TEST(Demo, RunsTheWholeChainFromAnotherDirectory) {
         ++labelled;
     }
     EXPECT_EQ(labelled, 2) << o;
+    // and step 3's XID as the exporter reports it: XID 94, never 0 "No Error" (issue #23).
+    size_t xid = pos(o, "and step 3's XID, as dcgm-exporter reports the last one:", p4);
+    xid = o.find('\n', xid) + 1;
+    const std::string xid_line = o.substr(xid, o.find('\n', xid) - xid);
+    EXPECT_THAT(xid_line, HasSubstr("DCGM_FI_DEV_XID_ERRORS{"));
+    EXPECT_THAT(xid_line, HasSubstr("err_code=\"94\""));
+    EXPECT_THAT(xid_line, ::testing::EndsWith(" 94"));
     // 5: doctor's summary, no failing check; it saw the live plugin and the pod.
     size_t p5 = pos(o, "[5/5]", p4);
     pos(o, "[ OK ] deviceplugin.plugin_socket", p5);

@@ -7,12 +7,14 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "doctor/grpc_probe.h"
@@ -348,7 +350,10 @@ TEST_F(LifecycleTest, SigtermExitsPromptlyWithStreamsClosedAndSocketsRemoved) {
 TEST_F(LifecycleTest, SocketAndCreatedDirectoriesAreNotWorldWritableUnderUmask000) {
     const std::string dp = dir_.path() + "/sub/device-plugins";
     const std::string cdi = dir_.path() + "/cdi/spec";
-    // No kubelet there: the plugin creates the directory, serves its socket and keeps retrying.
+    // No kubelet there, only its directory: the plugin serves its socket and keeps retrying.
+    std::filesystem::create_directories(dp);
+    std::filesystem::permissions(dir_.path() + "/sub", std::filesystem::perms(0750));
+    std::filesystem::permissions(dp, std::filesystem::perms(0750));
     const mode_t old = ::umask(0);
     start("t4x4.yaml", {"--device-list-strategy", "cdi-annotations", "--cdi-spec-dir", cdi}, dp);
     ::umask(old);
@@ -365,6 +370,76 @@ TEST_F(LifecycleTest, SocketAndCreatedDirectoriesAreNotWorldWritableUnderUmask00
         EXPECT_EQ(mode(d) & 0002, 0u) << d << " mode " << std::oct << mode(d);
     EXPECT_EQ(mode(sock) & 0002, 0u) << sock << " mode " << std::oct << mode(sock);
     EXPECT_EQ(mode(cdi + "/k8s.device-plugin.nvidia.com-gpu.json"), 0644u);
+}
+
+// Issue #23: run by hand on a host without a kubelet, the plugin does not create the kubelet's
+// device-plugin directory; it says the directory is missing, waits for it, and serves once the
+// kubelet has made it. SIGTERM while it waits is a clean exit.
+TEST_F(LifecycleTest, WaitsForTheKubeletsDirectoryInsteadOfCreatingIt) {
+    const std::string dp = dir_.path() + "/later/device-plugins";
+    start("t4x4.yaml", {}, dp);
+    ASSERT_TRUE(kubelet_->wait_until([&] { return plugin_->err().find("does not exist") != std::string::npos; }, 20s))
+        << plugin_->err();
+    EXPECT_THAT(plugin_->err(), HasSubstr(dp));
+    EXPECT_THAT(plugin_->err(), HasSubstr("kubelet"));
+    EXPECT_TRUE(plugin_->running());
+    EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/later")) << "the plugin made the kubelet's directory";
+
+    // The kubelet starts: its directory and its socket appear, and the plugin registers.
+    std::filesystem::create_directories(dp);
+    FakeKubelet late(dp);
+    ASSERT_TRUE(late.start());
+    EXPECT_TRUE(late.wait_devices(kGpu, [](const Devices& d) { return d.size() == 4; }, 20s)) << plugin_->err();
+
+    // A second plugin waiting for a directory that never comes stops on SIGTERM.
+    ChildProcess waiting({KGPU_BINARY, "device-plugin", "--device-plugin-path", dir_.path() + "/never/device-plugins",
+                          "--nvml-library", KGPU_SIM_LIBRARY, "--cdi-spec-dir", files_.path() + "/cdi2"},
+                         {{"KGPU_SIM_NODE", fixture("t4x4.yaml")}});
+    ASSERT_TRUE(kubelet_->wait_until([&] { return waiting.err().find("does not exist") != std::string::npos; }, 20s))
+        << waiting.err();
+    waiting.signal(SIGTERM);
+    EXPECT_EQ(waiting.wait(10000), 0) << waiting.err();
+    EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/never"));
+}
+
+// Issue #23: run as non-root on a directory it may not write, the plugin's own message is what
+// the user reads: gRPC's raw `chttp2_server.cc` lines go through kgpu's log at debug level.
+TEST_F(LifecycleTest, GrpcsOwnLogLinesGoThroughKgpusLog) {
+    TempDir base;
+    std::filesystem::permissions(base.path(), std::filesystem::perms(0755));
+    const std::string dp = base.path() + "/device-plugins";
+    std::filesystem::create_directories(dp);
+    std::filesystem::permissions(dp, std::filesystem::perms(0555));
+    std::vector<std::string> argv;
+    if (::geteuid() == 0) {  // root writes anywhere: run the plugin as nobody
+        if (!std::filesystem::exists("/usr/bin/setpriv")) GTEST_SKIP() << "running as root without setpriv";
+        argv = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"};
+    }
+    for (const bool debug : {false, true}) {
+        SCOPED_TRACE(debug ? "--log-level debug" : "default log level");
+        auto args = argv;
+        args.insert(args.end(), {KGPU_BINARY, "device-plugin", "--device-plugin-path", dp, "--nvml-library",
+                                 KGPU_SIM_LIBRARY, "--cdi-spec-dir", base.path() + "/cdi"});
+        if (debug) args.insert(args.end(), {"--log-level", "debug"});
+        ChildProcess p(args, {{"KGPU_SIM_NODE", fixture("t4x4.yaml")}});
+        ASSERT_TRUE(kubelet_->wait_until([&] { return p.err().find("cannot serve nvidia.com/gpu") != std::string::npos; },
+                                         20s))
+            << p.err();
+        p.signal(SIGTERM);
+        p.wait(10000);
+        const std::string err = p.err();
+        EXPECT_THAT(err, HasSubstr("bind failed"));
+        if (!debug) {
+            EXPECT_THAT(err, ::testing::Not(HasSubstr("chttp2"))) << err;
+        } else {
+            EXPECT_THAT(err, HasSubstr(" debug grpc: ")) << err;
+            EXPECT_THAT(err, HasSubstr("(chttp2_server.cc:")) << err;
+        }
+        // Every line is kgpu's ("<time> <level> ..." or the indented config dump).
+        std::istringstream lines(err);
+        for (std::string l; std::getline(lines, l);)
+            EXPECT_FALSE(l.size() > 1 && l[0] == 'E' && std::isdigit(static_cast<unsigned char>(l[1]))) << l;
+    }
 }
 
 }  // namespace

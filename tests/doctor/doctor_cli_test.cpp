@@ -3,8 +3,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include <nlohmann/json.hpp>
 
+#include "deviceplugin/server.h"
 #include "fake_host.h"
 
 using kgpu::test::FakeHost;
@@ -155,6 +158,52 @@ TEST(DoctorCli, PendingWrongShapesExitTwoNamingFileAndPath) {
             EXPECT_THAT(r.err, HasSubstr("kgpu doctor pending: " + file + where)) << flag << " " << text;
         }
     }
+}
+
+// Issue #23: run on the node, `doctor pending` asks this host's kgpu plugin which GPU is Unhealthy
+// and names it; --events quotes the scheduler; a mixed List is read by kind.
+TEST(DoctorCli, PendingNamesTheUnhealthyGpuFromTheLocalPluginAndQuotesEvents) {
+    kgpu::test::TempDir root;
+    const std::string dp = root.path() + "/var/lib/kubelet/device-plugins";
+    std::filesystem::create_directories(dp);
+    kgpu::deviceplugin::ResourceServer plugin("nvidia.com/gpu", dp + "/kgpu-nvidia-com-gpu.sock", {});
+    v1beta1::ListAndWatchResponse list;
+    for (const auto& [id, health] : {std::pair{"GPU-aaaa", "Healthy"}, {"GPU-bbbb", "Unhealthy"}}) {
+        auto* d = list.add_devices();
+        d->set_id(id);
+        d->set_health(health);
+    }
+    plugin.publish(list);
+    ASSERT_TRUE(plugin.start());
+    const nlohmann::json node = {{"kind", "Node"},
+                                 {"metadata", {{"name", "gpu-x"}}},
+                                 {"status", {{"capacity", {{"nvidia.com/gpu", "2"}}}, {"allocatable", {{"nvidia.com/gpu", "1"}}}}}};
+    const nlohmann::json pod = {
+        {"kind", "Pod"},
+        {"metadata", {{"namespace", "ml"}, {"name", "train"}}},
+        {"spec", {{"containers", {{{"name", "c"}, {"resources", {{"limits", {{"nvidia.com/gpu", "2"}}}}}}}}}}};
+    const nlohmann::json ev = {{"kind", "Event"},
+                               {"metadata", {{"namespace", "ml"}, {"name", "train.1"}}},
+                               {"involvedObject", {{"kind", "Pod"}, {"namespace", "ml"}, {"name", "train"}}},
+                               {"type", "Warning"},
+                               {"reason", "FailedScheduling"},
+                               {"source", {{"component", "default-scheduler"}}},
+                               {"message", "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."}};
+    const std::string pod_file = root.write("pod.json", pod.dump());
+    const std::string mixed = root.write("all.json", nlohmann::json{{"kind", "List"}, {"items", {node, ev}}}.dump());
+    auto r = run_process({KGPU_BINARY, "doctor", "--root", root.path(), "pending", "--pod", pod_file, "--nodes", mixed,
+                          "--events", mixed, "--node-name", "gpu-x"});
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_THAT(r.out, HasSubstr("1 of the node's 2 GPUs Unhealthy (capacity 2, allocatable 1): GPU-bbbb")) << r.out;
+    EXPECT_THAT(r.out, HasSubstr("default-scheduler FailedScheduling: 0/1 nodes are available: 1 Insufficient "
+                                 "nvidia.com/gpu."))
+        << r.out;
+    // Another node's name: this host's plugin is not asked about it.
+    auto other = run_process({KGPU_BINARY, "doctor", "--root", root.path(), "pending", "--pod", pod_file, "--nodes",
+                              mixed, "--node-name", "gpu-y"});
+    EXPECT_THAT(other.out, HasSubstr("`kgpu doctor` on gpu-x names them")) << other.out;
+    EXPECT_THAT(other.out, ::testing::Not(HasSubstr("GPU-bbbb")));
+    plugin.stop();
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <sstream>
 
 #include "doctor/pending.h"
 #include "fake_host.h"
@@ -179,6 +180,146 @@ TEST(DoctorPending, WrongShapesAreErrorsNamingThePath) {
     ASSERT_FALSE(r);
     EXPECT_THAT(r.error().message, HasSubstr("pod.json: .spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution."
                                              "nodeSelectorTerms[0].matchExpressions[0].values[0]: expected a string, found 1"));
+}
+
+// ---- issue #23 ----------------------------------------------------------------------------------
+
+json gpu_node(const std::string& name, int capacity, int allocatable) {
+    return {{"kind", "Node"},
+            {"metadata", {{"name", name}, {"labels", {{"nvidia.com/gpu.present", "true"}}}}},
+            {"status",
+             {{"capacity", {{"nvidia.com/gpu", std::to_string(capacity)}, {"cpu", "64"}}},
+              {"allocatable", {{"nvidia.com/gpu", std::to_string(allocatable)}, {"cpu", "64"}}}}}};
+}
+
+json gpu_pod(const std::string& ns, const std::string& name, int gpus, const std::string& node = "") {
+    json p = {{"kind", "Pod"},
+              {"metadata", {{"namespace", ns}, {"name", name}}},
+              {"spec", {{"containers", {{{"name", "c"}, {"resources", {{"limits", {{"nvidia.com/gpu", gpus}}}}}}}}}},
+              {"status", {{"phase", node.empty() ? "Pending" : "Running"}}}};
+    if (!node.empty()) p["spec"]["nodeName"] = node;
+    return p;
+}
+
+json event(const std::string& name, const std::string& pod, const std::string& type, const std::string& reason,
+           const std::string& message, int count, const std::string& last) {
+    return {{"kind", "Event"},
+            {"metadata", {{"namespace", "ml"}, {"name", name}}},
+            {"involvedObject", {{"kind", "Pod"}, {"namespace", "ml"}, {"name", pod}}},
+            {"type", type},
+            {"reason", reason},
+            {"message", message},
+            {"count", count},
+            {"lastTimestamp", last},
+            {"source", {{"component", reason == "FailedScheduling" ? "default-scheduler" : "kubelet"}}}};
+}
+
+// `kubectl get pods,nodes,events -A -o json` is one List of mixed kinds: its items are taken by
+// kind (it used to read every item as a Node), once each when the same file is given twice;
+// other kinds are skipped with a warning.
+TEST(DoctorPending, AMixedListIsReadByKind) {
+    json all = {{"kind", "List"},
+                {"items",
+                 {gpu_node("gpu-a", 8, 8), gpu_pod("ml", "holder", 6, "gpu-a"),
+                  json{{"kind", "Service"}, {"metadata", {{"name", "kubernetes"}}}},
+                  event("e1", "train", "Warning", "FailedScheduling",
+                        "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.", 3, "2025-01-02T03:04:05Z")}}};
+    auto e = explain(gpu_pod("ml", "train", 4), all, all, json(), Names{}, all);
+    ASSERT_TRUE(e) << e.error().message;
+    ASSERT_EQ(e->nodes.size(), 1u);
+    EXPECT_EQ(e->nodes[0].node, "gpu-a");
+    EXPECT_THAT(reasons(e->nodes[0]), HasSubstr("6 of 8 allocatable already requested by ml/holder (6)"));
+    std::string w;
+    for (const auto& s : e->warnings) w += s + "\n";
+    EXPECT_THAT(w, HasSubstr("object(s) of kind Service skipped"));
+    ASSERT_EQ(e->events.size(), 1u);  // once, though the List came in three times
+    EXPECT_EQ(e->events[0].message, "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.");
+
+    // A document with objects but no Node as --nodes is an error, not "no nodes".
+    auto pods = explain(gpu_pod("ml", "train", 4), load("pods.json"), json(), json(), Names{"pod.json", "pods.json"});
+    ASSERT_FALSE(pods);
+    EXPECT_EQ(pods.error().code, kgpu::Code::parse);
+    EXPECT_THAT(pods.error().message, HasSubstr("pods.json: no Node among its 2 object(s)"));
+    // An empty List still means "no nodes".
+    auto none = explain(gpu_pod("ml", "train", 4), json{{"kind", "List"}, {"items", json::array()}}, json(), json());
+    ASSERT_TRUE(none) << none.error().message;
+    EXPECT_TRUE(none->nodes.empty());
+}
+
+// A request above the node's capacity can never fit there: said so, not "N free".
+TEST(DoctorPending, ARequestAboveTheNodesCapacityIsNamed) {
+    auto e = explain(gpu_pod("ml", "big", 9), json{{"items", {gpu_node("gpu-a", 8, 8)}}}, json(), json());
+    ASSERT_TRUE(e) << e.error().message;
+    ASSERT_EQ(e->nodes[0].reasons.size(), 1u) << reasons(e->nodes[0]);
+    EXPECT_THAT(e->nodes[0].reasons[0],
+                HasSubstr("the pod requests 9, more than the node has in all (capacity 8): it can never run here"));
+}
+
+// After an XID the node's allocatable drops below its capacity; a pod that got its GPUs before
+// keeps them. The reason names the Unhealthy GPU when this host's kgpu plugin says which, and
+// says where to look otherwise.
+TEST(DoctorPending, UnhealthyGpusAreCountedAndNamed) {
+    const json nodes = {{"items", {gpu_node("gpu-a", 8, 7)}}};
+    const json pods = {{"items", {gpu_pod("ml", "holder", 8, "gpu-a")}}};
+    auto e = explain(gpu_pod("ml", "train", 8), nodes, pods, json(), Names{}, json(),
+                     UnhealthyDevices{{"gpu-a", {"GPU-5ad70d24-867c-2e2a-7049-b5408d9d30fb"}}});
+    ASSERT_TRUE(e) << e.error().message;
+    const std::string r = reasons(e->nodes[0]);
+    EXPECT_THAT(r, HasSubstr("8 of 7 allocatable already requested by ml/holder (8), the pod needs 8"));
+    EXPECT_THAT(r, HasSubstr("1 of the node's 8 GPUs Unhealthy (capacity 8, allocatable 7): "
+                             "GPU-5ad70d24-867c-2e2a-7049-b5408d9d30fb"));
+    EXPECT_THAT(r, HasSubstr("pods keep the GPUs they were given when those turn Unhealthy"));
+    auto unknown = explain(gpu_pod("ml", "train", 8), nodes, json(), json());
+    ASSERT_TRUE(unknown);
+    EXPECT_THAT(reasons(unknown->nodes[0]), HasSubstr("`kgpu doctor` on gpu-a names them"));
+    // Every GPU Unhealthy: allocatable 0, capacity 8.
+    auto all = explain(gpu_pod("ml", "train", 1), json{{"items", {gpu_node("gpu-a", 8, 0)}}}, json(), json());
+    ASSERT_TRUE(all);
+    EXPECT_THAT(reasons(all->nodes[0]), HasSubstr("no nvidia.com/gpu allocatable: 8 of the node's 8 GPUs Unhealthy"));
+}
+
+// The scheduler's own words: the pod's PodScheduled=False condition, and with --events its
+// Warning events (not the Normal ones, not another pod's), oldest first.
+TEST(DoctorPending, TheSchedulersMessageIsQuoted) {
+    auto pod = gpu_pod("ml", "train", 9);
+    pod["status"]["conditions"] = json::array(
+        {{{"type", "PodScheduled"}, {"status", "False"}, {"reason", "Unschedulable"},
+          {"message", "0/1 nodes are available: 1 Insufficient nvidia.com/gpu. preemption: 0/1 nodes are available: "
+                      "1 No preemption victims found for incoming pod."}}});
+    const json events = {{"items",
+                          {event("e2", "train", "Warning", "FailedScheduling",
+                                 "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.", 4, "2025-01-02T03:09:00Z"),
+                           event("e1", "train", "Warning", "UnexpectedAdmissionError",
+                                 "Allocate failed due to requested number of devices unavailable for nvidia.com/gpu. "
+                                 "Requested: 1, Available: 0, which is unexpected",
+                                 1, "2025-01-02T03:00:00Z"),
+                           event("e3", "train", "Normal", "Scheduled", "assigned", 1, "2025-01-02T02:00:00Z"),
+                           event("e4", "other", "Warning", "FailedScheduling", "not ours", 1, "2025-01-02T03:00:00Z")}}};
+    auto e = explain(pod, json{{"items", {gpu_node("gpu-a", 8, 8)}}}, json(), json(), Names{}, events);
+    ASSERT_TRUE(e) << e.error().message;
+    EXPECT_EQ(e->scheduler, "Unschedulable: 0/1 nodes are available: 1 Insufficient nvidia.com/gpu. preemption: 0/1 "
+                            "nodes are available: 1 No preemption victims found for incoming pod.");
+    ASSERT_EQ(e->events.size(), 2u);
+    EXPECT_EQ(e->events[0].reason, "UnexpectedAdmissionError");
+    EXPECT_EQ(e->events[1].reason, "FailedScheduling");
+    EXPECT_EQ(e->events[1].source, "default-scheduler");
+    EXPECT_EQ(e->events[1].count, 4);
+    std::ostringstream text;
+    print_text(*e, text);
+    EXPECT_THAT(text.str(), HasSubstr("the scheduler (the pod's PodScheduled condition): Unschedulable: 0/1 nodes are "
+                                      "available: 1 Insufficient nvidia.com/gpu."));
+    EXPECT_THAT(text.str(), HasSubstr("default-scheduler FailedScheduling (4 times, last 2025-01-02T03:09:00Z): 0/1 "
+                                      "nodes are available: 1 Insufficient nvidia.com/gpu."));
+    EXPECT_THAT(text.str(), HasSubstr("more than the node has in all (capacity 8)"));
+    auto j = to_json(*e);
+    EXPECT_EQ(j["events"].size(), 2u);
+    EXPECT_EQ(j["events"][1]["count"], 4);
+    EXPECT_THAT(j["scheduler"].get<std::string>(), HasSubstr("Insufficient nvidia.com/gpu"));
+    // --events without an event of this pod: said so.
+    auto quiet = explain(gpu_pod("ml", "train", 1), json{{"items", {gpu_node("gpu-a", 8, 8)}}}, json(), json(),
+                         Names{}, json{{"items", json::array()}});
+    ASSERT_TRUE(quiet);
+    EXPECT_THAT(quiet->warnings.back(), HasSubstr("--events holds no Warning event of ml/train"));
 }
 
 TEST(DoctorPending, QuantitiesMustBeFinite) {

@@ -264,27 +264,25 @@ void pci_device(const TempDir& dir, const std::string& name, const std::string& 
     dir.write("bus/pci/devices/" + name + "/config", config);
 }
 
-// A sysfs tree in which every fixture GPU is a 3D controller (what gpu.mode reads) with the
-// configuration space of a GPU that is not a vGPU (what the vGPU scan reads), next to a
-// function of another vendor.
-const std::string& sysfs_root() {
-    static TempDir dir;
-    static bool made = false;
-    if (!made) {
-        for (const auto& name : fixtures())
-            for (const auto& bus : facts(kSource + "/sim/nodes/" + name + ".yaml").bus_ids)
-                pci_device(dir, sysfs_name(bus), "0x10de", kgpu::test::nvidia_gpu_config().bytes());
-        dir.write("bus/pci/devices/0000:00:00.0/vendor", "0x8086\n");  // a host bridge
-        made = true;
+// The sysfs tree of one fixture's host: each of its GPUs a 3D controller (what gpu.mode and
+// gpu.present read) with the configuration space of a GPU that is not a vGPU (what the vGPU scan
+// reads), next to a function of another vendor. The empty fixture's bus has no NVIDIA function.
+const std::string& sysfs_root(const std::string& fixture) {
+    static std::map<std::string, TempDir> dirs;
+    auto [it, made] = dirs.try_emplace(fixture);
+    if (made) {
+        for (const auto& bus : facts(kSource + "/sim/nodes/" + fixture + ".yaml").bus_ids)
+            pci_device(it->second, sysfs_name(bus), "0x10de", kgpu::test::nvidia_gpu_config().bytes());
+        it->second.write("bus/pci/devices/0000:00:00.0/vendor", "0x8086\n");  // a host bridge
     }
-    return dir.path();
+    return it->second.path();
 }
 
 RunResult labels(const std::string& fixture, const std::vector<std::string>& extra,
                  std::map<std::string, std::string> env = {}) {
     std::vector<std::string> argv = {KGPU_BINARY, "labels", "--nvml-library", KGPU_SIM_LIBRARY};
     if (std::find(extra.begin(), extra.end(), "--sysfs-root") == extra.end())
-        argv.insert(argv.end(), {"--sysfs-root", sysfs_root()});
+        argv.insert(argv.end(), {"--sysfs-root", sysfs_root(fixture)});
     argv.insert(argv.end(), extra.begin(), extra.end());
     env.emplace("KGPU_SIM_NODE", kSource + "/sim/nodes/" + fixture + ".yaml");
     return run_process(argv, env);
@@ -536,7 +534,7 @@ TEST(LabelsCli, OutputIntoAMissingDirectoryCreatesIt) {
 
 TEST(LabelsCli, FailOnInitError) {
     const std::vector<std::string> base = {KGPU_BINARY, "labels", "--oneshot", "-o", "-", "--nvml-library",
-                                           "/nonexistent/libnvidia-ml.so.1", "--sysfs-root", sysfs_root()};
+                                           "/nonexistent/libnvidia-ml.so.1", "--sysfs-root", sysfs_root("t4x4")};
     auto fails = run_process(base);
     EXPECT_EQ(fails.exit_code, 1);
     EXPECT_THAT(fails.err, HasSubstr("/nonexistent/libnvidia-ml.so.1"));
@@ -554,11 +552,46 @@ TEST(LabelsCli, FailOnInitError) {
         auto r = run_process(argv, env);
         ASSERT_EQ(r.exit_code, 0) << r.err;
         auto l = parse(r.out);
-        EXPECT_EQ(l.size(), 3u) << r.out;  // like a node without GPUs
-        EXPECT_EQ(l["nvidia.com/gpu.present"], "false");
+        EXPECT_EQ(l.size(), 3u) << r.out;  // no device labels
+        // The GPUs are still on the PCI bus: gpu.present stays true as the GPU Operator derives it,
+        // so the node keeps its GPU stack while the driver is fixed (issue #23).
+        EXPECT_EQ(l["nvidia.com/gpu.present"], "true");
         EXPECT_EQ(l["nvidia.com/vgpu.present"], "false");  // the vGPU scan does not need NVML
         EXPECT_THAT(r.err, HasSubstr("NVML did not start"));
+        EXPECT_THAT(r.err, HasSubstr("the PCI bus has 4 NVIDIA GPU(s)"));
+        EXPECT_THAT(r.err, HasSubstr("gpu.present=true"));
     }
+    // A bus without NVIDIA GPUs (only a host bridge, an NVSwitch and an NVIDIA audio function):
+    // false, as the Operator's label.
+    TempDir sys;
+    sys.write("bus/pci/devices/0000:00:00.0/vendor", "0x8086\n");
+    sys.write("bus/pci/devices/0000:00:00.0/class", "0x060000\n");
+    sys.write("bus/pci/devices/0000:c1:00.0/vendor", "0x10de\n");
+    sys.write("bus/pci/devices/0000:c1:00.0/class", "0x068000\n");
+    sys.write("bus/pci/devices/0000:c1:00.0/config", kgpu::test::nvidia_gpu_config().bytes());
+    sys.write("bus/pci/devices/0000:3b:00.1/vendor", "0x10de\n");
+    sys.write("bus/pci/devices/0000:3b:00.1/class", "0x040300\n");
+    sys.write("bus/pci/devices/0000:3b:00.1/config", kgpu::test::nvidia_gpu_config().bytes());
+    auto argv = base;
+    argv.back() = sys.path();
+    argv.emplace_back("--fail-on-init-error=false");
+    auto none = run_process(argv);
+    ASSERT_EQ(none.exit_code, 0) << none.err;
+    EXPECT_EQ(parse(none.out)["nvidia.com/gpu.present"], "false") << none.out;
+    EXPECT_THAT(none.err, Not(HasSubstr("PCI bus has")));
+}
+
+// NVML works but reports no GPU while the bus has some (bound to vfio-pci, or the driver failed
+// to initialise them): gpu.present follows the bus, with a warning naming the functions.
+TEST(LabelsValues, GpuPresentFollowsThePciBusWhenNvmlSeesNone) {
+    TempDir sys;
+    pci_device(sys, "0000:3b:00.0", "0x10de", kgpu::test::nvidia_gpu_config().bytes());
+    auto r = labels("empty", {"--oneshot", "-o", "-", "--sysfs-root", sys.path()});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto l = parse(r.out);
+    EXPECT_EQ(l["nvidia.com/gpu.present"], "true") << r.out;
+    EXPECT_FALSE(l.contains("nvidia.com/gpu.count"));
+    EXPECT_THAT(r.err, HasSubstr("NVML reports no GPU but the PCI bus has 1 NVIDIA GPU(s) (0000:3b:00.0)"));
 }
 
 TEST(LabelsCli, ErrorsNameTheInput) {
@@ -647,6 +680,15 @@ TEST(LabelsCli, SharingRenameFollowsTheDevicePluginsOptIn) {
         "t4x4", {"--config-file", dir.write("kgpu.yaml", "version: v1\nflags: {applyResourceNaming: true}\n" + body)}));
     EXPECT_EQ(opted["nvidia.com/gpu.product"], "Tesla-T4");
     EXPECT_EQ(opted["nvidia.com/gpu.replicas"], "2");
+    // Either way the labels stay under the resource's own name, as in GFD: no label is written
+    // for the name the plugin serves.
+    for (const auto* written : {&l, &opted})
+        for (const auto& [k, v] : *written) EXPECT_THAT(k, Not(HasSubstr("my-shared-gpu")));
+    // ... and docs/labels.md says so rather than that `rename` is honoured (issue #23).
+    std::string doc = slurp(kSource + "/docs/labels.md");
+    std::replace(doc.begin(), doc.end(), '\n', ' ');
+    EXPECT_THAT(doc, Not(HasSubstr("rename` is honoured")));
+    EXPECT_THAT(doc, HasSubstr("`rename` does not move the labels"));
 }
 
 // sharing.mps: GFD's sharing-strategy mps and mps.capable=true, which the MPS DaemonSet selects
@@ -684,7 +726,7 @@ TEST(LabelsLoop, RewritesWithTheSameTimestampReloadsOnSighupAndRemovesTheFileOnS
     const std::string out = dir.path() + "/features.d/kgpu";
     fs::create_directories(dir.path() + "/features.d");
     const std::string cfg = dir.write("config.yaml", "version: v1\nflags:\n  migStrategy: none\n");
-    ChildProcess child({KGPU_BINARY, "labels", "--nvml-library", KGPU_SIM_LIBRARY, "--sysfs-root", sysfs_root(),
+    ChildProcess child({KGPU_BINARY, "labels", "--nvml-library", KGPU_SIM_LIBRARY, "--sysfs-root", sysfs_root("a100-mig"),
                         "--sleep-interval", "200ms", "-o", out, "--config-file", cfg},
                        {{"KGPU_SIM_NODE", kSource + "/sim/nodes/a100-mig.yaml"}});
     ASSERT_TRUE(eventually([&] { return fs::exists(out); })) << child.err();
@@ -710,7 +752,7 @@ TEST(LabelsLoop, RewritesWithTheSameTimestampReloadsOnSighupAndRemovesTheFileOnS
 TEST(LabelsLoop, InfiniteIntervalLabelsOnceAndKeepsTheFile) {
     TempDir dir;
     const std::string out = dir.path() + "/kgpu";
-    ChildProcess child({KGPU_BINARY, "labels", "--nvml-library", KGPU_SIM_LIBRARY, "--sysfs-root", sysfs_root(),
+    ChildProcess child({KGPU_BINARY, "labels", "--nvml-library", KGPU_SIM_LIBRARY, "--sysfs-root", sysfs_root("t4x4"),
                         "--sleep-interval", "infinite", "-o", out},
                        {{"KGPU_SIM_NODE", kSource + "/sim/nodes/t4x4.yaml"}});
     ASSERT_TRUE(eventually([&] { return fs::exists(out); })) << child.err();

@@ -258,6 +258,28 @@ TEST(LabelsGenerate, NoGpusWriteNoDeviceLabels) {
     EXPECT_EQ(gen(node({gpu(0, false), lost})).at("nvidia.com/gpu.count"), "1");
 }
 
+// nvidia.com/gpu.present as the GPU Operator derives it: the PCI bus has an NVIDIA GPU. A node
+// whose driver reports none (NVML failing, GPUs bound elsewhere) keeps "true", with a warning.
+TEST(LabelsGenerate, GpuPresentFollowsThePciBus) {
+    labels::Options o;
+    o.pci_gpus = std::vector<std::string>{"0000:3b:00.0", "0000:86:00.0"};
+    auto g = labels::generate(node({}), o);
+    ASSERT_TRUE(g) << g.error().message;
+    EXPECT_EQ(g->labels, (labels::Labels{{"nvidia.com/gpu.present", "true"}}));
+    ASSERT_EQ(g->warnings.size(), 1u);
+    EXPECT_THAT(g->warnings[0], HasSubstr("2 NVIDIA GPU(s) (0000:3b:00.0, 0000:86:00.0)"));
+    o.pci_gpus->clear();
+    EXPECT_EQ(gen(node({}), o).at("nvidia.com/gpu.present"), "false");
+    o.pci_gpus.reset();  // the scan failed: NVML alone decides
+    EXPECT_EQ(gen(node({}), o).at("nvidia.com/gpu.present"), "false");
+    EXPECT_EQ(gen(node({gpu(0, false)}), o).at("nvidia.com/gpu.present"), "true");
+    o.pci_gpus = std::vector<std::string>{"0000:3b:00.0"};
+    auto both = labels::generate(node({gpu(0, false)}), o);
+    ASSERT_TRUE(both);
+    EXPECT_EQ(both->labels.at("nvidia.com/gpu.present"), "true");
+    EXPECT_TRUE(both->warnings.empty());
+}
+
 TEST(LabelsGenerate, MpsCapableOnlyWithMpsSharingAndNoMig) {
     labels::Options o;
     o.sharing.strategy = "mps";

@@ -1,4 +1,6 @@
 // A broken environment or fixture makes init fail cleanly, with a message naming file:line:key.
+#include <filesystem>
+
 #include "sim_support.h"
 
 using namespace simtest;
@@ -79,8 +81,13 @@ TEST_F(SimErrors, InforomVersionsDefaultAndFromTheFixture) {
 
 TEST_F(SimErrors, MissingNodeVariable) {
     StderrCapture err;
-    EXPECT_EQ(NV(nvmlInit_v2)(), NVML_ERROR_DRIVER_NOT_LOADED);
-    EXPECT_NE(err.text().find("kgpu-sim: KGPU_SIM_NODE is not set (expected a node YAML path)"), std::string::npos);
+    // The simulator's own configuration, not a driver state: UNKNOWN (not DRIVER_NOT_LOADED, whose
+    // meaning is "the kernel module is not loaded"), and the error string says what to set.
+    EXPECT_EQ(NV(nvmlInit_v2)(), NVML_ERROR_UNKNOWN);
+    const std::string fixture = std::filesystem::path(KGPU_SIM_LIBRARY).parent_path().string() + "/nodes/dgx-h100.yaml";
+    EXPECT_NE(err.text().find("kgpu-sim: KGPU_SIM_NODE is unset"), std::string::npos) << err.text();
+    EXPECT_NE(err.text().find("KGPU_SIM_NODE=" + fixture), std::string::npos) << err.text();
+    EXPECT_NE(std::string(NV(nvmlErrorString)(NVML_ERROR_UNKNOWN)).find("KGPU_SIM_NODE=" + fixture), std::string::npos);
     unsigned n = 0;
     EXPECT_EQ(NV(nvmlDeviceGetCount_v2)(&n), NVML_ERROR_UNINITIALIZED);
 }

@@ -321,6 +321,35 @@ TEST_F(SimEvents, MigRecreationInvalidatesOldHandlesAndNotifies) {
     EXPECT_EQ(a.memorySizeMB, 9728u);
 }
 
+// Issue #23: a live MIG change on an A100 PCIe (MIG capable, MIG off in the fixture) is applied,
+// not refused as "GPU 1 is not MIG capable"; the GPU then refuses what NVML refuses on a
+// MIG-enabled GPU, and answers again when MIG goes off.
+TEST_F(SimEvents, LiveMigOnAnA100PcieAndWhatTheGpuAnswersThen) {
+    StderrCapture err;
+    ASSERT_EQ(start(fixture("pcie-nvlink-pairs.yaml"), events), NVML_SUCCESS);
+    nvmlEventSet_t set = registered({1}, nvmlEventMigConfigChange);
+    nvmlUtilization_t u{};
+    ASSERT_EQ(NV(nvmlDeviceGetUtilizationRates)(dev(1), &u), NVML_SUCCESS);
+    append(events, "mig 1 3g.40gb,1g.10gb\n");
+    nvmlEventData_t e = wait(set);
+    EXPECT_EQ(e.device, dev(1));
+    EXPECT_EQ(err.text().find("not MIG capable"), std::string::npos) << err.text();
+    unsigned cur = 9, pend = 9, v = 0, p = 0;
+    ASSERT_EQ(NV(nvmlDeviceGetMigMode)(dev(1), &cur, &pend), NVML_SUCCESS);
+    EXPECT_EQ(cur, unsigned(NVML_DEVICE_MIG_ENABLE));
+    EXPECT_EQ(name(mig(1, 0)), "NVIDIA A100 80GB PCIe MIG 3g.40gb");
+    EXPECT_EQ(NV(nvmlDeviceGetUtilizationRates)(dev(1), &u), NVML_ERROR_NOT_SUPPORTED);
+    EXPECT_EQ(NV(nvmlDeviceGetEncoderUtilization)(dev(1), &v, &p), NVML_ERROR_NOT_SUPPORTED);
+    EXPECT_EQ(NV(nvmlDeviceGetDecoderUtilization)(dev(1), &v, &p), NVML_ERROR_NOT_SUPPORTED);
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    EXPECT_EQ(NV(nvmlDeviceGetRemappedRows)(dev(1), &a, &b, &c, &d), NVML_ERROR_NOT_SUPPORTED);
+    EXPECT_EQ(NV(nvmlDeviceGetUtilizationRates)(dev(0), &u), NVML_SUCCESS) << "GPU 0 keeps MIG off";
+    append(events, "mig 1 off\n");
+    wait(set);
+    EXPECT_EQ(NV(nvmlDeviceGetUtilizationRates)(dev(1), &u), NVML_SUCCESS);
+    EXPECT_EQ(NV(nvmlDeviceGetRemappedRows)(dev(1), &a, &b, &c, &d), NVML_SUCCESS);
+}
+
 // MIG devices created on a part with a known profile table (H100) get that table's figures.
 TEST_F(SimEvents, MigOnH100UsesItsProfileTable) {
     ASSERT_EQ(start(fixture("dgx-h100.yaml"), events), NVML_SUCCESS);
@@ -363,7 +392,8 @@ TEST_F(SimEvents, BadLinesAreReportedAndSkipped) {
     EXPECT_NE(text.find(events + ":2: GPU index 9 out of range"), std::string::npos) << text;
     EXPECT_NE(text.find(events + ":3: "), std::string::npos) << text;
     EXPECT_NE(text.find(events + ":4: usage: xid"), std::string::npos) << text;
-    EXPECT_NE(text.find(events + ":5: GPU 0 is not MIG capable"), std::string::npos) << text;
+    EXPECT_NE(text.find(events + ":5: GPU 0 (Tesla T4) is not MIG capable in this node's fixture"), std::string::npos)
+        << text;
     EXPECT_NE(text.find(events + ":6: 'nvmlInit' is not an nvmlDevice* entry point"), std::string::npos) << text;
     EXPECT_NE(text.find(events + ":7: 'BOGUS' is not an NVML error name"), std::string::npos) << text;
     EXPECT_EQ(util(0).gpu, 61u);  // the good line after the bad ones still applies

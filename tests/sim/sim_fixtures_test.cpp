@@ -192,6 +192,35 @@ TEST_F(SimFixtures, T4x4) {
     EXPECT_EQ(NV(nvmlDeviceGetMemoryInfo_v2)(dev(0), &bad), NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
 }
 
+// What nvml.h documents as not supported on MIG-enabled GPUs (utilisation rates, encoder and
+// decoder utilisation; remapped rows while instances exist) and on MIG device handles: the
+// simulator refuses it as the driver does (issue #23), and answers for the GPUs with MIG off.
+TEST_F(SimFixtures, MigEnabledGpusAndMigHandlesRefuseWhatNvmlRefuses) {
+    ASSERT_EQ(start(fixture("a100-mig.yaml")), NVML_SUCCESS);
+    for (nvmlDevice_t d : {dev(0), dev(1), mig(0, 0), mig(1, 2)}) {
+        nvmlUtilization_t u{};
+        unsigned v = 0, p = 0, a = 0, b = 0, c = 0, e = 0;
+        EXPECT_EQ(NV(nvmlDeviceGetUtilizationRates)(d, &u), NVML_ERROR_NOT_SUPPORTED);
+        EXPECT_EQ(NV(nvmlDeviceGetEncoderUtilization)(d, &v, &p), NVML_ERROR_NOT_SUPPORTED);
+        EXPECT_EQ(NV(nvmlDeviceGetDecoderUtilization)(d, &v, &p), NVML_ERROR_NOT_SUPPORTED);
+        EXPECT_EQ(NV(nvmlDeviceGetRemappedRows)(d, &a, &b, &c, &e), NVML_ERROR_NOT_SUPPORTED);
+        unsigned n = 4;
+        nvmlProcessUtilizationSample_t s[4];
+        EXPECT_EQ(NV(nvmlDeviceGetProcessUtilization)(d, s, &n, 0), NVML_ERROR_NOT_SUPPORTED);
+    }
+    for (unsigned i : {2u, 3u}) {  // MIG capable, MIG off
+        nvmlUtilization_t u{};
+        unsigned v = 0, p = 0, a = 0, b = 0, c = 0, e = 0;
+        EXPECT_EQ(NV(nvmlDeviceGetUtilizationRates)(dev(i), &u), NVML_SUCCESS);
+        EXPECT_EQ(NV(nvmlDeviceGetEncoderUtilization)(dev(i), &v, &p), NVML_SUCCESS);
+        EXPECT_EQ(NV(nvmlDeviceGetDecoderUtilization)(dev(i), &v, &p), NVML_SUCCESS);
+        EXPECT_EQ(NV(nvmlDeviceGetRemappedRows)(dev(i), &a, &b, &c, &e), NVML_SUCCESS);
+    }
+    // What NVML answers per GPU instance stays answered on the MIG handle.
+    nvmlMemory_t mem{};
+    EXPECT_EQ(NV(nvmlDeviceGetMemoryInfo)(mig(0, 0), &mem), NVML_SUCCESS);
+}
+
 TEST_F(SimFixtures, A100MigDevices) {
     ASSERT_EQ(start(fixture("a100-mig.yaml")), NVML_SUCCESS);
     unsigned cur = 9, pend = 9, max = 0;

@@ -200,12 +200,13 @@ TEST_F(SimGpm, MigInstancesHaveTheirOwnSamples) {
     ASSERT_EQ(start(kH100Mig, events), NVML_SUCCESS);
     EXPECT_EQ(supported(dev(0)), 1u);
     EXPECT_EQ(supported(mig(0, 0)), 1u) << "the query takes MIG device handles too";
-    append(events, "util 0 60 10\ngpm 0:1 sm_util=25\n");
+    // GPU 0 has MIG on, so NVML answers no utilisation for it: GPU 1's (MIG off), set by the last
+    // line, says when the lines before it have been applied.
+    append(events, "util 0 60 10\ngpm 0:1 sm_util=25\nutil 1 1 0\n");
     ASSERT_TRUE(eventually([&] {
         nvmlUtilization_t u{};
-        return NV(nvmlDeviceGetUtilizationRates)(dev(0), &u) == NVML_SUCCESS && u.gpu == 60;
+        return NV(nvmlDeviceGetUtilizationRates)(dev(1), &u) == NVML_SUCCESS && u.gpu == 1;
     }));
-    std::this_thread::sleep_for(50ms);  // the gpm line is applied with the util line
     nvmlDevice_t gpu = dev(0);
     auto instance = [&](unsigned gi) {
         return between([&](nvmlGpmSample_t s) { return NV(nvmlGpmMigSampleGet)(gpu, gi, s); },

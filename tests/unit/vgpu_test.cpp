@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "inventory/pci.h"
 #include "inventory/vgpu.h"
 #include "support/pci_config.h"
 #include "support/process.h"
@@ -133,6 +134,13 @@ TEST(VgpuCapability, MalformedRecordsHaveNoHostDriver) {
 
 // ---- the sysfs scan ----------------------------------------------------------------------------
 
+// The vGPUs as `kgpu labels` finds them: the one PCI scan, then each NVIDIA function's config.
+Result<std::vector<inventory::VgpuDevice>> vgpus(const std::string& sysfs_root) {
+    auto functions = inventory::nvidia_pci_functions(sysfs_root);
+    if (!functions) return std::unexpected(functions.error());
+    return inventory::find_vgpu_devices(*functions);
+}
+
 class VgpuScan : public ::testing::Test {
 protected:
     void device(const std::string& address, const std::string& vendor, const std::string& config) {
@@ -149,7 +157,7 @@ TEST_F(VgpuScan, FindsNvidiaVirtualFunctionsByAddress) {
     device("0000:af:00.0", "0x10de", nvidia_vgpu_config("550.54.16", "r550_00").bytes());
     device("0000:5e:00.0", "0x10de", nvidia_vgpu_config("550.54.15", "r550_00").bytes());
     device("0000:86:00.0", "0x15b3", nvidia_vgpu_config("1", "2").bytes());  // "VF" on a NIC: not NVIDIA
-    auto found = inventory::find_vgpu_devices(sys_.path());
+    auto found = vgpus(sys_.path());
     ASSERT_TRUE(found) << found.error().message;
     ASSERT_EQ(found->size(), 2u);
     EXPECT_EQ((*found)[0].address, "0000:5e:00.0");
@@ -160,43 +168,73 @@ TEST_F(VgpuScan, FindsNvidiaVirtualFunctionsByAddress) {
 
 TEST_F(VgpuScan, ANodeWithoutVgpusFindsNone) {
     device("0000:3b:00.0", "0x10de", nvidia_gpu_config().bytes());
-    auto found = inventory::find_vgpu_devices(sys_.path());
+    auto found = vgpus(sys_.path());
     ASSERT_TRUE(found) << found.error().message;
     EXPECT_TRUE(found->empty());
     std::filesystem::create_directories(sys_.path() + "/empty/bus/pci/devices");
-    EXPECT_TRUE(inventory::find_vgpu_devices(sys_.path() + "/empty")->empty());
+    EXPECT_TRUE(vgpus(sys_.path() + "/empty")->empty());
 }
 
 TEST_F(VgpuScan, AVfWithoutHostDriverRecordIsListedWithoutOne) {
     PciConfig c = nvidia_gpu_config();
     c.capability(0xc8, 0x09, vendor_specific("VF"));
     device("0000:3b:00.0", "0x10de", c.bytes());
-    auto found = inventory::find_vgpu_devices(sys_.path());
+    auto found = vgpus(sys_.path());
     ASSERT_TRUE(found) << found.error().message;
     ASSERT_EQ(found->size(), 1u);
     EXPECT_FALSE((*found)[0].host_driver);
 }
 
 TEST_F(VgpuScan, ErrorsNameTheFile) {
-    auto missing = inventory::find_vgpu_devices(sys_.path() + "/nowhere");
+    auto missing = vgpus(sys_.path() + "/nowhere");
     ASSERT_FALSE(missing);
     EXPECT_THAT(missing.error().message, HasSubstr(sys_.path() + "/nowhere/bus/pci/devices"));
 
     device("0000:3b:00.0", "0x10de", "");  // no config file
-    auto no_config = inventory::find_vgpu_devices(sys_.path());
+    auto no_config = vgpus(sys_.path());
     ASSERT_FALSE(no_config);
     EXPECT_THAT(no_config.error().message, HasSubstr("0000:3b:00.0/config"));
 
     device("0000:3b:00.0", "0x10de", nvidia_gpu_config(64).bytes());  // what a non-root read gives
-    auto short_read = inventory::find_vgpu_devices(sys_.path());
+    auto short_read = vgpus(sys_.path());
     ASSERT_FALSE(short_read);
     EXPECT_THAT(short_read.error().message, HasSubstr("0000:3b:00.0/config: 64 bytes"));
 
     device("0000:3b:00.0", "0x10de", nvidia_gpu_config().bytes());
     std::filesystem::create_directories(sys_.path() + "/bus/pci/devices/0000:00:1f.0");  // no vendor
-    auto no_vendor = inventory::find_vgpu_devices(sys_.path());
+    auto no_vendor = vgpus(sys_.path());
     ASSERT_FALSE(no_vendor);
     EXPECT_THAT(no_vendor.error().message, HasSubstr("0000:00:1f.0/vendor"));
+}
+
+// The PCI scan itself (shared by labels and doctor): NVIDIA's functions by address with their
+// class; what the GPU Operator counts as a GPU (VGA, 3D controller) and what doctor lists.
+TEST_F(VgpuScan, NvidiaFunctionsAndWhichAreGpus) {
+    sys_.write("bus/pci/devices/0000:00:00.0/vendor", "0x8086\n");
+    for (const auto& [address, cls] : std::vector<std::pair<std::string, std::string>>{
+             {"0000:86:00.0", "0x030200"}, {"0000:3b:00.0", "0x030000"}, {"0000:3b:00.1", "0x040300"},
+             {"0000:c1:00.0", "0x068000"}, {"0000:d0:00.0", "0x038000"}}) {
+        sys_.write("bus/pci/devices/" + address + "/vendor", "0x10de\n");
+        sys_.write("bus/pci/devices/" + address + "/class", cls + "\n");
+    }
+    auto found = inventory::nvidia_pci_functions(sys_.path());
+    ASSERT_TRUE(found) << found.error().message;
+    std::vector<std::string> all, gpus, display;
+    for (const auto& f : *found) {
+        all.push_back(f.address);
+        if (inventory::is_gpu_class(f.class_code)) gpus.push_back(f.address);
+        if (inventory::is_display_class(f.class_code)) display.push_back(f.address);
+    }
+    EXPECT_EQ(all, (std::vector<std::string>{"0000:3b:00.0", "0000:3b:00.1", "0000:86:00.0", "0000:c1:00.0",
+                                             "0000:d0:00.0"}));
+    EXPECT_EQ(gpus, (std::vector<std::string>{"0000:3b:00.0", "0000:86:00.0"}));
+    EXPECT_EQ(display, (std::vector<std::string>{"0000:3b:00.0", "0000:86:00.0", "0000:d0:00.0"}));
+    EXPECT_EQ((*found)[2].class_code, 0x030200u);
+
+    sys_.write("bus/pci/devices/0000:86:00.0/class", "three-d\n");
+    auto bad = inventory::nvidia_pci_functions(sys_.path());
+    ASSERT_FALSE(bad);
+    EXPECT_THAT(bad.error().message, HasSubstr("0000:86:00.0/class: 'three-d' is not a PCI class code"));
 }
 
 }  // namespace
