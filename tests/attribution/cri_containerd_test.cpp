@@ -1,4 +1,4 @@
-// CriClient against a real container runtime: Debian's containerd (scripts/setup installs it),
+// CriClient against a real container runtime: Debian's containerd (scripts/setup --all installs it),
 // started by the test as root with its own root, state dir and socket in a temp dir, so our
 // hand-written runtime.v1 proto is checked on the wire against the real CRI plugin.
 // KGPU_TEST_CRI_ENDPOINT=unix:///path points the test at a runtime that is already running

@@ -22,13 +22,30 @@ CHECK is one of:
                        args[0] a subcommand, runAsUser = the image's USER, no capabilities, read-only
                        root, no mount hiding the image's files; image tags = the binary's version
   helm                 Chart.yaml and values.yaml parse, templates have balanced {{ }} and
-                       blocks, values.yaml defaults equal the plain manifests' settings
+                       blocks, values.yaml defaults equal the plain manifests' settings, and the
+                       chart rendered with them (chart_render.py, a small Go-template renderer for
+                       what the chart uses) gives the plain manifests' config file and pods
   configdoc            every flag of every subcommand's --help is in docs/configuration.md
+  docs-figures         measured figures (RSS, latency, CPU, sizes) are only in the README's
+                       "Measurements" table: docs/ and the manifests' comments link to it
+  docs-manifests       docs/operator-guide.md's manifest table lists every file of deploy/kubernetes
+                       and says which ones the kustomization leaves out
+  docs-commands        no doc chains a command after one that never returns (port-forward, logs -f)
+  setup                scripts/setup without --all (the quick start) builds only the CMake target
+                       demo (kgpu, the simulator, its MPS stand-in; no test code) from packages of
+                       its own list and their dependencies, none of them test-only
   mps                  the mps-control-daemon DaemonSet (plain and Helm) is NVIDIA's, with kgpu's paths
-  helm-prometheusrule  the chart's prometheusrule.yaml, rendered (a small Go-template renderer for
-                       what the chart uses): nothing by default or without the exporter; enabled,
-                       a PrometheusRule with additionalLabels whose spec is the groups of
-                       deploy/monitoring/kgpu-alerts.rules.yaml (the chart's files/ copy is equal)
+  helm-prometheusrule  the chart's prometheusrule.yaml, rendered: nothing by default or without the
+                       exporter; enabled, a PrometheusRule with additionalLabels whose spec is the
+                       groups of deploy/monitoring/kgpu-alerts.rules.yaml (the chart's files/ copy is equal)
+  helm-toolkit         runtimeInstall.enabled, deviceListStrategy, cdi.nvidiaHookPath and
+                       compatWithCPUManager, rendered: `kgpu device-plugin --check-config` with the
+                       rendered flags and config file reports what each value set asks for (NVIDIA's
+                       defaults when NVIDIA's toolkit stays, kgpu's secure ones by default)
+  helm-webconfig       exporter.webConfig (TLS, client certificates, basic auth), rendered: the Secret,
+                       flag, mounts and ServiceMonitor; the exporter run with the rendered file
+                       answers scrapes with credentials, refuses them without, and the rendered
+                       probes succeed against it
 Exit 0 when the check passes; 1 with one line per problem on stderr otherwise.
 Run with Debian's /usr/bin/python3 (python3-yaml)."""
 import os
@@ -40,6 +57,8 @@ import sys
 import tempfile
 
 import yaml
+
+from chart_render import Chart, TemplateError
 
 SRC = pathlib.Path(sys.argv[1])
 KGPU = sys.argv[2]
@@ -385,15 +404,33 @@ def containers_running(sub):
             if c.get("args", [None])[0] == sub]
 
 
-def helm_args(sub):
-    """The args lists of the Helm DaemonSet template for `sub` (template expressions kept)."""
-    text = (SRC / "deploy/helm/kgpu/templates/daemonset.yaml").read_text()
-    out = []
-    for m in re.finditer(r"^(\s*)args:\n((?:\1  - .*\n)+)", text, re.M):
-        items = [line.strip()[2:] for line in m.group(2).splitlines()]
-        if items and items[0] == sub:
-            out.append(items[1:])
+def helm_objects(overrides=None):
+    """{(kind, name): object} of the chart rendered with values.yaml (and `overrides`, as --set);
+    the pods of its DaemonSets checked as the plain manifests' are (check_pod_spec)."""
+    out = {}
+    for template, docs in Chart(SRC / "deploy/helm/kgpu", overrides).manifests():
+        for d in docs:
+            key = (d.get("kind"), (d.get("metadata") or {}).get("name"))
+            if key in out:
+                problem(f"helm {template}: {key[0]} {key[1]} is rendered twice")
+            out[key] = d
+            if key[0] == "DaemonSet":
+                check_pod_spec(f"helm {template} ({overrides or 'defaults'}): DaemonSet {key[1]}", pod_spec(d), True)
     return out
+
+
+def helm_args(sub):
+    """The args (after the subcommand) of each container of the chart's DaemonSet kgpu that runs
+    `sub`, rendered with the defaults."""
+    try:
+        ds = helm_objects().get(("DaemonSet", "kgpu"))
+    except TemplateError as e:
+        problem(str(e))
+        return []
+    if ds is None:
+        problem("helm: no DaemonSet kgpu rendered with the defaults")
+        return []
+    return [c["args"][1:] for c in pod_spec(ds)["containers"] if (c.get("args") or [None])[0] == sub]
 
 
 def check_args(sub):
@@ -945,175 +982,80 @@ def check_helm():
     volumes = {x["name"]: x for x in spec["volumes"]}
     if v["driverRootMount"] != volumes["driver-root"]["hostPath"]["path"]:
         problem("values.yaml: driverRootMount differs from the manifests' driver-root volume")
-    # The Helm ConfigMap renders the same plain-config lines (template lines aside).
-    tmpl = (chart_dir / "templates/configmap.yaml").read_text()
-    for line in configmap_config().splitlines():
-        s = line.strip()
-        if s and not s.startswith("#") and ":" in s and s.split(":")[0] in ("passDeviceSpecs", "deviceListStrategy",
-                                                                             "deviceIDStrategy", "version"):
-            if s not in tmpl:
-                problem(f"helm configmap.yaml: lacks {s!r} of the plain ConfigMap")
-    # Every hostPath of the plain DaemonSet appears in the Helm one.
-    dtmpl = (chart_dir / "templates/daemonset.yaml").read_text()
-    for vol in spec["volumes"]:
-        p = vol.get("hostPath", {}).get("path")
-        templated = (v["driverRootMount"], strip_unix(v["exporter"]["containerRuntimeEndpoint"]), v["mps"]["root"],
-                     v["mps"]["root"] + "/shm")
-        if p and p not in dtmpl and p not in templated:
-            problem(f"helm daemonset.yaml: hostPath {p} of the plain manifest is missing")
+    check_helm_renders_the_manifests()
 
 
-
-# A small renderer for the Go templates the chart uses (there is no helm here): text/template's
-# actions (if/with/else/end, define/include, {{- -}} trimming, pipelines) and the few Sprig/Helm
-# functions the templates call. Anything else is an error naming the template and the action, so
-# a template that starts using more fails here rather than rendering wrong.
-class TemplateError(Exception):
-    pass
-
-
-def _tokens(action):
-    return re.findall(r'"(?:[^"\\]|\\.)*"|\(|\)|\||[^\s()|]+', action)
+def plain_objects():
+    """{(kind, name): object} of every file in deploy/kubernetes (the kustomization aside)."""
+    out = {}
+    for f in sorted((SRC / "deploy/kubernetes").glob("*.yaml")):
+        if f.name != "kustomization.yaml":
+            for d in load_docs(f):
+                out[(d.get("kind"), (d.get("metadata") or {}).get("name"))] = d
+    return out
 
 
-class Chart:
-    def __init__(self, chart_dir, values_overrides=None):
-        self.dir = chart_dir
-        self.meta = yaml.safe_load((chart_dir / "Chart.yaml").read_text())
-        self.values = yaml.safe_load((chart_dir / "values.yaml").read_text())
-        for path, value in (values_overrides or {}).items():  # --set a.b.c=value
-            node = self.values
-            *parents, last = path.split(".")
-            for part in parents:
-                node = node.setdefault(part, {})
-            node[last] = value
-        self.root = {"Values": self.values, "Release": {"Name": "kgpu", "Namespace": self.values.get("namespace")},
-                     "Chart": {"Name": self.meta["name"], "Version": self.meta["version"],
-                               "AppVersion": self.meta["appVersion"]},
-                     "Files": {"Get": lambda path: (chart_dir / path).read_text()}}
-        self.defines = {}
-        for t in sorted((chart_dir / "templates").glob("*.tpl")):
-            self._parse(t.read_text(), t.name)
+def by_name(items):
+    return {i.get("name"): i for i in items or []}
 
-    def _parse(self, text, name):
-        """Text and actions as a tree of ("text", s) / ("action", a) / (block, arg, body, else_body)."""
-        parts = []
-        pos = 0
-        for m in re.finditer(r"\{\{(-?)\s*(.*?)\s*(-?)\}\}", text, re.S):
-            before = text[pos:m.start()]
-            if m.group(1):
-                before = before.rstrip()
-            if parts and parts[-1][0] == "trim":
-                before = before.lstrip()
-                parts.pop()
-            parts.append(("text", before))
-            parts.append(("action", m.group(2)))
-            if m.group(3):
-                parts.append(("trim", ""))
-            pos = m.end()
-        tail = text[pos:]
-        if parts and parts[-1][0] == "trim":
-            tail = tail.lstrip()
-            parts.pop()
-        parts.append(("text", tail))
-        stack = [("root", None, [], None)]
-        for kind, value in parts:
-            if kind == "text":
-                stack[-1][2].append(("text", value))
-                continue
-            if value.startswith("/*"):
-                continue
-            word = value.split()[0]
-            if word in ("if", "with", "define"):
-                stack.append((word, value[len(word):].strip(), [], None))
-            elif word == "else":
-                block = stack.pop()
-                stack.append((block[0], block[1], block[2], []))
-            elif word == "end":
-                block = stack.pop()
-                if block[0] == "define":
-                    self.defines[block[1].strip('"')] = block[2]
-                else:
-                    node = (block[0], block[1], block[2], block[3] or [])
-                    (stack[-1][3] if stack[-1][3] is not None else stack[-1][2]).append(node)
+
+def compare_pod_specs(where, helm, plain):
+    """The settings of two pod specs that matter to the node (labels and comments aside); volumes,
+    containers, env and mounts compared by name. MPS_ROOT set to the MPS root the pod mounts is the
+    default's value (the chart passes mps.root on)."""
+    for key in sorted(set(helm) | set(plain)):
+        if key in ("volumes", "containers", "initContainers"):
+            continue
+        if helm.get(key) != plain.get(key):
+            problem(f"{where}: {key} {helm.get(key)} != the plain manifest's {plain.get(key)}")
+    if by_name(helm.get("volumes")) != by_name(plain.get("volumes")):
+        problem(f"{where}: volumes {helm.get('volumes')} != the plain manifest's {plain.get('volumes')}")
+    for kind in ("initContainers", "containers"):
+        hc, pc = by_name(helm.get(kind)), by_name(plain.get(kind))
+        if hc.keys() != pc.keys():
+            problem(f"{where}: {kind} {sorted(hc)} != the plain manifest's {sorted(pc)}")
+            continue
+        for name in hc:
+            h, p = dict(hc[name]), dict(pc[name])
+            for c in (h, p):
+                c["env"] = by_name(c.get("env"))
+                c["volumeMounts"] = by_name(c.get("volumeMounts"))
+            mps = h["env"].get("MPS_ROOT")
+            if mps and "MPS_ROOT" not in p["env"] and mps.get("value") in p["volumeMounts"] \
+                    .get("mps-root", {}).get("mountPath", ""):
+                del h["env"]["MPS_ROOT"]
+            for key in sorted(set(h) | set(p)):
+                if h.get(key) != p.get(key):
+                    problem(f"{where}: container {name}: {key} {h.get(key)} != the plain manifest's {p.get(key)}")
+
+
+def check_helm_renders_the_manifests():
+    """The chart rendered with its defaults: the plain manifests' ConfigMap (the config file itself),
+    the same pods for the DaemonSets kgpu, kgpu-runtime-install and kgpu-mps-control-daemon, and
+    the same RuntimeClass, Service port and ServiceMonitor endpoint (enabled)."""
+    try:
+        helm = helm_objects({"exporter.serviceMonitor.enabled": True})
+    except TemplateError as e:
+        problem(str(e))
+        return
+    plain = plain_objects()
+    cm = helm.get(("ConfigMap", "kgpu-config"))
+    if cm is None or yaml.safe_load(cm["data"]["config.yaml"]) != yaml.safe_load(configmap_config()):
+        problem(f"helm configmap.yaml: the config file {cm and cm['data']['config.yaml']!r} != the plain "
+                f"ConfigMap's {yaml.safe_load(configmap_config())}")
+    for key, obj in sorted(plain.items()):
+        if key[0] == "DaemonSet":
+            if key not in helm:
+                problem(f"helm: no {key[0]} {key[1]} (deploy/kubernetes has one)")
             else:
-                (stack[-1][3] if stack[-1][3] is not None else stack[-1][2]).append(("action", value))
-        if len(stack) != 1:
-            raise TemplateError(f"{name}: unclosed {stack[-1][0]}")
-        return stack[0][2]
-
-    def _value(self, token, dot):
-        if token.startswith('"'):
-            return yaml.safe_load(token)
-        if re.fullmatch(r"-?\d+", token):
-            return int(token)
-        if token == ".":
-            return dot
-        if token.startswith(".") or token.startswith("$."):
-            node = self.root if token.startswith("$") else dot
-            for part in token.lstrip("$").strip(".").split("."):
-                if not isinstance(node, dict) or part not in node:
-                    raise TemplateError(f"{token}: no field {part}")
-                node = node[part]
-            return node
-        raise TemplateError(f"unsupported operand {token}")
-
-    def _call(self, words, dot, piped):
-        args = [self._value(w, dot) for w in words[1:]] + piped
-        fn = words[0]
-        if not (fn.startswith(".") or fn.startswith('"') or fn == "$") and fn not in self.FUNCS:
-            raise TemplateError(f"unsupported function {fn}")
-        if fn in self.FUNCS:
-            return self.FUNCS[fn](self, *args)
-        value = self._value(fn, dot)
-        return value(*args) if callable(value) else value
-
-    def _pipeline(self, action, dot):
-        out = []
-        for command in " ".join(_tokens(action)).split(" | "):
-            out = [self._call(_tokens(command), dot, out)]
-        return out[0]
-
-    @staticmethod
-    def _truthy(v):
-        return bool(v)
-
-    def _exec(self, nodes, dot):
-        out = []
-        for node in nodes:
-            if node[0] == "text":
-                out.append(node[1])
-            elif node[0] == "action":
-                v = self._pipeline(node[1], dot)
-                out.append("" if v is None else str(v))
-            elif node[0] == "if":
-                out.append(self._exec(node[2] if self._truthy(self._pipeline(node[1], dot)) else node[3], dot))
-            elif node[0] == "with":
-                v = self._pipeline(node[1], dot)
-                out.append(self._exec(node[2], v) if self._truthy(v) else self._exec(node[3], dot))
-        return "".join(out)
-
-    def _to_yaml(self, v):
-        return yaml.safe_dump(v, default_flow_style=False, sort_keys=True).rstrip("\n")
-
-    FUNCS = {
-        "and": lambda self, *a: next((x for x in a if not x), a[-1]),
-        "or": lambda self, *a: next((x for x in a if x), a[-1]),
-        "not": lambda self, a: not a,
-        "include": lambda self, name, dot: self._exec(self.defines[name], dot),
-        "nindent": lambda self, n, s: "\n" + "\n".join(" " * n + line for line in str(s).split("\n")),
-        "indent": lambda self, n, s: "\n".join(" " * n + line for line in str(s).split("\n")),
-        "toYaml": lambda self, v: self._to_yaml(v),
-        "quote": lambda self, v: '"' + str(v) + '"',
-        "printf": lambda self, fmt, *a: re.sub(r"%[sdv]", "{}", fmt).format(*a),
-    }
-
-    def render(self, template):
-        path = self.dir / "templates" / template
-        try:
-            return self._exec(self._parse(path.read_text(), template), self.root)
-        except (TemplateError, KeyError, TypeError) as e:
-            raise TemplateError(f"{path.relative_to(SRC)}: {e}") from e
+                compare_pod_specs(f"helm {key[0]} {key[1]}", pod_spec(helm[key]), pod_spec(obj))
+    for kind, name, path in (("RuntimeClass", "nvidia", ["handler"]), ("Service", "kgpu-exporter", ["spec", "ports"]),
+                             ("ServiceMonitor", "kgpu-exporter", ["spec", "endpoints"])):
+        h, p = helm.get((kind, name)), plain.get((kind, name))
+        for part in path:
+            h, p = (h or {}).get(part), (p or {}).get(part)
+        if h != p:
+            problem(f"helm {kind} {name}: {'.'.join(path)} {h} != the plain manifest's {p}")
 
 
 def check_helm_prometheusrule():
@@ -1155,6 +1097,235 @@ def check_helm_prometheusrule():
         problem("values.yaml: exporter.prometheusRule.additionalLabels differs from the plain PrometheusRule's release label")
 
 # --------------------------------------------------------------------------------------------
+# Helm values: the container toolkit the node runs, and the exporter's web config
+
+# (values, effective settings `kgpu device-plugin --check-config` must report for the rendered
+# DaemonSet and ConfigMap, whether kgpu-runtime-install is rendered)
+TOOLKIT_CASES = [
+    ({}, {"deviceListStrategy": "volume-mounts", "nvidiaCTKPath": "/usr/local/kgpu/nvidia-cdi-hook",
+          "passDeviceSpecs": "false"}, True),
+    # NVIDIA's toolkit keeps the nvidia runtime: NVIDIA's defaults, which its default settings accept.
+    ({"runtimeInstall.enabled": False}, {"deviceListStrategy": "envvar", "nvidiaCTKPath": "(/usr/bin/nvidia-cdi-hook)",
+                                         "passDeviceSpecs": "false"}, False),
+    ({"runtimeInstall.enabled": False, "deviceListStrategy": "cdi-cri",
+      "cdi.nvidiaHookPath": "/usr/local/nvidia/toolkit/nvidia-cdi-hook"},
+     {"deviceListStrategy": "cdi-cri", "nvidiaCTKPath": "/usr/local/nvidia/toolkit/nvidia-cdi-hook"}, False),
+    ({"runtimeInstall.enabled": False, "deviceListStrategy": "volume-mounts"}, {"deviceListStrategy": "volume-mounts"},
+     False),
+    ({"deviceListStrategy": "envvar,cdi-annotations"},
+     {"deviceListStrategy": "envvar,cdi-annotations", "nvidiaCTKPath": "/usr/local/kgpu/nvidia-cdi-hook"}, True),
+    ({"compatWithCPUManager": True}, {"passDeviceSpecs": "true", "deviceListStrategy": "volume-mounts"}, True),
+    ({"runtimeInstall.enabled": False, "compatWithCPUManager": True},
+     {"passDeviceSpecs": "true", "deviceListStrategy": "envvar"}, False),
+]
+
+
+def check_helm_toolkit():
+    """runtimeInstall.enabled, deviceListStrategy, cdi.nvidiaHookPath and compatWithCPUManager,
+    rendered: the device plugin's container and ConfigMap, run with --check-config, have the
+    settings each value set asks for; the chart's securityContext stays (compatWithCPUManager makes
+    nothing privileged); kgpu-runtime-install is rendered only when enabled."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for values, want, install in TOOLKIT_CASES:
+            where = f"helm --set {','.join(f'{k}={v}' for k, v in values.items()) or '(defaults)'}"
+            try:
+                objs = helm_objects(values)
+                notes = Chart(SRC / "deploy/helm/kgpu", values).render("NOTES.txt")
+            except TemplateError as e:
+                problem(f"{where}: {e}")
+                continue
+            if "deviceListStrategy" in want and f"deviceListStrategy {want['deviceListStrategy']}," not in notes:
+                problem(f"{where}: NOTES.txt does not name deviceListStrategy {want['deviceListStrategy']}:\n{notes}")
+            if (("DaemonSet", "kgpu-runtime-install") in objs) != install:
+                problem(f"{where}: DaemonSet kgpu-runtime-install {'missing' if install else 'rendered'}")
+            cfg = pathlib.Path(tmp, "config.yaml")
+            cfg.write_text(objs[("ConfigMap", "kgpu-config")]["data"]["config.yaml"])
+            dp = [c for c in pod_spec(objs[("DaemonSet", "kgpu")])["containers"] if c["args"][0] == "device-plugin"][0]
+            args = [f"--config-file={cfg}" if a.startswith("--config-file=") else a for a in dp["args"][1:]]
+            r = run([KGPU, "device-plugin", *args, "--check-config"])
+            if r.returncode != 0:
+                problem(f"{where}: `kgpu device-plugin {' '.join(args)} --check-config` exit {r.returncode}: "
+                        f"{r.stderr.strip()}")
+                continue
+            got = dict(line.split(": ", 1) for line in r.stdout.splitlines() if ": " in line)
+            for key, value in want.items():
+                have = got.get(f"flags.plugin.{key}")
+                if have != value:
+                    problem(f"{where}: the device plugin runs with {key} {have}, expected {value}")
+            if dp.get("securityContext") != pod_spec(daemonset())["containers"][0]["securityContext"]:
+                problem(f"{where}: device-plugin securityContext {dp.get('securityContext')} is not the chart's")
+
+
+BCRYPT_USER, BCRYPT_PASSWORD = "prometheus", "scrape-me"
+BCRYPT_HASH = "$2b$04$fDOPr0R4MUeAn4KWkndLnecntGMeSmQJ9h3gyqSjt3F4ssU1PxsoC"  # of BCRYPT_PASSWORD, cost 4
+
+
+def start_exporter(args, tmp):
+    """`kgpu exporter ARGS` against the simulator on 127.0.0.1:0: (process, port)."""
+    import select
+    import time
+    proc = subprocess.Popen([KGPU, "exporter", "--address=127.0.0.1:0", "--nvml-library", SIM, *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "KGPU_SIM_NODE": str(SRC / "sim/nodes/t4x4.yaml")})
+    deadline, seen = time.monotonic() + 60, ""
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stderr], [], [], 1)
+        line = proc.stderr.readline() if ready else ""
+        seen += line
+        m = re.search(r"exporter: listening on 127\.0\.0\.1:(\d+)", line)
+        if m:
+            return proc, int(m.group(1))
+        if proc.poll() is not None and not line:
+            break
+    proc.kill()
+    proc.wait()
+    raise RuntimeError(f"`kgpu exporter {' '.join(args)}` did not start listening: {seen.strip()}")
+
+
+def http_get(port, path, tls=None, auth=None):
+    """(status, None) of GET path, or (None, error) when no answer came (refused handshake...).
+    tls: None for plain HTTP, else (cafile, client cert or None, key or None)."""
+    import base64
+    import http.client
+    import ssl
+    try:
+        if tls is None:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        else:
+            ctx = ssl.create_default_context(cafile=tls[0])
+            ctx.check_hostname = False
+            if tls[1]:
+                ctx.load_cert_chain(tls[1], tls[2])
+            conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=30, context=ctx)
+        headers = {"Authorization": "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()} if auth else {}
+        conn.request("GET", path, headers=headers)
+        status = conn.getresponse().status
+        conn.close()
+        return status, None
+    except (OSError, http.client.HTTPException) as e:
+        return None, str(e)
+
+
+def probe(port, handler, tls_cafile):
+    """What the kubelet's probe sees: True when the handler succeeds (no credentials, no client certificate)."""
+    import socket
+    if "tcpSocket" in handler:
+        with socket.create_connection(("127.0.0.1", port), timeout=10):
+            return True
+    get = handler.get("httpGet") or {}
+    status, _ = http_get(port, get.get("path", "/"), tls=(tls_cafile, None, None) if get.get("scheme") == "HTTPS" else None)
+    return status is not None and 200 <= status < 400
+
+
+# (values beyond tlsSecretName/basicAuthUsers: client certificates)
+WEBCONFIG_CASES = [
+    {"exporter.webConfig.tlsSecretName": "kgpu-exporter-tls"},
+    {"exporter.webConfig.basicAuthUsers": {BCRYPT_USER: BCRYPT_HASH}},
+    {"exporter.webConfig.tlsSecretName": "kgpu-exporter-tls", "exporter.webConfig.basicAuthUsers": {BCRYPT_USER: BCRYPT_HASH}},
+    {"exporter.webConfig.tlsSecretName": "kgpu-exporter-tls", "exporter.webConfig.clientAuthType": "RequireAndVerifyClientCert"},
+]
+
+
+def check_helm_webconfig():
+    """exporter.webConfig rendered: without it no Secret, flag or mount; with it the Secret
+    kgpu-exporter-web-config, --web-config-file and the mounts of it and of the TLS Secret, the
+    ServiceMonitor's scheme, tlsConfig and basicAuth. Then the exporter runs with the rendered
+    flags and files (the container's paths moved into a temp dir, a test certificate for the TLS
+    Secret): a scrape with the right credentials gets 200, one without 401 (basic auth), plain
+    HTTP on TLS 400, no client certificate no answer; and both probes succeed the way the kubelet
+    runs them (no credentials, no client certificate)."""
+    try:
+        plain = helm_objects()
+    except TemplateError as e:
+        problem(str(e))
+        return
+    exp = [c for c in pod_spec(plain[("DaemonSet", "kgpu")])["containers"] if c["args"][0] == "exporter"][0]
+    if ("Secret", "kgpu-exporter-web-config") in plain or any(a.startswith("--web-config-file") for a in exp["args"]):
+        problem("helm (defaults): the exporter has a web config although exporter.webConfig is empty")
+    if shutil.which("openssl") is None:
+        problem("openssl is not installed (scripts/setup --all installs it): cannot make the test certificate")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        tls_dir = pathlib.Path(tmp, "tls")
+        tls_dir.mkdir()
+        r = run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                 "-subj", "/CN=kgpu-exporter", "-days", "2", "-keyout", str(tls_dir / "tls.key"),
+                 "-out", str(tls_dir / "tls.crt")])
+        if r.returncode != 0:
+            problem(f"openssl req: {r.stderr.strip()}")
+            return
+        shutil.copy(tls_dir / "tls.crt", tls_dir / "ca.crt")  # self-signed: also the client's CA
+        cert, key = str(tls_dir / "tls.crt"), str(tls_dir / "tls.key")
+        for values in WEBCONFIG_CASES:
+            values = {**values, "exporter.serviceMonitor.enabled": True,
+                      "exporter.serviceMonitor.tlsConfig": {"insecureSkipVerify": True},
+                      "exporter.serviceMonitor.basicAuth": {"username": {"name": "s", "key": "u"}}}
+            where = f"helm --set {','.join(f'{k}={v}' for k, v in values.items())}"
+            tls = "exporter.webConfig.tlsSecretName" in values
+            users = "exporter.webConfig.basicAuthUsers" in values
+            client_auth = "exporter.webConfig.clientAuthType" in values
+            try:
+                objs = helm_objects(values)
+            except TemplateError as e:
+                problem(f"{where}: {e}")
+                continue
+            secret = objs.get(("Secret", "kgpu-exporter-web-config"))
+            spec = pod_spec(objs[("DaemonSet", "kgpu")])
+            c = [x for x in spec["containers"] if x["args"][0] == "exporter"][0]
+            flags = dict(split_args(c["args"][1:]))
+            web = flags.get("--web-config-file")
+            volumes = by_name(spec["volumes"])
+            mounts = {m["mountPath"]: volumes.get(m["name"], {}).get("secret", {}).get("secretName")
+                      for m in c.get("volumeMounts", [])}
+            if secret is None or not web:
+                problem(f"{where}: no Secret kgpu-exporter-web-config or no --web-config-file ({web})")
+                continue
+            if mounts.get(os.path.dirname(web)) != "kgpu-exporter-web-config":
+                problem(f"{where}: --web-config-file={web}, but Secret kgpu-exporter-web-config is not mounted at its directory")
+            if tls and mounts.get("/etc/kgpu/tls") != values["exporter.webConfig.tlsSecretName"]:
+                problem(f"{where}: the TLS Secret is not mounted at /etc/kgpu/tls: {mounts}")
+            endpoint = objs[("ServiceMonitor", "kgpu-exporter")]["spec"]["endpoints"][0]
+            if endpoint.get("scheme", "http") != ("https" if tls else "http") or \
+                    endpoint.get("tlsConfig") != {"insecureSkipVerify": True} or \
+                    endpoint.get("basicAuth") != {"username": {"name": "s", "key": "u"}}:
+                problem(f"{where}: ServiceMonitor endpoint {endpoint} lacks the scheme, tlsConfig or basicAuth")
+            # The rendered file, with the container's /etc/kgpu/ moved to the temp dir.
+            text = secret["stringData"][os.path.basename(web)].replace("/etc/kgpu/", tmp + "/")
+            web_file = pathlib.Path(tmp, "web", os.path.basename(web))
+            web_file.parent.mkdir(exist_ok=True)
+            web_file.write_text(text)
+            try:
+                proc, port = start_exporter([f"--web-config-file={web_file}"], tmp)
+            except RuntimeError as e:
+                problem(f"{where}: {e}\n{text}")
+                continue
+            try:
+                client = (cert, cert, key) if client_auth else (cert, None, None)
+                creds = (BCRYPT_USER, BCRYPT_PASSWORD) if users else None
+                status, err = http_get(port, "/metrics", tls=client if tls else None, auth=creds)
+                if status != 200:
+                    problem(f"{where}: GET /metrics as the ServiceMonitor scrapes: {status or err}, expected 200")
+                if users:
+                    status, err = http_get(port, "/metrics", tls=client if tls else None)
+                    if status != 401:
+                        problem(f"{where}: GET /metrics without credentials: {status or err}, expected 401")
+                if tls:
+                    status, err = http_get(port, "/metrics")
+                    if status != 400:
+                        problem(f"{where}: plain HTTP on the TLS port: {status or err}, expected 400")
+                if client_auth:
+                    status, err = http_get(port, "/metrics", tls=(cert, None, None), auth=creds)
+                    if status is not None:
+                        problem(f"{where}: a scrape without a client certificate got {status}")
+                for name in ("readinessProbe", "livenessProbe"):
+                    if not probe(port, c[name], cert):
+                        problem(f"{where}: the {name} {c[name]} fails against the running exporter")
+            finally:
+                proc.kill()
+                proc.wait()
+
+
+# --------------------------------------------------------------------------------------------
 # docs/configuration.md
 
 def check_configdoc():
@@ -1187,6 +1358,240 @@ def check_configdoc():
     for name in top:
         if name.startswith("--") and name not in ("--help",) and f"`{name}" not in doc:
             problem(f"docs/configuration.md: global flag {name} is not documented")
+
+
+# --------------------------------------------------------------------------------------------
+# Docs: measured figures in one place, the operator's guide's manifest table, commands that return
+
+# A figure with a unit: "11.6 MiB", "0.31 ms", "72–143 ms", "23.7 KB".
+FIGURE = re.compile(r"(?<![\w.])(\d+(?:[.,]\d+)?(?:\s?[–-]\s?\d+(?:\.\d+)?)?)\s?(MiB|MB|KiB|KB|kB|GB|GiB|ms|µs|us|s)\b")
+# Words that make a figure a measurement...
+MEASURED = re.compile(r"\b(RSS|medians?|p50|p99|peak|measured|measures|benchmarks?)\b", re.I)
+# ... unless the figure is a bound, a setting or someone else's ("under its 96 MiB budget",
+# "every 60 s", "dcgm-exporter's published 400-500 MiB").
+BOUND = re.compile(r"\b(under|below|at most|within|budget|limits?|target|up to|over|more than|larger than|capped at|"
+                   r"at least|every|after|timeout|deadline|published|reported)\s+((of|its|the|a)\s+)?(~|about\s+)?$",
+                   re.I)
+BOUND_AFTER = re.compile(r"^\s*(budget|limits?|cap)\b", re.I)
+
+
+def readme_figures():
+    """The figures of the README's "Measurements" table: (number, unit) with a decimal point and
+    two significant digits at least (integers and 0.6 s are too often settings or chance: 100 ms,
+    60 s)."""
+    text = (SRC / "README.md").read_text()
+    m = re.search(r"^## Measurements\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    if not m:
+        problem("README.md: no \"## Measurements\" section")
+        return set()
+    return {(n, u) for n, u in FIGURE.findall(m.group(1)) if "." in n and len(n.replace(".", "").lstrip("0")) >= 2}
+
+
+def doc_sentences(path):
+    """(line, sentence) of a Markdown file, or of the comments of a YAML file: paragraphs, list
+    items and table rows split into sentences; code blocks left out (commands and their output)."""
+    lines = path.read_text().split("\n")
+    if path.suffix == ".yaml":
+        lines = [l.strip()[1:] if l.strip().startswith("#") else "" for l in lines]
+    paras, cur, start, fenced = [], [], 0, False
+    for i, line in enumerate(lines, 1):
+        if line.startswith("```"):
+            fenced = not fenced
+            line = ""
+        if fenced or line.startswith("    ") and not cur:
+            line = ""
+        new_item = line.startswith("|") or re.match(r"\s*([-*]|\d+\.) ", line) or line.startswith("#")
+        if not line.strip() or new_item:
+            if cur:
+                paras.append((start, " ".join(cur)))
+            cur = []
+        if line.strip():
+            if not cur:
+                start = i
+            cur.append(line.strip())
+    if cur:
+        paras.append((start, " ".join(cur)))
+    for start, p in paras:
+        for sentence in re.split(r"(?<=[.;:])\s+(?=[A-Z(`*])", p):
+            yield start, sentence
+
+
+def check_docs_figures():
+    """A measured figure (RSS, latency, CPU, sizes) lives in one place, the README's
+    "Measurements" table; the docs and the manifests' comments link to it instead of repeating or
+    contradicting it. Flagged: a figure in a sentence that says it was measured (RSS, median, p50,
+    p99, peak, measured), unless it is a bound ("under 96 MiB"); and any decimal figure of that
+    table repeated. Code (blocks and `spans`: commands, quoted output) is left out."""
+    figures = readme_figures()
+    files = sorted((SRC / "docs").glob("*.md")) + sorted((SRC / "deploy").rglob("*.yaml"))
+    for f in files:
+        rel = f.relative_to(SRC)
+        for line, sentence in doc_sentences(f):
+            sentence = re.sub(r"`[^`]*`", "`…`", sentence)  # commands and their quoted output
+            measured = MEASURED.search(sentence)
+            for m in FIGURE.finditer(sentence):
+                if BOUND.search(sentence[:m.start()]) or BOUND_AFTER.search(sentence[m.end():]):
+                    continue
+                figure = f"{m.group(1)} {m.group(2)}"
+                if measured:
+                    problem(f"{rel}:{line}: measured figure {figure} ({measured.group(0)}): put it in the README's "
+                            f"Measurements table and link there: {sentence[:160]}")
+                elif (m.group(1), m.group(2)) in figures:
+                    problem(f"{rel}:{line}: {figure} repeats the README's Measurements table: link there instead: "
+                            f"{sentence[:160]}")
+
+
+def check_docs_manifests():
+    """The operator's guide's table of deploy/kubernetes lists every file there, each one file that
+    exists, and says "not in the kustomization" exactly for the files kustomization.yaml leaves out."""
+    guide = (SRC / "docs/operator-guide.md").read_text()
+    m = re.search(r"^\| file \| objects \|\n\|[-|]+\|\n((?:\|.*\n)+)", guide, re.M)
+    if not m:
+        problem("docs/operator-guide.md: no table \"| file | objects |\" of deploy/kubernetes")
+        return
+    rows = {}
+    for row in m.group(1).splitlines():
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        name = cells[0].strip("`")
+        if name in rows:
+            problem(f"docs/operator-guide.md: {name} is listed twice")
+        rows[name] = cells[1] if len(cells) > 1 else ""
+    files = {f.name for f in (SRC / "deploy/kubernetes").glob("*.yaml")} - {"kustomization.yaml"}
+    for name in sorted(files - rows.keys()):
+        problem(f"docs/operator-guide.md: the manifest table does not list deploy/kubernetes/{name}")
+    for name in sorted(rows.keys() - files):
+        problem(f"docs/operator-guide.md: the manifest table lists {name}, which is not in deploy/kubernetes")
+    k = yaml.safe_load((SRC / "deploy/kubernetes/kustomization.yaml").read_text())
+    in_kustomization = set(k.get("resources", []))
+    for name, what in sorted(rows.items()):
+        says_out = "not in the kustomization" in what
+        if name in files and says_out == (name in in_kustomization):
+            problem(f"docs/operator-guide.md: {name} is {'' if name in in_kustomization else 'not '}in "
+                    f"kustomization.yaml, but the table says {what!r}")
+
+
+# Commands that do not return until interrupted: in a doc's command line, anything after them with
+# && or ; never runs.
+FOREGROUND = re.compile(r"\b(port-forward|logs -f|logs --follow|get -w|get --watch|watch)\b[^&;|`]*?(&&|;)")
+
+
+def check_docs_commands():
+    """No doc chains a command after one that never returns (`kubectl port-forward … && curl`):
+    the first must be backgrounded (`&`)."""
+    for f in sorted((SRC / "docs").glob("*.md")) + [SRC / "README.md"]:
+        for i, line in enumerate(f.read_text().splitlines(), 1):
+            m = FOREGROUND.search(line)
+            if m:
+                problem(f"{f.relative_to(SRC)}:{i}: `{m.group(1)}` does not return, so what follows {m.group(2)} "
+                        f"never runs: background it (`&`): {line.strip()}")
+
+
+# --------------------------------------------------------------------------------------------
+# scripts/setup: the quick start installs and builds what `kgpu demo` runs, nothing more
+
+# Packages only the tests, benchmarks and fuzzers need: never in the quick start's list.
+TEST_ONLY_PACKAGES = {"libgtest-dev", "libgmock-dev", "libbenchmark-dev", "valgrind", "containerd", "prometheus",
+                      "buildah", "busybox-static", "dbus-daemon", "clang-19", "libclang-rt-19-dev", "python3-jsonschema"}
+# What `kgpu demo` executes or loads, relative to the build directory: the binary (its children
+# are the same binary), the simulator and its MPS stand-in (`demo --mps`).
+DEMO_OUTPUTS = {"kgpu", "sim/libnvidia-ml.so.1", "sim/nvidia-cuda-mps-control"}
+
+
+def setup_packages():
+    """(quick, all) package lists of scripts/setup: the first `packages=(...)` and the `--all`
+    additions (`packages+=(...)`)."""
+    text = (SRC / "scripts/setup").read_text()
+
+    def words(block):
+        return [w for line in block.splitlines() for w in line.split("#")[0].split()]
+    quick = re.search(r"^packages=\((.*?)^\)", text, re.M | re.S)
+    more = re.search(r"^\s*packages\+=\((.*?)^\s*\)", text, re.M | re.S)
+    return (words(quick.group(1)) if quick else []), (words(more.group(1)) if more else [])
+
+
+def dpkg_owners():
+    """{path: package} from dpkg's file lists, with /lib, /bin, /sbin also under /usr (merged /usr)."""
+    owners = {}
+    for lst in pathlib.Path("/var/lib/dpkg/info").glob("*.list"):
+        pkg = lst.name[:-len(".list")].split(":")[0]
+        for line in lst.read_text(errors="replace").splitlines():
+            owners.setdefault(line, pkg)
+            for top in ("/lib", "/bin", "/sbin", "/lib64"):
+                if line.startswith(top + "/"):
+                    owners.setdefault("/usr" + line, pkg)
+    return owners
+
+
+def check_setup():
+    """`scripts/setup` without --all (the README's quick start) builds the CMake target `demo`,
+    whose build steps make exactly what the demo runs and compile nothing of tests/ or bench/;
+    its package list has no test-only package, and every header, library and tool the `demo`
+    build steps used (ninja's dependency log, the link lines) belongs to a package of that list
+    or one they depend on (apt-cache). `scripts/test` runs `scripts/setup --all`, which adds the
+    test-only packages and builds everything."""
+    text = (SRC / "scripts/setup").read_text()
+    quick, more = setup_packages()
+    if not quick or not more:
+        problem("scripts/setup: expected a `packages=(...)` list and an `--all` addition `packages+=(...)`")
+        return
+    for p in sorted(TEST_ONLY_PACKAGES & set(quick)):
+        problem(f"scripts/setup: the quick start installs {p}, which only the tests need (move it to --all)")
+    if not re.search(r"cmake --build --preset release --target demo\b", text):
+        problem("scripts/setup: without --all it must build only the target demo")
+    if not re.search(r"^scripts/setup --all$", (SRC / "scripts/test").read_text(), re.M):
+        problem("scripts/test: must run `scripts/setup --all` (the tests' packages and the whole tree)")
+    build = pathlib.Path(KGPU).parent
+    if not (build / "build.ninja").exists():
+        print(f"setup: {build} is not a Ninja build: the build steps of `demo` are not checked")
+        return
+    commands = run(["ninja", "-C", str(build), "-t", "commands", "demo"])
+    if commands.returncode != 0:
+        problem(f"ninja -t commands demo: {commands.stderr.strip() or commands.stdout.strip()} (no CMake target demo?)")
+        return
+    lines = commands.stdout.splitlines()
+    for line in lines:
+        if re.search(r"\s(\S*/)?(tests|bench|fuzz)/\S+\.(cpp|cc|c)\b", line.replace(str(SRC), "")):
+            problem(f"the demo target compiles test code: {line[:200]}")
+            break
+    outputs = {o for line in lines for o in re.findall(r"\s-o\s+(\S+)", line)}
+    for want in sorted(DEMO_OUTPUTS):
+        if want not in outputs:
+            problem(f"the demo target does not build {want} (what `kgpu demo` runs)")
+    # What the build steps used, and whose it is.
+    objects = sorted(o for o in outputs if o.endswith(".o"))
+    deps = run(["ninja", "-C", str(build), "-t", "deps", *objects])
+    used = {l.strip() for l in deps.stdout.splitlines() if l.startswith("    ") and l.strip().startswith("/")}
+    if not used:
+        problem(f"ninja -t deps: no headers recorded for the demo's {len(objects)} objects (build the target demo first)")
+    used |= {w for line in lines for w in line.split() if re.match(r"/usr/lib/\S+\.(a|so[.\d]*)$", w)}
+    for tool in ("cmake", "ninja", "protoc", "grpc_cpp_plugin", "pkg-config", "c++", "cc"):
+        path = shutil.which(tool)
+        if path:
+            used.add(path)
+    r = run(["apt-cache", "depends", "--recurse", "--no-recommends", "--no-suggests", "--no-conflicts",
+             "--no-breaks", "--no-replaces", "--no-enhances", *quick])
+    if r.returncode != 0:
+        print(f"setup: apt-cache failed ({r.stderr.strip()}): the packages of the demo's build are not checked")
+        return
+    closure = {l.strip() for l in r.stdout.splitlines() if not l.startswith(" ")}
+    owners = dpkg_owners()
+    # Essential packages are on every Debian system (libc6, coreutils, ...): apt never lists them.
+    essential = {l.split()[0] for l in run(["dpkg-query", "-W", "-f", "${Package} ${Essential}\n"]).stdout.splitlines()
+                 if l.endswith(" yes")}
+    unowned, missing = [], {}
+    for f in sorted(used):
+        real = os.path.realpath(f)
+        pkg = owners.get(f) or owners.get(real)
+        if pkg is None:
+            if f.startswith("/usr/") and not f.startswith("/usr/local/"):
+                unowned.append(f)
+        elif pkg not in closure and pkg not in essential:
+            missing.setdefault(pkg, f)
+    for pkg, f in sorted(missing.items()):
+        problem(f"the demo's build uses {f} (and maybe more) from {pkg}, which scripts/setup's quick list does "
+                f"not install (nor anything it depends on)")
+    if unowned:
+        problem(f"the demo's build uses files no package owns: {unowned[:5]}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -1280,7 +1685,9 @@ def check_mps():
 CHECKS = {
     "manifests": check_manifests, "args": check_args, "hostpaths": check_hostpaths,
     "dockerfile": check_dockerfile, "image": check_image, "helm": check_helm, "configdoc": check_configdoc,
-    "mps": check_mps, "helm-prometheusrule": check_helm_prometheusrule,
+    "mps": check_mps, "helm-prometheusrule": check_helm_prometheusrule, "helm-toolkit": check_helm_toolkit,
+    "helm-webconfig": check_helm_webconfig, "docs-figures": check_docs_figures,
+    "docs-manifests": check_docs_manifests, "docs-commands": check_docs_commands, "setup": check_setup,
 }
 
 if __name__ == "__main__":

@@ -32,7 +32,13 @@ TEST(Deploy, ImageHoldsTheBinaryItsLibrariesAndNothingElse) { check({"dockerfile
 TEST(Deploy, ManifestsRunWhatTheImageHas) { check({"image"}); }
 TEST(Deploy, HelmChartMatchesTheManifests) { check({"helm"}); }
 TEST(Docs, ConfigurationReferenceCoversEveryFlag) { check({"configdoc"}); }
+TEST(Docs, MeasuredFiguresLiveOnlyInTheReadme) { check({"docs-figures"}); }
+TEST(Docs, OperatorGuideListsEveryManifest) { check({"docs-manifests"}); }
+TEST(Docs, CommandsThatNeverReturnAreBackgrounded) { check({"docs-commands"}); }
 TEST(Deploy, MpsControlDaemonIsNvidias) { check({"mps"}); }
 TEST(Deploy, HelmPrometheusRuleHasTheRulesOfThePlainFile) { check({"helm-prometheusrule"}); }
+TEST(Deploy, HelmChartKeepsNvidiasToolkitOrInstallsKgpus) { check({"helm-toolkit"}); }
+TEST(Deploy, HelmExporterWebConfigServesTlsAndBasicAuth) { check({"helm-webconfig"}); }
+TEST(Setup, QuickStartInstallsAndBuildsOnlyWhatTheDemoRuns) { check({"setup"}); }
 
 }  // namespace

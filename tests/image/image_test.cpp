@@ -8,7 +8,7 @@
 // image lacks fails every run. The exporter also serves HTTPS with basic auth from a
 // --web-config-file there: OpenSSL and libcrypt are loaded with dlopen only then, so only such a
 // run shows the image carries them. Skipped with the reason when buildah, containerd or root is
-// missing (scripts/setup installs buildah and containerd).
+// missing (scripts/setup --all installs buildah and containerd).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -188,7 +188,7 @@ std::vector<std::string> simulated_driver() {
 }
 
 TEST(Image, BuiltWithoutARegistryImportedIntoContainerdAndRunsLikeTheDaemonSet) {
-    if (::access("/usr/bin/buildah", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/buildah (scripts/setup installs Debian's)";
+    if (::access("/usr/bin/buildah", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/buildah (scripts/setup --all installs Debian's)";
     if (::geteuid() != 0) GTEST_SKIP() << "buildah's and containerd's storage here need root";
     const std::string version = trim(run_process({KGPU_BINARY, "--version"}).out);
     const std::string name = "docker.io/library/kgpu:" + version;

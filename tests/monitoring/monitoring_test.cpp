@@ -77,14 +77,14 @@ std::set<std::string> catalogue() {
 }
 
 TEST(Alerts, PromtoolChecksTheRules) {
-    if (!have_prometheus()) GTEST_SKIP() << "no promtool (Debian package prometheus; scripts/setup installs it)";
+    if (!have_prometheus()) GTEST_SKIP() << "no promtool (Debian package prometheus; scripts/setup --all installs it)";
     auto r = run_process({"/usr/bin/promtool", "check", "rules", kRules});
     EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
     EXPECT_NE(r.out.find("SUCCESS"), std::string::npos) << r.out;
 }
 
 TEST(Alerts, EveryAlertFiresOnItsSyntheticSeries) {
-    if (!have_prometheus()) GTEST_SKIP() << "no promtool (Debian package prometheus; scripts/setup installs it)";
+    if (!have_prometheus()) GTEST_SKIP() << "no promtool (Debian package prometheus; scripts/setup --all installs it)";
     auto r = run_process({"/usr/bin/promtool", "test", "rules", kSource + "/tests/monitoring/alerts_test.yaml"});
     EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
     // Each alert of the rules file has a unit test that expects it to fire.
@@ -242,7 +242,7 @@ std::string substitute(std::string expr, const std::map<std::string, std::string
 }
 
 TEST(Dashboard, EveryPanelAndAlertHasDataFromARealPrometheusScrapingASimulatedNode) {
-    if (!have_prometheus()) GTEST_SKIP() << "no /usr/bin/prometheus (Debian package prometheus; scripts/setup installs it)";
+    if (!have_prometheus()) GTEST_SKIP() << "no /usr/bin/prometheus (Debian package prometheus; scripts/setup --all installs it)";
     TempDir dir;
     const YAML::Node node = YAML::LoadFile(kSource + "/sim/nodes/dgx-h100.yaml");
     auto uuid = [&](int i) { return node["gpus"][i]["uuid"].as<std::string>(); };

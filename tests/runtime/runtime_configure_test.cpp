@@ -134,7 +134,7 @@ TEST(NvidiaCtkConfigure, ContainerdSetAsDefaultGoesIntoTheDropIn) {
     EXPECT_EQ(c["default_runtime_name"].value<std::string>(), "nvidia");
     EXPECT_EQ(c["runtimes"]["nvidia"]["runtime_type"].value<std::string>(), "io.containerd.runc.v2");
     EXPECT_EQ(c["runtimes"]["nvidia"]["options"]["BinaryName"].value<std::string>(), "/usr/bin/nvidia-container-runtime");
-    if (!fs::exists(kContainerd)) GTEST_SKIP() << "containerd not installed (scripts/setup installs it)";
+    if (!fs::exists(kContainerd)) GTEST_SKIP() << "containerd not installed (scripts/setup --all installs it)";
     EXPECT_THAT(res.err, HasSubstr("checked the result with"));
     const std::string merged = dump(config);
     EXPECT_THAT(merged, HasSubstr("default_runtime_name = \"nvidia\""));
@@ -375,7 +375,7 @@ TEST(RuntimeConfigureCli, BrokenConfigIsLeftUntouchedAndReportedWithItsLine) {
 }
 
 TEST(RuntimeConfigureCli, ContainerdReadsTheResultOfEveryVersionItKnows) {
-    if (!fs::exists(kContainerd)) GTEST_SKIP() << "containerd not installed (scripts/setup installs it)";
+    if (!fs::exists(kContainerd)) GTEST_SKIP() << "containerd not installed (scripts/setup --all installs it)";
     for (const std::string fixture : {"v2-systemd.toml", "v1-legacy.toml"}) {
         Root r;
         const std::string config = r.dir.write("config.toml", slurp(kFixtures + fixture));
@@ -401,7 +401,7 @@ TEST(RuntimeConfigureCli, ContainerdReadsTheResultOfEveryVersionItKnows) {
 }
 
 TEST(RuntimeConfigureCli, Version3CannotBeCheckedByContainerd16AndSaysSo) {
-    if (!fs::exists(kContainerd)) GTEST_SKIP() << "containerd not installed (scripts/setup installs it)";
+    if (!fs::exists(kContainerd)) GTEST_SKIP() << "containerd not installed (scripts/setup --all installs it)";
     auto v = run_process({kContainerd, "--version"});
     if (v.out.find(" 1.") == std::string::npos) GTEST_SKIP() << "containerd 2.x reads version 3: " << v.out;
     Root r;
@@ -413,7 +413,7 @@ TEST(RuntimeConfigureCli, Version3CannotBeCheckedByContainerd16AndSaysSo) {
 }
 
 TEST(RuntimeConfigureCli, AConfigContainerdRejectsIsNotWritten) {
-    if (!fs::exists(kContainerd)) GTEST_SKIP() << "containerd not installed (scripts/setup installs it)";
+    if (!fs::exists(kContainerd)) GTEST_SKIP() << "containerd not installed (scripts/setup --all installs it)";
     Root r;
     // Valid TOML that containerd cannot load (oom_score is an integer).
     const std::string before = "version = 2\noom_score = \"high\"\n";

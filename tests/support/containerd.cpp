@@ -22,7 +22,7 @@ std::string find_program(const std::string& name) {
 
 std::string TestContainerd::unavailable_reason() {
     if (find_program("containerd").empty() || find_program("ctr").empty())
-        return "no containerd/ctr binary (scripts/setup installs Debian's containerd)";
+        return "no containerd/ctr binary (scripts/setup --all installs Debian's containerd)";
     if (::geteuid() != 0) return "containerd needs root";
     return {};
 }

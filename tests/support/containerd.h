@@ -1,4 +1,4 @@
-// Debian's containerd (scripts/setup installs it) started by a test as root, with its own root,
+// Debian's containerd (scripts/setup --all installs it) started by a test as root, with its own root,
 // state dir and sockets in a temp dir: nothing is shared with a containerd the machine runs.
 // Used by the CRI client test (tests/attribution), the image test (tests/image) and the container
 // toolkit's end-to-end test (tests/toolkit).

@@ -23,7 +23,7 @@ struct Bus {
     std::unique_ptr<test::ChildProcess> daemon;
     std::string socket;
     std::string start() {
-        if (::access("/usr/bin/dbus-daemon", X_OK) != 0) return "no dbus-daemon (scripts/setup installs it)";
+        if (::access("/usr/bin/dbus-daemon", X_OK) != 0) return "no dbus-daemon (scripts/setup --all installs it)";
         socket = dir.path() + "/bus";
         const std::string conf = dir.write("bus.conf", R"(<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
  "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">

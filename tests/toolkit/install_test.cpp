@@ -350,7 +350,7 @@ TEST(RuntimeInstall, ACopyThatCannotRunChangesNothingElse) {
     EXPECT_EQ(containerd.ended_by(), 0);
 }
 
-// A host whose only libraries are an old glibc (Debian 11's 2.31, unpacked by scripts/setup into
+// A host whose only libraries are an old glibc (Debian 11's 2.31, unpacked by scripts/setup --all into
 // build/old-glibc/root), as on Ubuntu 20.04/22.04 or RHEL 8/9 nodes: kgpu as built (glibc 2.36)
 // does not run there; the installed copy does, as kgpu, as the runtime, as the CDI hook, and
 // with the driver's NVML (the simulator and the C++ libraries it links, copied in as the driver).
@@ -358,7 +358,7 @@ TEST(RuntimeInstall, RunsOnAHostWithAnOlderGlibc) {
     if (::geteuid() != 0) GTEST_SKIP() << "chroot needs root";
     const fs::path old_root = fs::path(KGPU_SOURCE_DIR) / "build/old-glibc/root";
     if (!fs::exists(old_root / "lib/x86_64-linux-gnu/libc.so.6"))
-        GTEST_SKIP() << old_root.string() << ": no old glibc (scripts/setup downloads Debian 11's libc6 there; it could not)";
+        GTEST_SKIP() << old_root.string() << ": no old glibc (scripts/setup --all downloads Debian 11's libc6 there; it could not)";
     TempDir dir;
     const std::string root = dir.path() + "/host";
     fs::copy(old_root, root, fs::copy_options::recursive | fs::copy_options::copy_symlinks);

@@ -46,7 +46,7 @@ std::string build_image(const std::string& dir, const ImageSpec& spec, std::stri
     fs::create_directories(root + "/tmp");
     fs::create_directories(layout + "/blobs/sha256");
     if (!fs::exists("/bin/busybox")) {
-        error = "no /bin/busybox (scripts/setup installs busybox-static)";
+        error = "no /bin/busybox (scripts/setup --all installs busybox-static)";
         return {};
     }
     copy_in(root, "/bin/busybox", "/bin/busybox");
