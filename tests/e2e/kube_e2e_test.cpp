@@ -228,6 +228,9 @@ TEST(KubeE2E, Up) {
     fs::copy_file(kFixture, sim_fixture(s.base));
     std::ofstream(sim_events(s.base)).flush();
     fs::create_directories(fs::path(runtime_config(s.base)).parent_path());
+    // The directories every node has, under <base>/host where the suite's host paths go
+    // (deploy.h): the runtime's log file goes to /var/log, and it does not create directories.
+    for (const char* d : {"/var/log", "/run", "/usr/local"}) fs::create_directories(s.base + "/host" + d);
 
     // kube-mini. containerd's environment reaches the runtimes it runs: kgpu's runtime finds the
     // config `runtime install` writes (KGPU_RUNTIME_CONFIG: the host's /etc is not the suite's to
@@ -612,7 +615,10 @@ public:
                                      "mount --bind \"$1\" /var/lib/kubelet/device-plugins; shift; exec \"$@\"",
                                      "sh", c.env("KUBELET_DEVICE_PLUGINS_DIR"), binary, "--driver-root=" + driver_root(c.base()),
                                      "--device-list-strategy=volume-mounts", "--fail-on-init-error=true"},
-            std::map<std::string, std::string>{{"KGPU_SIM_NODE", sim_fixture(c.base())}});
+            // NVIDIA's platform detection dlopens the bare libnvidia-ml.so.1 (not from
+            // --driver-root): the loader's path points at the simulated driver's.
+            std::map<std::string, std::string>{{"KGPU_SIM_NODE", sim_fixture(c.base())},
+                                               {"LD_LIBRARY_PATH", driver_root(c.base()) + "/usr/lib64"}});
         fs::create_directories(c.base() + "/pids");
         std::ofstream(c.base() + "/pids/nvidia-device-plugin") << process_->pid() << "\n";
     }
@@ -807,6 +813,15 @@ TEST(KubeE2E, Containerd2) {
     ASSERT_EQ(installed.exit_code, 0) << installed.out << installed.err;
     ASSERT_TRUE(wait_until([&] { return ::kill(std::stoi(old_pid), 0) != 0; }, seconds(30)))
         << "containerd 2.1 did not exit on the install's SIGHUP\n" << installed.out;
+    // The runtime logs a container without GPUs at debug level only: the test turns that on,
+    // to see kgpu's runtime handle such a container below.
+    {
+        std::string rc = slurp(rt_config);
+        const auto at = rc.find("log-level = \"info\"");
+        ASSERT_NE(at, std::string::npos) << rt_config << ":\n" << rc;
+        rc.replace(at, std::string("log-level = \"info\"").size(), "log-level = \"debug\"");
+        std::ofstream(rt_config) << rc;
+    }
     started = start();
     ASSERT_EQ(started.exit_code, 0) << started.err;
     toml::table after_install = dump();
