@@ -366,6 +366,14 @@ TEST(KubeE2E, GpuPods) {
     // The running containerd is a new one (the install's SIGHUP, the supervisor's restart).
     EXPECT_THAT(slurp(c.base() + "/supervisor.log"), HasSubstr("restarted as pid"))
         << "containerd was not restarted after runtime install";
+    // And the install's own account of every step, up to the restart it announces, reached its
+    // log (`kubectl logs … -c install`): it used to print everything at the end, after it had
+    // restarted containerd, and the container ended before containerd was back to copy it.
+    const json installs = c.daemonset_pods("kgpu-runtime-install");
+    ASSERT_EQ(installs.size(), 1u);
+    const std::string install_log = c.container_log("kube-system", installs[0]["metadata"]["name"], "install");
+    for (const std::string& step : {std::string("installed"), runtime_config(c.base()), std::string("restarting containerd")})
+        EXPECT_THAT(install_log, HasSubstr(step)) << "the install container's log:\n" << install_log;
 
     // A pod asking for 2 GPUs, scheduled by the real scheduler: it sees exactly the 2 GPUs the
     // kubelet assigned (nvidia-smi -L is kgpu's smi, injected from the driver root) and /dev holds
@@ -803,18 +811,21 @@ TEST(KubeE2E, Containerd2) {
     EXPECT_EQ(dumped(after_configure, {"plugins", "io.containerd.cri.v1.runtime", "enable_cdi"}), "true");
 
     // `kgpu runtime install` on the same config: the nvidia runtime becomes kgpu's and containerd
-    // is restarted with SIGHUP; this test is its service manager and starts it again.
+    // is restarted with SIGHUP; the install waits for it to serve its socket again, and this test
+    // is the service manager that starts it.
     const std::string old_pid = trim(slurp(dir + "/containerd.pid"));
-    auto installed = run({KGPU_BINARY, "runtime", "install", "--host-root=/", "--config=" + config, "--drop-in=" + drop_in,
-                          "--install-dir=" + install_dir, "--runtime-config=" + rt_config, "--runtime-log-file=" + rt_log,
-                          "--socket=" + sock, "--restart-mode=signal", "--nvidia-driver-root=" + driver_root(c.base()),
-                          "--enable-cdi", "--no-dev-char-links"},
-                         seconds(120));
-    ASSERT_EQ(installed.exit_code, 0) << installed.out << installed.err;
-    ASSERT_TRUE(wait_until([&] { return ::kill(std::stoi(old_pid), 0) != 0; }, seconds(30)))
-        << "containerd 2.1 did not exit on the install's SIGHUP\n" << installed.out;
+    kgpu::test::ChildProcess install({KGPU_BINARY, "runtime", "install", "--host-root=/", "--config=" + config, "--drop-in=" + drop_in,
+                                      "--install-dir=" + install_dir, "--runtime-config=" + rt_config, "--runtime-log-file=" + rt_log,
+                                      "--socket=" + sock, "--restart-mode=signal", "--nvidia-driver-root=" + driver_root(c.base()),
+                                      "--enable-cdi", "--no-dev-char-links"});
+    ASSERT_TRUE(wait_until([&] { return ::kill(std::stoi(old_pid), 0) != 0; }, seconds(120)))
+        << "containerd 2.1 did not exit on the install's SIGHUP\n" << install.out() << install.err();
+    started = start();
+    ASSERT_EQ(started.exit_code, 0) << started.err;
+    ASSERT_EQ(install.wait(120000), 0) << install.out() << install.err();
+    EXPECT_THAT(install.out(), HasSubstr(sock + " again")) << "the install saw containerd 2.1 back";
     // The runtime logs a container without GPUs at debug level only: the test turns that on,
-    // to see kgpu's runtime handle such a container below.
+    // to see kgpu's runtime handle such a container below (the runtime reads it at every call).
     {
         std::string rc = slurp(rt_config);
         const auto at = rc.find("log-level = \"info\"");
@@ -822,8 +833,6 @@ TEST(KubeE2E, Containerd2) {
         rc.replace(at, std::string("log-level = \"info\"").size(), "log-level = \"debug\"");
         std::ofstream(rt_config) << rc;
     }
-    started = start();
-    ASSERT_EQ(started.exit_code, 0) << started.err;
     toml::table after_install = dump();
     EXPECT_EQ(nvidia_binary(after_install), install_dir + "/kgpu-container-runtime");
     EXPECT_EQ(dumped(after_install, {"plugins", "io.containerd.cri.v1.runtime", "enable_cdi"}), "true");
