@@ -372,15 +372,14 @@ Result<InstallReport> install(const InstallOptions& o) {
     if (changed && ::rename(host(staged).c_str(), host(binary).c_str()) != 0)
         return fail(Code::io, "cannot rename {} to {}: {}", host(staged).string(), host(binary).string(), std::strerror(errno));
     say(fmt::format("{} {} ({:.1f} MB)", changed ? "installed" : "unchanged:", binary,
-                                       static_cast<double>(bytes->size()) / 1e6));
+                    static_cast<double>(bytes->size()) / 1e6));
     // Only a swap retires a glibc: an unchanged install changes nothing.
     if (changed && !carried->lib_dir.empty()) {
         auto removed = prune_glibcs(o, carried->lib_dir, previous);
         if (!removed) return std::unexpected(removed.error());
         if (!previous.empty() && previous != carried->lib_dir)
-            say(fmt::format("kept {}: the glibc of the binary it replaced, for a runtime or hook started "
-                                               "before the swap",
-                                               previous));
+            say(fmt::format("kept {}: the glibc of the binary it replaced, for a runtime or hook started before the swap",
+                            previous));
         if (!removed->empty())
             say(fmt::format("removed {}: older carried glibc", fmt::join(*removed, ", ")));
     }
@@ -391,7 +390,7 @@ Result<InstallReport> install(const InstallOptions& o) {
         if (*made) linked.push_back(name);
     }
     say(linked.empty() ? fmt::format("unchanged: {}/{{kgpu-container-runtime,nvidia-cdi-hook}} -> kgpu", o.install_dir)
-                                          : fmt::format("linked {} -> kgpu in {}", fmt::join(linked, ", "), o.install_dir));
+                       : fmt::format("linked {} -> kgpu in {}", fmt::join(linked, ", "), o.install_dir));
     if (!verified.empty()) say(verified);
 
     // 3. The runtime's config.
@@ -425,10 +424,9 @@ Result<InstallReport> install(const InstallOptions& o) {
         report.containerd_changed = *d || *w;
     }
     say(report.containerd_changed
-                               ? fmt::format("updated {}: runtime {} -> {}", o.drop_in.empty() ? o.containerd_config : o.drop_in,
-                                             o.runtime_name, co.runtime_path)
-                               : fmt::format("unchanged: {} already runs {} as {}", o.containerd_config, co.runtime_path,
-                                             o.runtime_name));
+            ? fmt::format("updated {}: runtime {} -> {}", o.drop_in.empty() ? o.containerd_config : o.drop_in, o.runtime_name,
+                          co.runtime_path)
+            : fmt::format("unchanged: {} already runs {} as {}", o.containerd_config, co.runtime_path, o.runtime_name));
 
     // 5. /dev/char links (before the restart, which is the last step: the DaemonSet's init
     // container's output after containerd went away may never reach its log).
@@ -437,9 +435,9 @@ Result<InstallReport> install(const InstallOptions& o) {
         auto made = doctor::create_dev_char_links(o.host_root, dev_root);
         if (!made) return std::unexpected(made.error());
         const auto all = doctor::nvidia_dev_char_links(o.host_root, dev_root);
-        say(all.empty() ? "no NVIDIA device nodes: no /dev/char links to create"
-                               : made->empty() ? fmt::format("unchanged: /dev/char links for {} NVIDIA device nodes", all.size())
-                                               : fmt::format("created {} /dev/char links", made->size()));
+        say(all.empty()     ? "no NVIDIA device nodes: no /dev/char links to create"
+            : made->empty() ? fmt::format("unchanged: /dev/char links for {} NVIDIA device nodes", all.size())
+                            : fmt::format("created {} /dev/char links", made->size()));
     }
 
     // 6. Restart containerd, only for a changed config; each way is said before it is done.
