@@ -33,6 +33,10 @@ void add_install_command(CLI::App& runtime_cmd, InstallCliOptions& o) {
     c->add_option("--dbus-socket", i.dbus_socket, "The host's D-Bus system bus socket, for --restart-mode systemd")
         ->capture_default_str();
     c->add_option("--containerd-unit", i.containerd_unit, "containerd's systemd unit")->capture_default_str();
+    c->add_option("--restart-timeout", o.restart_timeout_s,
+                  "Seconds to wait after a restart for containerd to serve --socket again (0: do not wait)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
     c->add_option("--nvidia-driver-root,--driver-root", i.runtime.driver_root, "The driver root the runtime uses (host path)")
         ->envname("NVIDIA_DRIVER_ROOT")
         ->capture_default_str();
@@ -65,6 +69,10 @@ int run_install(InstallCliOptions& o) {
                                               : toolkit::RestartMode::signal;
     i.dev_char_links = !o.no_dev_char_links;
     i.verify = !o.no_verify;
+    i.restart_timeout = std::chrono::milliseconds(static_cast<long long>(o.restart_timeout_s * 1000));
+    // Each line as its step is done (flushed): the DaemonSet's init container restarts containerd,
+    // and a container's output reaches its log only while containerd runs.
+    i.progress = [](const std::string& line) { std::cout << "kgpu runtime install: " << line << std::endl; };
     if (i.runtime.driver_root.empty() || i.runtime.driver_root.front() != '/') {
         std::cerr << "kgpu runtime install: --nvidia-driver-root '" << i.runtime.driver_root << "': expected an absolute path\n";
         return 2;
@@ -74,7 +82,6 @@ int run_install(InstallCliOptions& o) {
         std::cerr << "kgpu runtime install: " << r.error().message << "\n";
         return r.error().code == Code::invalid_argument ? 2 : 1;
     }
-    for (const auto& line : r->lines) std::cout << "kgpu runtime install: " << line << "\n";
     return 0;
 }
 

@@ -15,6 +15,7 @@ struct InstallCliOptions {
     std::string restart_mode = "signal";
     bool no_dev_char_links = false;
     bool no_verify = false;
+    double restart_timeout_s = 60;
 };
 
 // Adds `install` under `runtime_cmd`.

@@ -269,7 +269,41 @@ Result<std::vector<std::string>> prune_glibcs(const InstallOptions& o, const std
 
 }  // namespace
 
-Result<int> signal_socket_owner(const std::string& socket) {
+SocketIdentity socket_identity(const std::string& socket) {
+    struct stat st {};
+    if (::stat(socket.c_str(), &st) != 0) return {};
+    return {true, st.st_ino, st.st_ctim.tv_sec, st.st_ctim.tv_nsec};
+}
+
+namespace {
+
+bool accepts(const std::string& socket) {
+    sockaddr_un a{};
+    if (socket.size() >= sizeof a.sun_path) return false;
+    a.sun_family = AF_UNIX;
+    std::memcpy(a.sun_path, socket.c_str(), socket.size() + 1);
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return false;
+    const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ::close(fd);
+    return ok;
+}
+
+}  // namespace
+
+std::optional<double> wait_for_new_server(const std::string& socket, const SocketIdentity& before,
+                                          std::chrono::milliseconds timeout) {
+    const auto start = std::chrono::steady_clock::now();
+    for (;;) {
+        const SocketIdentity now = socket_identity(socket);
+        if (now.exists && !(now == before) && accepts(socket))
+            return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (std::chrono::steady_clock::now() - start >= timeout) return std::nullopt;
+        ::usleep(50 * 1000);
+    }
+}
+
+Result<int> socket_owner(const std::string& socket) {
     int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_un a{};
     a.sun_family = AF_UNIX;
@@ -287,12 +321,17 @@ Result<int> signal_socket_owner(const std::string& socket) {
     if (rc != 0 || cred.pid <= 0)
         return fail(Code::unavailable, "{}: the serving process is not visible from here (run with the host's PID namespace)",
                     socket);
-    if (::kill(cred.pid, SIGHUP) != 0) return fail(Code::io, "SIGHUP to pid {}: {}", cred.pid, std::strerror(errno));
     return cred.pid;
 }
 
 Result<InstallReport> install(const InstallOptions& o) {
     InstallReport report;
+    // Each line is handed on as soon as its step is done, not only in the report: a restart of
+    // containerd loses what the init container prints after it (see options.progress).
+    auto say = [&](std::string line) {
+        if (o.progress) o.progress(line);
+        report.lines.push_back(std::move(line));
+    };
     if (o.install_dir.empty() || o.install_dir.front() != '/')
         return fail(Code::invalid_argument, "--install-dir '{}': expected an absolute host path", o.install_dir);
     if (o.runtime_config_path.empty() || o.runtime_config_path.front() != '/' ||
@@ -333,7 +372,7 @@ Result<InstallReport> install(const InstallOptions& o) {
     *bytes = std::move(stripped->image);
     auto carried = carry_glibc(o, *bytes, source);
     if (!carried) return std::unexpected(carried.error());
-    if (!carried->line.empty()) report.lines.push_back(carried->line);
+    if (!carried->line.empty()) say(carried->line);
     // The binary is staged next to its place, run on the host (step 2), and only then swapped in
     // by one rename, after its glibc is complete: until then the old binary and its glibc serve.
     const std::string binary = join_path(o.install_dir, "kgpu");
@@ -369,7 +408,7 @@ Result<InstallReport> install(const InstallOptions& o) {
     }
     if (changed && ::rename(host(staged).c_str(), host(binary).c_str()) != 0)
         return fail(Code::io, "cannot rename {} to {}: {}", host(staged).string(), host(binary).string(), std::strerror(errno));
-    report.lines.push_back(fmt::format("{} {} ({:.1f} MB{})", changed ? "installed" : "unchanged:", binary,
+    say(fmt::format("{} {} ({:.1f} MB{})", changed ? "installed" : "unchanged:", binary,
                                        static_cast<double>(bytes->size()) / 1e6,
                                        stripped->sections == 0
                                            ? std::string()
@@ -380,11 +419,10 @@ Result<InstallReport> install(const InstallOptions& o) {
         auto removed = prune_glibcs(o, carried->lib_dir, previous);
         if (!removed) return std::unexpected(removed.error());
         if (!previous.empty() && previous != carried->lib_dir)
-            report.lines.push_back(fmt::format("kept {}: the glibc of the binary it replaced, for a runtime or hook started "
-                                               "before the swap",
-                                               previous));
+            say(fmt::format("kept {}: the glibc of the binary it replaced, for a runtime or hook started before the swap",
+                            previous));
         if (!removed->empty())
-            report.lines.push_back(fmt::format("removed {}: older carried glibc", fmt::join(*removed, ", ")));
+            say(fmt::format("removed {}: older carried glibc", fmt::join(*removed, ", ")));
     }
     std::vector<std::string> linked;
     for (const char* name : {"kgpu-container-runtime", "nvidia-cdi-hook"}) {
@@ -392,9 +430,9 @@ Result<InstallReport> install(const InstallOptions& o) {
         if (!made) return std::unexpected(made.error());
         if (*made) linked.push_back(name);
     }
-    report.lines.push_back(linked.empty() ? fmt::format("unchanged: {}/{{kgpu-container-runtime,nvidia-cdi-hook}} -> kgpu", o.install_dir)
-                                          : fmt::format("linked {} -> kgpu in {}", fmt::join(linked, ", "), o.install_dir));
-    if (!verified.empty()) report.lines.push_back(verified);
+    say(linked.empty() ? fmt::format("unchanged: {}/{{kgpu-container-runtime,nvidia-cdi-hook}} -> kgpu", o.install_dir)
+                       : fmt::format("linked {} -> kgpu in {}", fmt::join(linked, ", "), o.install_dir));
+    if (!verified.empty()) say(verified);
 
     // 3. The runtime's config, and where it is, next to the runtime: containerd passes the
     // runtime no env variable or flag, so without the record an --runtime-config elsewhere than the
@@ -403,11 +441,11 @@ Result<InstallReport> install(const InstallOptions& o) {
     if (rc.hook_path.empty()) rc.hook_path = join_path(o.install_dir, "nvidia-cdi-hook");
     auto wrote = write_if_changed(host(o.runtime_config_path), render_config(rc), 0644, true);
     if (!wrote) return std::unexpected(wrote.error());
-    report.lines.push_back(fmt::format("{} {}", *wrote ? "wrote" : "unchanged:", o.runtime_config_path));
+    say(fmt::format("{} {}", *wrote ? "wrote" : "unchanged:", o.runtime_config_path));
     const std::string record = join_path(o.install_dir, std::string(kConfigRecordName));
     auto recorded = write_if_changed(host(record), o.runtime_config_path + "\n", 0644);
     if (!recorded) return std::unexpected(recorded.error());
-    report.lines.push_back(fmt::format("{} {}: the runtime reads {}", *recorded ? "wrote" : "unchanged:", record,
+    say(fmt::format("{} {}: the runtime reads {}", *recorded ? "wrote" : "unchanged:", record,
                                        o.runtime_config_path));
 
     // 4. containerd.
@@ -433,36 +471,55 @@ Result<InstallReport> install(const InstallOptions& o) {
         if (!w) return std::unexpected(w.error());
         report.containerd_changed = *d || *w;
     }
-    report.lines.push_back(report.containerd_changed
-                               ? fmt::format("updated {}: runtime {} -> {}", o.drop_in.empty() ? o.containerd_config : o.drop_in,
-                                             o.runtime_name, co.runtime_path)
-                               : fmt::format("unchanged: {} already runs {} as {}", o.containerd_config, co.runtime_path,
-                                             o.runtime_name));
+    say(report.containerd_changed
+            ? fmt::format("updated {}: runtime {} -> {}", o.drop_in.empty() ? o.containerd_config : o.drop_in, o.runtime_name,
+                          co.runtime_path)
+            : fmt::format("unchanged: {} already runs {} as {}", o.containerd_config, co.runtime_path, o.runtime_name));
 
-    // 5. Restart containerd, only for a changed config.
-    if (!report.containerd_changed) {
-        report.lines.push_back("containerd not restarted: its config did not change");
-    } else if (o.restart == RestartMode::none) {
-        report.lines.push_back("containerd not restarted (--restart-mode none): restart it to apply the change");
-    } else if (o.restart == RestartMode::signal) {
-        auto pid = signal_socket_owner(host(o.containerd_socket).string());
-        if (!pid) return std::unexpected(pid.error().context("restarting containerd"));
-        report.lines.push_back(fmt::format("restarted containerd: SIGHUP to pid {} (systemd starts it again)", *pid));
-    } else {
-        auto job = systemd_restart_unit(host(o.dbus_socket).string(), o.containerd_unit);
-        if (!job) return std::unexpected(job.error().context("restarting containerd through systemd"));
-        report.lines.push_back(fmt::format("restarted {} through systemd (D-Bus job {})", o.containerd_unit, *job));
-    }
-
-    // 6. /dev/char links.
+    // 5. /dev/char links (before the restart, which is the last step: the DaemonSet's init
+    // container's output after containerd went away may never reach its log).
     if (o.dev_char_links) {
         const fs::path dev_root = o.runtime.dev_root.empty() ? fs::path(o.runtime.driver_root) : fs::path(o.runtime.dev_root);
         auto made = doctor::create_dev_char_links(o.host_root, dev_root);
         if (!made) return std::unexpected(made.error());
         const auto all = doctor::nvidia_dev_char_links(o.host_root, dev_root);
-        report.lines.push_back(all.empty() ? "no NVIDIA device nodes: no /dev/char links to create"
-                               : made->empty() ? fmt::format("unchanged: /dev/char links for {} NVIDIA device nodes", all.size())
-                                               : fmt::format("created {} /dev/char links", made->size()));
+        say(all.empty()     ? "no NVIDIA device nodes: no /dev/char links to create"
+            : made->empty() ? fmt::format("unchanged: /dev/char links for {} NVIDIA device nodes", all.size())
+                            : fmt::format("created {} /dev/char links", made->size()));
+    }
+
+    // 6. Restart containerd, only for a changed config; each way is said before it is done.
+    if (!report.containerd_changed) {
+        say("containerd not restarted: its config did not change");
+    } else if (o.restart == RestartMode::none) {
+        say("containerd not restarted (--restart-mode none): restart it to apply the change");
+    } else {
+        const std::string socket = host(o.containerd_socket).string();
+        const SocketIdentity before = socket_identity(socket);
+        if (o.restart == RestartMode::signal) {
+            auto pid = socket_owner(socket);
+            if (!pid) return std::unexpected(pid.error().context("restarting containerd"));
+            say(fmt::format("restarting containerd: SIGHUP to pid {} (it exits; its service manager, e.g. systemd, starts it "
+                            "again)",
+                            *pid));
+            if (::kill(*pid, SIGHUP) != 0)
+                return fail(Code::io, "restarting containerd: SIGHUP to pid {}: {}", *pid, std::strerror(errno));
+        } else {
+            say(fmt::format("restarting {} through systemd (RestartUnit over D-Bus)", o.containerd_unit));
+            auto job = systemd_restart_unit(host(o.dbus_socket).string(), o.containerd_unit);
+            if (!job) return std::unexpected(job.error().context("restarting containerd through systemd"));
+            say(fmt::format("restarted {} through systemd (D-Bus job {})", o.containerd_unit, *job));
+        }
+        if (o.restart_timeout.count() > 0) {
+            auto back = wait_for_new_server(socket, before, o.restart_timeout);
+            if (!back)
+                return fail(Code::unavailable,
+                            "containerd did not serve {} again within {} s of the restart: nothing started it again "
+                            "(with --restart-mode signal a service manager must, e.g. systemd's Restart=; or use "
+                            "--restart-mode systemd); its config is already changed, so starting it is all that is left",
+                            o.containerd_socket, std::chrono::duration_cast<std::chrono::seconds>(o.restart_timeout).count());
+            say(fmt::format("containerd serves {} again ({:.1f} s after the restart)", o.containerd_socket, *back));
+        }
     }
 
     return report;

@@ -13,12 +13,19 @@
 //   3. writes the container runtime's config (toolkit/config.h);
 //   4. points containerd's `nvidia` runtime at <install-dir>/kgpu-container-runtime
 //      (src/runtime, as `kgpu runtime configure --kgpu-runtime`);
-//   5. restarts containerd, only when its config changed, by the chosen mode;
-//   6. creates the /dev/char links of the NVIDIA device nodes (doctor/devchar.h).
+//   5. creates the /dev/char links of the NVIDIA device nodes (doctor/devchar.h);
+//   6. restarts containerd, only when its config changed, by the chosen mode, and waits for it
+//      to serve its socket again (last: the init container's output after containerd went away
+//      may be lost).
 // Idempotent: what is already right is not rewritten, and says so.
 #pragma once
 
+#include <sys/types.h>
+
+#include <chrono>
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +53,14 @@ struct InstallOptions {
     std::string containerd_unit = "containerd.service";
     bool dev_char_links = true;
     bool verify = true;
+    // After a restart (signal, systemd): how long to wait for containerd to serve its socket
+    // again (a new socket, accepting connections); 0 = do not wait. Until it does, the init
+    // container must not exit: containerd copies a CRI container's output to its log, and a
+    // container that ends while containerd is down loses what it printed since (the e2e suite
+    // found the install's log empty).
+    std::chrono::milliseconds restart_timeout{60000};
+    // Called with each report line as soon as its step is done (the CLI prints it then).
+    std::function<void(const std::string&)> progress;
 };
 
 struct InstallReport {
@@ -57,9 +72,25 @@ struct InstallReport {
 // step is atomic and idempotent: run it again after fixing the cause).
 Result<InstallReport> install(const InstallOptions& options);
 
-// Sends SIGHUP to the process serving `socket` (its peer credentials): containerd does not handle
-// the signal and exits, and systemd's Restart= brings it back with the new config (NVIDIA's
-// installer does the same). Returns the pid signalled.
-Result<int> signal_socket_owner(const std::string& socket);
+// The pid of the process serving `socket` (its peer credentials): the containerd that `signal`
+// restarts with SIGHUP (it does not handle the signal and exits; systemd's Restart= brings it back
+// with the new config, as after NVIDIA's installer). An error when it cannot be seen from here
+// (another PID namespace).
+Result<int> socket_owner(const std::string& socket);
+
+// A unix socket file's identity: a restarted server removes the old file and binds a new one.
+struct SocketIdentity {
+    bool exists = false;
+    ino_t inode = 0;
+    long ctime_sec = 0, ctime_nsec = 0;
+    bool operator==(const SocketIdentity&) const = default;
+};
+SocketIdentity socket_identity(const std::string& socket);
+
+// Waits until `socket` is a different file than `before` (by inode and change time: an inode
+// number may be reused) that accepts a connection, polling every 50 ms; the seconds waited, or
+// nullopt after `timeout`.
+std::optional<double> wait_for_new_server(const std::string& socket, const SocketIdentity& before,
+                                          std::chrono::milliseconds timeout);
 
 }  // namespace kgpu::toolkit

@@ -21,7 +21,7 @@
 
 #include "support/containerd.h"
 #include "support/process.h"
-#include "test_image.h"
+#include "support/test_image.h"
 
 namespace fs = std::filesystem;
 using kgpu::test::TestContainerd;

@@ -26,6 +26,8 @@
 #include "support/process.h"
 
 namespace fs = std::filesystem;
+using kgpu::test::ChildProcess;
+using kgpu::test::RunResult;
 using kgpu::test::run_process;
 using kgpu::test::TempDir;
 using ::testing::HasSubstr;
@@ -113,9 +115,23 @@ std::string carried_dir(const std::string& out) {
 TEST(RuntimeInstall, OntoAHostWithOnlyGlibcThenIdempotent) {
     if (::geteuid() != 0) GTEST_SKIP() << "chroot and mknod need root";
     Host host;
-    FakeContainerd containerd(host.path("/run/containerd/containerd.sock"));
-    auto r = run_process({KGPU_BINARY, "runtime", "install", "--host-root", host.root()});
+    const std::string socket = host.path("/run/containerd/containerd.sock");
+    FakeContainerd containerd(socket);
+    // The install restarts containerd (SIGHUP: it exits) and waits for it to serve its socket
+    // again; this test is the service manager that starts it again.
+    ChildProcess install({KGPU_BINARY, "runtime", "install", "--host-root", host.root()});
+    for (int i = 0; i < 3000 && containerd.pid > 0; ++i) {
+        if (containerd.ended_by() == SIGHUP) break;
+        ::usleep(10000);
+    }
+    EXPECT_EQ(containerd.pid, -1) << "the stand-in containerd got no SIGHUP";
+    FakeContainerd restarted(socket);
+    RunResult r;
+    r.exit_code = install.wait(60000);
+    r.out = install.out();
+    r.err = install.err();
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_THAT(r.out, HasSubstr("containerd serves /run/containerd/containerd.sock again"));
     EXPECT_THAT(r.out, HasSubstr("installed /usr/local/kgpu/kgpu"));
     // The copy runs inside the host's root, with only glibc there.
     EXPECT_THAT(r.out, HasSubstr("verified: /usr/local/kgpu/kgpu --version runs on the host"));
@@ -151,18 +167,13 @@ TEST(RuntimeInstall, OntoAHostWithOnlyGlibcThenIdempotent) {
     ASSERT_NE(nvidia, std::string::npos) << cfg;
     EXPECT_THAT(cfg.substr(nvidia), HasSubstr("SystemdCgroup = true"));
     EXPECT_TRUE(fs::exists(host.path("/etc/containerd/config.toml.bak")));
-    EXPECT_THAT(r.out, HasSubstr("restarted containerd: SIGHUP to pid"));
-    for (int i = 0; i < 200 && containerd.pid > 0; ++i) {
-        if (containerd.ended_by() == SIGHUP) break;
-        ::usleep(10000);
-    }
-    EXPECT_EQ(containerd.pid, -1) << "the stand-in containerd got no SIGHUP";
+    EXPECT_THAT(r.out, HasSubstr("restarting containerd: SIGHUP to pid"));
     EXPECT_EQ(fs::read_symlink(host.path("/dev/char/195:1")), "/dev/nvidia1");
     EXPECT_EQ(fs::read_symlink(host.path("/dev/char/511:1")), "/dev/nvidia-caps/nvidia-cap1");
     EXPECT_THAT(r.out, HasSubstr("created 4 /dev/char links"));
 
     // Again: nothing to do, and containerd is left alone.
-    FakeContainerd again(host.path("/run/containerd/containerd.sock"));
+    FakeContainerd& again = restarted;
     struct stat before {};
     ::stat(host.path("/usr/local/kgpu/kgpu").c_str(), &before);
     auto r2 = run_process({KGPU_BINARY, "runtime", "install", "--host-root", host.root()});
@@ -319,6 +330,30 @@ TEST(RuntimeInstall, RestartModes) {
     auto signal = run_process({KGPU_BINARY, "runtime", "install", "--host-root", third.root(), "--no-verify"});
     EXPECT_EQ(signal.exit_code, 1);
     EXPECT_THAT(signal.err, HasSubstr(third.path("/run/containerd/containerd.sock")));
+}
+
+// SIGHUP makes containerd exit; when nothing starts it again (no service manager watching it),
+// the install says so and fails, instead of leaving the node without a container runtime
+// silently; and what it did before is printed as it happened (in the DaemonSet, a container's
+// output after containerd went away never reaches its log).
+TEST(RuntimeInstall, AContainerdNobodyRestartsIsAnError) {
+    if (::geteuid() != 0) GTEST_SKIP() << "chroot and mknod need root";
+    Host host;
+    FakeContainerd containerd(host.path("/run/containerd/containerd.sock"));
+    auto r = run_process({KGPU_BINARY, "runtime", "install", "--host-root", host.root(), "--no-verify", "--restart-timeout", "1"});
+    EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+    EXPECT_EQ(containerd.ended_by(), SIGHUP);
+    EXPECT_THAT(r.err, HasSubstr("containerd did not serve /run/containerd/containerd.sock again within 1 s"));
+    EXPECT_THAT(r.err, HasSubstr("nothing started it again"));
+    EXPECT_THAT(r.out, HasSubstr("installed /usr/local/kgpu/kgpu"));
+    EXPECT_THAT(r.out, HasSubstr("restarting containerd: SIGHUP to pid"));
+    EXPECT_THAT(slurp(host.path("/etc/containerd/config.toml")), HasSubstr("kgpu-container-runtime"));
+    // --restart-timeout 0: the install does not wait (a caller that supervises containerd itself).
+    Host other;
+    FakeContainerd unwatched(other.path("/run/containerd/containerd.sock"));
+    auto quick = run_process({KGPU_BINARY, "runtime", "install", "--host-root", other.root(), "--no-verify", "--restart-timeout", "0"});
+    EXPECT_EQ(quick.exit_code, 0) << quick.out << quick.err;
+    EXPECT_THAT(quick.out, Not(HasSubstr("containerd serves")));
 }
 
 // The install directory on a noexec mount: the copy cannot run, whatever it carries.

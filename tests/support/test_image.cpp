@@ -1,4 +1,4 @@
-#include "test_image.h"
+#include "support/test_image.h"
 
 #include <sys/stat.h>
 
@@ -76,7 +76,7 @@ std::string build_image(const std::string& dir, const ImageSpec& spec, std::stri
 
     nlohmann::json config = {{"architecture", "amd64"},
                              {"os", "linux"},
-                             {"config", {{"Env", {"PATH=/bin:/usr/bin"}}, {"Cmd", {"/bin/sh"}}}},
+                             {"config", {{"Env", spec.env}, {"Cmd", {"/bin/sh"}}}},
                              {"rootfs", {{"type", "layers"}, {"diff_ids", {"sha256:" + layer_digest}}}}};
     const std::string config_text = config.dump();
     const std::string config_digest = write_blob(layout, config_text);

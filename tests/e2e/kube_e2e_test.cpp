@@ -1,0 +1,994 @@
+// The seeds' chain in a real cluster (issue #25): kgpu's image and deploy/ manifests on kube-mini,
+// a one-node Kubernetes v1.32 (real kubelet, scheduler and DaemonSet controller, Debian's
+// containerd 1.6 and runc) from the workspace's ../shared/tools/kube, on the simulated driver.
+//
+// ctest runs KubeE2E.Up once (fixture kube_e2e: the cluster, the simulated driver, the workload
+// image), then each case in order under one RESOURCE_LOCK, then KubeE2E.Down, which ctest runs
+// even when a case fails. The cases share the cluster: each one checks what it needs from the
+// cases before and says so when it is missing. tests/e2e/README.md says what is adapted to the
+// cluster and why, and what each case shows.
+//
+// Skipped (with the reason) only where the shared tools are absent; where they are present,
+// anything else missing (root, buildah) is a failure.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include "cluster.h"
+#include "deploy.h"
+#include "support/fake_kubelet.h"
+#include "support/process.h"
+#include "support/test_image.h"
+
+namespace kgpu::e2e {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::seconds;
+using ::testing::HasSubstr;
+
+const char* kWorkloadImage = "docker.io/local/kgpu-e2e-cuda:1";
+const std::string kFixture = std::string(KGPU_SOURCE_DIR) + "/sim/nodes/dgx-h100.yaml";
+
+// Each case starts with this: the cluster, or a skip / a failure that says why not.
+#define E2E_ATTACH(c)                                          \
+    Attached attached_ = attach();                             \
+    if (!attached_.skip.empty()) GTEST_SKIP() << attached_.skip; \
+    ASSERT_TRUE(attached_.cluster.has_value()) << attached_.error; \
+    const Cluster& c = *attached_.cluster
+
+double since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// A figure for the report: printed, and kept as a property in ctest's / gtest's XML output.
+void figure(const std::string& name, double secs) {
+    std::cout << fmt::format("[e2e figure] {}: {:.1f} s", name, secs) << std::endl;
+    ::testing::Test::RecordProperty(name, fmt::format("{:.1f}", secs));
+}
+
+std::string trim(std::string s) {
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
+    return s;
+}
+
+std::string sha256(const std::string& file) { return run({"/usr/bin/sha256sum", file}).out.substr(0, 64); }
+
+// A workload pod on the `nvidia` runtime class, as deploy/examples/nvidia-smi-pod.yaml writes it,
+// with the suite's stand-in for a CUDA base image (busybox, glibc and the simulator's C++
+// libraries; its env points the simulator at the node fixture and at the container's own /dev,
+// as the real driver shows a container only its own GPUs).
+std::string gpu_pod(const std::string& name, int gpus, const std::string& script, const std::map<std::string, std::string>& env = {},
+                    const std::string& restart = "Never") {
+    json c = {{"name", "cuda"},
+              {"image", kWorkloadImage},
+              {"command", {"/bin/sh", "-c", script}},
+              {"env", json::array()}};
+    for (const auto& [k, v] : env) c["env"].push_back({{"name", k}, {"value", v}});
+    if (gpus > 0) c["resources"] = {{"limits", {{"nvidia.com/gpu", gpus}}}};
+    json pod = {{"apiVersion", "v1"},
+                {"kind", "Pod"},
+                {"metadata", {{"name", name}, {"namespace", "default"}}},
+                {"spec",
+                 {{"restartPolicy", restart},
+                  {"runtimeClassName", "nvidia"},
+                  {"terminationGracePeriodSeconds", 5},
+                  {"containers", {c}}}}};
+    return pod.dump();
+}
+
+// What a pod prints about its GPUs: `ls /dev`, `nvidia-smi -L`, the sha256 of the injected
+// nvidia-smi and its NVIDIA_* environment; then it stays running until it is deleted.
+const char* kShowGpus =
+    "ls /dev; echo '--- smi'; nvidia-smi -L; echo \"rc=$?\"; echo '--- sha'; busybox sha256sum /usr/bin/nvidia-smi 2>&1; "
+    "echo '--- env'; busybox env | busybox grep '^NVIDIA_' | busybox sort; "
+    "echo '--- end'; trap 'exit 0' TERM; while :; do busybox sleep 3600 & wait; done";
+
+struct Shown {
+    std::vector<std::string> nodes, smi_uuids;
+    int smi_lines = 0;
+    std::string smi, sha, env, raw;
+};
+
+Shown parse_shown(const std::string& log) {
+    Shown s;
+    s.raw = log;
+    const auto smi = log.find("--- smi"), sha = log.find("--- sha"), end = log.find("--- end");
+    if (smi == std::string::npos || sha == std::string::npos || end == std::string::npos) return s;
+    s.nodes = gpu_nodes(log.substr(0, smi));
+    s.smi = log.substr(smi + 8, sha - smi - 8);
+    std::istringstream in(s.smi);
+    for (std::string l; std::getline(in, l);)
+        if (l.starts_with("GPU ")) ++s.smi_lines;
+    s.smi_uuids = uuids_in(s.smi);
+    std::sort(s.smi_uuids.begin(), s.smi_uuids.end());
+    s.sha = log.substr(sha + 8, 64);
+    if (const auto env = log.find("--- env"); env != std::string::npos && env < end) s.env = log.substr(env + 8, end - env - 8);
+    return s;
+}
+
+std::vector<std::string> nodes_of(const std::vector<std::string>& uuids) {
+    const auto minors = fixture_minors(kFixture);
+    std::vector<std::string> out;
+    for (const auto& u : uuids)
+        if (minors.contains(u)) out.push_back(fmt::format("nvidia{}", minors.at(u)));
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+// The kgpu DaemonSet's pod name once all its containers are Ready ("" otherwise).
+std::string ready_kgpu_pod(const Cluster& c) {
+    for (const auto& p : c.daemonset_pods("kgpu")) {
+        if (!p["metadata"].value("deletionTimestamp", "").empty()) continue;
+        const std::string name = p["metadata"]["name"];
+        if (c.pod_ready("kube-system", name)) return name;
+    }
+    return {};
+}
+
+// Lines of the kubelet's log (all its starts, separated by kube-mini's "=== start" lines) in which
+// it took a Register call for nvidia.com/gpu: one count per kubelet start.
+std::vector<int> kubelet_registrations(const Cluster& c) {
+    std::vector<int> per_start;
+    std::istringstream in(slurp(c.state().kube + "/logs/kubelet.log"));
+    for (std::string l; std::getline(in, l);) {
+        if (l.starts_with("=== start")) per_start.push_back(0);
+        else if (!per_start.empty() && l.find("Got registration request from device plugin") != std::string::npos &&
+                 l.find("nvidia.com/gpu") != std::string::npos)
+            ++per_start.back();
+    }
+    return per_start;
+}
+
+int count_of(const std::string& text, const std::string& what) {
+    int n = 0;
+    for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+    return n;
+}
+
+// kgpu's own log lines for a Register the kubelet answered.
+int kgpu_registrations(const Cluster& c, const std::string& pod) {
+    return count_of(c.container_log("kube-system", pod, "device-plugin"), "registered nvidia.com/gpu with the kubelet");
+}
+
+// Waits for a workload pod to be Ready and returns what it showed about its GPUs.
+::testing::AssertionResult started(const Cluster& c, const std::string& name, Shown& shown) {
+    if (!wait_until([&] { return c.pod_ready("default", name); }, seconds(90)))
+        return ::testing::AssertionFailure() << "pod " << name << " not Ready within 90 s; its events: "
+                                             << fmt::format("{}", fmt::join(c.pod_events("default", name), " | ")) << c.describe();
+    std::string log;
+    wait_until([&] { return (log = c.container_log("default", name, "cuda")).find("--- end") != std::string::npos; }, seconds(30));
+    shown = parse_shown(log);
+    return ::testing::AssertionSuccess();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fixture setup: the cluster.
+
+void mknod_or_fail(const std::string& path, unsigned maj, unsigned min, std::string& failure) {
+    fs::create_directories(fs::path(path).parent_path());
+    if (::mknod(path.c_str(), S_IFCHR | 0666, makedev(maj, min)) != 0) failure += "mknod " + path + ": " + std::strerror(errno) + "; ";
+}
+
+TEST(KubeE2E, Up) {
+    const auto t0 = std::chrono::steady_clock::now();
+    State s;
+    fs::remove(std::string(KGPU_E2E_BINARY_DIR) + "/ran");
+    if (auto why = tools_absent(); !why.empty()) {
+        s.skipped = why;
+        save_state(s);
+        GTEST_SKIP() << why;
+    }
+    // The shared tools are here: from now on nothing may skip.
+    std::vector<std::string> missing;
+    if (::geteuid() != 0) missing.push_back("root (kube-mini, mknod)");
+    if (!fs::exists("/usr/bin/buildah")) missing.push_back("/usr/bin/buildah (scripts/setup installs it; scripts/build-image needs it)");
+    if (!fs::exists("/bin/busybox")) missing.push_back("/bin/busybox (busybox-static, scripts/setup)");
+    if (!fs::exists("/usr/bin/ctr")) missing.push_back("/usr/bin/ctr (containerd, scripts/setup)");
+    if (!fs::exists("/usr/bin/curl")) missing.push_back("/usr/bin/curl (scripts/setup)");
+    ASSERT_TRUE(missing.empty()) << "the shared tools are at " << shared_dir()
+                                 << ", so the e2e suite must run here, but it lacks: " << fmt::format("{}", fmt::join(missing, ", "));
+
+    char tmpl[] = "/tmp/kgpu-e2e-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    s.base = tmpl;
+    s.kube = s.base + "/k";
+    s.kgpu_version = trim(run({KGPU_BINARY, "--version"}).out);
+    save_state(s);  // from here on KubeE2E.Down finds what to clean up
+
+    // The simulated driver on the "node": device nodes (mknod), the simulator as the driver's
+    // libnvidia-ml.so.<version>, kgpu as its nvidia-smi; the node fixture and events file.
+    const std::string driver = driver_root(s.base);
+    const std::string version = YAML::LoadFile(kFixture)["driver_version"].as<std::string>();
+    std::string failure;
+    for (const auto& [uuid, minor] : fixture_minors(kFixture)) mknod_or_fail(fmt::format("{}/dev/nvidia{}", driver, minor), 195, minor, failure);
+    mknod_or_fail(driver + "/dev/nvidiactl", 195, 255, failure);
+    mknod_or_fail(driver + "/dev/nvidia-uvm", 510, 0, failure);
+    mknod_or_fail(driver + "/dev/nvidia-uvm-tools", 510, 1, failure);
+    ASSERT_EQ(failure, "");
+    fs::create_directories(driver + "/usr/lib64");
+    fs::create_directories(driver + "/usr/bin");
+    fs::copy_file(KGPU_SIM_LIBRARY, driver + "/usr/lib64/libnvidia-ml.so." + version);
+    fs::create_symlink("libnvidia-ml.so." + version, driver + "/usr/lib64/libnvidia-ml.so.1");
+    fs::create_symlink("libnvidia-ml.so.1", driver + "/usr/lib64/libnvidia-ml.so");
+    fs::copy_file(KGPU_BINARY, driver + "/usr/bin/nvidia-smi");
+    fs::create_directories(fs::path(sim_fixture(s.base)).parent_path());
+    fs::copy_file(kFixture, sim_fixture(s.base));
+    std::ofstream(sim_events(s.base)).flush();
+    fs::create_directories(fs::path(runtime_config(s.base)).parent_path());
+    // The directories every node has, under <base>/host where the suite's host paths go
+    // (deploy.h): the runtime's log file goes to /var/log, and it does not create directories.
+    for (const char* d : {"/var/log", "/run", "/usr/local"}) fs::create_directories(s.base + "/host" + d);
+
+    // kube-mini. containerd's environment reaches the runtimes it runs: kgpu's runtime finds the
+    // config `runtime install` writes (KGPU_RUNTIME_CONFIG: the host's /etc is not the suite's to
+    // write) and the simulator its node (KGPU_SIM_NODE), as the real driver needs no variable.
+    const auto up0 = std::chrono::steady_clock::now();
+    auto up = run({"/bin/bash", kube_mini_script(), "up", s.kube}, seconds(400),
+                  {{"KGPU_RUNTIME_CONFIG", runtime_config(s.base)}, {"KGPU_SIM_NODE", sim_fixture(s.base)}});
+    ASSERT_EQ(up.exit_code, 0) << "kube-mini up " << s.kube << " failed:\n" << up.err << up.out;
+    figure("kube-mini up", since(up0));
+    std::istringstream env(slurp(s.kube + "/env"));
+    static const std::regex line(R"(^export ([A-Z_0-9]+)=(.*)$)");
+    for (std::string l; std::getline(env, l);)
+        if (std::smatch m; std::regex_match(l, m, line)) s.env[m[1]] = m[2];
+    save_state(s);
+    ASSERT_FALSE(s.env["KUBECTL"].empty()) << s.kube << "/env has no KUBECTL:\n" << slurp(s.kube + "/env");
+
+    // containerd's service manager (see supervisor.cpp).
+    auto sup = run({KGPU_E2E_SUPERVISOR, s.kube, s.base + "/supervisor.pid", s.base + "/supervisor.log"});
+    ASSERT_EQ(sup.exit_code, 0) << sup.err << slurp(s.base + "/supervisor.log");
+
+    // The workload image: the stand-in for a CUDA base image.
+    kgpu::test::ImageSpec spec;
+    spec.name = kWorkloadImage;
+    spec.ldd_of = {KGPU_BINARY, KGPU_SIM_LIBRARY};
+    spec.files = {{"/sim/dgx-h100.yaml", kFixture}};
+    spec.env = {"PATH=/bin:/usr/bin", "KGPU_SIM_NODE=/sim/dgx-h100.yaml", "KGPU_SIM_DEV_ROOT=/"};
+    std::string error;
+    const std::string image = kgpu::test::build_image(s.base + "/workload-image", spec, error);
+    ASSERT_FALSE(image.empty()) << error;
+    Cluster c(s);
+    auto imported = c.ctr({"images", "import", image});
+    ASSERT_EQ(imported.exit_code, 0) << imported.err;
+
+    std::ofstream(std::string(KGPU_E2E_BINARY_DIR) + "/ran") << "up " << s.base << "\n";
+    figure("setup (up, supervisor, workload image)", since(t0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. kgpu's image and deploy/ on the cluster.
+
+TEST(KubeE2E, Deploy) {
+    E2E_ATTACH(c);
+    const auto t0 = std::chrono::steady_clock::now();
+
+    // kgpu's own image, built by scripts/build-image from the tested binary, into the cluster's
+    // containerd (namespace k8s.io, where the kubelet's images are).
+    const std::string archive = c.base() + "/kgpu.oci.tar";
+    auto built = run({std::string(KGPU_SOURCE_DIR) + "/scripts/build-image", "--binary", KGPU_BINARY, "--output", archive, "--no-install"},
+                     seconds(300));
+    ASSERT_EQ(built.exit_code, 0) << "scripts/build-image failed:\n" << built.err;
+    auto imported = c.ctr({"images", "import", archive});
+    ASSERT_EQ(imported.exit_code, 0) << imported.err;
+    const std::string image = "docker.io/library/kgpu:" + c.state().kgpu_version;
+    ASSERT_THAT(c.ctr({"images", "ls", "-q"}).out, HasSubstr(image)) << "the archive did not name the image " << image;
+    figure("scripts/build-image + import", since(t0));
+
+    std::vector<Manifest> manifests;
+    std::string error;
+    ASSERT_TRUE(kustomization_manifests(c, manifests, error)) << error;
+
+    // The runtime-install DaemonSet's keep-alive container runs registry.k8s.io/pause:3.9, which no
+    // registry can serve here: the cluster's pause image under that name.
+    for (const auto& m : manifests) {
+        static const std::regex pause(R"re("image":"(registry\.k8s\.io/pause:[^"]+)")re");
+        for (std::sregex_iterator it(m.yaml.begin(), m.yaml.end(), pause), end; it != end; ++it) {
+            auto tagged = c.ctr({"images", "tag", "--force", c.env("PAUSE_IMAGE"), (*it)[1].str()});
+            ASSERT_EQ(tagged.exit_code, 0) << tagged.err;
+        }
+    }
+    // The seed's manual step (000 §3.1): a GPU node is labelled so kgpu's DaemonSets select it.
+    auto labelled = c.kubectl({"label", "node", c.env("KUBE_NODE_NAME"), "nvidia.com/gpu.present=true", "--overwrite"});
+    ASSERT_EQ(labelled.exit_code, 0) << labelled.err;
+
+    // In the kustomization's order, except that kgpu's DaemonSet waits for kgpu-runtime-install:
+    // kube-mini's `nvidia` handler already exists (plain runc), so a kgpu pod started before the
+    // install would run without the driver injected. (On a node whose containerd has no nvidia
+    // runtime yet, the pods wait for it on their own.)
+    const auto i0 = std::chrono::steady_clock::now();
+    bool installed = false;
+    for (const auto& m : manifests) {
+        if (m.name == "daemonset.yaml" && !installed) {
+            ASSERT_TRUE(wait_until(
+                [&] {
+                    for (const auto& p : c.daemonset_pods("kgpu-runtime-install"))
+                        if (c.pod_ready("kube-system", p["metadata"]["name"])) return true;
+                    return false;
+                },
+                seconds(180)))
+                << "kgpu-runtime-install not Ready within 180 s" << c.describe();
+            installed = true;
+            figure("runtime install DaemonSet Ready", since(i0));
+        }
+        if (!m.skipped.empty()) {
+            std::cout << "[e2e] not applied: deploy/kubernetes/" << m.name << ": " << m.skipped << std::endl;
+            continue;
+        }
+        auto applied = c.apply(m.yaml, m.name);
+        ASSERT_EQ(applied.exit_code, 0) << "kubectl apply " << m.name << ":\n" << applied.err << "\n" << m.yaml;
+    }
+    ASSERT_TRUE(installed) << "deploy/kubernetes/kustomization.yaml lists no daemonset.yaml";
+
+    const auto d0 = std::chrono::steady_clock::now();
+    EXPECT_TRUE(wait_until([&] { return !ready_kgpu_pod(c).empty(); }, seconds(180)))
+        << "the kgpu pod's containers (device-plugin, exporter, labels) not all Ready within 180 s" << c.describe();
+    EXPECT_TRUE(wait_until([&] { return c.allocatable_gpus() == "8"; }, seconds(60)))
+        << "the node's allocatable nvidia.com/gpu is '" << c.allocatable_gpus() << "', not 8" << c.describe();
+    figure("kgpu DaemonSet Ready, 8 GPUs allocatable", since(d0));
+    figure("case 1 (deploy)", since(t0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. runtime install made containerd's runtime kgpu's; GPU pods see their GPUs and nothing else.
+
+TEST(KubeE2E, GpuPods) {
+    E2E_ATTACH(c);
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(c.allocatable_gpus(), "8") << "KubeE2E.Deploy did not leave kgpu serving 8 GPUs" << c.describe();
+
+    // containerd's own reading of its config (not kgpu's): the `nvidia` runtime is kgpu's.
+    auto dump = run({"/usr/bin/containerd", "--config", c.env("CONTAINERD_CONFIG"), "config", "dump"});
+    ASSERT_EQ(dump.exit_code, 0) << dump.err;
+    std::string binary;
+    try {
+        auto t = toml::parse(dump.out);
+        binary = t["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["nvidia"]["options"]["BinaryName"]
+                     .value_or(std::string());
+    } catch (const std::exception& e) {
+        FAIL() << "containerd config dump is not TOML: " << e.what() << "\n" << dump.out;
+    }
+    const std::string install_dir = host_path(c, "/usr/local/kgpu");
+    EXPECT_EQ(binary, install_dir + "/kgpu-container-runtime") << dump.out;
+    EXPECT_EQ(fs::read_symlink(install_dir + "/kgpu-container-runtime").string(), "kgpu");
+    // The running containerd is a new one (the install's SIGHUP, the supervisor's restart).
+    EXPECT_THAT(slurp(c.base() + "/supervisor.log"), HasSubstr("restarted as pid"))
+        << "containerd was not restarted after runtime install";
+    // And the install's own account reached its log (`kubectl logs … -c install`): it used to
+    // print everything at the end, after it had restarted containerd, and the container ended
+    // before containerd was back to copy it (an empty log). Now each line goes out as its step is
+    // done; the first step's (the glibc it carries) is printed before the copy is even run, long
+    // before the restart. (The last lines, a few milliseconds before the SIGHUP, may still miss
+    // containerd's copy: not checked.)
+    const json installs = c.daemonset_pods("kgpu-runtime-install");
+    ASSERT_EQ(installs.size(), 1u);
+    const std::string install_log = c.container_log("kube-system", installs[0]["metadata"]["name"], "install");
+    EXPECT_THAT(install_log, HasSubstr("/usr/local/kgpu/lib/")) << "the install container's log:\n" << install_log;
+
+    // A pod asking for 2 GPUs, scheduled by the real scheduler: it sees exactly the 2 GPUs the
+    // kubelet assigned (nvidia-smi -L is kgpu's smi, injected from the driver root) and /dev holds
+    // only their nodes.
+    auto applied = c.apply(gpu_pod("gpu-2", 2, kShowGpus), "gpu-2");
+    ASSERT_EQ(applied.exit_code, 0) << applied.err;
+    Shown two;
+    ASSERT_TRUE(started(c, "gpu-2", two));
+    const json pod = c.pod("default", "gpu-2");
+    const auto assigned = c.assigned_devices(pod["metadata"]["uid"], "cuda");
+    ASSERT_EQ(assigned.size(), 2u) << "the kubelet's checkpoint does not assign 2 GPUs to gpu-2\n"
+                                   << slurp(c.env("KUBELET_DEVICE_PLUGINS_DIR") + "/kubelet_internal_checkpoint");
+    EXPECT_EQ(two.smi_uuids, assigned) << "nvidia-smi -L in the pod:\n" << two.raw;
+    EXPECT_EQ(two.smi_lines, 2) << two.raw;
+    EXPECT_EQ(two.nodes, nodes_of(assigned)) << "/dev of the pod:\n" << two.raw;
+    EXPECT_THAT(two.raw, HasSubstr("nvidiactl"));
+    EXPECT_EQ(two.sha, sha256(KGPU_BINARY)) << "the pod's /usr/bin/nvidia-smi is not kgpu\n" << two.raw;
+    // The environment of the device plugin's volume-mounts answer, as NVIDIA's plugin sets it
+    // (facts/container-runtime-and-cdi.md); KubeE2E.MigrationWithNvidiasPlugin compares it with
+    // what NVIDIA's plugin gives a pod.
+    EXPECT_THAT(two.env, HasSubstr("NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices\n")) << two.raw;
+    // kgpu's runtime did the create (its log), not plain runc.
+    EXPECT_THAT(slurp(host_path(c, "/var/log/kgpu-container-runtime.log")), HasSubstr(c.container_id("default", "gpu-2", "cuda")));
+
+    // No GPU asked for, NVIDIA_VISIBLE_DEVICES=all set by the pod: no GPU (the secure settings
+    // runtime install writes: the variable is not believed from an unprivileged container).
+    applied = c.apply(gpu_pod("no-gpu-all", 0, kShowGpus, {{"NVIDIA_VISIBLE_DEVICES", "all"}}), "no-gpu-all");
+    ASSERT_EQ(applied.exit_code, 0) << applied.err;
+    Shown none;
+    ASSERT_TRUE(started(c, "no-gpu-all", none));
+    EXPECT_TRUE(none.nodes.empty()) << none.raw;
+    EXPECT_THAT(none.raw, ::testing::Not(HasSubstr("nvidiactl")));
+    EXPECT_EQ(none.smi_lines, 0) << none.raw;
+    EXPECT_THAT(none.smi, HasSubstr("rc=127")) << "nvidia-smi should not exist in a pod without GPUs\n" << none.raw;
+    EXPECT_TRUE(c.delete_pod("default", "no-gpu-all"));
+
+    // An unmet NVIDIA_REQUIRE_CUDA: the container does not start, and the pod's events carry
+    // kgpu's message (the requirement and the node's driver).
+    applied = c.apply(gpu_pod("cuda-99", 1, "echo started", {{"NVIDIA_REQUIRE_CUDA", "cuda>=99.0"}}), "cuda-99");
+    ASSERT_EQ(applied.exit_code, 0) << applied.err;
+    std::string event;
+    EXPECT_TRUE(wait_until(
+        [&] {
+            for (const auto& e : c.pod_events("default", "cuda-99"))
+                if (e.find("cuda>=99.0") != std::string::npos) return event = e, true;
+            return false;
+        },
+        seconds(90)))
+        << "no event of pod cuda-99 names the requirement cuda>=99.0; events: "
+        << fmt::format("{}", fmt::join(c.pod_events("default", "cuda-99"), " | ")) << c.describe();
+    EXPECT_THAT(event, HasSubstr("550.54.15")) << "kgpu's message names the node's driver";
+    EXPECT_THAT(event, HasSubstr("12.4")) << "kgpu's message names the node's CUDA version";
+    EXPECT_THAT(c.container_log("default", "cuda-99", "cuda"), ::testing::Not(HasSubstr("started")));
+    EXPECT_TRUE(c.delete_pod("default", "cuda-99"));
+    figure("case 2 (GPU pods)", since(t0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. A pod asking for more GPUs than the node has.
+
+TEST(KubeE2E, PendingPod) {
+    E2E_ATTACH(c);
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(c.allocatable_gpus(), "8") << c.describe();
+    auto applied = c.apply(gpu_pod("gpu-9", 9, "true"), "gpu-9");
+    ASSERT_EQ(applied.exit_code, 0) << applied.err;
+    std::string message;
+    ASSERT_TRUE(wait_until(
+        [&] {
+            json p = c.pod("default", "gpu-9");
+            if (p.is_null()) return false;
+            for (const auto& cond : p["status"].value("conditions", json::array()))
+                if (cond.value("type", "") == "PodScheduled" && cond.value("status", "") == "False" &&
+                    cond.value("reason", "") == "Unschedulable")
+                    return message = cond.value("message", ""), true;
+            return false;
+        },
+        seconds(60)))
+        << "gpu-9 has no PodScheduled=False/Unschedulable condition" << c.describe();
+    EXPECT_THAT(message, HasSubstr("Insufficient nvidia.com/gpu")) << "the scheduler's message";
+    EXPECT_EQ(c.pod_phase("default", "gpu-9"), "Pending");
+
+    // kgpu doctor pending on the cluster's own JSON agrees and names the cause.
+    const std::string dir = c.base() + "/pending";
+    fs::create_directories(dir);
+    auto save = [&](const std::vector<std::string>& what, const std::string& file) {
+        auto r = c.kubectl(what);
+        std::ofstream(dir + "/" + file) << r.out;
+        return r.exit_code == 0;
+    };
+    ASSERT_TRUE(save({"get", "pod", "-n", "default", "gpu-9", "-o", "json"}, "pod.json"));
+    ASSERT_TRUE(save({"get", "nodes", "-o", "json"}, "nodes.json"));
+    ASSERT_TRUE(save({"get", "pods", "-A", "-o", "json"}, "pods.json"));
+    auto doctor = run({KGPU_BINARY, "doctor", "pending", "--pod", dir + "/pod.json", "--nodes", dir + "/nodes.json", "--pods",
+                       dir + "/pods.json", "--json"});
+    EXPECT_EQ(doctor.exit_code, 1) << "exit 1: the pod fits nowhere\n" << doctor.out << doctor.err;
+    json verdict;
+    ASSERT_NO_THROW(verdict = json::parse(doctor.out)) << doctor.out << doctor.err;
+    EXPECT_EQ(verdict.value("fits", true), false) << doctor.out;
+    ASSERT_EQ(verdict["nodes"].size(), 1u) << doctor.out;
+    EXPECT_EQ(verdict["nodes"][0].value("node", ""), c.env("KUBE_NODE_NAME"));
+    EXPECT_EQ(verdict["nodes"][0].value("fits", true), false);
+    const std::string reasons = verdict["nodes"][0]["reasons"].dump();
+    EXPECT_THAT(reasons, HasSubstr("nvidia.com/gpu")) << doctor.out;
+    EXPECT_THAT(reasons, HasSubstr("9")) << "the reason names what the pod asks for\n" << doctor.out;
+    EXPECT_TRUE(c.delete_pod("default", "gpu-9"));
+    figure("case 3 (pending)", since(t0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. An XID through the simulator's events file, and the GPU's reset.
+
+TEST(KubeE2E, XidHealth) {
+    E2E_ATTACH(c);
+    ASSERT_EQ(c.allocatable_gpus(), "8") << c.describe();
+    // XID 48 (double-bit ECC error) on GPU 3 leaves remapped rows pending: the GPU needs a reset.
+    const auto t0 = std::chrono::steady_clock::now();
+    std::ofstream(sim_events(c.base()), std::ios::app) << "xid 3 48\n";
+    EXPECT_TRUE(wait_until([&] { return c.allocatable_gpus() == "7"; }, seconds(60)))
+        << "allocatable nvidia.com/gpu is '" << c.allocatable_gpus() << "' after XID 48 on GPU 3, not 7" << c.describe();
+    figure("XID 48 appended -> allocatable 7 in the API", since(t0));
+    const auto t1 = std::chrono::steady_clock::now();
+    std::ofstream(sim_events(c.base()), std::ios::app) << "restore 3\n";
+    EXPECT_TRUE(wait_until([&] { return c.allocatable_gpus() == "8"; }, seconds(60)))
+        << "allocatable nvidia.com/gpu is '" << c.allocatable_gpus() << "' after GPU 3's reset, not 8" << c.describe();
+    figure("GPU reset -> allocatable 8 in the API", since(t1));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. Kubelet restarts: one Register per restart, running GPU pods keep their devices.
+
+TEST(KubeE2E, KubeletRestarts) {
+    E2E_ATTACH(c);
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string plugin = ready_kgpu_pod(c);
+    ASSERT_FALSE(plugin.empty()) << "no Ready kgpu pod" << c.describe();
+    ASSERT_TRUE(c.pod_ready("default", "gpu-2")) << "KubeE2E.GpuPods left no running pod gpu-2" << c.describe();
+    const std::string id = c.container_id("default", "gpu-2", "cuda");
+    const json before = c.pod("default", "gpu-2");
+    const auto assigned = c.assigned_devices(before["metadata"]["uid"], "cuda");
+    ASSERT_EQ(assigned.size(), 2u);
+    const int base_kgpu = kgpu_registrations(c, plugin);
+    ASSERT_GE(base_kgpu, 1) << "kgpu's log has no registration\n" << c.container_log("kube-system", plugin, "device-plugin");
+
+    for (int i = 1; i <= 3; ++i) {
+        SCOPED_TRACE(fmt::format("kubelet restart {}", i));
+        const size_t starts = kubelet_registrations(c).size();
+        auto r = run({"/bin/bash", kube_mini_script(), "restart-kubelet", c.state().kube}, seconds(120));
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        // kgpu registers again with the new kubelet (its log), and the new kubelet took it.
+        EXPECT_TRUE(wait_until([&] { return kgpu_registrations(c, plugin) >= base_kgpu + i; }, seconds(60)))
+            << "kgpu did not register with the restarted kubelet\n" << c.container_log("kube-system", plugin, "device-plugin");
+        EXPECT_TRUE(wait_until([&] {
+            auto per = kubelet_registrations(c);
+            return per.size() == starts + 1 && per.back() >= 1;
+        }, seconds(60))) << "the kubelet's log has no registration for its new start" << c.describe();
+        EXPECT_TRUE(wait_until([&] { return c.allocatable_gpus() == "8"; }, seconds(60))) << c.describe();
+    }
+    // Settled: the node reported its status twice more (its heartbeat, every 5 s here) after the
+    // last registration, so a late second Register would have been seen by now.
+    auto heartbeat = [&] {
+        json n = c.get({"node", c.env("KUBE_NODE_NAME")});
+        for (const auto& cond : n["status"].value("conditions", json::array()))
+            if (cond.value("type", "") == "Ready") return cond.value("lastHeartbeatTime", "");
+        return std::string();
+    };
+    for (int beat = 0; beat < 2; ++beat) {
+        const std::string h = heartbeat();
+        EXPECT_TRUE(wait_until([&] { return heartbeat() != h; }, seconds(60)));
+    }
+    EXPECT_EQ(kgpu_registrations(c, plugin), base_kgpu + 3)
+        << "exactly one Register per kubelet restart (kgpu's log):\n" << c.container_log("kube-system", plugin, "device-plugin");
+    auto per = kubelet_registrations(c);
+    ASSERT_GE(per.size(), 4u);
+    for (size_t k = per.size() - 3; k < per.size(); ++k)
+        EXPECT_EQ(per[k], 1) << "kubelet start " << k + 1 << " took " << per[k] << " Register calls for nvidia.com/gpu";
+    for (const auto& st : c.pod("kube-system", plugin)["status"].value("containerStatuses", json::array()))
+        EXPECT_EQ(st.value("restartCount", -1), 0) << st.dump();
+
+    // The running GPU pod kept its container and its devices.
+    EXPECT_TRUE(c.pod_ready("default", "gpu-2"));
+    EXPECT_EQ(c.container_id("default", "gpu-2", "cuda"), id) << "gpu-2's container was replaced";
+    EXPECT_EQ(c.assigned_devices(before["metadata"]["uid"], "cuda"), assigned);
+    auto ls = c.exec(id, "ls /dev");
+    ASSERT_EQ(ls.exit_code, 0) << ls.err;
+    EXPECT_EQ(gpu_nodes(ls.out), nodes_of(assigned)) << ls.out;
+    figure("case 5 (3 kubelet restarts)", since(t0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. The exporter's metrics carry the pods' labels (from the kubelet's PodResources API v1).
+
+TEST(KubeE2E, ExporterPodLabels) {
+    E2E_ATTACH(c);
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string plugin = ready_kgpu_pod(c);
+    ASSERT_FALSE(plugin.empty()) << "no Ready kgpu pod" << c.describe();
+    ASSERT_TRUE(c.pod_ready("default", "gpu-2")) << "KubeE2E.GpuPods left no running pod gpu-2" << c.describe();
+    const json gpu2 = c.pod("default", "gpu-2");
+    const auto assigned = c.assigned_devices(gpu2["metadata"]["uid"], "cuda");
+    const std::string ip = c.pod("kube-system", plugin)["status"].value("podIP", "");
+    ASSERT_FALSE(ip.empty());
+    const std::string url = fmt::format("http://{}:9400/metrics", ip);
+    // The exporter collects every 30 s (the manifest's --collect-interval): wait for a pass that
+    // saw gpu-2.
+    std::string metrics;
+    // The DCGM_FI_DEV_GPU_UTIL series (one per GPU, dcgm-exporter's name) that carry gpu-2's labels.
+    auto gpu2_series = [&] {
+        std::vector<std::string> out;
+        std::istringstream in(metrics);
+        for (std::string l; std::getline(in, l);)
+            if (l.starts_with("DCGM_FI_DEV_GPU_UTIL{") && l.find("pod=\"gpu-2\"") != std::string::npos &&
+                l.find("namespace=\"default\"") != std::string::npos && l.find("container=\"cuda\"") != std::string::npos)
+                out.push_back(l);
+        return out;
+    };
+    auto labelled_uuids = [&] {
+        std::vector<std::string> out;
+        for (const auto& l : gpu2_series())
+            for (const auto& u : uuids_in(l)) out.push_back(u);
+        std::sort(out.begin(), out.end());
+        return out;
+    };
+    EXPECT_TRUE(wait_until(
+        [&] {
+            metrics = run({"/usr/bin/curl", "-fsS", "--max-time", "5", url}, seconds(10)).out;
+            return !assigned.empty() && labelled_uuids() == assigned;
+        },
+        seconds(90)))
+        << "the DCGM_FI_DEV_GPU_UTIL series with pod=\"gpu-2\", namespace=\"default\", container=\"cuda\" are not exactly those of "
+        << fmt::format("{}", fmt::join(assigned, ", ")) << " at " << url << ":\n"
+        << fmt::format("{}", fmt::join(gpu2_series(), "\n")) << "\n--- first lines:\n" << metrics.substr(0, 3000);
+    figure("case 7 (exporter pod labels)", since(t0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. Migration between NVIDIA's device plugin and kgpu's, in both orders, restarting nothing.
+
+// NVIDIA's k8s-device-plugin v0.18.2 (../shared/peers/nvidia) serving the node as a host process:
+// it has no flag for its socket directory (/var/lib/kubelet/device-plugins is compiled in), so it
+// runs in a private mount namespace where that path is the kubelet's (as kube-mini does for the
+// kubelet). It loads the simulator from the driver root (--driver-root) and answers Allocate with
+// volume mounts (the device list kgpu's runtime, secure settings, accepts; NVIDIA's default
+// NVIDIA_VISIBLE_DEVICES variable is not believed from unprivileged pods).
+class NvidiaPlugin {
+public:
+    NvidiaPlugin(const Cluster& c, const std::string& binary) : c_(c) {
+        process_ = std::make_unique<kgpu::test::ChildProcess>(
+            std::vector<std::string>{"/usr/bin/unshare", "-m", "--propagation", "private", "/bin/sh", "-c",
+                                     "set -e; mount -t tmpfs kgpu-e2e /var/lib; mkdir -p /var/lib/kubelet/device-plugins; "
+                                     "mount --bind \"$1\" /var/lib/kubelet/device-plugins; shift; exec \"$@\"",
+                                     "sh", c.env("KUBELET_DEVICE_PLUGINS_DIR"), binary, "--driver-root=" + driver_root(c.base()),
+                                     "--device-list-strategy=volume-mounts", "--fail-on-init-error=true"},
+            // NVIDIA's platform detection dlopens the bare libnvidia-ml.so.1 (not from
+            // --driver-root): the loader's path points at the simulated driver's.
+            std::map<std::string, std::string>{{"KGPU_SIM_NODE", sim_fixture(c.base())},
+                                               {"LD_LIBRARY_PATH", driver_root(c.base()) + "/usr/lib64"}});
+        fs::create_directories(c.base() + "/pids");
+        std::ofstream(c.base() + "/pids/nvidia-device-plugin") << process_->pid() << "\n";
+    }
+    int registrations() const { return count_of(process_->err(), "Registered device plugin for 'nvidia.com/gpu' with Kubelet"); }
+    std::string log() const { return process_->err(); }
+    bool running() { return process_->running(); }
+    int stop() {
+        process_->signal(SIGTERM);
+        const int rc = process_->wait(30000);
+        fs::remove(c_.base() + "/pids/nvidia-device-plugin");
+        return rc;
+    }
+
+private:
+    const Cluster& c_;
+    std::unique_ptr<kgpu::test::ChildProcess> process_;
+};
+
+std::string kubelet_pid(const Cluster& c) { return trim(slurp(c.state().kube + "/pids/kubelet")); }
+
+// The nvidia<N> nodes a running pod's container has now (through containerd: no pods/exec here).
+std::vector<std::string> devices_now(const Cluster& c, const std::string& pod) {
+    auto r = c.exec(c.container_id("default", pod, "cuda"), "ls /dev");
+    return r.exit_code == 0 ? gpu_nodes(r.out) : std::vector<std::string>{"<exec failed: " + r.err + ">"};
+}
+
+// A 1-GPU pod that starts and sees exactly one GPU: someone live answered its Allocate.
+std::string one_gpu_pod(const Cluster& c, const std::string& name, std::map<std::string, std::vector<std::string>>& kept) {
+    SCOPED_TRACE("pod " + name);
+    auto applied = c.apply(gpu_pod(name, 1, kShowGpus), name);
+    EXPECT_EQ(applied.exit_code, 0) << applied.err;
+    Shown shown;
+    EXPECT_TRUE(started(c, name, shown));
+    EXPECT_EQ(shown.nodes.size(), 1u) << shown.raw;
+    EXPECT_EQ(shown.smi_lines, 1) << shown.raw;
+    kept[name] = shown.nodes;
+    return shown.env;  // its NVIDIA_* environment, from the Allocate that served it
+}
+
+TEST(KubeE2E, MigrationWithNvidiasPlugin) {
+    E2E_ATTACH(c);
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string xz = shared_dir() + "/peers/nvidia/nvidia-device-plugin.xz";
+    if (!fs::exists(xz)) GTEST_SKIP() << "no " << xz << " (NVIDIA's device plugin from the workspace's shared peers)";
+    const std::string binary = c.base() + "/peers/nvidia-device-plugin";
+    fs::create_directories(fs::path(binary).parent_path());
+    auto unpacked = run({"/bin/sh", "-c", "xz -dc \"$1\" > \"$2\" && chmod +x \"$2\"", "sh", xz, binary});
+    ASSERT_EQ(unpacked.exit_code, 0) << unpacked.err;
+    ASSERT_FALSE(ready_kgpu_pod(c).empty()) << "no Ready kgpu pod" << c.describe();
+    ASSERT_TRUE(c.pod_ready("default", "gpu-2")) << "KubeE2E.GpuPods left no running pod gpu-2" << c.describe();
+    std::vector<Manifest> ds;
+    std::string error;
+    ASSERT_TRUE(kustomization_manifests(c, ds, error, {"daemonset.yaml"})) << error;
+    ASSERT_EQ(ds.size(), 1u);
+    const std::string kubelet = kubelet_pid(c);
+    std::map<std::string, std::vector<std::string>> kept = {{"gpu-2", devices_now(c, "gpu-2")}};
+    ASSERT_EQ(kept["gpu-2"].size(), 2u);
+
+    // A. NVIDIA's plugin serves the node; kgpu's DaemonSet is installed; NVIDIA's is removed.
+    {
+        SCOPED_TRACE("NVIDIA's plugin first, then kgpu, then NVIDIA's removed");
+        auto deleted = c.kubectl({"delete", "daemonset", "-n", "kube-system", "kgpu"});
+        ASSERT_EQ(deleted.exit_code, 0) << deleted.err;
+        ASSERT_TRUE(wait_until([&] { return c.daemonset_pods("kgpu").empty(); }, seconds(90))) << c.describe();
+        EXPECT_TRUE(wait_until([&] { return c.allocatable_gpus() == "0"; }, seconds(60)))
+            << "kgpu's plugin gone, yet allocatable is " << c.allocatable_gpus();
+        NvidiaPlugin nvidia(c, binary);
+        ASSERT_TRUE(wait_until([&] { return nvidia.registrations() >= 1; }, seconds(60))) << nvidia.log();
+        ASSERT_TRUE(wait_until([&] { return c.allocatable_gpus() == "8"; }, seconds(60))) << nvidia.log() << c.describe();
+        const std::string nvidia_env = one_gpu_pod(c, "nvidia-served", kept);
+
+        auto applied = c.apply(ds[0].yaml, "daemonset-again");
+        ASSERT_EQ(applied.exit_code, 0) << applied.err;
+        ASSERT_TRUE(wait_until([&] { return !ready_kgpu_pod(c).empty(); }, seconds(120))) << c.describe();
+        const std::string plugin = ready_kgpu_pod(c);
+        ASSERT_TRUE(wait_until([&] { return kgpu_registrations(c, plugin) >= 1; }, seconds(60)))
+            << c.container_log("kube-system", plugin, "device-plugin");
+        EXPECT_EQ(nvidia.stop(), 0) << nvidia.log();
+        EXPECT_TRUE(wait_until([&] { return c.allocatable_gpus() == "8"; }, seconds(60))) << c.describe();
+        const std::string kgpu_env = one_gpu_pod(c, "kgpu-served-a", kept);  // NVIDIA's plugin is gone: kgpu answered
+        // A drop-in: the same Allocate environment as NVIDIA's plugin gives (same strategy).
+        EXPECT_EQ(kgpu_env, nvidia_env) << "NVIDIA_* environment of a pod served by kgpu vs by NVIDIA's plugin";
+        EXPECT_THAT(nvidia_env, HasSubstr("NVIDIA_VISIBLE_DEVICES="));
+        EXPECT_EQ(ready_kgpu_pod(c), plugin);
+    }
+    const std::string plugin = ready_kgpu_pod(c);
+    ASSERT_FALSE(plugin.empty());
+
+    // B. kgpu serves; NVIDIA's plugin is installed after it; NVIDIA's is removed.
+    {
+        SCOPED_TRACE("kgpu first, then NVIDIA's plugin, then NVIDIA's removed");
+        NvidiaPlugin nvidia(c, binary);
+        ASSERT_TRUE(wait_until([&] { return nvidia.registrations() >= 1; }, seconds(60))) << nvidia.log();
+        one_gpu_pod(c, "both-served", kept);
+        EXPECT_EQ(nvidia.stop(), 0) << nvidia.log();
+        EXPECT_TRUE(wait_until([&] { return c.allocatable_gpus() == "8"; }, seconds(60))) << c.describe();
+        one_gpu_pod(c, "kgpu-served-b", kept);
+    }
+
+    // Nothing was restarted, and every running GPU pod kept its devices.
+    EXPECT_EQ(ready_kgpu_pod(c), plugin) << "kgpu's pod was replaced";
+    for (const auto& st : c.pod("kube-system", plugin)["status"]["containerStatuses"])
+        EXPECT_EQ(st.value("restartCount", -1), 0) << st.dump();
+    EXPECT_EQ(kubelet_pid(c), kubelet) << "the kubelet was restarted";
+    EXPECT_EQ(c.allocatable_gpus(), "8");
+    for (const auto& [pod, nodes] : kept) EXPECT_EQ(devices_now(c, pod), nodes) << "pod " << pod << " lost its GPUs";
+    for (const auto& [pod, nodes] : kept) {
+        if (pod != "gpu-2") {
+            EXPECT_TRUE(c.delete_pod("default", pod));
+        }
+    }
+    figure("case 6 (migration, both orders)", since(t0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 8. containerd 2.1 (../shared/tools/containerd2): `runtime configure` and `runtime install` on a
+// `version = 3` config, checked by containerd 2.1's own `config dump` and by a pod on the nvidia
+// handler; the device plugin's cdi-cri strategy end to end, which containerd 1.6 cannot show (it
+// ignores CRI's CDI devices). kube-mini's `up` runs Debian's containerd with a version 2 config,
+// so this containerd runs beside the cluster, driven through its CRI client (cri-cdi-check, which
+// makes the CRI calls the kubelet makes); the Allocate whose CDI names it passes comes from kgpu's
+// device plugin (a host process) through the fake kubelet of tests/support.
+
+// The value at a dotted path of containerd's `config dump` ("" when absent).
+std::string dumped(const toml::table& t, const std::vector<std::string>& path) {
+    toml::node_view<const toml::node> v{t};
+    for (const auto& k : path) v = v[k];
+    if (auto s = v.value<std::string>()) return *s;
+    if (auto b = v.value<bool>()) return *b ? "true" : "false";
+    return {};
+}
+
+TEST(KubeE2E, Containerd2) {
+    E2E_ATTACH(c);
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string pkg = shared_dir() + "/tools/containerd2";
+    if (!fs::exists(pkg + "/scripts/start.sh")) GTEST_SKIP() << "no " << pkg << " (containerd 2.x from the workspace's shared tools)";
+    const std::string bin = c.base() + "/ctrd2-bin", dir = c.base() + "/ctrd2";  // dir: <= 36 characters (shim sockets)
+    ASSERT_LE(dir.size(), 36u);
+    auto unpacked = run({"/bin/bash", pkg + "/scripts/unpack.sh", bin}, seconds(120));
+    ASSERT_EQ(unpacked.exit_code, 0) << unpacked.err;
+    const std::string sock = dir + "/containerd.sock", config = dir + "/config.toml", drop_in = dir + "/conf.d/99-nvidia.toml";
+    const std::string install_dir = dir + "/kgpu", rt_config = dir + "/kgpu/container-runtime.toml", rt_log = dir + "/kgpu-runtime.log";
+    // containerd's environment reaches kgpu's runtime (as in the cluster: see KubeE2E.Up).
+    const std::map<std::string, std::string> env = {{"KGPU_RUNTIME_CONFIG", rt_config}, {"KGPU_SIM_NODE", sim_fixture(c.base())}};
+    auto start = [&] { return run({"/bin/bash", pkg + "/scripts/start.sh", dir, bin}, seconds(60), env); };
+    auto started = start();
+    ASSERT_EQ(started.exit_code, 0) << started.err;
+    ASSERT_THAT(slurp(config), HasSubstr("version = 3"));
+    auto ctr2 = [&](const std::vector<std::string>& args) {
+        std::vector<std::string> argv = {bin + "/ctr", "--address", sock, "--namespace", "k8s.io"};
+        argv.insert(argv.end(), args.begin(), args.end());
+        return run(argv);
+    };
+    auto pause = run({"/usr/bin/python3", pkg + "/scripts/make-busybox-image.py", dir + "/pause.tar", "localhost/ctrd2/pause:busybox",
+                      "/bin/busybox", R"(["/bin/sleep","2147483647"])"});
+    ASSERT_EQ(pause.exit_code, 0) << pause.err;
+    for (const auto& tar : {dir + "/pause.tar", c.base() + "/workload-image/image.tar"}) {
+        auto imported = ctr2({"images", "import", tar});
+        ASSERT_EQ(imported.exit_code, 0) << tar << ": " << imported.err;
+    }
+    auto dump = [&] {
+        auto d = run({bin + "/containerd", "--config", config, "config", "dump"});
+        EXPECT_EQ(d.exit_code, 0) << d.err;
+        try {
+            return toml::parse(d.out);
+        } catch (const std::exception& e) {
+            ADD_FAILURE() << "containerd 2.1's config dump is not TOML: " << e.what() << "\n" << d.out;
+            return toml::table{};
+        }
+    };
+    const std::vector<std::string> cri = {"plugins", "io.containerd.cri.v1.runtime"};
+    auto nvidia_binary = [&](const toml::table& t) {
+        auto p = cri;
+        p.insert(p.end(), {"containerd", "runtimes", "nvidia", "options", "BinaryName"});
+        return dumped(t, p);
+    };
+
+    // `kgpu runtime configure` on the version 3 config (the drop-in its imports read), with CDI.
+    auto configured = run({KGPU_BINARY, "runtime", "configure", "--runtime", "containerd", "--config", config, "--drop-in-config",
+                           drop_in, "--cdi.enabled", "--executable-path", bin + "/containerd"});
+    ASSERT_EQ(configured.exit_code, 0) << configured.out << configured.err;
+    EXPECT_THAT(configured.out + configured.err, HasSubstr("containerd 2.1")) << "kgpu checks its edit with containerd 2.1's dump";
+    toml::table after_configure = dump();
+    EXPECT_FALSE(nvidia_binary(after_configure).empty()) << "no runtimes.nvidia in containerd 2.1's dump";
+    EXPECT_EQ(dumped(after_configure, {"plugins", "io.containerd.cri.v1.runtime", "enable_cdi"}), "true");
+
+    // `kgpu runtime install` on the same config: the nvidia runtime becomes kgpu's and containerd
+    // is restarted with SIGHUP; the install waits for it to serve its socket again, and this test
+    // is the service manager that starts it.
+    const std::string old_pid = trim(slurp(dir + "/containerd.pid"));
+    kgpu::test::ChildProcess install({KGPU_BINARY, "runtime", "install", "--host-root=/", "--config=" + config, "--drop-in=" + drop_in,
+                                      "--install-dir=" + install_dir, "--runtime-config=" + rt_config, "--runtime-log-file=" + rt_log,
+                                      "--socket=" + sock, "--restart-mode=signal", "--nvidia-driver-root=" + driver_root(c.base()),
+                                      "--enable-cdi", "--no-dev-char-links"});
+    ASSERT_TRUE(wait_until([&] { return ::kill(std::stoi(old_pid), 0) != 0; }, seconds(120)))
+        << "containerd 2.1 did not exit on the install's SIGHUP\n" << install.out() << install.err();
+    started = start();
+    ASSERT_EQ(started.exit_code, 0) << started.err;
+    ASSERT_EQ(install.wait(120000), 0) << install.out() << install.err();
+    EXPECT_THAT(install.out(), HasSubstr(sock + " again")) << "the install saw containerd 2.1 back";
+    // The runtime logs a container without GPUs at debug level only: the test turns that on,
+    // to see kgpu's runtime handle such a container below (the runtime reads it at every call).
+    {
+        std::string rc = slurp(rt_config);
+        const auto at = rc.find("log-level = \"info\"");
+        ASSERT_NE(at, std::string::npos) << rt_config << ":\n" << rc;
+        rc.replace(at, std::string("log-level = \"info\"").size(), "log-level = \"debug\"");
+        std::ofstream(rt_config) << rc;
+    }
+    toml::table after_install = dump();
+    EXPECT_EQ(nvidia_binary(after_install), install_dir + "/kgpu-container-runtime");
+    EXPECT_EQ(dumped(after_install, {"plugins", "io.containerd.cri.v1.runtime", "enable_cdi"}), "true");
+
+    const std::string cri_check = bin + "/cri-cdi-check";
+    auto pod = [&](const std::string& name, const std::vector<std::string>& flags, const std::string& script) {
+        std::vector<std::string> argv = {cri_check, "-addr", sock, "-image", kWorkloadImage, "-logdir", dir + "/podlogs", "-name", name};
+        argv.insert(argv.end(), flags.begin(), flags.end());
+        argv.insert(argv.end(), {"--", "/bin/sh", "-c", script});
+        return run(argv, seconds(120));
+    };
+    const std::string show = "ls /dev; echo '--- smi'; nvidia-smi -L; echo \"rc=$?\"; echo '--- sha'; echo; echo '--- end'";
+
+    // A pod on the nvidia handler runs through kgpu's runtime (its log has the container).
+    auto nv = pod("nvidia-handler", {"-runtime-handler", "nvidia"}, show);
+    EXPECT_EQ(nv.exit_code, 0) << nv.out << nv.err;
+    std::smatch id;
+    const std::string nv_out = nv.out;
+    ASSERT_TRUE(std::regex_search(nv_out, id, std::regex("container: ([0-9a-f]{64})"))) << nv.out << nv.err;
+    EXPECT_THAT(slurp(rt_log), HasSubstr(id[1].str())) << "kgpu's runtime did not run the container";
+    EXPECT_TRUE(parse_shown(nv.out).nodes.empty()) << "no GPU asked for\n" << nv.out;
+
+    // cdi-cri: kgpu's device plugin answers Allocate with CDI names and writes their spec into
+    // containerd 2.1's CDI directory; the names go in CRI's CDI_devices field; the container gets
+    // exactly those GPUs.
+    const std::string dp_dir = c.base() + "/cdi-cri";
+    fs::create_directories(dp_dir);
+    kgpu::test::FakeKubelet kubelet(dp_dir);
+    ASSERT_TRUE(kubelet.start());
+    kgpu::test::ChildProcess plugin({KGPU_BINARY, "device-plugin", "--device-list-strategy=cdi-cri", "--device-plugin-path=" + dp_dir,
+                                     "--cdi-spec-dir=" + dir + "/cdi", "--nvidia-driver-root=" + driver_root(c.base()),
+                                     "--nvml-library=" + driver_root(c.base()) + "/usr/lib64/libnvidia-ml.so.1",
+                                     "--nvidia-cdi-hook-path=" + install_dir + "/nvidia-cdi-hook"},
+                                    {{"KGPU_SIM_NODE", sim_fixture(c.base())}});
+    fs::create_directories(c.base() + "/pids");
+    std::ofstream(c.base() + "/pids/kgpu-device-plugin-cdi-cri") << plugin.pid() << "\n";
+    ASSERT_TRUE(kubelet.wait_registered("nvidia.com/gpu", 1, std::chrono::seconds(30))) << plugin.err();
+    std::vector<std::string> ids;
+    for (const auto& [dev, st] : kubelet.devices("nvidia.com/gpu")) ids.push_back(dev);
+    ASSERT_GE(ids.size(), 2u);
+    const std::vector<std::string> two = {ids[1], ids[4 % ids.size()]};
+    v1beta1::AllocateResponse resp;
+    auto status = kubelet.allocate("nvidia.com/gpu", {two}, &resp);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    ASSERT_EQ(resp.container_responses_size(), 1);
+    std::vector<std::string> names;
+    for (const auto& d : resp.container_responses(0).cdi_devices()) names.push_back(d.name());
+    ASSERT_FALSE(names.empty()) << "Allocate with cdi-cri returned no CDI names";
+    auto cdi = pod("cdi-cri", {"-cdi", fmt::format("{}", fmt::join(names, ","))}, show);
+    EXPECT_EQ(cdi.exit_code, 0) << "CDI names " << fmt::format("{}", fmt::join(names, ",")) << "\n" << cdi.out << cdi.err;
+    const Shown shown = parse_shown(cdi.out);
+    auto want = two;
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(shown.nodes, nodes_of(want)) << cdi.out;
+    EXPECT_EQ(shown.smi_uuids, want) << cdi.out;
+    plugin.signal(SIGTERM);
+    EXPECT_EQ(plugin.wait(10000), 0) << plugin.err();
+    fs::remove(c.base() + "/pids/kgpu-device-plugin-cdi-cri");
+    kubelet.stop();
+
+    auto stopped = run({"/bin/bash", pkg + "/scripts/stop.sh", dir, bin}, seconds(120));
+    EXPECT_EQ(stopped.exit_code, 0) << stopped.out << stopped.err;
+    figure("case 8 (containerd 2.1)", since(t0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fixture cleanup: always runs (ctest runs FIXTURES_CLEANUP tests whatever the cases did).
+
+// Ends a process the suite started, by the pid it recorded, only if it still is that process
+// (its command line names the suite's temp dir or `expect`).
+void stop_recorded(const std::string& pidfile, const std::string& expect, std::vector<std::string>& errors) {
+    int pid = -1;
+    try {
+        pid = std::stoi(slurp(pidfile));
+    } catch (...) {
+        return;
+    }
+    const std::string cmdline = slurp(fmt::format("/proc/{}/cmdline", pid));
+    if (pid <= 1 || cmdline.find(expect) == std::string::npos) return;
+    ::kill(pid, SIGTERM);
+    if (!wait_until([&] { return ::kill(pid, 0) != 0; }, seconds(15))) {
+        errors.push_back(fmt::format("pid {} ({}) ignored SIGTERM: killed", pid, pidfile));
+        ::kill(pid, SIGKILL);
+    }
+}
+
+TEST(KubeE2E, Down) {
+    State s;
+    std::string error;
+    if (!load_state(s, error)) GTEST_SKIP() << "nothing to clean up: " << error;
+    if (!s.skipped.empty()) GTEST_SKIP() << s.skipped;
+    ASSERT_FALSE(s.base.empty());
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::string> errors;
+
+    // What the cases started themselves (NVIDIA's device plugin in case 6), then the supervisor,
+    // so that nobody starts containerd again while kube-mini stops it.
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(s.base + "/pids", ec)) stop_recorded(e.path().string(), s.base, errors);
+    stop_recorded(s.base + "/supervisor.pid", "kube_e2e_supervisor", errors);
+    if (fs::exists(s.kube)) {
+        auto down = run({"/bin/bash", kube_mini_script(), "down", s.kube}, seconds(300));
+        if (down.exit_code != 0) errors.push_back("kube-mini down " + s.kube + " failed:\n" + down.err + down.out);
+    }
+    if (fs::exists(s.base + "/ctrd2/containerd.pid")) {
+        auto stop = run({"/bin/bash", shared_dir() + "/tools/containerd2/scripts/stop.sh", s.base + "/ctrd2", s.base + "/ctrd2-bin"},
+                        seconds(120));
+        if (stop.exit_code != 0) errors.push_back("containerd2 stop.sh failed:\n" + stop.err + stop.out);
+    }
+
+    // Nothing of the suite's left running, mounted or linked.
+    std::string left;
+    for (const auto& p : fs::directory_iterator("/proc")) {
+        const std::string pid = p.path().filename().string();
+        if (!std::all_of(pid.begin(), pid.end(), ::isdigit) || std::stoi(pid) == ::getpid()) continue;
+        std::string cmd = slurp(p.path().string() + "/cmdline");
+        std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+        if (cmd.find(s.base) != std::string::npos) left += pid + " " + cmd.substr(0, 200) + "\n";
+    }
+    if (!left.empty()) errors.push_back("processes naming " + s.base + " left running:\n" + left);
+    std::istringstream mounts(slurp("/proc/self/mountinfo"));
+    std::vector<std::string> mounted;
+    for (std::string l; std::getline(mounts, l);) {
+        std::istringstream f(l);
+        std::string id, parent, dev, root, point;
+        f >> id >> parent >> dev >> root >> point;
+        if (point == s.base || point.starts_with(s.base + "/")) mounted.push_back(point);
+    }
+    if (!mounted.empty()) {
+        errors.push_back("mounts left under " + s.base + ": " + fmt::format("{}", fmt::join(mounted, ", ")));
+        std::sort(mounted.rbegin(), mounted.rend());
+        for (const auto& m : mounted) run({"/usr/bin/umount", "-l", m});
+    }
+    const std::string links = run({"/usr/sbin/ip", "-o", "link", "show"}).out;
+    const std::string id = run({"/bin/sh", "-c", "printf '%s' \"$(cd \"$1\" 2>/dev/null && pwd -P || echo \"$1\")\" | sha256sum | cut -c1-8", "sh", s.kube}).out;
+    if (id.size() >= 8 && links.find("km" + id.substr(0, 8)) != std::string::npos)
+        errors.push_back("network link km" + id.substr(0, 8) + " left");
+
+    fs::remove_all(s.base, ec);
+    if (ec) errors.push_back("cannot remove " + s.base + ": " + ec.message());
+    fs::remove(state_file(), ec);
+    figure("cleanup (down)", since(t0));
+    EXPECT_TRUE(errors.empty()) << fmt::format("{}", fmt::join(errors, "\n"));
+}
+
+}  // namespace
+}  // namespace kgpu::e2e
