@@ -460,9 +460,17 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t* device) {
 nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char* b, nvmlDevice_t* d) { return handleByPciBusId(b, d); }
 nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char* b, nvmlDevice_t* d) { return handleByPciBusId(b, d); }
 
+// For a MIG device handle NVML answers its index under the parent, the one
+// nvmlDeviceGetMigDeviceHandleByIndex takes back (nvml.h); nvidia-ctk's CDI generation asks it.
 nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int* index) {
-    return withDevice(device, On::Gpu, [&](State& st, DevRef d) -> nvmlReturn_t {
+    return withDevice(device, On::Any, [&](State& st, DevRef d) -> nvmlReturn_t {
         if (!index) return NVML_ERROR_INVALID_ARGUMENT;
+        if (d.mig) {
+            const auto it = std::find(d.gpu->migs.begin(), d.gpu->migs.end(), d.mig);
+            if (it == d.gpu->migs.end()) return NVML_ERROR_INVALID_ARGUMENT;
+            *index = static_cast<unsigned>(it - d.gpu->migs.begin());
+            return NVML_SUCCESS;
+        }
         auto gpus = visibleGpus(st);
         *index = static_cast<unsigned>(std::find(gpus.begin(), gpus.end(), d.gpu) - gpus.begin());
         return NVML_SUCCESS;

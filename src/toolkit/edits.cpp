@@ -66,11 +66,15 @@ std::string capability_of(std::string_view file) {
 
 namespace {
 
-// The file name a create-symlinks --link argument ("target::link") is about.
-std::string link_file(const std::string& arg) {
+// The driver file a create-symlinks --link argument ("target::link") points to. A link goes into
+// the container with its target: libGLX_indirect.so.0 -> libGLX_nvidia.so.<version> is a graphics
+// link whatever its own name says, gbm/nvidia-drm_gbm.so -> ../libnvidia-allocator.so.1 goes with
+// the allocator (classified by its name, such links were "compute": dangling in compute
+// containers, missing in graphics ones).
+std::string link_target_file(const std::string& arg) {
     auto sep = arg.find("::");
-    std::string link = sep == std::string::npos ? arg : arg.substr(sep + 2);
-    return link.substr(link.rfind('/') + 1);
+    std::string target = sep == std::string::npos ? arg : arg.substr(0, sep);
+    return target.substr(target.rfind('/') + 1);
 }
 
 }  // namespace
@@ -141,7 +145,7 @@ Result<ojson> container_edits(const inventory::Node& node, const Selection& sel,
                 bool any_link = false;
                 for (size_t i = 0; i < args.size(); ++i) {
                     if (args[i] == "--link" && i + 1 < args.size() && args[i + 1].is_string()) {
-                        if (!wanted(o.capabilities, capability_of(link_file(args[i + 1].get<std::string>())))) {
+                        if (!wanted(o.capabilities, capability_of(link_target_file(args[i + 1].get<std::string>())))) {
                             ++i;
                             continue;
                         }

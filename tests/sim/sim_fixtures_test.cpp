@@ -339,6 +339,28 @@ TEST_F(SimFixtures, A100MigDevices) {
     EXPECT_EQ(st, NVML_P2P_STATUS_OK);
 }
 
+// nvml.h: with a MIG device handle nvmlDeviceGetIndex answers the index that
+// nvmlDeviceGetMigDeviceHandleByIndex takes back (nvidia-ctk's CDI generation for a MIG device
+// asks it; the simulator answered NOT_SUPPORTED).
+TEST_F(SimFixtures, MigDeviceIndexIsItsIndexUnderTheParent) {
+    ASSERT_EQ(start(fixture("a100-mig.yaml")), NVML_SUCCESS);
+    for (unsigned g : {0u, 1u}) {
+        for (unsigned i = 0; i < (g == 0 ? 7u : 4u); ++i) {
+            SCOPED_TRACE(std::to_string(g) + ":" + std::to_string(i));
+            nvmlDevice_t m = mig(g, i);
+            unsigned idx = 99;
+            ASSERT_EQ(NV(nvmlDeviceGetIndex)(m, &idx), NVML_SUCCESS);
+            EXPECT_EQ(idx, i);
+            nvmlDevice_t back = nullptr;
+            ASSERT_EQ(NV(nvmlDeviceGetMigDeviceHandleByIndex)(dev(g), idx, &back), NVML_SUCCESS);
+            EXPECT_EQ(back, m);
+        }
+        unsigned idx = 99;
+        ASSERT_EQ(NV(nvmlDeviceGetIndex)(dev(g), &idx), NVML_SUCCESS);  // the GPU's own index stays
+        EXPECT_EQ(idx, g);
+    }
+}
+
 TEST_F(SimFixtures, Empty) {
     ASSERT_EQ(start(fixture("empty.yaml")), NVML_SUCCESS);
     unsigned n = 7;

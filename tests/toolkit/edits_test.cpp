@@ -80,6 +80,29 @@ TEST_F(Edits, CapabilitiesSelectTheDriverFiles) {
     EXPECT_THAT(field(*all, "mounts", "containerPath"), Contains("/usr/lib64/libGLX_nvidia.so.550.54.15"));
 }
 
+// A symlink goes into the container with the file it points to: libGLX_indirect.so.0 ->
+// libGLX_nvidia.so.<version> is a graphics link whatever its own name (it was classified by its
+// name, unknown and so "compute": a dangling link in every compute container, none for graphics).
+TEST_F(Edits, SymlinksFollowTheCapabilityOfTheirTarget) {
+    Selection sel;
+    sel.gpus = {0};
+    auto links = [&](std::set<std::string> caps) {
+        auto o = options();
+        o.capabilities = std::move(caps);
+        auto e = container_edits(node, sel, o);
+        EXPECT_TRUE(e) << e.error().message;
+        std::string all;
+        for (const auto& h : (*e)["hooks"]) all += h.dump();
+        return all;
+    };
+    const std::string compute = links({"compute", "utility"});
+    EXPECT_THAT(compute, Not(HasSubstr("libGLX_indirect.so.0")));
+    EXPECT_THAT(compute, HasSubstr("libcuda.so.1::/usr/lib64/libcuda.so"));
+    const std::string graphics = links({"graphics"});
+    EXPECT_THAT(graphics, HasSubstr("libGLX_nvidia.so.550.54.15::/usr/lib64/libGLX_indirect.so.0"));
+    EXPECT_THAT(graphics, Not(HasSubstr("libcuda.so")));
+}
+
 TEST_F(Edits, MigDevicesGetTheirCapabilityNodes) {
     Selection sel;
     sel.migs = {{1, 1}};
