@@ -192,7 +192,9 @@ Result<std::optional<Modified>> modify_spec(std::string_view text, const Runtime
     eo.dev_root = config.dev_root;
     eo.proc_root = config.proc_root;
     eo.hook_path = options.hook_path;
-    eo.ldconfig_path = config.ldconfig_path;
+    // The default ("@/sbin/ldconfig") is what both hooks (kgpu's, nvidia-cdi-hook) use without
+    // the flag, and NVIDIA's runtime never passes one: the spec carries it only when configured.
+    if (config.ldconfig_path != RuntimeConfig{}.ldconfig_path) eo.ldconfig_path = config.ldconfig_path;
     eo.capabilities = request->capabilities;
     auto edits = container_edits(*node, *sel, eo);
     if (!edits) return std::unexpected(edits.error());

@@ -236,29 +236,39 @@ TEST_F(Node, ADeeplyNestedSpecIsRefusedNotACrash) {
 
 // Item 5: with hook-path = NVIDIA's nvidia-cdi-hook, the update-ldcache hook gets the ldconfig as
 // a plain host path: NVIDIA's hook adds the "@" itself, and "@/sbin/ldconfig" (kgpu's config
-// spelling, which kgpu used to pass on) failed the container with "stat @/sbin/ldconfig".
+// spelling, which kgpu used to pass on) failed the container with "stat @/sbin/ldconfig". The
+// default, "@/sbin/ldconfig", is no flag at all, as NVIDIA's runtime writes it (both hooks
+// default to /sbin/ldconfig); another configured one is handed on as a plain path.
 TEST_F(Node, NvidiasHookGetsTheLdconfigSpellingItUnderstands) {
-    env["KGPU_RUNTIME_CONFIG"] = dir.write("rt.toml", config("hook-path = \"/usr/bin/nvidia-cdi-hook\"\n"
-                                                             "ldconfig-path = \"@/sbin/ldconfig\"\n"));
     place_kgpu(dir.path() + "/bin/kgpu-container-runtime");
-    spec({"NVIDIA_VISIBLE_DEVICES=0"});
-    auto r = create(dir.path() + "/bin/kgpu-container-runtime");
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-    const json hooks = handed_to_runc()["hooks"]["createContainer"];
-    json ldcache;
-    for (const auto& h : hooks)
-        if (h["args"][1] == "update-ldcache") ldcache = h;
-    ASSERT_FALSE(ldcache.is_null()) << hooks.dump();
+    auto ldcache_args = [&](const std::string& ldconfig) {
+        env["KGPU_RUNTIME_CONFIG"] = dir.write("rt.toml", config("hook-path = \"/usr/bin/nvidia-cdi-hook\"\n"
+                                                                 "ldconfig-path = \"" + ldconfig + "\"\n"));
+        spec({"NVIDIA_VISIBLE_DEVICES=0"});
+        auto r = create(dir.path() + "/bin/kgpu-container-runtime");
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+        const json hooks = handed_to_runc()["hooks"]["createContainer"];
+        json ldcache;
+        for (const auto& h : hooks)
+            if (h["args"][1] == "update-ldcache") ldcache = h;
+        EXPECT_FALSE(ldcache.is_null()) << hooks.dump();
+        return ldcache;
+    };
+    {
+        const std::vector<std::string> args = ldcache_args("@/sbin/ldconfig")["args"];
+        EXPECT_EQ(std::find(args.begin(), args.end(), "--ldconfig-path"), args.end());
+    }
+    json ldcache = ldcache_args("@/usr/sbin/ldconfig");
     const std::vector<std::string> args = ldcache["args"];
     auto at = std::find(args.begin(), args.end(), "--ldconfig-path");
     ASSERT_NE(at, args.end());
-    EXPECT_EQ(*(at + 1), "/sbin/ldconfig");
+    EXPECT_EQ(*(at + 1), "/usr/sbin/ldconfig");
 
     // NVIDIA's own hook runs with that argv (root: it pivots into the container's root).
     std::string archive;
     for (const std::string& d : {std::string(KGPU_SOURCE_DIR) + "/../shared/peers/nvidia", std::string("/work/shared/peers/nvidia")})
         if (fs::exists(d + "/nvidia-cdi-hook.xz")) archive = d + "/nvidia-cdi-hook.xz";
-    if (archive.empty() || ::geteuid() != 0 || !fs::exists("/sbin/ldconfig") || !fs::exists("/usr/bin/unshare"))
+    if (archive.empty() || ::geteuid() != 0 || !fs::exists("/usr/sbin/ldconfig") || !fs::exists("/usr/bin/unshare"))
         GTEST_SKIP() << "running NVIDIA's nvidia-cdi-hook needs it (../shared/peers/nvidia), root, ldconfig and unshare";
     const std::string hook = dir.path() + "/nvidia-cdi-hook";
     auto unpack = run_process({"/bin/sh", "-c", "xz -dc '" + archive + "' > '" + hook + "' && chmod 755 '" + hook + "'"});
