@@ -28,15 +28,6 @@ constexpr unsigned kUvmMajor = 508;
 unsigned gi_minor(unsigned gpu, unsigned gi) { return 3 + gpu * 135 + gi * 9; }
 unsigned ci_minor(unsigned gpu, unsigned gi, unsigned ci) { return gi_minor(gpu, gi) + 1 + ci; }
 
-std::string mig_minors(unsigned gpus) {
-    std::string s = "config 1\nmonitor 2\n";
-    for (unsigned g = 0; g < gpus; ++g)
-        for (unsigned i = 0; i < 15; ++i) {
-            s += fmt::format("gpu{}/gi{}/access {}\n", g, i, gi_minor(g, i));
-            for (unsigned c = 0; c < 8; ++c) s += fmt::format("gpu{}/gi{}/ci{}/access {}\n", g, i, c, ci_minor(g, i, c));
-        }
-    return s;
-}
 
 std::string make_socket(const std::string& path) {
     fs::create_directories(fs::path(path).parent_path());
@@ -125,6 +116,16 @@ std::string DriverRoot::make(const std::string& fixture) {
                fmt::format("NVRM version: NVIDIA UNIX x86_64 Kernel Module  {}  Thu Feb 22 01:44:30 UTC 2024\n", version_));
     dir_.write("proc/driver/nvidia/params", "ModifyDeviceFiles: 1\n");
     return "";
+}
+
+std::string mig_minors(unsigned gpus) {
+    std::string s = "config 1\nmonitor 2\n";
+    for (unsigned g = 0; g < gpus; ++g)
+        for (unsigned i = 0; i < 15; ++i) {
+            s += fmt::format("gpu{}/gi{}/access {}\n", g, i, gi_minor(g, i));
+            for (unsigned c = 0; c < 8; ++c) s += fmt::format("gpu{}/gi{}/ci{}/access {}\n", g, i, c, ci_minor(g, i, c));
+        }
+    return s;
 }
 
 }  // namespace kgpu::parity

@@ -19,6 +19,9 @@
 
 namespace kgpu::parity {
 
+// /proc/driver/nvidia-caps/mig-minors of a node with `gpus` GPUs, numbered as the driver does.
+std::string mig_minors(unsigned gpus);
+
 class DriverRoot {
 public:
     static constexpr const char* kBuiltVersion = "550.54.15";  // the libraries' as built

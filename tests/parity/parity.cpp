@@ -281,7 +281,8 @@ std::vector<std::string> in_namespace(const std::vector<std::pair<std::string, s
     std::vector<std::string> args;
     for (size_t i = 0; i < binds.size(); ++i) {
         // Paths travel as positional parameters: no quoting of paths in the script.
-        script += "mount --bind \"$" + std::to_string(2 * i + 1) + "\" \"$" + std::to_string(2 * i + 2) + "\"; ";
+        // (${N}: "$10" would be "$1" followed by "0".)
+        script += "mount --bind \"${" + std::to_string(2 * i + 1) + "}\" \"${" + std::to_string(2 * i + 2) + "}\"; ";
         args.push_back(binds[i].first);
         args.push_back(binds[i].second);
     }
