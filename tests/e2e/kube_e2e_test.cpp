@@ -395,10 +395,13 @@ TEST(KubeE2E, GpuPods) {
     EXPECT_EQ(two.nodes, nodes_of(assigned)) << "/dev of the pod:\n" << two.raw;
     EXPECT_THAT(two.raw, HasSubstr("nvidiactl"));
     EXPECT_EQ(two.sha, sha256(KGPU_BINARY)) << "the pod's /usr/bin/nvidia-smi is not kgpu\n" << two.raw;
-    // The environment of the device plugin's volume-mounts answer, as NVIDIA's plugin sets it
-    // (facts/container-runtime-and-cdi.md); KubeE2E.MigrationWithNvidiasPlugin compares it with
-    // what NVIDIA's plugin gives a pod.
-    EXPECT_THAT(two.env, HasSubstr("NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices\n")) << two.raw;
+    // The environment the pod ends with: the device plugin's volume-mounts answer
+    // (NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices, read by the runtime under the
+    // secure settings install wrote) replaced by the driver edits of nvidia-ctk v1.20's spec, as
+    // NVIDIA's runtime applies them: "void", so nothing injects GPUs a second time.
+    // (KubeE2E.MigrationWithNvidiasPlugin compares it with what a pod NVIDIA's plugin served gets.)
+    EXPECT_THAT(two.env, HasSubstr("NVIDIA_VISIBLE_DEVICES=void\n")) << two.raw;
+    EXPECT_THAT(two.env, HasSubstr("NVIDIA_CTK_LIBCUDA_DIR=")) << two.raw;
     // kgpu's runtime did the create (its log), not plain runc.
     EXPECT_THAT(slurp(host_path(c, "/var/log/kgpu-container-runtime.log")), HasSubstr(c.container_id("default", "gpu-2", "cuda")));
 
