@@ -6,7 +6,9 @@
 #include <glob.h>
 #include <sched.h>
 #include <signal.h>
+#include <linux/capability.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
@@ -27,6 +29,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/elf.h"
 #include "common/files.h"
 #include "common/strings.h"
 #include "toolkit/root.h"
@@ -181,6 +184,26 @@ void close_inherited_fds(int keep) {
     for (int n : open_fds) ::close(n);
 }
 
+// ldconfig parses ELF files the image controls, as root, before runc drops any capability: a
+// parser bug there must not come with every capability root has. It keeps what writing the
+// cache and the links in a root owned by anyone takes (CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_CHOWN),
+// not CAP_DAC_READ_SEARCH (open_by_handle_at reaches any file of a file system a bind mount comes
+// from), CAP_SYS_ADMIN or the rest; no inheritable or ambient ones, and no new privileges on exec.
+void drop_privileges_for_ldconfig() {
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) die(fmt::format("no_new_privs: {}", std::strerror(errno)));
+    (void)::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);  // EINVAL before Linux 4.3: none to clear
+    for (int cap = 0; cap <= 63; ++cap) {
+        if (cap == CAP_DAC_OVERRIDE || cap == CAP_FOWNER || cap == CAP_CHOWN) continue;
+        if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)  // EINVAL: past the kernel's last
+            die(fmt::format("dropping capability {}: {}", cap, std::strerror(errno)));
+    }
+    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct data[2]{};
+    if (::syscall(SYS_capget, &header, data) != 0) die(fmt::format("capget: {}", std::strerror(errno)));
+    data[0].inheritable = data[1].inheritable = 0;
+    if (::syscall(SYS_capset, &header, data) != 0) die(fmt::format("capset: {}", std::strerror(errno)));
+}
+
 // Pid 1 of the hook's own PID namespace, in its own mount namespace (update_ldcache): makes the
 // container's root this process's root with nothing of the host left in it, writes the
 // configuration and execs ldconfig from `ldconfig_fd`. Never returns.
@@ -223,7 +246,13 @@ void close_inherited_fds(int keep) {
     {
         auto proc = r.mkdir_all("/proc", 0555);
         if (!proc) die(proc.error().message);
-        if (::mount("proc", fd_path(proc->get()).c_str(), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
+        // subset=pid (Linux 5.8): only the process directories, no /proc/kmsg (an image whose
+        // ld.so.conf includes it would have ldconfig drain and then wait on the host's kernel
+        // log) and no /proc/sys; older kernels refuse the option and get the whole procfs.
+        const std::string target = fd_path(proc->get());
+        const unsigned long flags = MS_NOSUID | MS_NODEV | MS_NOEXEC;
+        if (::mount("proc", target.c_str(), "proc", flags, "subset=pid") != 0 &&
+            (errno != EINVAL || ::mount("proc", target.c_str(), "proc", flags, nullptr) != 0))
             die(fmt::format("mounting a new procfs on /proc in {}: {}", root, std::strerror(errno)));
     }
     // pivot_root(".", "."): the old root ends up stacked on the new one and is detached.
@@ -266,11 +295,18 @@ void close_inherited_fds(int keep) {
 #endif
         std::vector<std::string> all = added;
         all.insert(all.end(), system.begin(), system.end());
-        if (auto fd = r.open_at(path_file, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0644)) {
+        // Appended to, as NVIDIA does, only when it is a regular file of one link: a FIFO there
+        // must not stall the hook (O_NONBLOCK: no reader is ENXIO) and a hard link to another of
+        // the image's files must not be written through.
+        if (auto fd = r.open_at(path_file, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK, 0644)) {
+            struct stat st {};
+            if (::fstat(fd->get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1)
+                die(fmt::format("{} in {} is not a regular file of one link", path_file, root));
             const std::string text = lines(all);
             (void)!::write(fd->get(), text.data(), text.size());
         }
     }
+    drop_privileges_for_ldconfig();
     const char* argv[] = {"ldconfig", "-f", "/etc/ld.so.conf", "-C", "/etc/ld.so.cache", nullptr};
     const char* envp[] = {nullptr};
     ::syscall(SYS_execveat, ldconfig_fd, "", argv, envp, AT_EMPTY_PATH);
@@ -303,9 +339,23 @@ Status update_ldcache(const std::string& root, const LdcacheOptions& o) {
     int ld = ::open(ldconfig.c_str(), O_RDONLY | O_CLOEXEC);
     if (ld < 0) return fail(Code::not_found, "update-ldcache: host ldconfig {}: {}", ldconfig, std::strerror(errno));
     Fd ld_fd(ld);
+    // ldconfig runs in the container's root: a dynamically linked one would load the loader and
+    // libc the image puts at its interpreter's path, as root. glibc's ldconfig is static.
+    {
+        auto image = files::read(fd_path(ld_fd.get()));
+        if (!image) return std::unexpected(image.error().context("update-ldcache: host ldconfig " + ldconfig));
+        auto interp = elf::read_interpreter(*image, ldconfig);
+        if (interp)
+            return fail(Code::invalid_argument,
+                        "update-ldcache: host ldconfig {} is dynamically linked (interpreter {}): run in the container's root "
+                        "it would load the image's loader; give a static ldconfig (--ldconfig-path, as glibc builds it)",
+                        ldconfig, interp->value);
+        if (interp.error().code != Code::not_found)
+            return fail(Code::invalid_argument, "update-ldcache: host ldconfig {}: {}", ldconfig, interp.error().message);
+    }
     pid_t pid = ::fork();
     if (pid < 0) return fail(Code::io, "update-ldcache: fork: {}", std::strerror(errno));
-    if (pid == 0) {
+    if (pid == 0) try {
         // New namespaces, as NVIDIA's hook since 1.17.8: mount (nothing done here reaches the
         // container's or the host's; slave, so no unmount propagates back), PID (it takes effect
         // for children only: the next fork is its pid 1, whose fresh procfs shows nothing of the
@@ -327,9 +377,16 @@ Status update_ldcache(const std::string& root, const LdcacheOptions& o) {
         if (init < 0) die(fmt::format("fork: {}", std::strerror(errno)));
         if (init == 0) ldconfig_in_new_root(root, root_st.st_dev, root_st.st_ino, ld_fd.get(), o.folders);
         exit_like(init);
+    } catch (...) {
+        // Never back into the caller's code from a forked child (bad_alloc in a message, say).
+        die("unexpected exception");
     }
     int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    while (::waitpid(pid, &status, 0) < 0) {
+        // ECHILD: SIGCHLD ignored (it survives exec) lets the kernel reap the child; its status
+        // is lost, and a lost status is no success.
+        if (errno != EINTR)
+            return fail(Code::io, "update-ldcache: waiting for ldconfig in {}: {}", root, std::strerror(errno));
     }
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return {};
     return fail(Code::io, "update-ldcache: ldconfig in {} failed ({} {})", root, WIFEXITED(status) ? "exit status" : "signal",

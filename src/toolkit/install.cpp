@@ -118,7 +118,9 @@ Result<std::string> run_on_host(const fs::path& host_root, const std::string& bi
         if (n > 0) out.append(buf, static_cast<size_t>(n));
     ::close(pipefd[0]);
     int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    while (::waitpid(pid, &status, 0) < 0) {
+        // ECHILD (SIGCHLD ignored: the kernel reaped it) leaves no status, which is no success.
+        if (errno != EINTR) return fail(Code::io, "waiting for the installed {} --version: {}", binary, std::strerror(errno));
     }
     while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return out;
@@ -406,6 +408,32 @@ Result<InstallReport> install(const InstallOptions& o) {
             verified = fmt::format("verified: {} --version runs on the host: {}", binary, *v);
         }
     }
+    // 3. The runtime's config, and where it is, next to the runtime: containerd passes the
+    // runtime no env variable or flag, so without the record an --runtime-config elsewhere than the
+    // default path would never be read (toolkit/config.h). Both before the new binary is swapped
+    // in: a new runtime that finds no record (an upgrade from before the record, a write that
+    // failed) would run with NVIDIA's permissive defaults.
+    RuntimeConfig rc = o.runtime;
+    if (rc.hook_path.empty()) rc.hook_path = join_path(o.install_dir, "nvidia-cdi-hook");
+    auto wrote = write_if_changed(host(o.runtime_config_path), render_config(rc), 0644, true);
+    auto discard_staged = [&] {
+        std::error_code ec;
+        if (changed) fs::remove(host(staged), ec);
+    };
+    if (!wrote) {
+        discard_staged();
+        return std::unexpected(wrote.error());
+    }
+    say(fmt::format("{} {}", *wrote ? "wrote" : "unchanged:", o.runtime_config_path));
+    const std::string record = join_path(o.install_dir, std::string(kConfigRecordName));
+    auto recorded = write_if_changed(host(record), o.runtime_config_path + "\n", 0644);
+    if (!recorded) {
+        discard_staged();
+        return std::unexpected(recorded.error());
+    }
+    say(fmt::format("{} {}: the runtime reads {}", *recorded ? "wrote" : "unchanged:", record,
+                                       o.runtime_config_path));
+
     if (changed && ::rename(host(staged).c_str(), host(binary).c_str()) != 0)
         return fail(Code::io, "cannot rename {} to {}: {}", host(staged).string(), host(binary).string(), std::strerror(errno));
     say(fmt::format("{} {} ({:.1f} MB{})", changed ? "installed" : "unchanged:", binary,
@@ -433,20 +461,6 @@ Result<InstallReport> install(const InstallOptions& o) {
     say(linked.empty() ? fmt::format("unchanged: {}/{{kgpu-container-runtime,nvidia-cdi-hook}} -> kgpu", o.install_dir)
                        : fmt::format("linked {} -> kgpu in {}", fmt::join(linked, ", "), o.install_dir));
     if (!verified.empty()) say(verified);
-
-    // 3. The runtime's config, and where it is, next to the runtime: containerd passes the
-    // runtime no env variable or flag, so without the record an --runtime-config elsewhere than the
-    // default path would never be read (toolkit/config.h).
-    RuntimeConfig rc = o.runtime;
-    if (rc.hook_path.empty()) rc.hook_path = join_path(o.install_dir, "nvidia-cdi-hook");
-    auto wrote = write_if_changed(host(o.runtime_config_path), render_config(rc), 0644, true);
-    if (!wrote) return std::unexpected(wrote.error());
-    say(fmt::format("{} {}", *wrote ? "wrote" : "unchanged:", o.runtime_config_path));
-    const std::string record = join_path(o.install_dir, std::string(kConfigRecordName));
-    auto recorded = write_if_changed(host(record), o.runtime_config_path + "\n", 0644);
-    if (!recorded) return std::unexpected(recorded.error());
-    say(fmt::format("{} {}: the runtime reads {}", *recorded ? "wrote" : "unchanged:", record,
-                                       o.runtime_config_path));
 
     // 4. containerd.
     runtime::ContainerdOptions co;

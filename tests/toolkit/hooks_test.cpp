@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -378,6 +379,66 @@ TEST(UpdateLdcache, ACallerWithoutARootMountFallsBackToChroot) {
     EXPECT_EQ(WEXITSTATUS(status), 0);
     EXPECT_EQ(fs::read_symlink(world.path() + "/c/opt/nvidia/lib/libnvidia-ml.so.1"), "libnvidia-ml.so.550.54.15");
     EXPECT_EQ(test::tree_snapshot(world.path() + "/canary"), before);
+}
+
+// update_ldcache in a child process (so that a hang or a changed signal disposition stays
+// there): its exit status, 0 for success, 1 for an error (printed), 2 for a hang.
+int ldcache_in_child(const std::string& root, const std::string& ldconfig, bool ignore_sigchld = false) {
+    pid_t pid = ::fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        ::alarm(20);  // a hang ends as SIGALRM
+        if (ignore_sigchld) ::signal(SIGCHLD, SIG_IGN);
+        auto st = update_ldcache(root, {{"/opt/nvidia/lib"}, ldconfig});
+        if (!st) std::fprintf(stderr, "%s\n", st.error().message.c_str());
+        ::_exit(st ? 0 : 1);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) return 2;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// A caller that ignores SIGCHLD (a disposition exec keeps) has its children reaped by the
+// kernel: waitpid then fails with ECHILD, and the lost status was taken for success. busybox
+// (static) run as "ldconfig" fails: no such applet.
+TEST(UpdateLdcache, AStatusLostToAnIgnoredSigchldIsAFailure) {
+    if (!is_root()) GTEST_SKIP() << "namespaces need root";
+    if (!fs::exists("/bin/busybox")) GTEST_SKIP() << "no /bin/busybox (scripts/setup --all installs busybox-static)";
+    Bundle b;
+    EXPECT_EQ(ldcache_in_child(b.root(), "/bin/busybox"), 1);
+    EXPECT_EQ(ldcache_in_child(b.root(), "/bin/busybox", true), 1);
+}
+
+// ldconfig runs in the container's root: a dynamically linked one would load the image's
+// loader (its PT_INTERP path inside the root) as root.
+TEST(UpdateLdcache, ADynamicallyLinkedLdconfigIsRefused) {
+    Bundle b;
+    auto st = update_ldcache(b.root(), {{"/opt/nvidia/lib"}, "/bin/true"});
+    ASSERT_FALSE(st);
+    EXPECT_THAT(st.error().message, HasSubstr("/bin/true is dynamically linked"));
+}
+
+// musl's search path file is appended to only when it is a regular file of one link: a FIFO
+// there hung the hook in open(), a hard link was written through.
+TEST(UpdateLdcache, MuslPathFileThatIsAFifoOrAHardLink) {
+    if (!is_root()) GTEST_SKIP() << "namespaces need root";
+    Bundle b;
+    b.dir.write("rootfs/etc/alpine-release", "3.20.0\n");
+    fs::create_directories(b.root() + "/opt/nvidia/lib");
+    const std::string path_file = b.root() + "/etc/ld-musl-x86_64.path";
+    ASSERT_EQ(::mkfifo(path_file.c_str(), 0644), 0);
+    // 2 before: open() waited for a reader. Now it fails at once (ENXIO) and the file is left
+    // as the image made it.
+    EXPECT_EQ(ldcache_in_child(b.root(), "/sbin/ldconfig"), 0);
+    fs::remove(path_file);
+    b.dir.write("rootfs/etc/other", "keep\n");
+    fs::create_hard_link(b.root() + "/etc/other", path_file);
+    EXPECT_EQ(ldcache_in_child(b.root(), "/sbin/ldconfig"), 1);
+    EXPECT_EQ(slurp(b.root() + "/etc/other"), "keep\n");
+    fs::remove(path_file);
+    EXPECT_EQ(ldcache_in_child(b.root(), "/sbin/ldconfig"), 0);
+    EXPECT_THAT(slurp(path_file), HasSubstr("/usr/lib\n"));  // (the folder was configured by the runs before)
 }
 
 TEST(DeviceNodeModification, BindMountsTheRewrittenParams) {
