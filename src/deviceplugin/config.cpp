@@ -83,11 +83,18 @@ Result<SharedAllocationPolicy> parse_shared_allocation_policy(std::string_view t
 }
 
 std::string qualify_resource_name(std::string_view name) {
-    if (name.find('/') != std::string_view::npos) return std::string(name);
+    // As NVIDIA's plugin (NewResourceName): every name is under nvidia.com/, so another domain
+    // ends up with two '/' and is refused by validate_resource_name.
+    if (name.starts_with("nvidia.com/")) return std::string(name);
     return "nvidia.com/" + std::string(name);
 }
 
 Status validate_resource_name(std::string_view full) {
+    if (full.starts_with("nvidia.com/") && full.find('/', 11) != std::string_view::npos)
+        return fail(Code::invalid_argument,
+                    "resource name '{}': only nvidia.com/ resources are served (a name is put under nvidia.com/ "
+                    "unless it starts with it, as NVIDIA's plugin does)",
+                    full.substr(11));
     const auto slash = full.find('/');
     if (slash == std::string_view::npos || full.find('/', slash + 1) != std::string_view::npos)
         return fail(Code::invalid_argument, "resource name '{}' must look like <domain>/<name>", full);

@@ -243,7 +243,7 @@ TEST(DevicePluginTimeSlicing, EveryValidationErrorNamesFileLineAndReason) {
         {"    - name: gpu\n      rename: nvidia.com/this-name-is-far-too-long-for-a-kubernetes-extended-resource-name\n"
          "      replicas: 2\n",
          MigStrategy::none, "expected 1..63", 6},
-        {"    - name: gpu\n      rename: Example.COM/gpu\n      replicas: 2\n", MigStrategy::none, "DNS subdomain", 6},
+        {"    - name: gpu\n      rename: Example.COM/gpu\n      replicas: 2\n", MigStrategy::none, "'Example.COM/gpu': only nvidia.com/ resources are served", 6},
         {"    - name: gpu\n      devices: [0]\n      replicas: 2\n", MigStrategy::none, "without a new name", 6},
     };
     for (const auto& bc : config_errors) {
@@ -350,7 +350,11 @@ TEST(DevicePluginTimeSlicing, ResourceNameRules) {
     EXPECT_FALSE(validate_resource_name("nvidia.com/" + std::string(64, 'a')).has_value());
     EXPECT_TRUE(validate_resource_name("nvidia.com/" + std::string(63, 'a')).has_value());
     EXPECT_EQ(qualify_resource_name("gpu"), "nvidia.com/gpu");
-    EXPECT_EQ(qualify_resource_name("example.com/gpu"), "example.com/gpu");
+    // NVIDIA's plugin serves only nvidia.com/ resources: another domain is refused, naming it.
+    EXPECT_EQ(qualify_resource_name("example.com/gpu"), "nvidia.com/example.com/gpu");
+    auto other = validate_resource_name(qualify_resource_name("example.com/gpu"));
+    ASSERT_FALSE(other.has_value());
+    EXPECT_THAT(other.error().message, HasSubstr("'example.com/gpu': only nvidia.com/ resources are served"));
 }
 
 // ---------------------------------------------------------------------------------------------
