@@ -155,6 +155,20 @@ void start_kgpu(Side& s, const Case& c, const Node& setup) {
     s.plugin = std::make_unique<ChildProcess>(argv, std::map<std::string, std::string>{{"KGPU_SIM_NODE", setup.node}});
 }
 
+// A comma-separated list with its items sorted, marked so when it had more than one.
+std::string as_set(const std::string& value) {
+    if (value.find(',') == std::string::npos) return value;
+    std::vector<std::string> items;
+    for (size_t from = 0;;) {
+        const size_t comma = value.find(',', from);
+        items.push_back(value.substr(from, comma - from));
+        if (comma == std::string::npos) break;
+        from = comma + 1;
+    }
+    std::sort(items.begin(), items.end());
+    return fmt::format("{} (sorted)", fmt::join(items, ","));
+}
+
 // An Allocate answer (or its error) under `prefix`.
 void allocate(Side& s, const std::string& resource, const std::vector<std::vector<std::string>>& containers,
               const std::string& prefix, Flat& out) {
@@ -167,23 +181,11 @@ void allocate(Side& s, const std::string& resource, const std::vector<std::vecto
     for (int i = 0; i < resp.container_responses_size(); ++i) {
         const auto& c = resp.container_responses(i);
         const std::string p = prefix + ".container" + std::to_string(i);
-        for (const auto& [k, v] : c.envs()) {
-            // NVIDIA's plugin turns MIG UUIDs into indices through a Go map, so the order of a list
-            // of indices changes from run to run: lists of devices are compared as sets.
-            std::string value = v;
-            if (k == "NVIDIA_VISIBLE_DEVICES" && value.find(',') != std::string::npos) {
-                std::vector<std::string> items;
-                for (size_t from = 0;;) {
-                    const size_t comma = value.find(',', from);
-                    items.push_back(value.substr(from, comma - from));
-                    if (comma == std::string::npos) break;
-                    from = comma + 1;
-                }
-                std::sort(items.begin(), items.end());
-                value = fmt::format("{} (sorted)", fmt::join(items, ","));
-            }
-            out[p + ".envs." + k] = value;
-        }
+        // NVIDIA's plugin orders the devices of one answer through a Go map (MIG UUIDs into
+        // indices, the CDI names of an answer), so the order changes from run to run: lists of
+        // devices are compared as sets.
+        for (const auto& [k, v] : c.envs())
+            out[p + ".envs." + k] = k == "NVIDIA_VISIBLE_DEVICES" ? as_set(v) : v;
         for (const auto& m : c.mounts())
             out[p + ".mounts." + m.container_path()] = m.host_path() + (m.read_only() ? " ro" : " rw");
         for (const auto& d : c.devices()) out[p + ".devices." + d.container_path()] = d.host_path() + " " + d.permissions();
@@ -193,11 +195,14 @@ void allocate(Side& s, const std::string& resource, const std::vector<std::vecto
         std::vector<std::string> values;
         for (const auto& [k, v] : c.annotations()) {
             out[p + ".annotation-key." + std::regex_replace(k, kAnswerId, "_<answer UUID>")] = "present";
-            values.push_back(v);
+            values.push_back(as_set(v));
         }
         std::sort(values.begin(), values.end());
         for (size_t j = 0; j < values.size(); ++j) out[p + ".annotations[" + std::to_string(j) + "]"] = values[j];
-        for (int j = 0; j < c.cdi_devices_size(); ++j) out[p + ".cdi_devices[" + std::to_string(j) + "]"] = c.cdi_devices(j).name();
+        std::vector<std::string> cdi;
+        for (int j = 0; j < c.cdi_devices_size(); ++j) cdi.push_back(c.cdi_devices(j).name());
+        std::sort(cdi.begin(), cdi.end());
+        for (size_t j = 0; j < cdi.size(); ++j) out[p + ".cdi_devices[" + std::to_string(j) + "]"] = cdi[j];
         if (c.envs().empty() && c.mounts().empty() && c.devices().empty() && c.annotations().empty() && c.cdi_devices().empty())
             out[p] = "(empty)";
     }
