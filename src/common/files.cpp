@@ -18,13 +18,10 @@
 
 namespace kgpu::files {
 
-Result<std::string> read(const std::filesystem::path& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        return fail(e == ENOENT ? Code::not_found : (e == EACCES ? Code::no_permission : Code::io),
-                    "cannot open {}: {}", path.string(), std::strerror(e));
-    }
+namespace {
+
+// The rest of an open file, and the descriptor closed whatever happens.
+Result<std::string> read_and_close(int fd, const std::filesystem::path& path) {
     std::string out;
     char buf[8192];
     for (;;) {
@@ -40,6 +37,18 @@ Result<std::string> read(const std::filesystem::path& path) {
     }
     ::close(fd);
     return out;
+}
+
+}  // namespace
+
+Result<std::string> read(const std::filesystem::path& path) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        return fail(e == ENOENT ? Code::not_found : (e == EACCES ? Code::no_permission : Code::io),
+                    "cannot open {}: {}", path.string(), std::strerror(e));
+    }
+    return read_and_close(fd, path);
 }
 
 Result<std::string> read_regular(const std::filesystem::path& path) {
@@ -66,21 +75,7 @@ Result<std::string> read_regular(const std::filesystem::path& path) {
                                                   : "not a regular file";
         return fail(Code::invalid_argument, "{} is {}, expected a regular file", path.string(), what);
     }
-    std::string out;
-    char buf[8192];
-    for (;;) {
-        ssize_t n = ::read(fd, buf, sizeof buf);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            int e = errno;
-            ::close(fd);
-            return fail(Code::io, "cannot read {}: {}", path.string(), std::strerror(e));
-        }
-        if (n == 0) break;
-        out.append(buf, static_cast<size_t>(n));
-    }
-    ::close(fd);
-    return out;
+    return read_and_close(fd, path);
 }
 
 Result<std::string> read_line(const std::filesystem::path& path) {
