@@ -43,7 +43,7 @@ Result<std::string> container_root_from_state(std::string_view state_json) {
     json state;
     try {
         state = json::parse(state_json);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
         return fail(Code::parse, "container state (stdin): not JSON: {}", e.what());
     }
     if (!state.is_object() || !state.contains("bundle") || !state["bundle"].is_string())
@@ -54,7 +54,7 @@ Result<std::string> container_root_from_state(std::string_view state_json) {
     json spec;
     try {
         spec = json::parse(*text);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
         return fail(Code::parse, "{}: not JSON: {}", (bundle / "config.json").string(), e.what());
     }
     std::string root;
@@ -478,7 +478,7 @@ bool use_cuda_compat(const std::string& file_name, const std::optional<std::stri
         json h;
         try {
             h = json::parse(*note);
-        } catch (const json::parse_error&) {
+        } catch (const json::exception&) {
             h = nullptr;
         }
         if (h.is_object()) {

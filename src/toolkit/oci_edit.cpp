@@ -219,6 +219,8 @@ Result<ojson> parse_spec(std::string_view text) {
         return spec;
     } catch (const ojson::parse_error& e) {
         return fail(Code::parse, "config.json: not JSON (byte {}): {}", e.byte, e.what());
+    } catch (const ojson::exception& e) {  // a number out of range (1e999)
+        return fail(Code::parse, "config.json: not JSON: {}", e.what());
     }
 }
 
@@ -228,18 +230,18 @@ std::vector<std::string> remove_legacy_hooks(ojson& spec) {
     if (hooks == spec.end() || !hooks->is_object()) return removed;
     auto prestart = hooks->find("prestart");
     if (prestart == hooks->end() || !prestart->is_array()) return removed;
-    ojson kept = ojson::array();
-    for (auto& h : *prestart) {
+    const auto is_legacy = [](const ojson& h) {
         const auto path = h.is_object() ? h.find("path") : h.end();
-        if (path != h.end() && path->is_string()) {
-            const auto& p = path->get_ref<const std::string&>();
-            const std::string_view name = std::string_view(p).substr(p.rfind('/') + 1);
-            if (std::find(std::begin(kLegacyHookNames), std::end(kLegacyHookNames), name) != std::end(kLegacyHookNames)) {
-                removed.push_back(p);
-                continue;
-            }
-        }
-        kept.push_back(std::move(h));
+        if (path == h.end() || !path->is_string()) return false;
+        const auto& p = path->get_ref<const std::string&>();
+        const std::string_view name = std::string_view(p).substr(p.rfind('/') + 1);
+        return std::find(std::begin(kLegacyHookNames), std::end(kLegacyHookNames), name) != std::end(kLegacyHookNames);
+    };
+    // The list is left as it is (not moved from) unless a legacy hook is in it.
+    ojson kept = ojson::array();
+    for (const auto& h : *prestart) {
+        if (is_legacy(h)) removed.push_back(h["path"].get<std::string>());
+        else kept.push_back(h);
     }
     if (removed.empty()) return removed;
     if (kept.empty()) hooks->erase("prestart");

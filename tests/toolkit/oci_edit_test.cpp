@@ -99,6 +99,25 @@ TEST(OciEdit, RemovesNvidiasLegacyPrestartHookOnly) {
     EXPECT_TRUE(remove_legacy_hooks(odd).empty());  // not a list: runc refuses it
 }
 
+// Found by fuzz/targets/oci_spec (corpus crash-0a9f55ee...): a prestart list without NVIDIA's
+// legacy hook came back with every hook moved out (nulls), so runc refused the container.
+TEST(OciEdit, PrestartHooksWithoutTheLegacyHookAreLeftAsTheyAre) {
+    const ojson original = ojson::parse(R"({"hooks":{"prestart":[
+        {"path":"/usr/bin/nvidia-container-tumeinr-hook","args":["x","prestart"]},
+        {"path":"/usr/local/bin/audit"}, {"path":"nvidia-contai.ner-toolkit"}]}})");
+    ojson s = original;
+    EXPECT_TRUE(remove_legacy_hooks(s).empty());
+    EXPECT_EQ(s, original);
+}
+
+// Found by fuzz/targets/oci_spec (corpus crash-4b4be612...): a number beyond a double's range
+// threw out of the parser instead of refusing the spec.
+TEST(OciEdit, ANumberOutOfRangeIsRefusedNamingConfigJson) {
+    auto r = parse_spec(R"({"process":{"user":{"uid":444444444444444444444444444e4444}}})");
+    ASSERT_FALSE(r.has_value());
+    EXPECT_TRUE(r.error().message.starts_with("config.json: not JSON")) << r.error().message;
+}
+
 TEST(OciEdit, DeepNestingIsRefused) {
     const std::string deep = "{\"x\":" + std::string(70000, '[') + std::string(70000, ']') + "}";
     auto r = parse_spec(deep);
