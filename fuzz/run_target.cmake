@@ -8,8 +8,12 @@ set(seed_arg)
 if(SEED AND NOT SEED EQUAL 0)
   set(seed_arg -seed=${SEED})
 endif()
+set(runs_arg)
+if(RUNS AND NOT RUNS EQUAL 0)
+  set(runs_arg -runs=${RUNS})
+endif()
 execute_process(
-  COMMAND ${FUZZER} -max_total_time=${SECONDS} ${seed_arg} -timeout=10 -rss_limit_mb=2048 -max_len=65536
+  COMMAND ${FUZZER} -max_total_time=${SECONDS} ${seed_arg} ${runs_arg} -timeout=10 -rss_limit_mb=2048 -max_len=65536
           -close_fd_mask=3 -print_final_stats=1 -artifact_prefix=${WORK}/artifacts/${NAME}-
           ${WORK}/corpus/${NAME} ${SEEDS}
   RESULT_VARIABLE rc)
