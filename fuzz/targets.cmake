@@ -91,3 +91,7 @@ kgpu_fuzz_target(ld_so_cache
 kgpu_fuzz_target(oci_spec
   SOURCES src/toolkit/oci_edit.cpp src/toolkit/request.cpp
   LIBS kgpu_toolkit)
+
+kgpu_fuzz_target(kube_http
+  SOURCES src/kube/http.cpp
+  LIBS kgpu_kube)

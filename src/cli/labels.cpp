@@ -18,6 +18,7 @@
 #include "inventory/discovery.h"
 #include "inventory/pci.h"
 #include "inventory/vgpu.h"
+#include "kube/node_labels.h"
 
 namespace kgpu::cli {
 
@@ -65,12 +66,22 @@ void add_labels_command(CLI::App& app, LabelsOptions& opts) {
     cmd->add_option("--driver-root-ctr-path,--container-driver-root", opts.container_driver_root,
                     "Accepted for GFD compatibility; kgpu reads the driver at --nvidia-driver-root (a warning says so "
                     "when this differs) [env DRIVER_ROOT_CTR_PATH, CONTAINER_DRIVER_ROOT]");
+    cmd->add_option("--write-node-labels", opts.write_node_labels,
+                    "Patch the labels onto this node's Node object through the API server (for clusters without "
+                    "NFD); labels kgpu set earlier that no longer apply are removed, others are never touched. The "
+                    "feature file is then written only when --output-file is given [env KGPU_WRITE_NODE_LABELS]")
+        ->expected(0, 1)
+        ->default_str("true")
+        ->option_text("[=BOOL]");
     cmd->add_option("--kubeconfig", opts.kubeconfig,
-                    "Accepted for GFD compatibility (its NodeFeature API client); kgpu labels talks to no API server");
+                    "With --write-node-labels: the kubeconfig to use (default $KUBECONFIG, else the pod's service "
+                    "account); otherwise accepted for GFD compatibility and unused");
     cmd->add_option("--kube-api-qps", opts.kube_api_qps, "Accepted for GFD compatibility (a number; unused)");
     cmd->add_option("--kube-api-burst", opts.kube_api_burst, "Accepted for GFD compatibility (an integer; unused)");
     cmd->add_option("--namespace", opts.namespace_, "Accepted for GFD compatibility (NodeFeature objects; unused)");
-    cmd->add_option("--node-name", opts.node_name, "Accepted for GFD compatibility (NodeFeature objects; unused)");
+    cmd->add_option("--node-name", opts.node_name,
+                    "With --write-node-labels: this node's name [env NODE_NAME]; otherwise accepted for GFD "
+                    "compatibility and unused");
     cmd->add_option("--pod-name", opts.pod_name, "Accepted for GFD compatibility (NodeFeature objects; unused)");
     cmd->add_option("--sysfs-root", opts.sysfs_root, "Where the host's /sys is (PCI class and config space, NUMA, DMI)")
         ->capture_default_str();
@@ -231,7 +242,7 @@ struct Pass {
 // One labeling: NVML, discovery, labels, output. With fail_on_init_error false an NVML that does
 // not start is a node without GPUs (GFD's null manager).
 Status label_once(const LabelsOptions& opts, const LabelsSettings& s, const labels::Options& base,
-                  std::optional<std::int64_t> timestamp, Pass& pass) {
+                  std::optional<std::int64_t> timestamp, kube::Client* api, Pass& pass) {
     inventory::Node node;
     auto session = open_nvml(opts.nvml);
     if (!session) {
@@ -266,9 +277,16 @@ Status label_once(const LabelsOptions& opts, const LabelsSettings& s, const labe
     auto generated = labels::generate(node, lopts);
     if (!generated) return std::unexpected(generated.error());
     pass.warnings.insert(pass.warnings.end(), generated->warnings.begin(), generated->warnings.end());
-    if (auto st = write_output(s.output_file, labels::to_feature_file(generated->labels)); !st) return st;
-    if (!s.output_file.empty() && s.output_file != "-")
-        log::info("labels: wrote {} labels to {}", generated->labels.size(), s.output_file);
+    if (s.feature_file) {
+        if (auto st = write_output(s.output_file, labels::to_feature_file(generated->labels)); !st) return st;
+        if (!s.output_file.empty() && s.output_file != "-")
+            log::info("labels: wrote {} labels to {}", generated->labels.size(), s.output_file);
+    }
+    if (api) {
+        auto changed = kube::write_node_labels(*api, s.node_name, generated->labels);
+        if (!changed) return fail(changed.error().code, "node {}: {}", s.node_name, changed.error().message);
+        log::info("labels: node {}: {} labels, {} set or removed", s.node_name, generated->labels.size(), *changed);
+    }
     return {};
 }
 
@@ -350,15 +368,32 @@ Result<LabelsSettings> resolve_labels_settings(const LabelsOptions& o,
         if (ec != std::errc{} || end != v.value->data() + v.value->size())
             return fail(Code::invalid_argument, "{} '{}': expected an integer", v.source, *v.value);
     }
+    if (auto st = set_bool(s.write_node_labels, setting(o.write_node_labels, "--write-node-labels", getenv,
+                                                        {"KGPU_WRITE_NODE_LABELS"}));
+        !st)
+        return std::unexpected(st.error());
+    if (s.write_node_labels) {
+        s.kubeconfig = o.kubeconfig;
+        if (auto v = setting(o.node_name, "--node-name", getenv, {"NODE_NAME"}); v.value) s.node_name = *v.value;
+        if (s.node_name.empty())
+            return fail(Code::invalid_argument,
+                        "--write-node-labels needs this node's name: --node-name or NODE_NAME (the downward API's "
+                        "spec.nodeName)");
+        const char* env_output = getenv("GFD_OUTPUT_FILE");
+        if (!o.output_file && !(env_output && *env_output)) s.feature_file = false;
+    }
     std::vector<std::string> unused;
     for (const auto& [value, name] : {std::pair{&o.kubeconfig, "--kubeconfig"}, {&o.kube_api_qps, "--kube-api-qps"},
                                       {&o.kube_api_burst, "--kube-api-burst"}, {&o.namespace_, "--namespace"},
                                       {&o.node_name, "--node-name"}, {&o.pod_name, "--pod-name"}})
-        if (*value) unused.emplace_back(name);
+        if (*value && !(s.write_node_labels && (value == &o.kubeconfig || value == &o.node_name)))
+            unused.emplace_back(name);
     if (!unused.empty())
         s.warnings.push_back(fmt::format("{} ignored: these set up GFD's NodeFeature API client; kgpu labels writes "
-                                         "the feature file {} and talks to no API server",
-                                         fmt::join(unused, ", "), s.output_file));
+                                         "the feature file {}{}",
+                                         fmt::join(unused, ", "), s.output_file,
+                                         s.write_node_labels ? " and patches the Node (--write-node-labels)"
+                                                             : " and talks to no API server"));
     if (auto v = setting(o.container_driver_root, "--driver-root-ctr-path", getenv,
                          {"DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT"});
         v.value && *v.value != o.nvml.driver_root)
@@ -384,6 +419,17 @@ int run_labels(const LabelsOptions& opts) {
         std::cerr << "kgpu labels: " << options.error().message << "\n";
         return 2;
     }
+    // The API server's configuration is read once (an in-cluster token is re-read by each request).
+    std::optional<kube::Client> api;
+    if (s.write_node_labels) {
+        auto config = kube::resolve_config(s.kubeconfig, [](const char* n) { return std::getenv(n); });
+        if (!config) {
+            std::cerr << "kgpu labels: --write-node-labels: " << config.error().message << "\n";
+            return 2;
+        }
+        log::info("labels: patching node {}'s labels through {} ({})", s.node_name, config->server, config->source);
+        api.emplace(std::move(*config));
+    }
 
     // In the loop SIGHUP reloads the config file and SIGTERM, SIGINT and SIGQUIT stop, as in GFD.
     // They are blocked before NVML starts any thread, so only sigtimedwait sees them.
@@ -401,7 +447,7 @@ int run_labels(const LabelsOptions& opts) {
         if (!s.no_timestamp) timestamp = static_cast<std::int64_t>(std::time(nullptr));
         for (;;) {
             Pass pass;
-            auto st = label_once(opts, s, *options, timestamp, pass);
+            auto st = label_once(opts, s, *options, timestamp, api ? &*api : nullptr, pass);
             if (pass.warnings != last_warnings)
                 for (const auto& w : pass.warnings) log::warn("labels: {}", w);
             last_warnings = pass.warnings;
@@ -427,7 +473,7 @@ int run_labels(const LabelsOptions& opts) {
             log::info("labels: {}: stopping", strsignal(sig));
             // GFD removes its file when it stops (not with an infinite interval), so NFD drops the
             // labels of a node nobody labels any more.
-            if (s.sleep_interval && !s.output_file.empty() && s.output_file != "-") {
+            if (s.sleep_interval && s.feature_file && !s.output_file.empty() && s.output_file != "-") {
                 std::error_code ec;
                 std::filesystem::remove(s.output_file, ec);
                 if (ec) log::warn("labels: removing {}: {}", s.output_file, ec.message());

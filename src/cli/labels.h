@@ -28,9 +28,10 @@ struct LabelsOptions {
     std::optional<std::string> config_file;        // GFD_CONFIG_FILE, CONFIG_FILE
     std::optional<std::string> use_node_feature_api;       // GFD_USE_NODE_FEATURE_API, USE_NODE_FEATURE_API
     std::optional<std::string> device_discovery_strategy;  // DEVICE_DISCOVERY_STRATEGY
+    std::optional<std::string> write_node_labels;          // KGPU_WRITE_NODE_LABELS
     // GFD v0.17+'s Kubernetes client and node flags (for its NodeFeature objects) and
-    // --driver-root-ctr-path: accepted and checked; kgpu writes the feature file, so only a
-    // warning says they have no effect.
+    // --driver-root-ctr-path: accepted and checked. --kubeconfig and --node-name (NODE_NAME) are
+    // used with --write-node-labels; otherwise a warning says they have no effect.
     std::optional<std::string> kubeconfig, kube_api_qps, kube_api_burst, namespace_, node_name, pod_name,
         container_driver_root;
     std::string sysfs_root = "/sys";
@@ -47,6 +48,10 @@ struct LabelsSettings {
     std::string machine_type_file;                  // "" : unknown machine
     std::optional<labels::MigStrategy> mig_strategy;  // flag or env; else the config file's
     std::string config_file;                        // "": none
+    bool feature_file = true;                       // write output_file (off with write_node_labels, unless given)
+    bool write_node_labels = false;                 // patch the Node's labels through the API server
+    std::optional<std::string> kubeconfig;          // with write_node_labels: else KUBECONFIG, else in-cluster
+    std::string node_name;                          // with write_node_labels: --node-name, NODE_NAME
     std::vector<std::string> warnings;              // accepted settings kgpu does not use, and why
 };
 

@@ -69,4 +69,36 @@ int compare_versions(const std::vector<unsigned long>& a, const std::vector<unsi
     return 0;
 }
 
+std::string base64_decode(std::string_view in, bool& ok) {
+    std::string out;
+    unsigned buf = 0;
+    int bits = 0;
+    std::size_t pad = 0;
+    ok = in.size() % 4 == 0;
+    for (char c : in) {
+        int v;
+        if (c >= 'A' && c <= 'Z') v = c - 'A';
+        else if (c >= 'a' && c <= 'z') v = c - 'a' + 26;
+        else if (c >= '0' && c <= '9') v = c - '0' + 52;
+        else if (c == '+') v = 62;
+        else if (c == '/') v = 63;
+        else if (c == '=') {
+            ++pad;
+            continue;
+        } else {
+            ok = false;
+            return {};
+        }
+        if (pad) ok = false;  // data after padding
+        buf = (buf << 6) | static_cast<unsigned>(v);
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            out += static_cast<char>((buf >> bits) & 0xff);
+        }
+    }
+    if (pad > 2) ok = false;
+    return out;
+}
+
 }  // namespace kgpu::strings

@@ -212,38 +212,6 @@ std::string_view reason_phrase(unsigned status) {
     }
 }
 
-std::string base64_decode(std::string_view in, bool& ok) {
-    std::string out;
-    unsigned buf = 0;
-    int bits = 0;
-    std::size_t pad = 0;
-    ok = in.size() % 4 == 0;
-    for (char c : in) {
-        int v;
-        if (c >= 'A' && c <= 'Z') v = c - 'A';
-        else if (c >= 'a' && c <= 'z') v = c - 'a' + 26;
-        else if (c >= '0' && c <= '9') v = c - '0' + 52;
-        else if (c == '+') v = 62;
-        else if (c == '/') v = 63;
-        else if (c == '=') {
-            ++pad;
-            continue;
-        } else {
-            ok = false;
-            return {};
-        }
-        if (pad) ok = false;  // data after padding
-        buf = (buf << 6) | static_cast<unsigned>(v);
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            out += static_cast<char>((buf >> bits) & 0xff);
-        }
-    }
-    if (pad > 2) ok = false;
-    return out;
-}
-
 std::string http_date() {
     thread_local std::time_t cached_at = 0;
     thread_local std::string cached;
@@ -868,7 +836,7 @@ struct HttpServer::Impl {
             std::string_view a = p.authorization;
             bool ok = false;
             std::string creds;
-            if (strings::starts_with_ci(a, "basic ")) creds = base64_decode(strings::trim(a.substr(6)), ok);
+            if (strings::starts_with_ci(a, "basic ")) creds = strings::base64_decode(strings::trim(a.substr(6)), ok);
             const auto colon = creds.find(':');
             if (!ok || colon == std::string::npos) {
                 unauthorized(c, p, now);

@@ -19,6 +19,12 @@ namespace {
 #define KGPU_OPENSSL_FUNCTIONS(X) \
     X(OPENSSL_init_ssl)           \
     X(TLS_server_method)          \
+    X(TLS_client_method)          \
+    X(SSL_connect)                \
+    X(SSL_ctrl)                   \
+    X(SSL_set1_host)              \
+    X(SSL_get0_param)             \
+    X(X509_VERIFY_PARAM_set1_ip_asc) \
     X(SSL_CTX_new)                \
     X(SSL_CTX_free)               \
     X(SSL_CTX_ctrl)               \
@@ -73,8 +79,7 @@ Result<const OpenSsl*> openssl() {
     std::call_once(once, [] {
         void* h = ::dlopen("libssl.so.3", RTLD_NOW | RTLD_LOCAL);
         if (!h) {
-            error = fmt::format("TLS (tls_server_config in --web-config-file) needs OpenSSL 3: libssl.so.3 (Debian "
-                                "package libssl3) does not load: {}",
+            error = fmt::format("TLS needs OpenSSL 3: libssl.so.3 (Debian package libssl3) does not load: {}",
                                 ::dlerror());
             return;
         }
@@ -254,6 +259,67 @@ std::unique_ptr<TlsStream> TlsContext::accept(int fd) const {
     if (!session) return nullptr;
     s->ssl_ = session;
     if (ssl().SSL_set_fd(session, fd) != 1) return nullptr;
+    return s;
+}
+
+Result<std::unique_ptr<TlsStream>> tls_connect(int fd, const TlsClientConfig& config) {
+    auto lib = openssl();
+    if (!lib) return std::unexpected(lib.error());
+    const OpenSsl& f = **lib;
+    f.ERR_clear_error();
+    std::unique_ptr<SSL_CTX, void (*)(SSL_CTX*)> ctx(f.SSL_CTX_new(f.TLS_client_method()), f.SSL_CTX_free);
+    if (!ctx) return fail(Code::internal, "TLS: SSL_CTX_new: {}", ssl_errors());
+    f.SSL_CTX_ctrl(ctx.get(), SSL_CTRL_SET_MIN_PROTO_VERSION, TLS1_2_VERSION, nullptr);
+    if (!config.ca_pem.empty()) {
+        auto cas = certificates(config.ca_pem);
+        if (cas.empty()) return fail(Code::parse, "TLS: {}: no PEM certificate in it", config.ca_source);
+        X509_STORE* store = f.SSL_CTX_get_cert_store(ctx.get());
+        for (X509* ca : cas) {
+            f.X509_STORE_add_cert(store, ca);
+            f.X509_free(ca);
+        }
+    }
+    if (!config.cert_pem.empty()) {
+        auto chain = certificates(config.cert_pem);
+        if (chain.empty()) return fail(Code::parse, "TLS: {}: no PEM certificate in it", config.cert_source);
+        const bool ok = f.SSL_CTX_use_certificate(ctx.get(), chain[0]) == 1;
+        for (X509* x : chain) f.X509_free(x);
+        if (!ok) return fail(Code::parse, "TLS: {}: the certificate does not load: {}", config.cert_source, ssl_errors());
+        Bio bio(config.key_pem);
+        EVP_PKEY* key = bio.b ? f.PEM_read_bio_PrivateKey(bio.b, nullptr, nullptr, nullptr) : nullptr;
+        if (!key) return fail(Code::parse, "TLS: {}: no PEM private key in it: {}", config.key_source, ssl_errors());
+        const bool key_ok = f.SSL_CTX_use_PrivateKey(ctx.get(), key) == 1 && f.SSL_CTX_check_private_key(ctx.get()) == 1;
+        f.EVP_PKEY_free(key);
+        if (!key_ok)
+            return fail(Code::parse, "TLS: the key ({}) does not match the certificate ({}): {}", config.key_source,
+                        config.cert_source, ssl_errors());
+    }
+    f.SSL_CTX_set_verify(ctx.get(), config.insecure ? SSL_VERIFY_NONE : SSL_VERIFY_PEER, nullptr);
+
+    std::unique_ptr<TlsStream> s(new TlsStream());
+    SSL* session = f.SSL_new(ctx.get());  // holds its own reference to the context
+    if (!session) return fail(Code::internal, "TLS: SSL_new: {}", ssl_errors());
+    s->ssl_ = session;
+    if (f.SSL_set_fd(session, fd) != 1) return fail(Code::internal, "TLS: SSL_set_fd: {}", ssl_errors());
+    if (!config.host.empty()) {
+        in6_addr any{};
+        const bool ip = ::inet_pton(AF_INET, config.host.c_str(), &any) == 1 || ::inet_pton(AF_INET6, config.host.c_str(), &any) == 1;
+        if (ip) {
+            if (!config.insecure && f.X509_VERIFY_PARAM_set1_ip_asc(f.SSL_get0_param(session), config.host.c_str()) != 1)
+                return fail(Code::invalid_argument, "TLS: {}: not an IP address OpenSSL accepts", config.host);
+        } else {
+            f.SSL_ctrl(session, SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name, const_cast<char*>(config.host.c_str()));
+            if (!config.insecure && f.SSL_set1_host(session, config.host.c_str()) != 1)
+                return fail(Code::invalid_argument, "TLS: {}: not a host name OpenSSL accepts", config.host);
+        }
+    }
+    const int r = f.SSL_connect(session);
+    if (r != 1) {
+        const long v = f.SSL_get_verify_result(session);
+        std::string why = ssl_errors();
+        if (v != X509_V_OK) why += fmt::format(" (server certificate: {})", f.X509_verify_cert_error_string(v));
+        return fail(Code::unavailable, "TLS handshake with {}: {}", config.host, why);
+    }
     return s;
 }
 

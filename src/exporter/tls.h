@@ -15,6 +15,16 @@ namespace kgpu::exporter {
 
 class TlsStream;
 
+// The client side (kube/client.h: the API server). The *_source fields name where each PEM came
+// from, for messages.
+struct TlsClientConfig {
+    std::string ca_pem, ca_source;        // trusted CAs; "": the handshake fails unless insecure
+    std::string cert_pem, cert_source;    // client certificate; "": none
+    std::string key_pem, key_source;      // its key
+    std::string host;                     // the name or IP address the server's certificate must carry
+    bool insecure = false;                // no verification (kubeconfig's insecure-skip-tls-verify)
+};
+
 // One server configuration (certificate, key, client CAs, versions, ciphers).
 class TlsContext {
 public:
@@ -32,9 +42,24 @@ public:
 private:
     TlsContext() = default;
     friend class TlsStream;
+
+// The client side (kube/client.h: the API server). The *_source fields name where each PEM came
+// from, for messages.
+struct TlsClientConfig {
+    std::string ca_pem, ca_source;        // trusted CAs; "": the handshake fails unless insecure
+    std::string cert_pem, cert_source;    // client certificate; "": none
+    std::string key_pem, key_source;      // its key
+    std::string host;                     // the name or IP address the server's certificate must carry
+    bool insecure = false;                // no verification (kubeconfig's insecure-skip-tls-verify)
+};
     void* ctx_ = nullptr;  // SSL_CTX*
     std::shared_ptr<const TlsServerConfig> config_;
 };
+
+// Handshakes as a client on a connected socket (blocking; the caller sets its timeouts) and
+// verifies the server's certificate against config.ca_pem and config.host. Errors: not_found
+// (no OpenSSL 3), parse (a PEM that does not load), unavailable (the handshake failed, with why).
+Result<std::unique_ptr<TlsStream>> tls_connect(int fd, const TlsClientConfig& config);
 
 class TlsStream {
 public:
@@ -55,6 +80,7 @@ public:
 
 private:
     friend class TlsContext;
+    friend Result<std::unique_ptr<TlsStream>> tls_connect(int fd, const TlsClientConfig& config);
     TlsStream() = default;
     Io result(int ret, const char* what);
     void* ssl_ = nullptr;  // SSL*

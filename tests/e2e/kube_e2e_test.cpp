@@ -40,6 +40,7 @@ namespace {
 namespace fs = std::filesystem;
 using std::chrono::seconds;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 const char* kWorkloadImage = "docker.io/local/kgpu-e2e-cuda:1";
 const std::string kFixture = std::string(KGPU_SOURCE_DIR) + "/sim/nodes/dgx-h100.yaml";
@@ -911,6 +912,59 @@ TEST(KubeE2E, Containerd2) {
     auto stopped = run({"/bin/bash", pkg + "/scripts/stop.sh", dir, bin}, seconds(120));
     EXPECT_EQ(stopped.exit_code, 0) << stopped.out << stopped.err;
     figure("case 8 (containerd 2.1)", since(t0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 9. Labels on the Node without NFD (issue #27 part 3): `kgpu labels --write-node-labels` through
+// the real API server, removing only what it set before.
+
+TEST(KubeE2E, NodeLabelsWithoutNfd) {
+    E2E_ATTACH(c);
+    const std::string node = c.env("KUBE_NODE_NAME");
+    const std::map<std::string, std::string> env = {{"KGPU_SIM_NODE", sim_fixture(c.base())}, {"NODE_NAME", node}};
+    const std::vector<std::string> argv = {KGPU_BINARY, "labels", "--oneshot", "--write-node-labels", "--kubeconfig",
+                                           c.env("KUBECONFIG"), "--nvml-library", KGPU_SIM_LIBRARY, "--no-timestamp"};
+    // A label kgpu set in an earlier run that no longer applies, and one somebody else set.
+    auto pre = c.kubectl({"label", "node", node, "nvidia.com/gpu.stale=1", "example.com/keep=1"});
+    ASSERT_EQ(pre.exit_code, 0) << pre.err;
+    auto note = c.kubectl({"annotate", "node", node, "kgpu/node-labels=nvidia.com/gpu.stale"});
+    ASSERT_EQ(note.exit_code, 0) << note.err;
+
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = run(argv, seconds(60), env);
+    ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+    figure("kgpu labels --write-node-labels (one pass)", since(t0));
+    json n = c.get({"node", node});
+    const json labels = n["metadata"].value("labels", json::object());
+    EXPECT_EQ(labels.value("nvidia.com/gpu.count", ""), "8") << labels.dump();
+    EXPECT_EQ(labels.value("nvidia.com/gpu.present", ""), "true") << labels.dump();
+    EXPECT_THAT(labels.value("nvidia.com/gpu.product", ""), HasSubstr("H100")) << labels.dump();
+    EXPECT_FALSE(labels.contains("nvidia.com/gpu.stale")) << "kgpu's earlier label stays: " << labels.dump();
+    EXPECT_EQ(labels.value("example.com/keep", ""), "1") << "a label kgpu did not set was touched";
+    const std::string owned = n["metadata"]["annotations"].value("kgpu/node-labels", "");
+    EXPECT_THAT(owned, HasSubstr("nvidia.com/gpu.count"));
+    EXPECT_THAT(owned, Not(HasSubstr("stale")));
+    EXPECT_THAT(r.err, HasSubstr("set or removed")) << r.err;
+
+    // The same labels again: nothing to change, no PATCH.
+    auto again = run(argv, seconds(60), env);
+    ASSERT_EQ(again.exit_code, 0) << again.err;
+    EXPECT_THAT(again.err, HasSubstr("0 set or removed")) << again.err;
+
+    // An API server that refuses the credentials: a clear failure naming the server's answer.
+    const std::string bad = c.base() + "/bad-kubeconfig";
+    {
+        std::string text = slurp(c.env("KUBECONFIG"));
+        static const std::regex token(R"re(token: "[^"]*")re");
+        std::ofstream(bad) << std::regex_replace(text, token, "token: \"wrong\"");
+    }
+    std::vector<std::string> bad_argv = argv;
+    bad_argv[5] = bad;
+    auto refused = run(bad_argv, seconds(60), env);
+    EXPECT_EQ(refused.exit_code, 1) << refused.err;
+    EXPECT_THAT(refused.err, HasSubstr("401")) << refused.err;
+    EXPECT_THAT(refused.err, HasSubstr(node)) << refused.err;
+    c.kubectl({"label", "node", node, "example.com/keep-"});
 }
 
 // ---------------------------------------------------------------------------------------------

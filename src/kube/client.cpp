@@ -1,0 +1,281 @@
+// The Kubernetes API client (client.h): configuration, HTTP/1.1 framing, one TLS connection per request.
+#include "kube/client.h"
+
+#include <netdb.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "common/files.h"
+#include "common/strings.h"
+
+namespace kgpu::kube {
+namespace {
+
+namespace fs = std::filesystem;
+
+// "https://host:port" (the port defaults to 443; IPv6 in brackets) into host and port.
+Status parse_server(std::string_view server, ApiConfig& out, std::string_view where) {
+    std::string_view rest = server;
+    if (!rest.starts_with("https://"))
+        return fail(Code::parse, "{}: server '{}': expected https://HOST[:PORT] (kgpu talks to the API server over TLS only)",
+                    where, server);
+    rest.remove_prefix(8);
+    if (auto slash = rest.find('/'); slash != std::string_view::npos) {
+        if (rest.substr(slash) != "/")
+            return fail(Code::parse, "{}: server '{}': a path after the host is not supported", where, server);
+        rest = rest.substr(0, slash);
+    }
+    std::string_view host = rest, port;
+    if (rest.starts_with('[')) {
+        const auto close = rest.find(']');
+        if (close == std::string_view::npos) return fail(Code::parse, "{}: server '{}': unclosed '['", where, server);
+        host = rest.substr(1, close - 1);
+        rest.remove_prefix(close + 1);
+        if (rest.starts_with(':')) port = rest.substr(1);
+        else if (!rest.empty()) return fail(Code::parse, "{}: server '{}': expected ':PORT' after ']'", where, server);
+    } else if (auto colon = rest.rfind(':'); colon != std::string_view::npos) {
+        host = rest.substr(0, colon);
+        port = rest.substr(colon + 1);
+    }
+    if (host.empty()) return fail(Code::parse, "{}: server '{}': no host", where, server);
+    out.port = 443;
+    if (!port.empty()) {
+        int p = 0;
+        auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
+        if (ec != std::errc{} || end != port.data() + port.size() || p <= 0 || p > 65535)
+            return fail(Code::parse, "{}: server '{}': port '{}' is not a number from 1 to 65535", where, server, port);
+        out.port = p;
+    }
+    out.server = std::string(server);
+    out.host = std::string(host);
+    out.tls.host = out.host;
+    return {};
+}
+
+// A PEM from a kubeconfig: the *-data field (base64) or the file field (relative to the kubeconfig).
+Status read_pem(const YAML::Node& node, const char* data_key, const char* file_key, const fs::path& base,
+                std::string& pem, std::string& source, std::string_view where) {
+    if (auto d = node[data_key]; d && d.IsScalar()) {
+        bool ok = false;
+        std::string text;
+        std::string compact;
+        for (char c : d.Scalar())
+            if (c != '\n' && c != '\r' && c != ' ') compact += c;
+        text = strings::base64_decode(compact, ok);
+        if (!ok) return fail(Code::parse, "{}: {}: not base64", where, data_key);
+        pem = std::move(text);
+        source = fmt::format("{}: {}", where, data_key);
+        return {};
+    }
+    if (auto f = node[file_key]; f && f.IsScalar() && !f.Scalar().empty()) {
+        fs::path p = f.Scalar();
+        if (p.is_relative()) p = base / p;
+        auto text = files::read(p);
+        if (!text) return fail(Code::parse, "{}: {} {}: {}", where, file_key, p.string(), text.error().message);
+        pem = std::move(*text);
+        source = p.string();
+    }
+    return {};
+}
+
+// The entry named `name` in a kubeconfig list (clusters, users, contexts), its inner map.
+YAML::Node named(const YAML::Node& list, const std::string& name, const char* inner) {
+    if (!list || !list.IsSequence()) return YAML::Node(YAML::NodeType::Undefined);
+    for (const auto& e : list)
+        if (e.IsMap() && e["name"] && e["name"].IsScalar() && e["name"].Scalar() == name && e[inner] && e[inner].IsMap())
+            return e[inner];
+    return YAML::Node(YAML::NodeType::Undefined);
+}
+
+std::string scalar(const YAML::Node& n, const char* key) {
+    auto v = n[key];
+    return v && v.IsScalar() ? v.Scalar() : std::string();
+}
+
+struct Fd {
+    int fd = -1;
+    ~Fd() {
+        if (fd >= 0) ::close(fd);
+    }
+};
+
+}  // namespace
+
+Result<ApiConfig> load_kubeconfig(const std::string& path) {
+    auto text = files::read(path);
+    if (!text) return fail(Code::not_found, "kubeconfig {}: {}", path, text.error().message);
+    YAML::Node doc;
+    try {
+        doc = YAML::Load(*text);
+    } catch (const YAML::Exception& e) {
+        return fail(Code::parse, "kubeconfig {}: not YAML: {}", path, e.what());
+    }
+    if (!doc.IsMap()) return fail(Code::parse, "kubeconfig {}: expected a map (apiVersion: v1, kind: Config)", path);
+    try {
+        const std::string current = scalar(doc, "current-context");
+        if (current.empty()) return fail(Code::parse, "kubeconfig {}: no current-context", path);
+        auto context = named(doc["contexts"], current, "context");
+        if (!context) return fail(Code::parse, "kubeconfig {}: current-context '{}' is not in contexts", path, current);
+        const std::string cluster_name = scalar(context, "cluster"), user_name = scalar(context, "user");
+        auto cluster = named(doc["clusters"], cluster_name, "cluster");
+        if (!cluster) return fail(Code::parse, "kubeconfig {}: context '{}': cluster '{}' is not in clusters", path, current, cluster_name);
+        ApiConfig out;
+        out.source = path;
+        const fs::path base = fs::path(path).parent_path();
+        const std::string where_cluster = fmt::format("kubeconfig {}: cluster '{}'", path, cluster_name);
+        if (auto st = parse_server(scalar(cluster, "server"), out, where_cluster); !st) return std::unexpected(st.error());
+        if (auto name = scalar(cluster, "tls-server-name"); !name.empty()) out.tls.host = name;
+        out.tls.insecure = scalar(cluster, "insecure-skip-tls-verify") == "true";
+        if (auto st = read_pem(cluster, "certificate-authority-data", "certificate-authority", base, out.tls.ca_pem,
+                               out.tls.ca_source, where_cluster);
+            !st)
+            return std::unexpected(st.error());
+        if (!user_name.empty()) {
+            auto user = named(doc["users"], user_name, "user");
+            if (!user) return fail(Code::parse, "kubeconfig {}: context '{}': user '{}' is not in users", path, current, user_name);
+            const std::string where_user = fmt::format("kubeconfig {}: user '{}'", path, user_name);
+            out.token = scalar(user, "token");
+            if (auto f = scalar(user, "tokenFile"); !f.empty()) out.token_file = fs::path(f).is_relative() ? (base / f).string() : f;
+            if (auto st = read_pem(user, "client-certificate-data", "client-certificate", base, out.tls.cert_pem,
+                                   out.tls.cert_source, where_user);
+                !st)
+                return std::unexpected(st.error());
+            if (auto st = read_pem(user, "client-key-data", "client-key", base, out.tls.key_pem, out.tls.key_source, where_user);
+                !st)
+                return std::unexpected(st.error());
+            if (out.tls.cert_pem.empty() != out.tls.key_pem.empty())
+                return fail(Code::parse, "{}: a client certificate needs its key and the key its certificate", where_user);
+            if (user["exec"] || user["auth-provider"])
+                return fail(Code::parse, "{}: exec and auth-provider credentials are not supported (use a token, tokenFile or a client certificate)",
+                            where_user);
+        }
+        return out;
+    } catch (const YAML::Exception& e) {
+        return fail(Code::parse, "kubeconfig {}: {}", path, e.what());
+    }
+}
+
+Result<ApiConfig> in_cluster_config(const std::function<const char*(const char*)>& getenv, const std::string& account_dir) {
+    const char* host = getenv("KUBERNETES_SERVICE_HOST");
+    const char* port = getenv("KUBERNETES_SERVICE_PORT");
+    if (!host || !*host || !port || !*port)
+        return fail(Code::not_found,
+                    "no API server: --kubeconfig and KUBECONFIG are not set and KUBERNETES_SERVICE_HOST/_PORT are not either "
+                    "(not running in a pod)");
+    ApiConfig out;
+    out.source = "in-cluster";
+    const std::string h = host;
+    const std::string server = h.find(':') != std::string::npos ? fmt::format("https://[{}]:{}", h, port)
+                                                                : fmt::format("https://{}:{}", h, port);
+    if (auto st = parse_server(server, out, "KUBERNETES_SERVICE_HOST/_PORT"); !st) return std::unexpected(st.error());
+    out.token_file = account_dir + "/token";
+    const std::string ca = account_dir + "/ca.crt";
+    auto pem = files::read(ca);
+    if (!pem) return fail(Code::not_found, "in-cluster: the service account's CA {}: {}", ca, pem.error().message);
+    out.tls.ca_pem = std::move(*pem);
+    out.tls.ca_source = ca;
+    if (::access(out.token_file.c_str(), R_OK) != 0)
+        return fail(Code::not_found, "in-cluster: the service account's token {} is not readable", out.token_file);
+    return out;
+}
+
+Result<ApiConfig> resolve_config(const std::optional<std::string>& kubeconfig,
+                                 const std::function<const char*(const char*)>& getenv) {
+    if (kubeconfig && !kubeconfig->empty()) return load_kubeconfig(*kubeconfig);
+    if (const char* env = getenv("KUBECONFIG"); env && *env) {
+        std::string first(env);
+        if (auto colon = first.find(':'); colon != std::string::npos) first.resize(colon);  // the first file of a list
+        return load_kubeconfig(first);
+    }
+    return in_cluster_config(getenv);
+}
+
+Client::Client(ApiConfig config, std::chrono::milliseconds timeout) : config_(std::move(config)), timeout_(timeout) {}
+
+Result<Response> Client::request(std::string_view method, std::string_view path, std::string_view body,
+                                 std::string_view content_type) {
+    const std::string what = fmt::format("{} {}{}", method, config_.server, path);
+    std::string token = config_.token;
+    if (!config_.token_file.empty()) {
+        auto t = files::read(config_.token_file);  // every time: a projected token rotates
+        if (!t) return fail(Code::unavailable, "{}: the token file {}: {}", what, config_.token_file, t.error().message);
+        token = std::string(strings::trim(*t));
+    }
+
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    const std::string port = std::to_string(config_.port);
+    if (int rc = ::getaddrinfo(config_.host.c_str(), port.c_str(), &hints, &found); rc != 0)
+        return fail(Code::unavailable, "{}: cannot resolve {}: {}", what, config_.host, ::gai_strerror(rc));
+    std::unique_ptr<addrinfo, void (*)(addrinfo*)> addrs(found, ::freeaddrinfo);
+    Fd sock;
+    std::string connect_error = "no address";
+    timeval tv{};
+    tv.tv_sec = static_cast<time_t>(timeout_.count() / 1000);
+    tv.tv_usec = static_cast<suseconds_t>((timeout_.count() % 1000) * 1000);
+    for (addrinfo* a = found; a; a = a->ai_next) {
+        Fd s;
+        s.fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (s.fd < 0) continue;
+        // Blocking I/O bounded by the timeout (connect() honours SO_SNDTIMEO on Linux).
+        ::setsockopt(s.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        ::setsockopt(s.fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+        if (::connect(s.fd, a->ai_addr, a->ai_addrlen) == 0) {
+            std::swap(sock.fd, s.fd);
+            break;
+        }
+        connect_error = errno == EINPROGRESS ? "timed out" : std::strerror(errno);
+    }
+    if (sock.fd < 0) return fail(Code::unavailable, "{}: connect: {}", what, connect_error);
+    auto tls = exporter::tls_connect(sock.fd, config_.tls);
+    if (!tls) return fail(tls.error().code, "{}: {}", what, tls.error().message);
+
+    std::string req = fmt::format("{} {} HTTP/1.1\r\nHost: {}:{}\r\nUser-Agent: kgpu\r\nAccept: application/json\r\n"
+                                  "Connection: close\r\n",
+                                  method, path, config_.host.find(':') != std::string::npos ? "[" + config_.host + "]" : config_.host,
+                                  config_.port);
+    if (!token.empty()) req += fmt::format("Authorization: Bearer {}\r\n", token);
+    if (!body.empty() || method == "POST" || method == "PATCH" || method == "PUT")
+        req += fmt::format("Content-Type: {}\r\nContent-Length: {}\r\n", content_type, body.size());
+    req += "\r\n";
+    req.append(body);
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    for (std::size_t off = 0; off < req.size();) {
+        std::size_t n = 0;
+        if ((*tls)->write(req.data() + off, req.size() - off, n) != exporter::TlsStream::Io::ok)
+            return fail(Code::unavailable, "{}: sending the request: {}", what,
+                        (*tls)->error().empty() ? "timed out" : (*tls)->error());
+        off += n;
+    }
+    std::string in;
+    char buf[16384];
+    for (;;) {
+        std::size_t n = 0;
+        const auto io = (*tls)->read(buf, sizeof buf, n);
+        const bool eof = io == exporter::TlsStream::Io::closed;
+        if (io == exporter::TlsStream::Io::ok) in.append(buf, n);
+        else if (!eof)
+            return fail(Code::unavailable, "{}: reading the response: {}", what,
+                        (*tls)->error().empty() ? "timed out" : (*tls)->error());
+        bool complete = false;
+        auto r = parse_response(in, eof, complete);
+        if (!r) return fail(Code::parse, "{}: {}", what, r.error().message);
+        if (complete) {
+            (*tls)->shutdown();
+            return r;
+        }
+        if (std::chrono::steady_clock::now() > deadline)
+            return fail(Code::unavailable, "{}: no complete response within {} ms", what, timeout_.count());
+    }
+}
+
+}  // namespace kgpu::kube

@@ -1,0 +1,63 @@
+// A small Kubernetes API client (issue #27): HTTPS with HTTP/1.1 and JSON, one connection per
+// request, blocking with a deadline. Configuration from a kubeconfig (token, token file or
+// client certificate; CA file or data; insecure-skip-tls-verify) or in-cluster (the service
+// account's token, re-read before every request so a rotated one is used, and CA bundle).
+// No watch yet: the callers here (kgpu labels --write-node-labels) get and patch.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/error.h"
+#include "exporter/tls.h"
+#include "kube/http.h"
+
+namespace kgpu::kube {
+
+struct ApiConfig {
+    std::string server;      // https://host:port, as configured (for messages)
+    std::string host;        // host name or IP address
+    int port = 443;
+    exporter::TlsClientConfig tls;
+    std::string token;       // a bearer token given inline
+    std::string token_file;  // or read from this file before each request
+    std::string source;      // where this came from: the kubeconfig's path or "in-cluster"
+};
+
+// A kubeconfig's current context. Errors: not_found (no file), parse (not YAML, no current
+// context, a missing cluster or user, an https-less server, bad base64), each naming the file and
+// the field.
+Result<ApiConfig> load_kubeconfig(const std::string& path);
+
+// In-cluster: KUBERNETES_SERVICE_HOST and _PORT, and `<account_dir>/token` and `ca.crt`.
+// Errors: not_found naming what is missing.
+Result<ApiConfig> in_cluster_config(const std::function<const char*(const char*)>& getenv,
+                                    const std::string& account_dir = "/var/run/secrets/kubernetes.io/serviceaccount");
+
+// `kubeconfig` (a flag) when set, else $KUBECONFIG, else in-cluster, as client-go's
+// BuildConfigFromFlags with an empty master does.
+Result<ApiConfig> resolve_config(const std::optional<std::string>& kubeconfig,
+                                 const std::function<const char*(const char*)>& getenv);
+
+class Client {
+public:
+    explicit Client(ApiConfig config, std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+    // METHOD path (with its query) with an optional JSON body of `content_type`. Any HTTP status is
+    // a response; errors are transport failures (unavailable: connect, TLS, timeout, a cut
+    // connection; parse: a response that is not HTTP), naming the server.
+    Result<Response> request(std::string_view method, std::string_view path, std::string_view body = {},
+                             std::string_view content_type = "application/json");
+
+    const ApiConfig& config() const { return config_; }
+
+private:
+    ApiConfig config_;
+    std::chrono::milliseconds timeout_;
+};
+
+}  // namespace kgpu::kube
