@@ -661,8 +661,17 @@ std::string kubelet_pid(const Cluster& c) { return trim(slurp(c.state().kube + "
 
 // The nvidia<N> nodes a running pod's container has now (through containerd: no pods/exec here).
 std::vector<std::string> devices_now(const Cluster& c, const std::string& pod) {
-    auto r = c.exec(c.container_id("default", pod, "cuda"), "ls /dev");
-    return r.exit_code == 0 ? gpu_nodes(r.out) : std::vector<std::string>{"<exec failed: " + r.err + ">"};
+    // `ls /dev` always lists null: an answer without it is an exec whose output ctr lost (seen once
+    // on a loaded machine: exit 0, nothing printed), asked again rather than read as "no GPUs".
+    RunResult r;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+        r = c.exec(c.container_id("default", pod, "cuda"), "ls /dev");
+        if (r.exit_code == 0 && gpu_nodes(r.out).empty() && r.out.find("null") == std::string::npos) continue;
+        break;
+    }
+    if (r.exit_code != 0) return {"<exec failed: " + r.err + ">"};
+    if (r.out.find("null") == std::string::npos) return {"<exec printed no /dev listing: '" + r.out + "' " + r.err + ">"};
+    return gpu_nodes(r.out);
 }
 
 // A 1-GPU pod that starts and sees exactly one GPU: someone live answered its Allocate.
