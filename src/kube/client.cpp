@@ -46,6 +46,9 @@ Status parse_server(std::string_view server, ApiConfig& out, std::string_view wh
         port = rest.substr(colon + 1);
     }
     if (host.empty()) return fail(Code::parse, "{}: server '{}': no host", where, server);
+    for (char c : host)
+        if (static_cast<unsigned char>(c) <= ' ' || c == '@' || c == '/' || c == '?' || c == '#' || c == 0x7f)
+            return fail(Code::parse, "{}: server '{}': the host has characters a host name cannot have", where, server);
     out.port = 443;
     if (!port.empty()) {
         int p = 0;

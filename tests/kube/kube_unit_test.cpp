@@ -107,6 +107,9 @@ TEST(KubeConfig, ErrorsNameTheFileAndTheField) {
                  "{server: \"https://h\"}}]\nusers: [{name: u, user: {exec: {command: aws}}}]\n",
                  "exec and auth-provider");
     expect_error("[unclosed", "not YAML");
+    expect_error("current-context: c\ncontexts: [{name: c, context: {cluster: k}}]\nclusters: [{name: k, cluster: {server: "
+                 "\"https://h\\r\\nX: y\"}}]\n",
+                 "characters a host name cannot have");
     EXPECT_FALSE(kube::load_kubeconfig((d.path / "absent").string()).has_value());
 }
 
@@ -222,4 +225,25 @@ TEST(NodeLabels, SetsWhatDiffersRemovesOnlyWhatKgpuSetAndRecordsTheSet) {
     EXPECT_EQ(kube::node_labels_patch(json::parse(R"({"metadata":{"name":"n"}})"), {{"a", "1"}}),
               json::parse(R"({"metadata":{"labels":{"a":"1"},"annotations":{"kgpu/node-labels":"a"}}})"));
     EXPECT_EQ(kube::node_labels_patch(json(7), {}), json::parse(R"({"metadata":{"annotations":{"kgpu/node-labels":""}}})"));
+}
+
+TEST(NodeLabels, ANodeNameThatIsNotADnsSubdomainIsRefusedBeforeAnyRequest) {
+    kube::ApiConfig config;
+    config.server = "https://127.0.0.1:1";
+    config.host = "127.0.0.1";
+    config.port = 1;  // nothing listens: a request would fail differently
+    kube::Client client(config, std::chrono::milliseconds(200));
+    for (const char* bad : {"a/b", "n?watch=1", "N", "a b", "x\r\nHost: evil"}) {
+        auto r = kube::write_node_labels(client, bad, {{"a", "1"}});
+        ASSERT_FALSE(r.has_value()) << bad;
+        EXPECT_NE(r.error().message.find("expected a DNS subdomain"), std::string::npos) << r.error().message;
+    }
+    auto empty = kube::write_node_labels(client, "", {});
+    ASSERT_FALSE(empty.has_value());
+    EXPECT_NE(empty.error().message.find("NODE_NAME"), std::string::npos);
+    // A valid name gets as far as the connection, which fails naming the server.
+    auto refused = kube::write_node_labels(client, "node-1.example", {{"a", "1"}});
+    ASSERT_FALSE(refused.has_value());
+    EXPECT_NE(refused.error().message.find("https://127.0.0.1:1/api/v1/nodes/node-1.example"), std::string::npos)
+        << refused.error().message;
 }
