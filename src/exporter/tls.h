@@ -42,16 +42,6 @@ public:
 private:
     TlsContext() = default;
     friend class TlsStream;
-
-// The client side (kube/client.h: the API server). The *_source fields name where each PEM came
-// from, for messages.
-struct TlsClientConfig {
-    std::string ca_pem, ca_source;        // trusted CAs; "": the handshake fails unless insecure
-    std::string cert_pem, cert_source;    // client certificate; "": none
-    std::string key_pem, key_source;      // its key
-    std::string host;                     // the name or IP address the server's certificate must carry
-    bool insecure = false;                // no verification (kubeconfig's insecure-skip-tls-verify)
-};
     void* ctx_ = nullptr;  // SSL_CTX*
     std::shared_ptr<const TlsServerConfig> config_;
 };
