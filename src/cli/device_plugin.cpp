@@ -96,6 +96,20 @@ CLI::App* add_device_plugin_command(CLI::App& app, DevicePluginFlags& f) {
                     "KGPU_APPLY_RESOURCE_PATTERNS]")
         ->expected(0, 1)
         ->default_str("true");
+    cmd->add_option("--node-name", f.node_name,
+                    "This node's name, for GPU health on the Node (Events, annotation) [env NODE_NAME]");
+    cmd->add_option("--kubeconfig", f.kubeconfig,
+                    "The kubeconfig for GPU health on the Node (default $KUBECONFIG, else the pod's service account)");
+    cmd->add_option("--node-health-events", f.node_health_events,
+                    "Post an Event on the Node when a GPU turns Unhealthy or recovers (reason GPUUnhealthy / "
+                    "GPUHealthy; needs --node-name and create/patch on events; default true) [env KGPU_NODE_HEALTH_EVENTS]")
+        ->expected(0, 1)
+        ->default_str("true");
+    cmd->add_option("--node-health-annotation", f.node_health_annotation,
+                    "Keep each GPU's health in the Node's kgpu/gpu-health annotation (JSON; needs --node-name and "
+                    "patch on nodes; default false; the bare flag means true) [env KGPU_NODE_HEALTH_ANNOTATION]")
+        ->expected(0, 1)
+        ->default_str("true");
     cmd->add_flag("--check-config", f.check_config, "Print the effective configuration and exit");
     return cmd;
 }
@@ -203,6 +217,33 @@ int run_device_plugin(const DevicePluginFlags& f) {
     opts.flags = std::move(flags);
     opts.config_file = config_file;
     opts.mps_control_binary = f.mps_control_binary;
+    // GPU health on the Node: process options (a SIGHUP does not change them).
+    auto node_bool = [&](const std::optional<std::string>& flag, const char* name, const char* env, bool& out) {
+        std::optional<std::string> text = flag;
+        std::string where = name;
+        if (!text)
+            if (const char* v = std::getenv(env); v && *v) {
+                text = v;
+                where = fmt::format("environment variable {}", env);
+            }
+        if (!text) return true;
+        auto v = dp::parse_bool(*text);
+        if (!v) {
+            std::cerr << "kgpu device-plugin: " << where << ": " << v.error().message << "\n";
+            return false;
+        }
+        out = *v;
+        return true;
+    };
+    if (!node_bool(f.node_health_events, "--node-health-events", "KGPU_NODE_HEALTH_EVENTS", opts.node_events) ||
+        !node_bool(f.node_health_annotation, "--node-health-annotation", "KGPU_NODE_HEALTH_ANNOTATION", opts.node_annotation))
+        return 2;
+    if (f.node_name) {
+        opts.node_name = *f.node_name;
+    } else if (const char* v = std::getenv("NODE_NAME")) {
+        opts.node_name = v;
+    }
+    opts.kubeconfig = f.kubeconfig;
     if (const char* retry = std::getenv("KGPU_INIT_RETRY_MS")) opts.init_retry = std::chrono::milliseconds(std::atoi(retry));
     return dp::run_device_plugin(std::move(opts));
 }

@@ -87,7 +87,7 @@ std::vector<GpuHealth> HealthMonitor::snapshot_locked() const {
     std::vector<GpuHealth> out;
     out.reserve(gpus_.size());
     for (const auto& g : gpus_) {
-        GpuHealth h{g.state.healthy, g.state.reason, {}};
+        GpuHealth h{g.uuid, g.state.healthy, g.state.reason, {}};
         for (const auto& m : g.migs)
             if (!m.state.healthy) h.unhealthy_migs.emplace(m.uuid, m.state.reason);
         out.push_back(std::move(h));

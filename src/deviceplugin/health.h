@@ -49,6 +49,7 @@
 namespace kgpu::deviceplugin {
 
 struct GpuHealth {
+    std::string uuid;
     bool healthy = true;
     std::string reason;  // why it is unhealthy (or how it recovered)
     // MIG devices (by MIG UUID) unhealthy on their own while the GPU is healthy, with the reason.

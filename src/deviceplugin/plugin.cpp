@@ -27,10 +27,13 @@
 #include "deviceplugin/health.h"
 #include "deviceplugin/mig_caps.h"
 #include "deviceplugin/mps.h"
+#include "deviceplugin/node_events.h"
 #include "deviceplugin/registrar.h"
 #include "deviceplugin/resources.h"
 #include "deviceplugin/server.h"
 #include "inventory/discovery.h"
+#include "kube/client.h"
+#include "kube/events.h"
 #include "nvml/library.h"
 
 namespace kgpu::deviceplugin {
@@ -89,6 +92,10 @@ private:
     bool stop_serving(bool empty_lists, bool exiting = false);
     void start_servers();
     void on_health(const std::vector<GpuHealth>& health);
+    // Posts what changed between health_ and `next` on the Node (node_events.h), when enabled.
+    void report_health_locked(const std::vector<GpuHealth>& next);
+    // The Event recorder for --node-name/NODE_NAME and an API server configuration, if any.
+    void start_node_reporting();
     void on_mps(const std::map<std::string, MpsWatcher::State>& states);
     void watch_mps(const Config& cfg, const std::vector<std::string>& names);
     void publish_locked(Entry& e);
@@ -119,6 +126,9 @@ private:
     std::map<std::string, bool> mps_up_;  // MPS resource -> its control daemon answers
     CdiSpecRefresher cdi_refresh_;   // the CDI spec follows a driver change (control thread only)
     OwnedSpecs extra_specs_;         // the extra CDI specs this process wrote (extras.h)
+    // GPU health Events and the health annotation on the Node (node_events.h); null when off.
+    // Its queue never waits for the API server, so the health thread calls it under mu_.
+    std::unique_ptr<kube::EventRecorder> events_;
 };
 
 bool Plugin::unhealthy_locked(const Resource& r, const Device& d) const {
@@ -147,8 +157,28 @@ void Plugin::publish_locked(Entry& e) {
     if (e.server && e.state) e.server->publish(device_list_locked(e.state->resource));
 }
 
+void Plugin::report_health_locked(const std::vector<GpuHealth>& next) {
+    if (!events_) return;
+    auto devices_of = [this](unsigned gpu) {
+        std::vector<std::string> parts;
+        if (served_)
+            for (const auto& e : served_->entries) {
+                if (!e->state) continue;
+                std::size_t n = 0;
+                for (const auto& d : e->state->resource.devices) n += d.gpu_index == gpu;
+                if (n) parts.push_back(fmt::format("{} {} device{}", n, e->name, n == 1 ? "" : "s"));
+            }
+        return fmt::format("{}", fmt::join(parts, ", "));
+    };
+    if (opts_.node_events)
+        for (auto& n : health_notices(health_, next, devices_of))
+            events_->record(std::move(n.type), std::move(n.reason), std::move(n.message));
+    if (opts_.node_annotation) events_->annotate(kHealthAnnotation, health_annotation(next));
+}
+
 void Plugin::on_health(const std::vector<GpuHealth>& health) {
     std::lock_guard lk(mu_);
+    report_health_locked(health);
     health_ = health;
     if (!served_) return;
     for (auto& e : served_->entries) publish_locked(*e);
@@ -156,7 +186,18 @@ void Plugin::on_health(const std::vector<GpuHealth>& health) {
 
 void Plugin::on_mps(const std::map<std::string, MpsWatcher::State>& states) {
     std::lock_guard lk(mu_);
-    for (const auto& [name, st] : states) mps_up_[name] = st.up;
+    for (const auto& [name, st] : states) {
+        auto was = mps_up_.find(name);
+        if (events_ && opts_.node_events && was != mps_up_.end() && was->second != st.up) {
+            std::size_t replicas = 0;
+            if (served_)
+                for (const auto& e : served_->entries)
+                    if (e->name == name && e->state) replicas = e->state->resource.devices.size();
+            auto n = mps_notice(name, st.up, st.reason, replicas);
+            events_->record(std::move(n.type), std::move(n.reason), std::move(n.message));
+        }
+        mps_up_[name] = st.up;
+    }
     if (!served_) return;
     for (auto& e : served_->entries)
         if (e->state && e->state->resource.mps) publish_locked(*e);
@@ -401,12 +442,14 @@ Status Plugin::apply(const Config& cfg, Trigger trigger) {
             },
             opts_.idle_probe_interval);
         served_->health->start();
-        std::lock_guard lk(mu_);
-        health_ = served_->health->snapshot();
     } else {
         served_->health->update_node(served_->node);
+    }
+    {
+        auto snapshot = served_->health->snapshot();
         std::lock_guard lk(mu_);
-        health_ = served_->health->snapshot();
+        report_health_locked(snapshot);  // a GPU Unhealthy at start is worth an Event too
+        health_ = std::move(snapshot);
     }
     {
         std::lock_guard lk(mu_);
@@ -557,6 +600,37 @@ void Plugin::handle_inotify(int fd) {
     if (kubelet_event) served_->registrar->kubelet_changed();
 }
 
+void Plugin::start_node_reporting() {
+    if (!opts_.node_events && !opts_.node_annotation) return;
+    if (opts_.node_name.empty()) {
+        log::info("GPU health is not posted on the Node: no node name (set NODE_NAME from the downward API's "
+                  "spec.nodeName, or --node-name)");
+        return;
+    }
+    if (auto st = kube::check_node_name(opts_.node_name); !st) {
+        log::warn("GPU health is not posted on the Node: {}", st.error().message);
+        return;
+    }
+    auto config = kube::resolve_config(opts_.kubeconfig, [](const char* n) { return std::getenv(n); });
+    if (!config) {
+        log::warn("GPU health is not posted on the Node: no API server configuration: {}", config.error().message);
+        return;
+    }
+    log::info("GPU health changes are posted on node {}{}{} through {} ({})", opts_.node_name,
+              opts_.node_events ? " as Events" : "", opts_.node_annotation ? " and in the kgpu/gpu-health annotation" : "",
+              config->server, config->source);
+    // 5 s per request: the recorder's thread is the only one that waits for it.
+    auto client = std::make_shared<kube::Client>(std::move(*config), std::chrono::seconds(5));
+    kube::EventRecorderOptions o;
+    o.node = opts_.node_name;
+    events_ = std::make_unique<kube::EventRecorder>(
+        [client](std::string_view method, std::string_view path, std::string_view body, std::string_view type) {
+            return client->request(method, path, body, type);
+        },
+        std::move(o));
+    events_->start();
+}
+
 std::chrono::milliseconds Plugin::next_timeout() const {
     using namespace std::chrono;
     auto now = Clock::now();
@@ -661,7 +735,13 @@ int Plugin::run() {
         return -1;
     };
     auto finish = [&](int code) {
+        if (events_) {
+            const auto st = events_->stats();
+            log::info("node events: {} created, {} updated, {} rate-limited, {} not written", st.created, st.updated,
+                      st.rate_limited, st.failed + st.queue_full);
+        }
         const bool joined = stop_serving(false, /*exiting=*/true);
+        if (joined && events_) events_->stop();  // after the request in flight, if any (5 s at most)
         ::close(ifd);
         ::close(sfd);
         if (mig_fd_ >= 0) ::close(mig_fd_);
@@ -675,6 +755,7 @@ int Plugin::run() {
         }
         return code;
     };
+    start_node_reporting();
     if (int code = start(true); code >= 0) return finish(code);
 
     for (;;) {

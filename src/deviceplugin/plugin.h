@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "deviceplugin/config.h"
@@ -27,6 +28,15 @@ struct PluginOptions {
     // The nvidia-cuda-mps-control the MPS watcher asks the daemons with (--mps-control-binary,
     // KGPU_MPS_CONTROL); empty: searched under the driver root (mps::find_control_binary).
     std::string mps_control_binary;
+    // GPU health on the Node (issue #27 part 2): with `node_name` (--node-name, NODE_NAME) and an
+    // API server configuration (`kubeconfig`, else $KUBECONFIG, else in-cluster), each health
+    // change is posted as an Event on the Node (`node_events`), and with `node_annotation` the
+    // per-GPU health is kept in the node annotation kgpu/gpu-health. Without them, or when the
+    // configuration does not resolve, nothing is posted (said once at start).
+    std::string node_name;
+    std::optional<std::string> kubeconfig;
+    bool node_events = true;
+    bool node_annotation = false;
 };
 
 // Runs until SIGTERM or SIGINT. Returns the exit code: 0 after a clean stop, 1 when NVML cannot be

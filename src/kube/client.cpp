@@ -201,6 +201,13 @@ Result<ApiConfig> resolve_config(const std::optional<std::string>& kubeconfig,
     return in_cluster_config(getenv);
 }
 
+Status check_node_name(std::string_view name) {
+    if (name.empty() || name.size() > 253 || name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789.-") != std::string_view::npos)
+        return fail(Code::invalid_argument, "node name '{}': expected a DNS subdomain (lower-case letters, digits, '-', '.')",
+                    name);
+    return {};
+}
+
 Client::Client(ApiConfig config, std::chrono::milliseconds timeout) : config_(std::move(config)), timeout_(timeout) {}
 
 Result<Response> Client::request(std::string_view method, std::string_view path, std::string_view body,

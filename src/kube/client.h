@@ -43,6 +43,10 @@ Result<ApiConfig> in_cluster_config(const std::function<const char*(const char*)
 Result<ApiConfig> resolve_config(const std::optional<std::string>& kubeconfig,
                                  const std::function<const char*(const char*)>& getenv);
 
+// A Node's name is a DNS subdomain (lower-case letters, digits, '-', '.'; at most 253): nothing
+// else may reach a request line. Errors: invalid_argument naming the name and what is expected.
+Status check_node_name(std::string_view name);
+
 class Client {
 public:
     explicit Client(ApiConfig config, std::chrono::milliseconds timeout = std::chrono::seconds(10));

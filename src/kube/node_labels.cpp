@@ -41,11 +41,7 @@ Result<std::size_t> write_node_labels(Client& client, const std::string& node_na
                                       const std::map<std::string, std::string>& want) {
     if (node_name.empty())
         return fail(Code::invalid_argument, "no node name: set NODE_NAME (the downward API's spec.nodeName) or --node-name");
-    // A Node's name is a DNS subdomain: nothing else goes into the request line.
-    if (node_name.size() > 253 ||
-        node_name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789.-") != std::string::npos)
-        return fail(Code::invalid_argument, "node name '{}': expected a DNS subdomain (lower-case letters, digits, '-', '.')",
-                    node_name);
+    if (auto st = check_node_name(node_name); !st) return std::unexpected(st.error());
     const std::string path = "/api/v1/nodes/" + node_name;
     auto got = client.request("GET", path);
     if (!got) return std::unexpected(got.error());

@@ -174,6 +174,7 @@ KINDS = {
     "ResourceQuota": "v1", "LimitRange": "v1",
     "DaemonSet": "apps/v1", "Deployment": "apps/v1",
     "RuntimeClass": "node.k8s.io/v1",
+    "ClusterRole": "rbac.authorization.k8s.io/v1", "ClusterRoleBinding": "rbac.authorization.k8s.io/v1",
     "ServiceMonitor": "monitoring.coreos.com/v1", "PrometheusRule": "monitoring.coreos.com/v1",
 }
 NAMESPACED = {"Pod", "ConfigMap", "Service", "ServiceAccount", "ResourceQuota", "LimitRange", "DaemonSet",
@@ -332,6 +333,27 @@ def check_manifests():
         if env.get("NVIDIA_VISIBLE_DEVICES") != "all" or env.get("NVIDIA_DRIVER_CAPABILITIES") != caps:
             problem(f"DaemonSet: container {c['name']}: needs NVIDIA_VISIBLE_DEVICES=all and "
                     f"NVIDIA_DRIVER_CAPABILITIES={caps}")
+    # GPU health Events on the Node (issue #27): the device plugin knows its node, the pod mounts
+    # the service account's token, and rbac.yaml grants exactly what the plugin calls.
+    dp = [c for c in spec["containers"] if c["args"][0] == "device-plugin"]
+    for c in dp:
+        refs = {e["name"]: ((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath") for e in c.get("env", [])}
+        if refs.get("NODE_NAME") != "spec.nodeName":
+            problem("DaemonSet: the device-plugin container needs NODE_NAME from spec.nodeName (GPU health Events)")
+    if spec.get("automountServiceAccountToken") is not True or spec.get("serviceAccountName") != "kgpu":
+        problem("DaemonSet: the pod needs serviceAccountName kgpu and automountServiceAccountToken: true (GPU health Events)")
+    rbac = {d["kind"]: d for d in load_docs(SRC / "deploy/kubernetes/rbac.yaml")}
+    want = {("", "events"): {"create", "patch"}, ("", "nodes"): {"get", "patch"}}
+    granted = {}
+    for r in (rbac.get("ClusterRole") or {}).get("rules", []):
+        for g in r.get("apiGroups", []):
+            for res in r.get("resources", []):
+                granted.setdefault((g, res), set()).update(r.get("verbs", []))
+    if granted != want:
+        problem(f"rbac.yaml: ClusterRole kgpu grants {granted}, the device plugin needs exactly {want}")
+    subjects = (rbac.get("ClusterRoleBinding") or {}).get("subjects", [])
+    if subjects != [{"kind": "ServiceAccount", "name": "kgpu", "namespace": "kube-system"}]:
+        problem(f"rbac.yaml: ClusterRoleBinding kgpu binds {subjects}, expected the kube-system/kgpu ServiceAccount")
     exporter = [c for c in spec["containers"] if c["args"][0] == "exporter"]
     for c in exporter:
         for probe in ("livenessProbe", "readinessProbe"):
@@ -1050,6 +1072,8 @@ def check_helm_renders_the_manifests():
             else:
                 compare_pod_specs(f"helm {key[0]} {key[1]}", pod_spec(helm[key]), pod_spec(obj))
     for kind, name, path in (("RuntimeClass", "nvidia", ["handler"]), ("Service", "kgpu-exporter", ["spec", "ports"]),
+                             ("ClusterRole", "kgpu", ["rules"]), ("ClusterRoleBinding", "kgpu", ["roleRef"]),
+                             ("ClusterRoleBinding", "kgpu", ["subjects"]),
                              ("ServiceMonitor", "kgpu-exporter", ["spec", "endpoints"])):
         h, p = helm.get((kind, name)), plain.get((kind, name))
         for part in path:

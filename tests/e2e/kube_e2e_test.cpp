@@ -494,20 +494,98 @@ TEST(KubeE2E, PendingPod) {
 // ---------------------------------------------------------------------------------------------
 // 4. An XID through the simulator's events file, and the GPU's reset.
 
+// Node Events and the health annotation (issue #27 part 2) through the real API server. The
+// deployed pod cannot reach it here (kube-mini has no ServiceAccount tokens and its API server
+// listens on loopback): a second kgpu device-plugin on the host, with the cluster's kubeconfig
+// and the same simulated driver, reports the node's GPU health. Its device-plugin directory is
+// its own, so the kubelet never sees it.
+json node_events(const Cluster& c, const std::string& node, const std::string& reason) {
+    json out = json::array();
+    const json list = c.get({"events", "-n", "default"});
+    if (list.is_object())
+        for (const auto& e : list.value("items", json::array()))
+            if (e["involvedObject"].value("kind", "") == "Node" && e["involvedObject"].value("name", "") == node &&
+                e.value("reason", "") == reason)
+                out.push_back(e);
+    return out;
+}
+
 TEST(KubeE2E, XidHealth) {
     E2E_ATTACH(c);
     ASSERT_EQ(c.allocatable_gpus(), "8") << c.describe();
+    const std::string node = c.env("KUBE_NODE_NAME");
+    const std::string reporter_dir = c.base() + "/health-reporter";
+    fs::create_directories(reporter_dir);
+    kgpu::test::ChildProcess reporter(
+        {KGPU_BINARY, "device-plugin", "--nvml-library", KGPU_SIM_LIBRARY, "--device-plugin-path", reporter_dir,
+         "--kubeconfig", c.env("KUBECONFIG"), "--node-name", node, "--node-health-annotation"},
+        {{"KGPU_SIM_NODE", sim_fixture(c.base())}, {"KGPU_SIM_EVENTS", sim_events(c.base())}});
+    fs::create_directories(c.base() + "/pids");
+    std::ofstream(c.base() + "/pids/health-reporter") << reporter.pid() << "\n";
+    ASSERT_TRUE(wait_until([&] { return reporter.err().find("serving nvidia.com/gpu") != std::string::npos; }, seconds(60)))
+        << reporter.err();
+    EXPECT_THAT(reporter.err(), HasSubstr("GPU health changes are posted on node " + node));
+    const json before = node_events(c, node, "GPUUnhealthy");
+
     // XID 48 (double-bit ECC error) on GPU 3 leaves remapped rows pending: the GPU needs a reset.
     const auto t0 = std::chrono::steady_clock::now();
     std::ofstream(sim_events(c.base()), std::ios::app) << "xid 3 48\n";
     EXPECT_TRUE(wait_until([&] { return c.allocatable_gpus() == "7"; }, seconds(60)))
         << "allocatable nvidia.com/gpu is '" << c.allocatable_gpus() << "' after XID 48 on GPU 3, not 7" << c.describe();
     figure("XID 48 appended -> allocatable 7 in the API", since(t0));
+    json unhealthy;
+    EXPECT_TRUE(wait_until(
+        [&] {
+            unhealthy = node_events(c, node, "GPUUnhealthy");
+            return unhealthy.size() > before.size();
+        },
+        seconds(30)))
+        << "no GPUUnhealthy Event on node " << node << "\n" << reporter.err();
+    figure("XID 48 appended -> GPUUnhealthy Event on the Node", since(t0));
+    if (!unhealthy.empty()) {
+        const json& e = unhealthy.back();
+        EXPECT_EQ(e.value("type", ""), "Warning");
+        EXPECT_EQ(e["involvedObject"].value("uid", ""), node) << "kubectl describe node finds node events by this UID";
+        const std::string message = e.value("message", "");
+        EXPECT_THAT(message, HasSubstr("GPU 3 (GPU-")) << message;
+        EXPECT_THAT(message, HasSubstr("XID 48 (double-bit ECC error)")) << message;
+        EXPECT_THAT(message, HasSubstr("1 nvidia.com/gpu device no longer allocatable")) << message;
+        EXPECT_THAT(message, HasSubstr("nvidia-smi --gpu-reset -i 3")) << message;
+        EXPECT_EQ(e["source"].value("component", ""), "kgpu-device-plugin");
+    }
+    EXPECT_THAT(c.kubectl({"describe", "node", node}).out, HasSubstr("GPUUnhealthy"));
+    json health;
+    EXPECT_TRUE(wait_until(
+        [&] {
+            const json n = c.get({"node", node});
+            const std::string text = n.is_object() ? n["metadata"].value("annotations", json::object()).value("kgpu/gpu-health", "") : "";
+            health = json::parse(text, nullptr, false);
+            if (!health.is_object()) return false;
+            for (const auto& [uuid, g] : health.items())
+                if (g.is_object() && g.value("index", -1) == 3) return !g.value("healthy", true);
+            return false;
+        },
+        seconds(30)))
+        << "the kgpu/gpu-health annotation does not show GPU 3 Unhealthy: " << health.dump();
+
     const auto t1 = std::chrono::steady_clock::now();
     std::ofstream(sim_events(c.base()), std::ios::app) << "restore 3\n";
     EXPECT_TRUE(wait_until([&] { return c.allocatable_gpus() == "8"; }, seconds(60)))
         << "allocatable nvidia.com/gpu is '" << c.allocatable_gpus() << "' after GPU 3's reset, not 8" << c.describe();
     figure("GPU reset -> allocatable 8 in the API", since(t1));
+    EXPECT_TRUE(wait_until(
+        [&] {
+            for (const auto& e : node_events(c, node, "GPUHealthy"))
+                if (e.value("message", "").find("GPU 3 (") != std::string::npos && e.value("type", "") == "Normal") return true;
+            return false;
+        },
+        seconds(30)))
+        << "no GPUHealthy Event for GPU 3 on node " << node << "\n" << reporter.err();
+
+    reporter.signal(SIGTERM);
+    EXPECT_EQ(reporter.wait(30000), 0) << reporter.err();
+    EXPECT_THAT(reporter.err(), HasSubstr("0 rate-limited, 0 not written")) << reporter.err();
+    fs::remove(c.base() + "/pids/health-reporter");
 }
 
 // ---------------------------------------------------------------------------------------------
