@@ -2,7 +2,8 @@
 // what an API server (or whatever answers in its place) sent. Must hold: a refusal names
 // "HTTP response"; a status is 100..599; a body is never over the limit; a response complete
 // before the end of the connection is the same one at its end; the bytes arriving in two parts
-// give the same answer (the first part incomplete or already the same complete response).
+// give the same answer (the first part incomplete or already the same complete response), and the
+// incremental reader (kube::ResponseReader) decodes the same fed in two parts as at once.
 #include "fuzz.h"
 #include "kube/http.h"
 
@@ -38,6 +39,19 @@ KGPU_FUZZ_TARGET(kube_http) {
         auto part = kube::parse_response(in.substr(0, cut), false, part_complete, limit);
         KGPU_FUZZ_CHECK(part.has_value(), part ? "" : part.error().message);
         if (part_complete) KGPU_FUZZ_CHECK(part->status == r->status && part->body == r->body, "a prefix answered differently");
+    }
+    // The reader fed in two parts, cut anywhere, decodes what it decodes fed at once.
+    {
+        const std::size_t cut = (static_cast<std::size_t>(data[0]) * 131) % (in.size() + 1);
+        kube::ResponseReader whole(limit), parts(limit);
+        std::string a, b;
+        const bool ok_whole = whole.feed(in, a).has_value();
+        const bool ok_parts = parts.feed(in.substr(0, cut), b).has_value() && parts.feed(in.substr(cut), b).has_value();
+        KGPU_FUZZ_CHECK(ok_whole == ok_parts, "fed in two parts, accepted differently");
+        if (ok_whole) {
+            KGPU_FUZZ_CHECK(a == b, "fed in two parts, decoded differently");
+            KGPU_FUZZ_CHECK(whole.complete() == parts.complete(), "fed in two parts, complete differently");
+        }
     }
     return 0;
 }

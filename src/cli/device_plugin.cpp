@@ -110,6 +110,18 @@ CLI::App* add_device_plugin_command(CLI::App& app, DevicePluginFlags& f) {
                     "patch on nodes; default false; the bare flag means true) [env KGPU_NODE_HEALTH_ANNOTATION]")
         ->expected(0, 1)
         ->default_str("true");
+    cmd->add_option("--config-file-srcdir", f.config_file_srcdir,
+                    "A directory of named config files (a ConfigMap mounted): the node label --node-label names the "
+                    "one to use, followed live (needs --node-name; replaces --config-file) [env CONFIG_FILE_SRCDIR]");
+    cmd->add_option("--default-config", f.default_config,
+                    "With --config-file-srcdir: the config used when the node has no label [env DEFAULT_CONFIG]");
+    cmd->add_option("--node-label", f.node_label,
+                    "With --config-file-srcdir: the node label that names the config (default "
+                    "nvidia.com/device-plugin.config) [env NODE_LABEL]");
+    cmd->add_option("--fallback-strategies", f.fallback_strategies,
+                    "With --config-file-srcdir: what applies when neither the label nor the default names a config, "
+                    "in order: named (a config called default), single (the only one), empty (built-in defaults); "
+                    "default named,single [env FALLBACK_STRATEGIES]");
     cmd->add_flag("--check-config", f.check_config, "Print the effective configuration and exit");
     return cmd;
 }
@@ -183,8 +195,11 @@ int run_device_plugin(const DevicePluginFlags& f) {
         return 2;
     }
     const std::string config_file = flags.config_file.value_or(env->config_file.value_or(""));
+    // With a config directory the plugin chooses the file itself (at start and when the label changes).
+    const char* srcdir_env = std::getenv("CONFIG_FILE_SRCDIR");
+    const bool by_label = f.config_file_srcdir || (srcdir_env && *srcdir_env);
     dp::Config base;
-    if (!config_file.empty()) {
+    if (!config_file.empty() && !by_label) {
         auto file = dp::load_config_file(config_file);
         if (!file) {
             std::cerr << "kgpu device-plugin: " << file.error().message << "\n";
@@ -215,7 +230,7 @@ int run_device_plugin(const DevicePluginFlags& f) {
     opts.config = std::move(*config);
     opts.env = std::move(*env);
     opts.flags = std::move(flags);
-    opts.config_file = config_file;
+    opts.config_file = by_label ? std::string() : config_file;
     opts.mps_control_binary = f.mps_control_binary;
     // GPU health on the Node: process options (a SIGHUP does not change them).
     auto node_bool = [&](const std::optional<std::string>& flag, const char* name, const char* env, bool& out) {
@@ -244,6 +259,39 @@ int run_device_plugin(const DevicePluginFlags& f) {
         opts.node_name = v;
     }
     opts.kubeconfig = f.kubeconfig;
+    // Per-node configs (NVIDIA config-manager's variables, read by the plugin itself).
+    auto setting = [&](const std::optional<std::string>& flag, const char* env) -> std::optional<std::string> {
+        if (flag) return flag;
+        if (const char* v = std::getenv(env); v && *v) return std::string(v);
+        return std::nullopt;
+    };
+    if (auto dir = setting(f.config_file_srcdir, "CONFIG_FILE_SRCDIR")) {
+        dp::ConfigSource& src = opts.config_source;
+        src.srcdir = *dir;
+        if (auto v = setting(f.default_config, "DEFAULT_CONFIG")) src.default_config = *v;
+        if (auto v = setting(f.node_label, "NODE_LABEL")) src.node_label = *v;
+        if (auto v = setting(f.fallback_strategies, "FALLBACK_STRATEGIES")) {
+            src.fallbacks.clear();
+            for (auto part : strings::split(*v, ','))
+                if (!strings::trim(part).empty()) src.fallbacks.emplace_back(strings::trim(part));
+        }
+        if (src.node_label.empty()) {
+            std::cerr << "kgpu device-plugin: --node-label/NODE_LABEL: expected a label key, got an empty one\n";
+            return 2;
+        }
+        if (auto st = dp::check_fallbacks(src.fallbacks); !st) {
+            std::cerr << "kgpu device-plugin: " << st.error().message << "\n";
+            return 2;
+        }
+        if (!config_file.empty())
+            std::cerr << "kgpu device-plugin: --config-file/CONFIG_FILE " << config_file
+                      << " is not used: the config comes from " << src.srcdir << " by the node label " << src.node_label
+                      << "\n";
+    } else {
+        for (const auto& [v, name] : {std::pair{&f.default_config, "--default-config"}, {&f.node_label, "--node-label"},
+                                      {&f.fallback_strategies, "--fallback-strategies"}})
+            if (*v) std::cerr << "kgpu device-plugin: " << name << " has no effect without --config-file-srcdir\n";
+    }
     if (const char* retry = std::getenv("KGPU_INIT_RETRY_MS")) opts.init_retry = std::chrono::milliseconds(std::atoi(retry));
     return dp::run_device_plugin(std::move(opts));
 }

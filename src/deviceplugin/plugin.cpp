@@ -34,6 +34,7 @@
 #include "inventory/discovery.h"
 #include "kube/client.h"
 #include "kube/events.h"
+#include "kube/node_watch.h"
 #include "nvml/library.h"
 
 namespace kgpu::deviceplugin {
@@ -105,7 +106,16 @@ private:
     Result<v1beta1::AllocateResponse> allocate(const Entry& e, const v1beta1::AllocateRequest& req) const;
     Result<v1beta1::PreferredAllocationResponse> prefer(const Entry& e,
                                                         const v1beta1::PreferredAllocationRequest& req) const;
-    void reload();
+    // Re-reads the config file and applies it (SIGHUP); false when the running one stays.
+    bool reload();
+    // The config file read and resolved with the environment and flags.
+    Result<Config> read_config() const;
+    // Per-node configs: the config the node label `value` names (config_source.h), applied
+    // when it differs from the running one, and the state label set.
+    void on_config_label(const std::string& value);
+    // At start, with a config source: the node's label read once (5 s at most) and the config
+    // chosen before anything is served. Returns an exit code, or -1 to go on.
+    int choose_initial_config();
     // Warns about each unknown key of `cfg` not warned about before (once per key and file).
     void warn_unknown_keys(const Config& cfg);
     void handle_inotify(int fd);
@@ -129,6 +139,15 @@ private:
     // GPU health Events and the health annotation on the Node (node_events.h); null when off.
     // Its queue never waits for the API server, so the health thread calls it under mu_.
     std::unique_ptr<kube::EventRecorder> events_;
+    // The API server (start_node_reporting), the watch of this Node for the config label, and
+    // what it saw: label_fd_ (eventfd) wakes the control loop, which reads label_seen_.
+    std::shared_ptr<kube::Client> api_;
+    std::unique_ptr<kube::NodeWatch> watch_;
+    int label_fd_ = -1;
+    std::mutex label_mu_;
+    std::optional<std::string> label_seen_;  // guarded by label_mu_
+    std::string label_applied_;              // control thread only
+    std::set<std::string> config_warned_;    // config-source warnings already logged
 };
 
 bool Plugin::unhealthy_locked(const Resource& r, const Device& d) const {
@@ -513,20 +532,21 @@ void Plugin::start_servers() {
     }
 }
 
-void Plugin::reload() {
+Result<Config> Plugin::read_config() const {
     Config base;
     if (!opts_.config_file.empty()) {
         auto file = load_config_file(opts_.config_file);
-        if (!file) {
-            log::error("SIGHUP: keeping the running configuration: {}", file.error().message);
-            return;
-        }
+        if (!file) return std::unexpected(file.error());
         base = std::move(*file);
     }
-    auto cfg = resolve(std::move(base), opts_.env, opts_.flags);
+    return resolve(std::move(base), opts_.env, opts_.flags);
+}
+
+bool Plugin::reload() {
+    auto cfg = read_config();
     if (!cfg) {
         log::error("SIGHUP: keeping the running configuration: {}", cfg.error().message);
-        return;
+        return false;
     }
     for (const auto& w : cfg->warnings) log::warn("{}", w);
     warn_unknown_keys(*cfg);
@@ -535,12 +555,94 @@ void Plugin::reload() {
         // NVML was not up: the retry loop uses the new config.
         opts_.config = std::move(*cfg);
         next_init_ = Clock::now();
-        return;
+        return true;
     }
     if (auto st = apply(*cfg, Trigger::sighup); !st) {
         log::error("SIGHUP: keeping the running configuration: {}", st.error().message);
         if (!served_) next_init_ = Clock::now() + opts_.init_retry;
+        return false;
     }
+    return true;
+}
+
+void Plugin::on_config_label(const std::string& value) {
+    const ConfigSource& src = opts_.config_source;
+    auto names = config_names(src.srcdir);
+    if (!names) {
+        log::error("{}; keeping the running configuration", names.error().message);
+        return;
+    }
+    auto choice = choose_config(src, *names, value);
+    if (!choice) {
+        log::error("{}; keeping the running configuration", choice.error().message);
+        return;
+    }
+    for (const auto& w : choice->warnings)
+        if (config_warned_.insert(w).second) log::warn("{}", w);
+    if (choice->path != opts_.config_file) {
+        log::info("config '{}' ({}): applying {}", choice->name, choice->why,
+                  choice->path.empty() ? std::string("the built-in defaults") : choice->path);
+        const std::string before = opts_.config_file;
+        opts_.config_file = choice->path;
+        if (!reload()) {
+            opts_.config_file = before;
+            return;
+        }
+    }
+    if (events_ && choice->name != label_applied_) {
+        if (valid_label_value(choice->name)) {
+            events_->label(kConfigStateLabel, choice->name);
+            label_applied_ = choice->name;
+        } else if (config_warned_.insert("state:" + choice->name).second) {
+            log::warn("config '{}' applied, but its name is not a label value: {} is not set", choice->name, kConfigStateLabel);
+        }
+    }
+}
+
+int Plugin::choose_initial_config() {
+    const ConfigSource& src = opts_.config_source;
+    std::string label;
+    if (api_) {
+        const std::string path = "/api/v1/nodes/" + opts_.node_name;
+        auto r = api_->request("GET", path);
+        nlohmann::json node;
+        if (r && r->status == 200) node = nlohmann::json::parse(r->body, nullptr, false);
+        if (node.is_object() && node.contains("metadata") && node["metadata"].is_object() &&
+            node["metadata"].contains("labels") && node["metadata"]["labels"].is_object())
+            label = node["metadata"]["labels"].value(src.node_label, "");
+        else
+            log::warn("per-node config: cannot read node {}'s label {} ({}); choosing without it until the watch "
+                      "sees it",
+                      opts_.node_name, src.node_label,
+                      !r ? r.error().message : r->status != 200 ? kube::describe_failure("GET", path, *r) : "not a Node");
+    }
+    auto names = config_names(src.srcdir);
+    if (!names) {
+        log::error("{}", names.error().message);
+        return 2;
+    }
+    auto choice = choose_config(src, *names, label);
+    if (!choice) {
+        log::error("{}", choice.error().message);
+        return 2;
+    }
+    for (const auto& w : choice->warnings)
+        if (config_warned_.insert(w).second) log::warn("{}", w);
+    log::info("config '{}' ({}): {}", choice->name, choice->why,
+              choice->path.empty() ? std::string("the built-in defaults") : choice->path);
+    opts_.config_file = choice->path;
+    auto cfg = read_config();
+    if (!cfg) {
+        log::error("{}", cfg.error().message);
+        return 2;
+    }
+    for (const auto& w : cfg->warnings) log::warn("{}", w);
+    opts_.config = std::move(*cfg);
+    if (events_ && valid_label_value(choice->name)) {
+        events_->label(kConfigStateLabel, choice->name);
+        label_applied_ = choice->name;
+    }
+    return -1;
 }
 
 void Plugin::warn_unknown_keys(const Config& cfg) {
@@ -601,34 +703,59 @@ void Plugin::handle_inotify(int fd) {
 }
 
 void Plugin::start_node_reporting() {
-    if (!opts_.node_events && !opts_.node_annotation) return;
+    const bool by_label = !opts_.config_source.srcdir.empty();
+    if (!opts_.node_events && !opts_.node_annotation && !by_label) return;
+    const char* what = by_label ? "GPU health is not posted on the Node and its config label is not watched"
+                                : "GPU health is not posted on the Node";
     if (opts_.node_name.empty()) {
-        log::info("GPU health is not posted on the Node: no node name (set NODE_NAME from the downward API's "
-                  "spec.nodeName, or --node-name)");
+        log::info("{}: no node name (set NODE_NAME from the downward API's spec.nodeName, or --node-name)", what);
         return;
     }
     if (auto st = kube::check_node_name(opts_.node_name); !st) {
-        log::warn("GPU health is not posted on the Node: {}", st.error().message);
+        log::warn("{}: {}", what, st.error().message);
         return;
     }
     auto config = kube::resolve_config(opts_.kubeconfig, [](const char* n) { return std::getenv(n); });
     if (!config) {
-        log::warn("GPU health is not posted on the Node: no API server configuration: {}", config.error().message);
+        log::warn("{}: no API server configuration: {}", what, config.error().message);
         return;
     }
-    log::info("GPU health changes are posted on node {}{}{} through {} ({})", opts_.node_name,
-              opts_.node_events ? " as Events" : "", opts_.node_annotation ? " and in the kgpu/gpu-health annotation" : "",
-              config->server, config->source);
-    // 5 s per request: the recorder's thread is the only one that waits for it.
-    auto client = std::make_shared<kube::Client>(std::move(*config), std::chrono::seconds(5));
+    log::info("node {} through {} ({}):{}{}{}", opts_.node_name, config->server, config->source,
+              opts_.node_events ? " GPU health Events" : "", opts_.node_annotation ? ", the kgpu/gpu-health annotation" : "",
+              by_label ? fmt::format(", the config named by its label {}", opts_.config_source.node_label) : "");
+    // 5 s per request: the recorder's and the watch's threads are the ones that wait for it.
+    api_ = std::make_shared<kube::Client>(std::move(*config), std::chrono::seconds(5));
     kube::EventRecorderOptions o;
     o.node = opts_.node_name;
     events_ = std::make_unique<kube::EventRecorder>(
-        [client](std::string_view method, std::string_view path, std::string_view body, std::string_view type) {
-            return client->request(method, path, body, type);
+        [api = api_](std::string_view method, std::string_view path, std::string_view body, std::string_view type) {
+            return api->request(method, path, body, type);
         },
         std::move(o));
     events_->start();
+    if (!by_label) return;
+    label_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    kube::NodeWatch::Options wo;
+    wo.node = opts_.node_name;
+    const auto idle = std::chrono::duration_cast<std::chrono::milliseconds>(wo.watch_timeout) + std::chrono::seconds(60);
+    watch_ = std::make_unique<kube::NodeWatch>(
+        [api = api_](std::string_view path) { return api->request("GET", path); },
+        [api = api_, idle](std::string_view path, const std::function<bool(std::string_view)>& on_body,
+                           const std::atomic<bool>& stop) { return api->stream(path, on_body, stop, idle); },
+        wo,
+        [this, key = opts_.config_source.node_label](const nlohmann::json& node) {
+            std::string value;
+            if (node.is_object() && node.contains("metadata") && node["metadata"].is_object() &&
+                node["metadata"].contains("labels") && node["metadata"]["labels"].is_object())
+                value = node["metadata"]["labels"].value(key, "");
+            {
+                std::lock_guard lk(label_mu_);
+                if (label_seen_ == value) return;
+                label_seen_ = value;
+            }
+            const std::uint64_t one = 1;
+            (void)!::write(label_fd_, &one, sizeof one);
+        });
 }
 
 std::chrono::milliseconds Plugin::next_timeout() const {
@@ -735,6 +862,9 @@ int Plugin::run() {
         return -1;
     };
     auto finish = [&](int code) {
+        if (watch_) watch_->stop();  // at its next 500 ms wake-up, or after the request in flight
+        if (label_fd_ >= 0) ::close(label_fd_);
+        label_fd_ = -1;
         if (events_) {
             const auto st = events_->stats();
             log::info("node events: {} created, {} updated, {} rate-limited, {} not written", st.created, st.updated,
@@ -756,11 +886,24 @@ int Plugin::run() {
         return code;
     };
     start_node_reporting();
+    if (!opts_.config_source.srcdir.empty())
+        if (int code = choose_initial_config(); code >= 0) return finish(code);
+    if (watch_) watch_->start();
     if (int code = start(true); code >= 0) return finish(code);
 
     for (;;) {
-        pollfd fds[3] = {{sfd, POLLIN, 0}, {ifd, POLLIN, 0}, {mig_fd_, POLLIN, 0}};
-        int n = ::poll(fds, 3, static_cast<int>(next_timeout().count()));
+        pollfd fds[4] = {{sfd, POLLIN, 0}, {ifd, POLLIN, 0}, {mig_fd_, POLLIN, 0}, {label_fd_, POLLIN, 0}};
+        int n = ::poll(fds, label_fd_ >= 0 ? 4 : 3, static_cast<int>(next_timeout().count()));
+        if (label_fd_ >= 0 && (fds[3].revents & POLLIN)) {
+            std::uint64_t count = 0;
+            (void)!::read(label_fd_, &count, sizeof count);
+            std::optional<std::string> seen;
+            {
+                std::lock_guard lk(label_mu_);
+                seen = label_seen_;
+            }
+            if (seen) on_config_label(*seen);
+        }
         if (n < 0 && errno != EINTR) break;
         if (fds[0].revents & POLLIN) {
             signalfd_siginfo si{};

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "deviceplugin/config.h"
+#include "deviceplugin/config_source.h"
 
 namespace kgpu::deviceplugin {
 
@@ -37,6 +38,12 @@ struct PluginOptions {
     std::optional<std::string> kubeconfig;
     bool node_events = true;
     bool node_annotation = false;
+    // Per-node configs by node label (config_source.h; issue #27 part 1): with a source directory,
+    // the config file is the one the node label names, chosen at start and again whenever the
+    // label changes (a watch of the Node; needs node_name and an API server, else the default
+    // and fallbacks apply), and the applied name is set as the node label
+    // nvidia.com/device-plugin.config.state. `config_file` is then ignored.
+    ConfigSource config_source;
 };
 
 // Runs until SIGTERM or SIGINT. Returns the exit code: 0 after a clean stop, 1 when NVML cannot be

@@ -210,9 +210,16 @@ Status check_node_name(std::string_view name) {
 
 Client::Client(ApiConfig config, std::chrono::milliseconds timeout) : config_(std::move(config)), timeout_(timeout) {}
 
-Result<Response> Client::request(std::string_view method, std::string_view path, std::string_view body,
-                                 std::string_view content_type) {
-    const std::string what = fmt::format("{} {}{}", method, config_.server, path);
+// One connection: the TLS session is destroyed before its socket is closed (members in reverse).
+struct Client::Conn {
+    Fd sock;
+    std::unique_ptr<exporter::TlsStream> tls;
+};
+
+Client::~Client() = default;
+
+Status Client::open(Conn& c, std::string_view method, std::string_view path, std::string_view body,
+                    std::string_view content_type, const std::string& what) {
     std::string token = config_.token;
     if (!config_.token_file.empty()) {
         auto t = files::read(config_.token_file);  // every time: a projected token rotates
@@ -227,7 +234,6 @@ Result<Response> Client::request(std::string_view method, std::string_view path,
     if (int rc = ::getaddrinfo(config_.host.c_str(), port.c_str(), &hints, &found); rc != 0)
         return fail(Code::unavailable, "{}: cannot resolve {}: {}", what, config_.host, ::gai_strerror(rc));
     std::unique_ptr<addrinfo, void (*)(addrinfo*)> addrs(found, ::freeaddrinfo);
-    Fd sock;
     std::string connect_error = "no address";
     timeval tv{};
     tv.tv_sec = static_cast<time_t>(timeout_.count() / 1000);
@@ -240,14 +246,15 @@ Result<Response> Client::request(std::string_view method, std::string_view path,
         ::setsockopt(s.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
         ::setsockopt(s.fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
         if (::connect(s.fd, a->ai_addr, a->ai_addrlen) == 0) {
-            std::swap(sock.fd, s.fd);
+            std::swap(c.sock.fd, s.fd);
             break;
         }
         connect_error = errno == EINPROGRESS ? "timed out" : std::strerror(errno);
     }
-    if (sock.fd < 0) return fail(Code::unavailable, "{}: connect: {}", what, connect_error);
-    auto tls = exporter::tls_connect(sock.fd, config_.tls);
+    if (c.sock.fd < 0) return fail(Code::unavailable, "{}: connect: {}", what, connect_error);
+    auto tls = exporter::tls_connect(c.sock.fd, config_.tls);
     if (!tls) return fail(tls.error().code, "{}: {}", what, tls.error().message);
+    c.tls = std::move(*tls);
 
     std::string req = fmt::format("{} {} HTTP/1.1\r\nHost: {}:{}\r\nUser-Agent: kgpu\r\nAccept: application/json\r\n"
                                   "Connection: close\r\n",
@@ -258,33 +265,98 @@ Result<Response> Client::request(std::string_view method, std::string_view path,
         req += fmt::format("Content-Type: {}\r\nContent-Length: {}\r\n", content_type, body.size());
     req += "\r\n";
     req.append(body);
-    const auto deadline = std::chrono::steady_clock::now() + timeout_;
     for (std::size_t off = 0; off < req.size();) {
         std::size_t n = 0;
-        if ((*tls)->write(req.data() + off, req.size() - off, n) != exporter::TlsStream::Io::ok)
+        if (c.tls->write(req.data() + off, req.size() - off, n) != exporter::TlsStream::Io::ok)
             return fail(Code::unavailable, "{}: sending the request: {}", what,
-                        (*tls)->error().empty() ? "timed out" : (*tls)->error());
+                        c.tls->error().empty() ? "timed out" : c.tls->error());
         off += n;
     }
+    return {};
+}
+
+Result<Response> Client::request(std::string_view method, std::string_view path, std::string_view body,
+                                 std::string_view content_type) {
+    const std::string what = fmt::format("{} {}{}", method, config_.server, path);
+    Conn c;
+    if (auto st = open(c, method, path, body, content_type, what); !st) return std::unexpected(st.error());
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    ResponseReader reader;
     std::string in;
     char buf[16384];
     for (;;) {
         std::size_t n = 0;
-        const auto io = (*tls)->read(buf, sizeof buf, n);
-        const bool eof = io == exporter::TlsStream::Io::closed;
-        if (io == exporter::TlsStream::Io::ok) in.append(buf, n);
-        else if (!eof)
+        const auto io = c.tls->read(buf, sizeof buf, n);
+        if (io == exporter::TlsStream::Io::ok) {
+            if (auto st = reader.feed(std::string_view(buf, n), in); !st)
+                return fail(Code::parse, "{}: {}", what, st.error().message);
+        } else if (io == exporter::TlsStream::Io::closed) {
+            if (auto st = reader.finish(); !st) return fail(Code::parse, "{}: {}", what, st.error().message);
+        } else {
             return fail(Code::unavailable, "{}: reading the response: {}", what,
-                        (*tls)->error().empty() ? "timed out" : (*tls)->error());
-        bool complete = false;
-        auto r = parse_response(in, eof, complete);
-        if (!r) return fail(Code::parse, "{}: {}", what, r.error().message);
-        if (complete) {
-            (*tls)->shutdown();
+                        c.tls->error().empty() ? "timed out" : c.tls->error());
+        }
+        if (reader.complete()) {
+            c.tls->shutdown();
+            Response r = reader.head();
+            r.body = std::move(in);
             return r;
         }
         if (std::chrono::steady_clock::now() > deadline)
             return fail(Code::unavailable, "{}: no complete response within {} ms", what, timeout_.count());
+    }
+}
+
+Result<Response> Client::stream(std::string_view path, const std::function<bool(std::string_view)>& on_body,
+                                const std::atomic<bool>& stop, std::chrono::milliseconds idle) {
+    const std::string what = fmt::format("GET {}{}", config_.server, path);
+    Conn c;
+    if (auto st = open(c, "GET", path, {}, {}, what); !st) return std::unexpected(st.error());
+    // From now on reads wake up every 500 ms to look at `stop` and the idle deadline.
+    timeval tv{0, 500000};
+    ::setsockopt(c.sock.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    auto last = std::chrono::steady_clock::now();
+    ResponseReader reader;
+    std::string out;  // the body of a failure; a 200's body goes to on_body
+    char buf[16384];
+    for (;;) {
+        if (stop) {
+            Response r = reader.head();
+            if (r.status == 0) r.status = 200;
+            return r;
+        }
+        std::size_t n = 0;
+        const auto io = c.tls->read(buf, sizeof buf, n);
+        std::string decoded;
+        if (io == exporter::TlsStream::Io::ok) {
+            last = std::chrono::steady_clock::now();
+            if (auto st = reader.feed(std::string_view(buf, n), decoded); !st)
+                return fail(Code::parse, "{}: {}", what, st.error().message);
+        } else if (io == exporter::TlsStream::Io::closed) {
+            if (auto st = reader.finish(); !st) return fail(Code::unavailable, "{}: {}", what, st.error().message);
+        } else if (io == exporter::TlsStream::Io::want_read) {
+            if (std::chrono::steady_clock::now() - last > idle)
+                return fail(Code::unavailable, "{}: nothing received for {} s", what,
+                            std::chrono::duration_cast<std::chrono::seconds>(idle).count());
+            continue;
+        } else {
+            return fail(Code::unavailable, "{}: reading the response: {}", what, c.tls->error());
+        }
+        if (!decoded.empty()) {
+            if (reader.head().status == 200) {
+                if (!on_body(decoded)) {
+                    Response r = reader.head();
+                    return r;
+                }
+            } else if (out.size() < (1u << 20)) {
+                out += decoded;
+            }
+        }
+        if (reader.complete()) {
+            Response r = reader.head();
+            if (r.status != 200) r.body = std::move(out);
+            return r;
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 // No watch yet: the callers here (kgpu labels --write-node-labels) get and patch.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -57,9 +58,21 @@ public:
     Result<Response> request(std::string_view method, std::string_view path, std::string_view body = {},
                              std::string_view content_type = "application/json");
 
+    // GET `path` (a watch) and hand the body's bytes to `on_body` as they arrive, until the server
+    // ends the response, `on_body` returns false, `stop` is set (looked at every 500 ms), or
+    // nothing arrives for `idle`. Returns the status and headers, and the body when the status
+    // is not 200. Errors: as request(); a connection cut inside the body is unavailable.
+    Result<Response> stream(std::string_view path, const std::function<bool(std::string_view)>& on_body,
+                            const std::atomic<bool>& stop, std::chrono::milliseconds idle);
+
     const ApiConfig& config() const { return config_; }
+    ~Client();
 
 private:
+    struct Conn;
+    Status open(Conn& c, std::string_view method, std::string_view path, std::string_view body,
+                std::string_view content_type, const std::string& what);
+
     ApiConfig config_;
     std::chrono::milliseconds timeout_;
 };

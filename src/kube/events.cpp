@@ -74,7 +74,15 @@ void EventRecorder::record(std::string type, std::string reason, std::string mes
 void EventRecorder::annotate(std::string key, std::string value) {
     {
         std::lock_guard lk(mu_);
-        annotations_[std::move(key)] = std::move(value);
+        annotations_["annotations\n" + key] = std::move(value);
+    }
+    cv_.notify_all();
+}
+
+void EventRecorder::label(std::string key, std::string value) {
+    {
+        std::lock_guard lk(mu_);
+        annotations_["labels\n" + key] = std::move(value);
     }
     cv_.notify_all();
 }
@@ -264,7 +272,10 @@ void EventRecorder::write_event(Pending p) {
 
 void EventRecorder::write_annotations(std::map<std::string, std::string> values) {
     nlohmann::json patch;
-    for (const auto& [k, v] : values) patch["metadata"]["annotations"][k] = v;
+    for (const auto& [k, v] : values) {
+        const auto nl = k.find('\n');  // "<labels|annotations>\n<key>"
+        patch["metadata"][k.substr(0, nl)][k.substr(nl + 1)] = v;
+    }
     const std::string path = "/api/v1/nodes/" + opts_.node;
     auto r = send("PATCH", path, patch.dump(), "application/merge-patch+json");
     if (r && r->status == 200) {

@@ -61,7 +61,7 @@ class EventRecorder {
 public:
     struct Stats {
         unsigned long created = 0, updated = 0;  // Events POSTed, PATCHed (count+1)
-        unsigned long annotated = 0;             // node annotation PATCHes
+        unsigned long annotated = 0;             // node annotation/label PATCHes
         unsigned long rate_limited = 0, queue_full = 0, failed = 0;  // events (or annotations) not written
     };
 
@@ -79,6 +79,8 @@ public:
     void record(std::string type, std::string reason, std::string message);
     // Queues `value` for the node annotation `key` (the latest value wins); never waits.
     void annotate(std::string key, std::string value);
+    // The same for the node label `key` (one PATCH carries both when both are queued).
+    void label(std::string key, std::string value);
 
     // Writes everything queued now, in this thread (what the thread runs).
     void flush();

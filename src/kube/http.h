@@ -17,6 +17,35 @@ struct Response {
     std::string body;
 };
 
+// An HTTP/1.1 response decoded as its bytes arrive, each byte looked at once: the status line
+// and headers, then the body framed by Content-Length, chunked transfer coding, or the end of
+// the connection, handed out as it is decoded (a watch's body never ends). Errors: parse, naming
+// what is wrong (headers over 64 KiB, a body over `max_body`, a bad chunk size...).
+class ResponseReader {
+public:
+    explicit ResponseReader(std::size_t max_body = 64u << 20) : max_body_(max_body) {}
+    // Consumes `bytes`; the body bytes decoded from them are appended to `body`.
+    Status feed(std::string_view bytes, std::string& body);
+    // The connection ended: completes a body framed by it; an error when the response was cut.
+    Status finish();
+    bool head_done() const { return state_ != State::head; }
+    bool complete() const { return state_ == State::done; }
+    // The status and headers once head_done() (body empty).
+    const Response& head() const { return head_; }
+
+private:
+    enum class State { head, length, to_close, chunk_size, chunk_data, chunk_end, trailers, done };
+    Status parse_head(std::string_view text);
+    Status take_body(std::size_t n);
+
+    std::size_t max_body_;
+    State state_ = State::head;
+    std::string line_;          // the head, or a chunk-size / trailer line, until it is complete
+    Response head_;
+    std::size_t remaining_ = 0;  // of the Content-Length body or of the current chunk
+    std::size_t total_ = 0;      // body bytes so far
+};
+
 // One HTTP/1.1 response from its bytes: status line, headers, then a body framed by
 // Content-Length or chunked transfer coding (or, with neither, by the end of the connection:
 // `at_eof`). `complete` is false when more bytes are needed. Errors: parse, naming what is wrong

@@ -343,7 +343,7 @@ def check_manifests():
     if spec.get("automountServiceAccountToken") is not True or spec.get("serviceAccountName") != "kgpu":
         problem("DaemonSet: the pod needs serviceAccountName kgpu and automountServiceAccountToken: true (GPU health Events)")
     rbac = {d["kind"]: d for d in load_docs(SRC / "deploy/kubernetes/rbac.yaml")}
-    want = {("", "events"): {"create", "patch"}, ("", "nodes"): {"get", "patch"}}
+    want = {("", "events"): {"create", "patch"}, ("", "nodes"): {"get", "list", "watch", "patch"}}
     granted = {}
     for r in (rbac.get("ClusterRole") or {}).get("rules", []):
         for g in r.get("apiGroups", []):

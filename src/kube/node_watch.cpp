@@ -1,0 +1,157 @@
+// This node's Node object, listed and watched (node_watch.h).
+#include "kube/node_watch.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "common/log.h"
+
+namespace kgpu::kube {
+
+Status WatchDecoder::feed(std::string_view bytes, std::vector<nlohmann::json>& events) {
+    for (;;) {
+        const auto eol = bytes.find('\n');
+        if (eol == std::string_view::npos) {
+            partial_.append(bytes);
+            if (partial_.size() > (16u << 20)) return fail(Code::parse, "watch: an event over 16 MiB");
+            return {};
+        }
+        partial_.append(bytes.substr(0, eol));
+        bytes.remove_prefix(eol + 1);
+        std::string line;
+        line.swap(partial_);
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        auto j = nlohmann::json::parse(line, nullptr, false);
+        if (j.is_discarded() || !j.is_object() || !j.contains("type") || !j["type"].is_string())
+            return fail(Code::parse, "watch: '{}' is not a watch event", line.substr(0, 80));
+        events.push_back(std::move(j));
+    }
+}
+
+NodeWatch::NodeWatch(List list, Stream stream, Options options, OnNode on_node)
+    : list_(std::move(list)), stream_(std::move(stream)), opts_(std::move(options)), on_node_(std::move(on_node)) {}
+
+NodeWatch::~NodeWatch() { stop(); }
+
+void NodeWatch::start() {
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+}
+
+void NodeWatch::stop() {
+    {
+        std::lock_guard lk(mu_);
+        stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+}
+
+std::string NodeWatch::resource_version() const {
+    std::lock_guard lk(mu_);
+    return rv_;
+}
+
+void NodeWatch::failed_once(const std::string& kind, const std::string& message) {
+    if (logged_.insert(kind).second) {
+        log::warn("node watch: {} (logged once for this kind of failure; retrying with backoff)", message);
+    } else {
+        log::debug("node watch: {}", message);
+    }
+}
+
+Status NodeWatch::list() {
+    const std::string path = "/api/v1/nodes?fieldSelector=metadata.name%3D" + opts_.node;
+    auto r = list_(path);
+    if (!r) return std::unexpected(r.error());
+    if (r->status != 200) return fail(Code::unavailable, "{}", describe_failure("GET", path, *r));
+    auto j = nlohmann::json::parse(r->body, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("items") || !j["items"].is_array())
+        return fail(Code::parse, "GET {}: not a NodeList", path);
+    ++lists_;
+    const auto& items = j["items"];
+    on_node_(items.empty() ? nlohmann::json() : items[0]);
+    std::string rv;
+    if (j.contains("metadata") && j["metadata"].is_object()) rv = j["metadata"].value("resourceVersion", "");
+    if (rv.empty()) return fail(Code::parse, "GET {}: the NodeList has no resourceVersion", path);
+    std::lock_guard lk(mu_);
+    rv_ = rv;
+    return {};
+}
+
+Status NodeWatch::step() {
+    if (resource_version().empty())
+        if (auto st = list(); !st) return st;
+    const std::string path = fmt::format(
+        "/api/v1/nodes?fieldSelector=metadata.name%3D{}&watch=true&allowWatchBookmarks=true&timeoutSeconds={}&resourceVersion={}",
+        opts_.node, opts_.watch_timeout.count(), resource_version());
+    WatchDecoder decoder;
+    Status problem;
+    bool gone = false;
+    auto on_body = [&](std::string_view bytes) {
+        std::vector<nlohmann::json> events;
+        if (auto st = decoder.feed(bytes, events); !st) {
+            problem = st;
+            return false;
+        }
+        for (const auto& e : events) {
+            const std::string type = e["type"].get<std::string>();
+            const nlohmann::json& obj = e.contains("object") ? e["object"] : nlohmann::json();
+            if (type == "ERROR") {
+                // A Status: 410 (Expired, Gone) asks for a new list; anything else is a failure.
+                if (obj.is_object() && obj.value("code", 0) == 410) {
+                    gone = true;
+                } else {
+                    problem = fail(Code::unavailable, "watch: ERROR event: {}",
+                                   obj.is_object() ? obj.value("message", obj.dump()) : e.dump());
+                }
+                return false;
+            }
+            std::string rv;
+            if (obj.is_object() && obj.contains("metadata") && obj["metadata"].is_object())
+                rv = obj["metadata"].value("resourceVersion", "");
+            if (!rv.empty()) {
+                std::lock_guard lk(mu_);
+                rv_ = rv;
+            }
+            if (type == "ADDED" || type == "MODIFIED") on_node_(obj);
+            else if (type == "DELETED") on_node_(nlohmann::json());
+        }
+        return true;
+    };
+    auto r = stream_(path, on_body, stop_);
+    if (gone || (r && r->status == 410)) {
+        log::debug("node watch: resourceVersion {} expired: listing again", resource_version());
+        std::lock_guard lk(mu_);
+        rv_.clear();
+        return {};
+    }
+    if (!problem) return problem;
+    if (!r) return std::unexpected(r.error());
+    if (r->status != 200) return fail(Code::unavailable, "{}", describe_failure("GET", path, *r));
+    return {};
+}
+
+void NodeWatch::run() {
+    std::chrono::milliseconds backoff{0};
+    while (!stop_) {
+        auto st = step();
+        if (st) {
+            backoff = std::chrono::milliseconds(0);
+            continue;
+        }
+        const std::string& m = st.error().message;
+        // The kind: the status code when there is one, else the error code.
+        std::string kind = fmt::format("{}", static_cast<int>(st.error().code));
+        for (const char* c : {": 401", ": 403", ": 404", ": 500", ": 503", ": 429"})
+            if (m.find(c) != std::string::npos) kind = c;
+        failed_once(kind, m);
+        backoff = std::clamp(backoff * 2, opts_.min_backoff, opts_.max_backoff);
+        // Jitter: 50-100 % of the backoff, so nodes do not come back in step.
+        std::uniform_int_distribution<long> d(backoff.count() / 2, backoff.count());
+        std::unique_lock lk(mu_);
+        cv_.wait_for(lk, std::chrono::milliseconds(d(jitter_)), [this] { return stop_.load(); });
+    }
+}
+
+}  // namespace kgpu::kube
