@@ -1054,21 +1054,24 @@ TEST(KubeE2E, NodeLabelsWithoutNfd) {
     c.kubectl({"label", "node", node, "example.com/keep-"});
 }
 
-// Per-node configs by node label (issue #27 part 1), through the real API server: the plugin
-// reads a ConfigMap-shaped directory, watches its Node and follows nvidia.com/device-plugin.config
-// without a restart, and sets nvidia.com/device-plugin.config.state. Like XidHealth's reporter, a
-// host-run plugin with its own device-plugin directory (kube-mini gives pods no API access), so
-// what it serves is read from its log, not from the node's allocatable.
+// Per-node configs by node label (issue #27 part 1), through the real API server and the real
+// kubelet: the plugin reads a ConfigMap-shaped directory, watches its Node and follows
+// nvidia.com/device-plugin.config without a restart, and sets nvidia.com/device-plugin.config.state.
+// kube-mini gives pods no API access, so the plugin runs on the host, registered with the
+// cluster's kubelet; its configs rename the shared resource (nvidia.com/gpu.shared), so the
+// deployed plugin's nvidia.com/gpu is left alone and the node's allocatable shows each switch.
 TEST(KubeE2E, ConfigByNodeLabel) {
     E2E_ATTACH(c);
     const std::string node = c.env("KUBE_NODE_NAME");
-    const std::string dir = c.base() + "/config-by-label";
-    const std::string srcdir = dir + "/configs";
-    fs::create_directories(dir + "/dp");
+    const std::string srcdir = c.base() + "/config-by-label";
     fs::create_directories(srcdir + "/..2026_12_02");
-    std::ofstream(srcdir + "/..2026_12_02/default") << "version: v1\n";
-    std::ofstream(srcdir + "/..2026_12_02/ts4")
-        << "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n";
+    auto shared = [](int replicas) {
+        return fmt::format("version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n"
+                           "    - name: nvidia.com/gpu\n      replicas: {}\n",
+                           replicas);
+    };
+    std::ofstream(srcdir + "/..2026_12_02/default") << shared(2);
+    std::ofstream(srcdir + "/..2026_12_02/ts4") << shared(4);
     fs::create_directory_symlink("..2026_12_02", srcdir + "/..data");
     fs::create_symlink("..data/default", srcdir + "/default");
     fs::create_symlink("..data/ts4", srcdir + "/ts4");
@@ -1077,40 +1080,49 @@ TEST(KubeE2E, ConfigByNodeLabel) {
         return n.is_object() ? n["metadata"].value("labels", json::object()).value("nvidia.com/device-plugin.config.state", "<none>")
                              : std::string("<unreadable>");
     };
+    auto allocatable = [&] {
+        const json n = c.get({"node", node});
+        return n.is_object() ? n["status"].value("allocatable", json::object()).value("nvidia.com/gpu.shared", "<none>")
+                             : std::string("<unreadable>");
+    };
     c.kubectl({"label", "node", node, "nvidia.com/device-plugin.config-"});
+    const std::string gpus_before = c.allocatable_gpus();
 
     kgpu::test::ChildProcess plugin(
-        {KGPU_BINARY, "device-plugin", "--nvml-library", KGPU_SIM_LIBRARY, "--device-plugin-path", dir + "/dp",
-         "--kubeconfig", c.env("KUBECONFIG"), "--node-name", node, "--node-health-events=false"},
+        {KGPU_BINARY, "device-plugin", "--nvml-library", KGPU_SIM_LIBRARY, "--device-plugin-path",
+         c.env("KUBELET_DEVICE_PLUGINS_DIR"), "--kubeconfig", c.env("KUBECONFIG"), "--node-name", node,
+         "--node-health-events=false"},
         {{"KGPU_SIM_NODE", sim_fixture(c.base())}, {"CONFIG_FILE_SRCDIR", srcdir}});
     fs::create_directories(c.base() + "/pids");
     std::ofstream(c.base() + "/pids/config-by-label") << plugin.pid() << "\n";
-    ASSERT_TRUE(wait_until([&] { return plugin.err().find("serving nvidia.com/gpu (8 devices)") != std::string::npos; }, seconds(60)))
-        << plugin.err();
+    EXPECT_TRUE(wait_until([&] { return allocatable() == "16"; }, seconds(60)))
+        << "allocatable nvidia.com/gpu.shared is " << allocatable() << ", not 16 (the default config)\n" << plugin.err();
     EXPECT_THAT(plugin.err(), HasSubstr("config 'default' (fallback named (a config called default))"));
     EXPECT_TRUE(wait_until([&] { return state() == "default"; }, seconds(30))) << state() << "\n" << plugin.err();
 
     // The label names ts4: 4 replicas per GPU, without a restart.
     const auto t0 = std::chrono::steady_clock::now();
     ASSERT_EQ(c.kubectl({"label", "node", node, "nvidia.com/device-plugin.config=ts4"}).exit_code, 0);
-    EXPECT_TRUE(wait_until([&] { return plugin.err().find("the devices changed (now 32)") != std::string::npos; }, seconds(30)))
-        << plugin.err();
-    figure("node label config=ts4 -> the plugin serves 32 replicas", since(t0));
+    EXPECT_TRUE(wait_until([&] { return allocatable() == "32"; }, seconds(60)))
+        << "allocatable nvidia.com/gpu.shared is " << allocatable() << " after config=ts4, not 32\n" << plugin.err();
+    figure("node label config=ts4 -> allocatable nvidia.com/gpu.shared 32 in the API", since(t0));
     EXPECT_TRUE(wait_until([&] { return state() == "ts4"; }, seconds(30))) << state();
-    EXPECT_TRUE(plugin.running()) << plugin.err();
 
     // A name with no config: the default, with a warning naming what exists.
     ASSERT_EQ(c.kubectl({"label", "node", node, "nvidia.com/device-plugin.config=ts9", "--overwrite"}).exit_code, 0);
-    EXPECT_TRUE(wait_until([&] { return plugin.err().find("the devices changed (now 8)") != std::string::npos; }, seconds(30)))
-        << plugin.err();
+    EXPECT_TRUE(wait_until([&] { return allocatable() == "16"; }, seconds(60))) << allocatable() << "\n" << plugin.err();
     EXPECT_THAT(plugin.err(), HasSubstr("nvidia.com/device-plugin.config=ts9: no config of that name"));
     EXPECT_TRUE(wait_until([&] { return state() == "default"; }, seconds(30))) << state();
 
     // Back to ts4, then the label removed: the default again.
     ASSERT_EQ(c.kubectl({"label", "node", node, "nvidia.com/device-plugin.config=ts4", "--overwrite"}).exit_code, 0);
-    EXPECT_TRUE(wait_until([&] { return state() == "ts4"; }, seconds(30))) << state();
+    EXPECT_TRUE(wait_until([&] { return allocatable() == "32"; }, seconds(60))) << allocatable();
     ASSERT_EQ(c.kubectl({"label", "node", node, "nvidia.com/device-plugin.config-"}).exit_code, 0);
-    EXPECT_TRUE(wait_until([&] { return state() == "default"; }, seconds(30))) << state() << "\n" << plugin.err();
+    EXPECT_TRUE(wait_until([&] { return allocatable() == "16" && state() == "default"; }, seconds(60)))
+        << allocatable() << " " << state() << "\n" << plugin.err();
+    // One process throughout, and one registration: a switch publishes a new list over the stream.
+    EXPECT_TRUE(plugin.running()) << plugin.err();
+    EXPECT_EQ(c.allocatable_gpus(), gpus_before) << "the deployed plugin's nvidia.com/gpu was disturbed";
 
     plugin.signal(SIGTERM);
     EXPECT_EQ(plugin.wait(30000), 0) << plugin.err();
