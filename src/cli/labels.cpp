@@ -10,6 +10,7 @@
 #include <cstring>
 #include <ctime>
 #include <iostream>
+#include <set>
 
 #include "common/files.h"
 #include "common/log.h"
@@ -73,6 +74,18 @@ void add_labels_command(CLI::App& app, LabelsOptions& opts) {
         ->expected(0, 1)
         ->default_str("true")
         ->option_text("[=BOOL]");
+    cmd->add_option("--config-file-srcdir", opts.config_file_srcdir,
+                    "A directory of named config files (a ConfigMap mounted): each pass uses the one the node label "
+                    "--node-label names, as the device plugin does (needs --node-name; replaces --config-file) "
+                    "[env CONFIG_FILE_SRCDIR]");
+    cmd->add_option("--default-config", opts.default_config,
+                    "With --config-file-srcdir: the config used when the node has no label [env DEFAULT_CONFIG]");
+    cmd->add_option("--node-label", opts.node_label,
+                    "With --config-file-srcdir: the node label that names the config (default "
+                    "nvidia.com/device-plugin.config) [env NODE_LABEL]");
+    cmd->add_option("--fallback-strategies", opts.fallback_strategies,
+                    "With --config-file-srcdir: named, single, empty, in order (default named,single) [env "
+                    "FALLBACK_STRATEGIES]");
     cmd->add_option("--kubeconfig", opts.kubeconfig,
                     "With --write-node-labels: the kubeconfig to use (default $KUBECONFIG, else the pod's service "
                     "account); otherwise accepted for GFD compatibility and unused");
@@ -382,18 +395,41 @@ Result<LabelsSettings> resolve_labels_settings(const LabelsOptions& o,
         const char* env_output = getenv("GFD_OUTPUT_FILE");
         if (!o.output_file && !(env_output && *env_output)) s.feature_file = false;
     }
+    if (auto v = setting(o.config_file_srcdir, "--config-file-srcdir", getenv, {"CONFIG_FILE_SRCDIR"}); v.value) {
+        deviceplugin::ConfigSource& src = s.config_source;
+        src.srcdir = *v.value;
+        if (auto d = setting(o.default_config, "--default-config", getenv, {"DEFAULT_CONFIG"}); d.value) src.default_config = *d.value;
+        if (auto l = setting(o.node_label, "--node-label", getenv, {"NODE_LABEL"}); l.value) src.node_label = *l.value;
+        if (auto f = setting(o.fallback_strategies, "--fallback-strategies", getenv, {"FALLBACK_STRATEGIES"}); f.value) {
+            src.fallbacks.clear();
+            for (auto part : strings::split(*f.value, ','))
+                if (!strings::trim(part).empty()) src.fallbacks.emplace_back(strings::trim(part));
+        }
+        if (src.node_label.empty())
+            return fail(Code::invalid_argument, "--node-label/NODE_LABEL: expected a label key, got an empty one");
+        if (auto st = deviceplugin::check_fallbacks(src.fallbacks); !st) return std::unexpected(st.error());
+        if (!s.config_file.empty())
+            s.warnings.push_back(fmt::format("--config-file/CONFIG_FILE {} is not used: the config comes from {} by the "
+                                             "node label {}",
+                                             s.config_file, src.srcdir, src.node_label));
+        s.config_file.clear();
+        s.kubeconfig = o.kubeconfig;
+        if (auto n = setting(o.node_name, "--node-name", getenv, {"NODE_NAME"}); n.value) s.node_name = *n.value;
+    }
+    const bool uses_api = s.write_node_labels || !s.config_source.srcdir.empty();
     std::vector<std::string> unused;
     for (const auto& [value, name] : {std::pair{&o.kubeconfig, "--kubeconfig"}, {&o.kube_api_qps, "--kube-api-qps"},
                                       {&o.kube_api_burst, "--kube-api-burst"}, {&o.namespace_, "--namespace"},
                                       {&o.node_name, "--node-name"}, {&o.pod_name, "--pod-name"}})
-        if (*value && !(s.write_node_labels && (value == &o.kubeconfig || value == &o.node_name)))
+        if (*value && !(uses_api && (value == &o.kubeconfig || value == &o.node_name)))
             unused.emplace_back(name);
     if (!unused.empty())
         s.warnings.push_back(fmt::format("{} ignored: these set up GFD's NodeFeature API client; kgpu labels writes "
                                          "the feature file {}{}",
                                          fmt::join(unused, ", "), s.output_file,
-                                         s.write_node_labels ? " and patches the Node (--write-node-labels)"
-                                                             : " and talks to no API server"));
+                                         s.write_node_labels              ? " and patches the Node (--write-node-labels)"
+                                         : s.config_source.srcdir.empty() ? " and talks to no API server"
+                                                                          : " and reads only the Node's config label"));
     if (auto v = setting(o.container_driver_root, "--driver-root-ctr-path", getenv,
                          {"DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT"});
         v.value && *v.value != o.nvml.driver_root)
@@ -403,13 +439,63 @@ Result<LabelsSettings> resolve_labels_settings(const LabelsOptions& o,
     return s;
 }
 
+namespace {
+
+// With a config source: the config the node label names now (read through `api` when there is
+// one), and the label options reloaded when it is another file than `s.config_file`. A failure
+// keeps the running options (logged once per message).
+void follow_config_label(LabelsSettings& s, kube::Client* api, labels::Options& options, std::set<std::string>& said,
+                         bool& chosen) {
+    const auto& src = s.config_source;
+    std::string label;
+    if (api) {
+        const std::string path = "/api/v1/nodes/" + s.node_name;
+        auto r = api->request("GET", path);
+        auto node = r && r->status == 200 ? nlohmann::json::parse(r->body, nullptr, false) : nlohmann::json();
+        if (node.is_object() && node.contains("metadata") && node["metadata"].is_object() &&
+            node["metadata"].contains("labels") && node["metadata"]["labels"].is_object()) {
+            label = node["metadata"]["labels"].value(src.node_label, "");
+        } else {
+            const std::string why = !r ? r.error().message : r->status != 200 ? kube::describe_failure("GET", path, *r) : "not a Node";
+            if (said.insert(why).second)
+                log::warn("labels: cannot read node {}'s label {}: {}; {}", s.node_name, src.node_label, why,
+                          chosen ? "keeping the running config" : "choosing without it");
+            if (chosen) return;
+        }
+    }
+    auto names = deviceplugin::config_names(src.srcdir);
+    Result<deviceplugin::ConfigChoice> choice = std::unexpected(Error{});
+    if (names) choice = deviceplugin::choose_config(src, *names, label);
+    else choice = std::unexpected(names.error());
+    if (!choice) {
+        if (said.insert(choice.error().message).second) log::error("labels: {}; keeping the running config", choice.error().message);
+        return;
+    }
+    for (const auto& w : choice->warnings)
+        if (said.insert(w).second) log::warn("labels: {}", w);
+    if (chosen && choice->path == s.config_file) return;
+    LabelsSettings next = s;
+    next.config_file = choice->path;
+    auto loaded = load_label_options(next);
+    if (!loaded) {
+        if (said.insert(loaded.error().message).second) log::error("labels: {}; keeping the running config", loaded.error().message);
+        return;
+    }
+    log::info("labels: config '{}' ({})", choice->name, choice->why);
+    chosen = true;
+    s.config_file = choice->path;
+    options = std::move(*loaded);
+}
+
+}  // namespace
+
 int run_labels(const LabelsOptions& opts) {
     auto settings = resolve_labels_settings(opts, [](const char* n) { return std::getenv(n); });
     if (!settings) {
         std::cerr << "kgpu labels: " << settings.error().message << "\n";
         return 2;
     }
-    const LabelsSettings& s = *settings;
+    LabelsSettings& s = *settings;
     for (const auto& w : s.warnings) log::warn("labels: {}", w);
     if (s.use_node_feature_api)
         log::warn("labels: --use-node-feature-api: kgpu writes the NFD feature file {}; NFD's worker publishes it",
@@ -429,6 +515,26 @@ int run_labels(const LabelsOptions& opts) {
         }
         log::info("labels: patching node {}'s labels through {} ({})", s.node_name, config->server, config->source);
         api.emplace(std::move(*config));
+    } else if (!s.config_source.srcdir.empty()) {
+        auto config = s.node_name.empty() ? Result<kube::ApiConfig>(fail(Code::not_found, "no node name (NODE_NAME or --node-name)"))
+                                          : kube::resolve_config(s.kubeconfig, [](const char* n) { return std::getenv(n); });
+        if (config) {
+            log::info("labels: reading node {}'s label {} through {} ({})", s.node_name, s.config_source.node_label,
+                      config->server, config->source);
+            api.emplace(std::move(*config));
+        } else {
+            log::warn("labels: the node label {} is not read: {}; the default config and fallbacks decide",
+                      s.config_source.node_label, config.error().message);
+        }
+    }
+    std::set<std::string> said;
+    bool chosen = false;
+    if (!s.config_source.srcdir.empty()) {
+        follow_config_label(s, api ? &*api : nullptr, *options, said, chosen);
+        if (!chosen) {
+            std::cerr << "kgpu labels: no config could be chosen from " << s.config_source.srcdir << "\n";
+            return 2;
+        }
     }
 
     // In the loop SIGHUP reloads the config file and SIGTERM, SIGINT and SIGQUIT stop, as in GFD.
@@ -446,8 +552,11 @@ int run_labels(const LabelsOptions& opts) {
         std::optional<std::int64_t> timestamp;
         if (!s.no_timestamp) timestamp = static_cast<std::int64_t>(std::time(nullptr));
         for (;;) {
+            // Each pass labels with the config the node label names now (the plugin follows it live).
+            if (!first && !s.config_source.srcdir.empty())
+                follow_config_label(s, api ? &*api : nullptr, *options, said, chosen);
             Pass pass;
-            auto st = label_once(opts, s, *options, timestamp, api ? &*api : nullptr, pass);
+            auto st = label_once(opts, s, *options, timestamp, s.write_node_labels && api ? &*api : nullptr, pass);
             if (pass.warnings != last_warnings)
                 for (const auto& w : pass.warnings) log::warn("labels: {}", w);
             last_warnings = pass.warnings;

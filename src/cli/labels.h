@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/nvml_options.h"
+#include "deviceplugin/config_source.h"
 #include "labels/labels.h"
 
 namespace kgpu::cli {
@@ -29,6 +30,9 @@ struct LabelsOptions {
     std::optional<std::string> use_node_feature_api;       // GFD_USE_NODE_FEATURE_API, USE_NODE_FEATURE_API
     std::optional<std::string> device_discovery_strategy;  // DEVICE_DISCOVERY_STRATEGY
     std::optional<std::string> write_node_labels;          // KGPU_WRITE_NODE_LABELS
+    // Per-node configs by node label, as the device plugin's (CONFIG_FILE_SRCDIR, DEFAULT_CONFIG,
+    // NODE_LABEL, FALLBACK_STRATEGIES).
+    std::optional<std::string> config_file_srcdir, default_config, node_label, fallback_strategies;
     // GFD v0.17+'s Kubernetes client and node flags (for its NodeFeature objects) and
     // --driver-root-ctr-path: accepted and checked. --kubeconfig and --node-name (NODE_NAME) are
     // used with --write-node-labels; otherwise a warning says they have no effect.
@@ -51,7 +55,11 @@ struct LabelsSettings {
     bool feature_file = true;                       // write output_file (off with write_node_labels, unless given)
     bool write_node_labels = false;                 // patch the Node's labels through the API server
     std::optional<std::string> kubeconfig;          // with write_node_labels: else KUBECONFIG, else in-cluster
-    std::string node_name;                          // with write_node_labels: --node-name, NODE_NAME
+    std::string node_name;                          // with write_node_labels or a config source: --node-name, NODE_NAME
+    // With a source directory, each pass labels with the config the node label names
+    // (deviceplugin/config_source.h), read from the API server when the node name and a
+    // configuration are there; config_file is then the chosen one.
+    deviceplugin::ConfigSource config_source;
     std::vector<std::string> warnings;              // accepted settings kgpu does not use, and why
 };
 

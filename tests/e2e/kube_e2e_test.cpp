@@ -1107,6 +1107,16 @@ TEST(KubeE2E, ConfigByNodeLabel) {
         << "allocatable nvidia.com/gpu.shared is " << allocatable() << " after config=ts4, not 32\n" << plugin.err();
     figure("node label config=ts4 -> allocatable nvidia.com/gpu.shared 32 in the API", since(t0));
     EXPECT_TRUE(wait_until([&] { return state() == "ts4"; }, seconds(30))) << state();
+    // GFD's half: kgpu labels reads the same label and labels with the same config.
+    auto gfd = [&] {
+        return run({KGPU_BINARY, "labels", "--oneshot", "--output-file", "-", "--no-timestamp", "--nvml-library",
+                    KGPU_SIM_LIBRARY, "--config-file-srcdir", srcdir, "--node-name", node, "--kubeconfig", c.env("KUBECONFIG")},
+                   seconds(60), {{"KGPU_SIM_NODE", sim_fixture(c.base())}});
+    };
+    auto l = gfd();
+    EXPECT_EQ(l.exit_code, 0) << l.err;
+    EXPECT_THAT(l.out, HasSubstr("nvidia.com/gpu.replicas=4")) << l.out << l.err;
+    EXPECT_THAT(l.err, HasSubstr("config 'ts4' (node label nvidia.com/device-plugin.config=ts4)")) << l.err;
 
     // A name with no config: the default, with a warning naming what exists.
     ASSERT_EQ(c.kubectl({"label", "node", node, "nvidia.com/device-plugin.config=ts9", "--overwrite"}).exit_code, 0);
@@ -1120,6 +1130,8 @@ TEST(KubeE2E, ConfigByNodeLabel) {
     ASSERT_EQ(c.kubectl({"label", "node", node, "nvidia.com/device-plugin.config-"}).exit_code, 0);
     EXPECT_TRUE(wait_until([&] { return allocatable() == "16" && state() == "default"; }, seconds(60)))
         << allocatable() << " " << state() << "\n" << plugin.err();
+    l = gfd();
+    EXPECT_THAT(l.out, HasSubstr("nvidia.com/gpu.replicas=2")) << l.out << l.err;
     // One process throughout, and one registration: a switch publishes a new list over the stream.
     EXPECT_TRUE(plugin.running()) << plugin.err();
     EXPECT_EQ(c.allocatable_gpus(), gpus_before) << "the deployed plugin's nvidia.com/gpu was disturbed";

@@ -656,6 +656,32 @@ TEST(LabelsCli, GfdKubernetesClientFlagsAreAcceptedAndSaid) {
     EXPECT_THAT(burst.err, HasSubstr("environment variable KUBE_API_BURST '1.5': expected an integer"));
 }
 
+// Per-node configs (issue #27): the config the node label names, chosen as the device plugin
+// does; without a node name or API server the default and the fallbacks decide.
+TEST(LabelsCli, ConfigSourceDirectoryChoosesAsThePlugin) {
+    TempDir dir;
+    dir.write("configs/default", "version: v1\n");
+    dir.write("configs/ts4", "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 4}\n");
+    const std::string src = dir.path() + "/configs";
+    auto fallback = labels("t4x4", {"--oneshot", "-o", "-", "--config-file-srcdir", src});
+    ASSERT_EQ(fallback.exit_code, 0) << fallback.err;
+    EXPECT_EQ(parse(fallback.out)["nvidia.com/gpu.replicas"], "1");
+    EXPECT_THAT(fallback.err, HasSubstr("config 'default' (fallback named (a config called default))"));
+    EXPECT_THAT(fallback.err, HasSubstr("the node label nvidia.com/device-plugin.config is not read: no node name"));
+
+    auto by_default = labels("t4x4", {"--oneshot", "-o", "-"}, {{"CONFIG_FILE_SRCDIR", src}, {"DEFAULT_CONFIG", "ts4"}});
+    ASSERT_EQ(by_default.exit_code, 0) << by_default.err;
+    EXPECT_EQ(parse(by_default.out)["nvidia.com/gpu.replicas"], "4");
+    EXPECT_EQ(parse(by_default.out)["nvidia.com/gpu.product"], "Tesla-T4-SHARED");
+
+    auto bad = labels("t4x4", {"--oneshot", "-o", "-", "--config-file-srcdir", src, "--fallback-strategies", "nearest"});
+    EXPECT_EQ(bad.exit_code, 2);
+    EXPECT_THAT(bad.err, HasSubstr("unknown fallback strategy 'nearest'"));
+    auto none = labels("t4x4", {"--oneshot", "-o", "-", "--config-file-srcdir", dir.path() + "/missing"});
+    EXPECT_EQ(none.exit_code, 2) << none.err;
+    EXPECT_THAT(none.err, HasSubstr("CONFIG_FILE_SRCDIR"));
+}
+
 TEST(LabelsCli, ConfigFileSharingAndFlagPrecedence) {
     // The config says mixed and 4 replicas; the flag's strategy wins.
     auto l = parse(label_once("a100-mig", {"--config-file", kSource + "/tests/labels/fixtures/time-slicing.yaml",
