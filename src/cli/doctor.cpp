@@ -28,6 +28,10 @@ CLI::App* add_doctor_command(CLI::App& app, DoctorCliOptions& opts) {
         ->capture_default_str();
     cmd->add_option("--pod-resources-socket", c.pod_resources_socket, "The kubelet's PodResources socket, on the host")
         ->capture_default_str();
+    cmd->add_option("--kubeconfig", c.kubeconfig,
+                    "The kubeconfig kgpu's node features use, for the kube.api check (default $KUBECONFIG, else the "
+                    "pod's service account; none: skipped)");
+    cmd->add_option("--node-name", c.node_name, "This node's name, for the kube.api check [env NODE_NAME]")->envname("NODE_NAME");
     cmd->add_option("--config-file", c.config_file,
                     "The device plugin's config file, checked strictly (unknown keys are errors) [env CONFIG_FILE]")
         ->envname("CONFIG_FILE");

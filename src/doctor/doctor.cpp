@@ -23,6 +23,8 @@
 #include "doctor/devchar.h"
 #include "doctor/grpc_probe.h"
 #include "doctor/host.h"
+#include "doctor/kube_api.h"
+#include "kube/client.h"
 #include "nvml/xid.h"
 #include "inventory/discovery.h"
 #include "inventory/pci.h"
@@ -1143,6 +1145,33 @@ void check_pod_resources(State& s, CheckResult& r) {
                          "mount /var/lib/kubelet/pod-resources into the exporter.");
 }
 
+
+void check_api(State& s, CheckResult& r) {
+    auto getenv = [](const char* n) { return std::getenv(n); };
+    const char* env = std::getenv("KUBECONFIG");
+    const bool configured = s.opt.kubeconfig || (env && *env) || std::getenv("KUBERNETES_SERVICE_HOST");
+    if (!configured) {
+        set(r, Status::skipped);
+        note(r, "no API server configured (--kubeconfig, $KUBECONFIG, or a pod's KUBERNETES_SERVICE_HOST): kgpu's node "
+                "Events, per-node configs and --write-node-labels are off; nothing else needs the API server");
+        return;
+    }
+    auto config = kube::resolve_config(s.opt.kubeconfig, getenv);
+    if (!config) {
+        note(r, "{}", config.error().message);
+        set(r, Status::fail, "fix the kubeconfig, or the pod's service-account mount (automountServiceAccountToken)");
+        return;
+    }
+    note(r, "API server {} ({})", config->server, config->source);
+    auto client = std::make_shared<kube::Client>(std::move(*config), std::chrono::seconds(5));
+    const std::string server = client->config().server;
+    check_kube_api(
+        [client](std::string_view m, std::string_view p, std::string_view b, std::string_view t) {
+            return client->request(m, p, b, t.empty() ? std::string_view("application/json") : t);
+        },
+        server, s.opt.node_name, r);
+}
+
 std::vector<Check> registry() {
     const std::vector<std::string> nvml_dev = {"nvml.devices"};
     return {
@@ -1187,6 +1216,8 @@ std::vector<Check> registry() {
         {"kubelet.pod_resources", Layer::kubelet, "PodResources socket answers List", {}, check_pod_resources},
         {"kubelet.allocatable", Layer::kubelet, "the kubelet's allocatable devices are the ones kgpu serves",
          {"deviceplugin.dir"}, check_allocatable},
+        {"kube.api", Layer::kubelet, "the API server answers kgpu, its Node exists, RBAC allows what kgpu needs", {},
+         check_api},
         {"nvml.cuda_compat", Layer::workload, "CUDA images the driver and GPUs can run", nvml_dev, check_cuda_compat},
         {"nvml.gpu_memory", Layer::workload, "no process near a GPU's memory limit (OOM risk)", nvml_dev,
          check_gpu_memory},

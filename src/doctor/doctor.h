@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,10 @@ struct Options {
     // mounted ConfigMap). Empty: its check is skipped.
     std::string config_file;
     double memory_threshold = 0.95;     // a process above this share of a GPU's memory: OOM risk
+    // kube.api: the API server kgpu's node features use (--kubeconfig, else $KUBECONFIG, else
+    // in-cluster) and this node's name (--node-name, NODE_NAME). None configured: skipped.
+    std::optional<std::string> kubeconfig;
+    std::string node_name;
 };
 
 // Every check id in run order (docs/doctor.md lists them all).

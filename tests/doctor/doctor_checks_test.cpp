@@ -10,10 +10,12 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <sstream>
 
 #include "common/elf.h"
 #include "doctor/doctor.h"
+#include "doctor/kube_api.h"
 #include "doctor/devchar.h"
 #include "doctor/host.h"
 #include "fake_host.h"
@@ -67,13 +69,16 @@ const CheckResult& get(const Report& r, const std::string& id) {
 std::string dump(const Report& r) { return kgpu::doctor::to_json(r).dump(2); }
 
 TEST(DoctorChecks, HealthySimulatedNodeIsAllOk) {
+    // No API server configured: kube.api is skipped, whatever the shell running the tests has.
+    ::unsetenv("KUBECONFIG");
+    ::unsetenv("KUBERNETES_SERVICE_HOST");
     FakeHost host;
     host.live_kubelet();
     auto r = Doc{host}();
     EXPECT_EQ(r.exit_code(), 0) << dump(r);
     for (const auto& c : r.checks) {
         if (c.id == "driver.build_tools" || c.id == "runtime.cdi_spec" || c.id == "driver.dev_char" ||
-            c.id == "deviceplugin.config") {
+            c.id == "deviceplugin.config" || c.id == "kube.api") {
             // driver loaded; CDI off; the fake host's device nodes are regular files, not devices;
             // no device plugin config file given
             EXPECT_EQ(c.status, Status::skipped) << c.id;
@@ -687,3 +692,79 @@ TEST(DoctorChecks, KgpusRuntimeCountsAsTheGpuRuntime) {
 }
 
 }  // namespace
+
+// kube.api (issue #27) against recorded API-server answers: reachable, the Node, and one
+// SelfSubjectAccessReview per verb kgpu needs.
+namespace {
+
+struct FakeApi {
+    std::set<std::string> denied;  // "verb resource"
+    int version_status = 200, node_status = 200, review_status = 201;
+    std::vector<std::string> calls;
+    kgpu::Result<kgpu::kube::Response> operator()(std::string_view m, std::string_view p, std::string_view body, std::string_view) {
+        calls.push_back(std::string(m) + " " + std::string(p));
+        if (p == "/version") return kgpu::kube::Response{version_status, {}, R"({"gitVersion":"v1.32.10"})"};
+        if (p.starts_with("/api/v1/nodes/")) return kgpu::kube::Response{node_status, {}, R"({"kind":"Status","message":"nodes \"n1\" not found"})"};
+        auto review = nlohmann::json::parse(body);
+        const auto& a = review["spec"]["resourceAttributes"];
+        const bool allowed = !denied.contains(a["verb"].get<std::string>() + " " + a["resource"].get<std::string>());
+        review["status"] = {{"allowed", allowed}};
+        return kgpu::kube::Response{review_status, {}, review.dump()};
+    }
+};
+
+CheckResult api_check(FakeApi& api, const std::string& node = "n1") {
+    CheckResult r;
+    kgpu::doctor::check_kube_api([&](auto m, auto p, auto b, auto t) { return api(m, p, b, t); }, "https://api:6443", node, r);
+    return r;
+}
+
+}  // namespace
+
+TEST(DoctorKubeApi, AllowedEverythingIsOkAndEachVerbIsAsked) {
+    FakeApi api;
+    auto r = api_check(api);
+    EXPECT_EQ(r.status, Status::ok) << r.evidence;
+    EXPECT_THAT(r.evidence, HasSubstr("GET https://api:6443/version: 200 v1.32.10"));
+    EXPECT_THAT(r.evidence, HasSubstr("every verb kgpu needs is allowed (6 SelfSubjectAccessReviews)"));
+    EXPECT_EQ(api.calls.size(), 2u + kgpu::doctor::api_needs().size());
+}
+
+TEST(DoctorKubeApi, DeniedVerbsAreNamedWithTheirFeature) {
+    FakeApi api;
+    api.denied = {"create events", "watch nodes"};
+    auto r = api_check(api);
+    EXPECT_EQ(r.status, Status::warn);
+    EXPECT_THAT(r.evidence, HasSubstr("RBAC denies: create events in default (for GPU health Events on the Node"));
+    EXPECT_THAT(r.evidence, HasSubstr("watch nodes (for per-node configs"));
+    EXPECT_THAT(r.fix, HasSubstr("deploy/kubernetes/rbac.yaml"));
+}
+
+TEST(DoctorKubeApi, RefusedUnreachableMissingNodeAndNoReviewApi) {
+    FakeApi refused;
+    refused.version_status = 401;
+    auto r = api_check(refused);
+    EXPECT_EQ(r.status, Status::fail);
+    EXPECT_THAT(r.fix, HasSubstr("refuses kgpu's credentials"));
+
+    CheckResult down;
+    kgpu::doctor::check_kube_api(
+        [](auto, auto, auto, auto) -> kgpu::Result<kgpu::kube::Response> {
+            return std::unexpected(kgpu::Error{kgpu::Code::unavailable, "GET https://api:6443/version: connect: Connection refused"});
+        },
+        "https://api:6443", "n1", down);
+    EXPECT_EQ(down.status, Status::fail);
+    EXPECT_THAT(down.evidence, HasSubstr("Connection refused"));
+
+    FakeApi missing;
+    missing.node_status = 404;
+    r = api_check(missing);
+    EXPECT_EQ(r.status, Status::warn);
+    EXPECT_THAT(r.fix, HasSubstr("no Node named n1"));
+
+    FakeApi old;
+    old.review_status = 404;
+    r = api_check(old);
+    EXPECT_EQ(r.status, Status::ok);
+    EXPECT_THAT(r.evidence, HasSubstr("does not serve SelfSubjectAccessReview (404): RBAC not checked"));
+}

@@ -1052,6 +1052,26 @@ TEST(KubeE2E, NodeLabelsWithoutNfd) {
     EXPECT_THAT(refused.err, HasSubstr("401")) << refused.err;
     EXPECT_THAT(refused.err, HasSubstr(node)) << refused.err;
     c.kubectl({"label", "node", node, "example.com/keep-"});
+
+    // kgpu doctor's kube.api: the real API server, the Node, and RBAC as far as the server answers
+    // (kube-mini serves no authorization API), then the refused credentials.
+    auto api_check = [&](const std::string& kubeconfig) {
+        auto d = run({KGPU_BINARY, "doctor", "--json", "--nvml-library", KGPU_SIM_LIBRARY, "--kubeconfig", kubeconfig,
+                      "--node-name", node},
+                     seconds(120), {{"KGPU_SIM_NODE", sim_fixture(c.base())}});
+        const json report = json::parse(d.out, nullptr, false);
+        if (report.is_object())
+            for (const auto& check : report.value("checks", json::array()))
+                if (check.value("id", "") == "kube.api") return check;
+        return json{{"status", "missing"}, {"evidence", d.out + d.err}};
+    };
+    const json ok = api_check(c.env("KUBECONFIG"));
+    EXPECT_EQ(ok.value("status", ""), "ok") << ok.dump(2);
+    EXPECT_THAT(ok.value("evidence", ""), HasSubstr("/version: 200 v1.32")) << ok.dump(2);
+    EXPECT_THAT(ok.value("evidence", ""), HasSubstr("GET /api/v1/nodes/" + node + ": 200")) << ok.dump(2);
+    const json no = api_check(bad);
+    EXPECT_EQ(no.value("status", ""), "fail") << no.dump(2);
+    EXPECT_THAT(no.value("fix", ""), HasSubstr("refuses kgpu's credentials")) << no.dump(2);
 }
 
 // Per-node configs by node label (issue #27 part 1), through the real API server and the real
