@@ -1,6 +1,7 @@
 #include "cli/device_plugin.h"
 
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <tuple>
 
@@ -199,7 +200,7 @@ int run_device_plugin(const DevicePluginFlags& f) {
     const char* srcdir_env = std::getenv("CONFIG_FILE_SRCDIR");
     const bool by_label = f.config_file_srcdir || (srcdir_env && *srcdir_env);
     dp::Config base;
-    if (!config_file.empty() && !by_label) {
+    if (!config_file.empty() && (!by_label || f.check_config)) {
         auto file = dp::load_config_file(config_file);
         if (!file) {
             std::cerr << "kgpu device-plugin: " << file.error().message << "\n";
@@ -283,10 +284,17 @@ int run_device_plugin(const DevicePluginFlags& f) {
             std::cerr << "kgpu device-plugin: " << st.error().message << "\n";
             return 2;
         }
-        if (!config_file.empty())
+        // A config file inside the directory is its default (the manifests' config.yaml); another
+        // one is not used.
+        const auto file = std::filesystem::path(config_file).lexically_normal();
+        if (!config_file.empty() && src.default_config.empty() &&
+            file.parent_path() == std::filesystem::path(src.srcdir + "/").lexically_normal().parent_path()) {
+            src.default_config = file.filename().string();
+        } else if (!config_file.empty()) {
             std::cerr << "kgpu device-plugin: --config-file/CONFIG_FILE " << config_file
                       << " is not used: the config comes from " << src.srcdir << " by the node label " << src.node_label
                       << "\n";
+        }
     } else {
         for (const auto& [v, name] : {std::pair{&f.default_config, "--default-config"}, {&f.node_label, "--node-label"},
                                       {&f.fallback_strategies, "--fallback-strategies"}})

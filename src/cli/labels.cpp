@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <iostream>
 #include <set>
 
@@ -367,19 +368,21 @@ Result<LabelsSettings> resolve_labels_settings(const LabelsOptions& o,
         v.value && *v.value != "auto" && *v.value != "nvml")
         return fail(Code::invalid_argument, "{} '{}': kgpu labels supports auto and nvml (not tegra or vfio)", v.source,
                     *v.value);
-    // GFD's Kubernetes client settings: checked like GFD checks them (a float, an integer); they
-    // only matter for NodeFeature objects, which kgpu leaves to NFD's worker (the feature file).
+    // GFD's Kubernetes client settings, checked like GFD checks them (a float, an integer): the
+    // client's rate limit when kgpu talks to the API server (--write-node-labels, the config label).
     if (auto v = setting(o.kube_api_qps, "--kube-api-qps", getenv, {"KUBE_API_QPS"}); v.value) {
         double qps = 0;
         auto [end, ec] = std::from_chars(v.value->data(), v.value->data() + v.value->size(), qps);
         if (ec != std::errc{} || end != v.value->data() + v.value->size())
             return fail(Code::invalid_argument, "{} '{}': expected a number of queries per second", v.source, *v.value);
+        s.kube_limit.qps = qps;
     }
     if (auto v = setting(o.kube_api_burst, "--kube-api-burst", getenv, {"KUBE_API_BURST"}); v.value) {
         long burst = 0;
         auto [end, ec] = std::from_chars(v.value->data(), v.value->data() + v.value->size(), burst);
-        if (ec != std::errc{} || end != v.value->data() + v.value->size())
-            return fail(Code::invalid_argument, "{} '{}': expected an integer", v.source, *v.value);
+        if (ec != std::errc{} || end != v.value->data() + v.value->size() || burst < 1 || burst > 100000)
+            return fail(Code::invalid_argument, "{} '{}': expected an integer from 1", v.source, *v.value);
+        s.kube_limit.burst = static_cast<int>(burst);
     }
     if (auto st = set_bool(s.write_node_labels, setting(o.write_node_labels, "--write-node-labels", getenv,
                                                         {"KGPU_WRITE_NODE_LABELS"}));
@@ -408,7 +411,12 @@ Result<LabelsSettings> resolve_labels_settings(const LabelsOptions& o,
         if (src.node_label.empty())
             return fail(Code::invalid_argument, "--node-label/NODE_LABEL: expected a label key, got an empty one");
         if (auto st = deviceplugin::check_fallbacks(src.fallbacks); !st) return std::unexpected(st.error());
-        if (!s.config_file.empty())
+        // A config file inside the directory is its default (the manifests' config.yaml).
+        const auto file = std::filesystem::path(s.config_file).lexically_normal();
+        if (!s.config_file.empty() && src.default_config.empty() &&
+            file.parent_path() == std::filesystem::path(src.srcdir + "/").lexically_normal().parent_path())
+            src.default_config = file.filename().string();
+        else if (!s.config_file.empty())
             s.warnings.push_back(fmt::format("--config-file/CONFIG_FILE {} is not used: the config comes from {} by the "
                                              "node label {}",
                                              s.config_file, src.srcdir, src.node_label));
@@ -421,7 +429,8 @@ Result<LabelsSettings> resolve_labels_settings(const LabelsOptions& o,
     for (const auto& [value, name] : {std::pair{&o.kubeconfig, "--kubeconfig"}, {&o.kube_api_qps, "--kube-api-qps"},
                                       {&o.kube_api_burst, "--kube-api-burst"}, {&o.namespace_, "--namespace"},
                                       {&o.node_name, "--node-name"}, {&o.pod_name, "--pod-name"}})
-        if (*value && !(uses_api && (value == &o.kubeconfig || value == &o.node_name)))
+        if (*value && !(uses_api && (value == &o.kubeconfig || value == &o.node_name || value == &o.kube_api_qps ||
+                                     value == &o.kube_api_burst)))
             unused.emplace_back(name);
     if (!unused.empty())
         s.warnings.push_back(fmt::format("{} ignored: these set up GFD's NodeFeature API client; kgpu labels writes "
@@ -514,14 +523,14 @@ int run_labels(const LabelsOptions& opts) {
             return 2;
         }
         log::info("labels: patching node {}'s labels through {} ({})", s.node_name, config->server, config->source);
-        api.emplace(std::move(*config));
+        api.emplace(std::move(*config), std::chrono::seconds(10), s.kube_limit);
     } else if (!s.config_source.srcdir.empty()) {
         auto config = s.node_name.empty() ? Result<kube::ApiConfig>(fail(Code::not_found, "no node name (NODE_NAME or --node-name)"))
                                           : kube::resolve_config(s.kubeconfig, [](const char* n) { return std::getenv(n); });
         if (config) {
             log::info("labels: reading node {}'s label {} through {} ({})", s.node_name, s.config_source.node_label,
                       config->server, config->source);
-            api.emplace(std::move(*config));
+            api.emplace(std::move(*config), std::chrono::seconds(10), s.kube_limit);
         } else {
             log::warn("labels: the node label {} is not read: {}; the default config and fallbacks decide",
                       s.config_source.node_label, config.error().message);

@@ -11,6 +11,7 @@
 
 #include "cli/nvml_options.h"
 #include "deviceplugin/config_source.h"
+#include "kube/client.h"
 #include "labels/labels.h"
 
 namespace kgpu::cli {
@@ -60,6 +61,7 @@ struct LabelsSettings {
     // (deviceplugin/config_source.h), read from the API server when the node name and a
     // configuration are there; config_file is then the chosen one.
     deviceplugin::ConfigSource config_source;
+    kube::RateLimit kube_limit;                     // --kube-api-qps, --kube-api-burst (GFD's defaults 5, 10)
     std::vector<std::string> warnings;              // accepted settings kgpu does not use, and why
 };
 

@@ -208,7 +208,19 @@ Status check_node_name(std::string_view name) {
     return {};
 }
 
-Client::Client(ApiConfig config, std::chrono::milliseconds timeout) : config_(std::move(config)), timeout_(timeout) {}
+std::chrono::nanoseconds RateLimiter::reserve(std::chrono::steady_clock::time_point now) {
+    if (limit_.qps <= 0) return {};
+    std::lock_guard lk(mu_);
+    if (last_ && now > *last_)
+        tokens_ = std::min<double>(limit_.burst, tokens_ + std::chrono::duration<double>(now - *last_).count() * limit_.qps);
+    if (!last_ || now > *last_) last_ = now;
+    tokens_ -= 1;  // may go below zero: the tokens owed by callers already waiting
+    if (tokens_ >= 0) return {};
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(-tokens_ / limit_.qps));
+}
+
+Client::Client(ApiConfig config, std::chrono::milliseconds timeout, RateLimit limit)
+    : config_(std::move(config)), timeout_(timeout), limiter_(limit) {}
 
 // One connection: the TLS session is destroyed before its socket is closed (members in reverse).
 struct Client::Conn {
@@ -278,6 +290,7 @@ Status Client::open(Conn& c, std::string_view method, std::string_view path, std
 Result<Response> Client::request(std::string_view method, std::string_view path, std::string_view body,
                                  std::string_view content_type) {
     const std::string what = fmt::format("{} {}{}", method, config_.server, path);
+    limiter_.wait();
     Conn c;
     if (auto st = open(c, method, path, body, content_type, what); !st) return std::unexpected(st.error());
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
@@ -310,6 +323,7 @@ Result<Response> Client::request(std::string_view method, std::string_view path,
 Result<Response> Client::stream(std::string_view path, const std::function<bool(std::string_view)>& on_body,
                                 const std::atomic<bool>& stop, std::chrono::milliseconds idle) {
     const std::string what = fmt::format("GET {}{}", config_.server, path);
+    limiter_.wait();
     Conn c;
     if (auto st = open(c, "GET", path, {}, {}, what); !st) return std::unexpected(st.error());
     // From now on reads wake up every 500 ms to look at `stop` and the idle deadline.

@@ -9,6 +9,8 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <mutex>
+#include <thread>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -48,9 +50,36 @@ Result<ApiConfig> resolve_config(const std::optional<std::string>& kubeconfig,
 // else may reach a request line. Errors: invalid_argument naming the name and what is expected.
 Status check_node_name(std::string_view name);
 
+// Client-side rate limit, as client-go's: a token bucket of `burst` refilled at `qps` per second;
+// a request beyond it waits for its token (GFD's --kube-api-qps / --kube-api-burst). qps <= 0:
+// no limit.
+struct RateLimit {
+    double qps = 5;
+    int burst = 10;
+};
+
+// The token bucket itself; thread-safe, and the wait happens outside its lock. `now` is
+// injectable for tests.
+class RateLimiter {
+public:
+    explicit RateLimiter(RateLimit limit) : limit_(limit), tokens_(limit.burst) {}
+    // How long the caller must wait for its token (reserved now); zero when one is there.
+    std::chrono::nanoseconds reserve(std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now());
+    void wait() {
+        auto d = reserve();
+        if (d.count() > 0) std::this_thread::sleep_for(d);
+    }
+
+private:
+    RateLimit limit_;
+    std::mutex mu_;
+    double tokens_;
+    std::optional<std::chrono::steady_clock::time_point> last_;
+};
+
 class Client {
 public:
-    explicit Client(ApiConfig config, std::chrono::milliseconds timeout = std::chrono::seconds(10));
+    explicit Client(ApiConfig config, std::chrono::milliseconds timeout = std::chrono::seconds(10), RateLimit limit = {});
 
     // METHOD path (with its query) with an optional JSON body of `content_type`. Any HTTP status is
     // a response; errors are transport failures (unavailable: connect, TLS, timeout, a cut
@@ -75,6 +104,7 @@ private:
 
     ApiConfig config_;
     std::chrono::milliseconds timeout_;
+    RateLimiter limiter_;
 };
 
 }  // namespace kgpu::kube

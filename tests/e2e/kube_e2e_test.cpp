@@ -524,7 +524,8 @@ TEST(KubeE2E, XidHealth) {
     std::ofstream(c.base() + "/pids/health-reporter") << reporter.pid() << "\n";
     ASSERT_TRUE(wait_until([&] { return reporter.err().find("serving nvidia.com/gpu") != std::string::npos; }, seconds(60)))
         << reporter.err();
-    EXPECT_THAT(reporter.err(), HasSubstr("GPU health changes are posted on node " + node));
+    EXPECT_THAT(reporter.err(), HasSubstr("node " + node + " through https://"));
+    EXPECT_THAT(reporter.err(), HasSubstr("GPU health Events, the kgpu/gpu-health annotation"));
     const json before = node_events(c, node, "GPUUnhealthy");
 
     // XID 48 (double-bit ECC error) on GPU 3 leaves remapped rows pending: the GPU needs a reset.

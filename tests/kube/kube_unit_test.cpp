@@ -247,3 +247,20 @@ TEST(NodeLabels, ANodeNameThatIsNotADnsSubdomainIsRefusedBeforeAnyRequest) {
     EXPECT_NE(refused.error().message.find("https://127.0.0.1:1/api/v1/nodes/node-1.example"), std::string::npos)
         << refused.error().message;
 }
+
+// The client's rate limit (GFD's --kube-api-qps / --kube-api-burst): a burst at once, then one
+// every 1/qps; the caller waits outside the limiter's lock for the token it reserved.
+TEST(KubeRateLimit, ABurstThenOneEveryInterval) {
+    using namespace std::chrono;
+    kube::RateLimiter limiter({5, 10});
+    const auto t0 = steady_clock::now();
+    for (int i = 0; i < 10; ++i) EXPECT_EQ(limiter.reserve(t0).count(), 0) << i;
+    EXPECT_EQ(duration_cast<milliseconds>(limiter.reserve(t0)).count(), 200);
+    EXPECT_EQ(duration_cast<milliseconds>(limiter.reserve(t0)).count(), 400);
+    // 2 s later: the two owed tokens paid back, 8 more in the bucket.
+    const auto t2 = t0 + seconds(2);
+    for (int i = 0; i < 8; ++i) EXPECT_EQ(limiter.reserve(t2).count(), 0) << i;
+    EXPECT_GT(limiter.reserve(t2).count(), 0);
+    kube::RateLimiter unlimited({0, 1});
+    for (int i = 0; i < 100; ++i) EXPECT_EQ(unlimited.reserve(t0).count(), 0);
+}
