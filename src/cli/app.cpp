@@ -14,6 +14,7 @@
 
 #include "cdi/hooks.h"
 #include "cli/cdi.h"
+#include "cli/config_manager.h"
 #include "cli/container_runtime.h"
 #include "cli/hook.h"
 #include "cli/install.h"
@@ -184,6 +185,8 @@ int run(int argc, char** argv) {
     add_device_plugin_command(app, device_plugin);
     DoctorCliOptions doctor;
     add_doctor_command(app, doctor);
+    ConfigManagerFlags config_manager;
+    add_config_manager_command(app, config_manager);
     ExporterFlags exporter_flags;
     add_exporter_command(app, exporter_flags);
     DemoCliOptions demo_opts;
@@ -222,7 +225,8 @@ int run(int argc, char** argv) {
             std::cerr << unknown_subcommand(app, word);
             return 2;
         }
-        if (word == "exporter" || word == "device-plugin" || word == "labels" || word == "mps-control-daemon")
+        if (word == "exporter" || word == "device-plugin" || word == "labels" || word == "mps-control-daemon" ||
+            word == "config-manager")
             if (auto bad = go_style_flags(app, *sub, args, w + 1); !bad.empty()) {
                 std::cerr << bad << "\n";
                 return 2;
@@ -252,6 +256,7 @@ int run(int argc, char** argv) {
     if (app.got_subcommand("info")) return run_info(info);
     if (app.got_subcommand("device-plugin")) return run_device_plugin(device_plugin);
     if (app.got_subcommand("doctor")) return run_doctor(doctor);
+    if (app.got_subcommand("config-manager")) return run_config_manager(config_manager);
     if (app.got_subcommand("exporter")) return run_exporter(exporter_flags);
     if (app.got_subcommand("demo")) return run_demo(demo_opts);
     if (cdi_cmd->got_subcommand("generate")) return run_cdi_generate(cdi);

@@ -1,7 +1,11 @@
 // Per-node configs by node label (config_source.h).
 #include "deviceplugin/config_source.h"
 
+#include <algorithm>
 #include <cctype>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -71,6 +75,54 @@ bool valid_label_value(const std::string& v) {
     for (char ch : v)
         if (!alnum(ch) && ch != '-' && ch != '_' && ch != '.') return false;
     return true;
+}
+
+}  // namespace kgpu::deviceplugin
+
+namespace kgpu::deviceplugin {
+
+Result<bool> point_config_link(const std::string& dst, const std::string& target) {
+    std::error_code ec;
+    const fs::path d(dst);
+    if (fs::exists(d, ec) || fs::is_symlink(d, ec)) {
+        const auto a = fs::canonical(d, ec);
+        std::error_code ec2;
+        const auto b = fs::canonical(target, ec2);
+        if (!ec && !ec2 && a == b) return false;
+    }
+    const fs::path tmp = d.parent_path() / ("." + d.filename().string() + ".kgpu-new");
+    fs::remove(tmp, ec);
+    fs::create_symlink(target, tmp, ec);
+    if (ec) return fail(Code::io, "config link {}: cannot create {} -> {}: {}", dst, tmp.string(), target, ec.message());
+    fs::rename(tmp, d, ec);
+    if (ec) {
+        std::error_code ignore;
+        fs::remove(tmp, ignore);
+        return fail(Code::io, "config link {}: cannot replace it: {}", dst, ec.message());
+    }
+    return true;
+}
+
+std::vector<int> find_processes(const std::string& proc_root, const std::string& name, int self) {
+    std::vector<int> out;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(proc_root, ec)) {
+        const std::string pid = e.path().filename().string();
+        if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+        std::ifstream in(e.path() / "cmdline", std::ios::binary);
+        std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        if (cmdline.empty()) continue;
+        const std::string argv0 = cmdline.substr(0, cmdline.find('\0'));
+        const auto rest = cmdline.find('\0') == std::string::npos ? std::string() : cmdline.substr(cmdline.find('\0') + 1);
+        const std::string argv1 = rest.substr(0, rest.find('\0'));
+        const std::string base = fs::path(argv0).filename().string();
+        if (argv0 == name || base == name || (base + " " + argv1) == name) {
+            const int p = std::atoi(pid.c_str());
+            if (p != self) out.push_back(p);
+        }
+    }
+    std::sort(out.begin(), out.end());
+    return out;
 }
 
 }  // namespace kgpu::deviceplugin

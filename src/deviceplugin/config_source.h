@@ -49,3 +49,17 @@ Status check_fallbacks(const std::vector<std::string>& fallbacks);
 bool valid_label_value(const std::string& value);
 
 }  // namespace kgpu::deviceplugin
+
+namespace kgpu::deviceplugin {
+
+// NVIDIA config-manager's sidecar steps (`kgpu config-manager`):
+// points `dst` at `target` (a config file, or /dev/null for the empty config) with a symbolic
+// link, replaced atomically (a new link renamed over it). Returns false when `dst` already
+// resolves to the same file. Errors: io naming the path.
+Result<bool> point_config_link(const std::string& dst, const std::string& target);
+
+// The pids under `proc_root` whose command line's first word is `name`, or its base name is, or
+// "<base name> <second word>" is (`kgpu device-plugin`), other than `self`.
+std::vector<int> find_processes(const std::string& proc_root, const std::string& name, int self);
+
+}  // namespace kgpu::deviceplugin

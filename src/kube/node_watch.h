@@ -65,12 +65,13 @@ public:
     // One round, in the caller's thread (tests; the thread loops on it): a list when there is no
     // version, then one watch until it ends. Returns the failure that calls for a backoff.
     Status step();
+    // Only the list (the node handed to the callback, its version kept): a one-shot reader.
+    Status list();
     std::string resource_version() const;
     unsigned long lists() const { return lists_.load(); }
 
 private:
     void run();
-    Status list();
     void failed_once(const std::string& kind, const std::string& message);
 
     List list_;

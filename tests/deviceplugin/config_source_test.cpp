@@ -92,3 +92,48 @@ TEST(ConfigSource, LabelValues) {
     EXPECT_FALSE(valid_label_value("a b"));
     EXPECT_FALSE(valid_label_value(std::string(64, 'a')));
 }
+
+// The config-manager sidecar's steps (kgpu config-manager): the link, and the process to signal.
+TEST(ConfigManagerSteps, TheLinkIsReplacedAtomicallyOnlyWhenItChanges) {
+    kgpu::test::TempDir dir;
+    const std::string a = dir.write("configs/a", "version: v1\n");
+    const std::string b = dir.write("configs/b", "version: v1\n");
+    const std::string dst = dir.path() + "/config.yaml";
+    auto r = point_config_link(dst, a);
+    ASSERT_TRUE(r.has_value()) << r.error().message;
+    EXPECT_TRUE(*r);
+    EXPECT_EQ(fs::read_symlink(dst), a);
+    r = point_config_link(dst, a);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_FALSE(*r) << "the same config again is no change (no signal)";
+    r = point_config_link(dst, b);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_TRUE(*r);
+    EXPECT_EQ(fs::read_symlink(dst), b);
+    r = point_config_link(dst, "/dev/null");  // the empty config, as NVIDIA's
+    ASSERT_TRUE(r.has_value());
+    EXPECT_TRUE(*r);
+    EXPECT_EQ(fs::read_symlink(dst), "/dev/null");
+    for (const auto& e : fs::directory_iterator(dir.path()))
+        EXPECT_FALSE(e.path().filename().string().starts_with(".config.yaml")) << "a temporary link left: " << e.path();
+    auto bad = point_config_link(dir.path() + "/missing/config.yaml", a);
+    ASSERT_FALSE(bad.has_value());
+    EXPECT_NE(bad.error().message.find("missing/config.yaml"), std::string::npos);
+}
+
+TEST(ConfigManagerSteps, ProcessesByFirstWordBaseNameOrSubcommand) {
+    kgpu::test::TempDir proc;
+    auto add = [&](const std::string& pid, const std::string& cmdline) {
+        proc.write(pid + "/cmdline", cmdline);
+    };
+    add("10", std::string("nvidia-device-plugin\0--config-file\0/config/config.yaml\0", 55));
+    add("11", std::string("/usr/bin/nvidia-device-plugin\0", 30));
+    add("12", std::string("/usr/bin/kgpu\0device-plugin\0--config-file=/etc/kgpu/config.yaml\0", 64));
+    add("13", std::string("/usr/bin/kgpu\0labels\0", 21));
+    add("14", "");                   // a kernel thread
+    add("self", std::string("x\0", 2));  // not a pid
+    EXPECT_EQ(find_processes(proc.path(), "nvidia-device-plugin", 0), (std::vector<int>{10, 11}));
+    EXPECT_EQ(find_processes(proc.path(), "nvidia-device-plugin", 11), (std::vector<int>{10})) << "never itself";
+    EXPECT_EQ(find_processes(proc.path(), "kgpu device-plugin", 0), (std::vector<int>{12}));
+    EXPECT_TRUE(find_processes(proc.path() + "/nope", "kgpu", 0).empty());
+}

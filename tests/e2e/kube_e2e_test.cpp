@@ -1161,6 +1161,55 @@ TEST(KubeE2E, ConfigByNodeLabel) {
     EXPECT_EQ(plugin.wait(30000), 0) << plugin.err();
     fs::remove(c.base() + "/pids/config-by-label");
     c.kubectl({"label", "node", node, "nvidia.com/device-plugin.config.state-"});
+
+    // NVIDIA's shape: `kgpu config-manager` as the init container (--oneshot) and the sidecar,
+    // linking the chosen config where the plugin reads it and sending SIGHUP to the process
+    // called nvidia-device-plugin (here kgpu's binary under that name, with its own directory).
+    const std::string cm_dir = c.base() + "/config-manager";
+    fs::create_directories(cm_dir + "/dp");
+    const std::string nvidia_named = cm_dir + "/nvidia-device-plugin";
+    if (!fs::exists(nvidia_named)) fs::create_symlink(KGPU_BINARY, nvidia_named);
+    const std::string dst = cm_dir + "/config.yaml";
+    const std::vector<std::string> cm_args = {"config-manager", "--node-name", node, "--kubeconfig", c.env("KUBECONFIG"),
+                                              "--config-file-srcdir", srcdir, "--config-file-dst", dst,
+                                              "--fallback-strategies", "named"};
+    std::vector<std::string> init = {KGPU_BINARY};
+    init.insert(init.end(), cm_args.begin(), cm_args.end());
+    init.insert(init.end(), {"--oneshot", "--send-signal=false"});
+    auto once = run(init, seconds(60));
+    EXPECT_EQ(once.exit_code, 0) << once.err;
+    EXPECT_EQ(fs::read_symlink(dst).string(), srcdir + "/default") << once.err;
+    kgpu::test::ChildProcess nvidia_shaped({nvidia_named, "device-plugin", "--nvml-library", KGPU_SIM_LIBRARY,
+                                            "--device-plugin-path", cm_dir + "/dp", "--config-file", dst,
+                                            "--node-health-events=false"},
+                                           {{"KGPU_SIM_NODE", sim_fixture(c.base())}});
+    std::ofstream(c.base() + "/pids/config-manager-plugin") << nvidia_shaped.pid() << "\n";
+    EXPECT_TRUE(wait_until([&] { return nvidia_shaped.err().find("nvidia.com/gpu.shared (16 devices)") != std::string::npos; },
+                           seconds(60)))
+        << nvidia_shaped.err();
+    std::vector<std::string> sidecar_argv = {KGPU_BINARY};
+    sidecar_argv.insert(sidecar_argv.end(), cm_args.begin(), cm_args.end());
+    kgpu::test::ChildProcess sidecar(sidecar_argv);
+    std::ofstream(c.base() + "/pids/config-manager") << sidecar.pid() << "\n";
+    EXPECT_TRUE(wait_until([&] { return sidecar.err().find("label nvidia.com/device-plugin.config=(absent)") != std::string::npos; },
+                           seconds(30)))
+        << sidecar.err();
+    ASSERT_EQ(c.kubectl({"label", "node", node, "nvidia.com/device-plugin.config=ts4"}).exit_code, 0);
+    EXPECT_TRUE(wait_until([&] { return nvidia_shaped.err().find("the devices changed (now 32)") != std::string::npos; },
+                           seconds(30)))
+        << "sidecar:\n" << sidecar.err() << "\nplugin:\n" << nvidia_shaped.err();
+    EXPECT_THAT(sidecar.err(), HasSubstr("sent signal 1 to 'nvidia-device-plugin' (pid " + std::to_string(nvidia_shaped.pid())));
+    EXPECT_EQ(fs::read_symlink(dst).string(), srcdir + "/ts4");
+    ASSERT_EQ(c.kubectl({"label", "node", node, "nvidia.com/device-plugin.config-"}).exit_code, 0);
+    EXPECT_TRUE(wait_until([&] { return nvidia_shaped.err().find("the devices changed (now 16)") != std::string::npos; },
+                           seconds(30)))
+        << sidecar.err();
+    sidecar.signal(SIGTERM);
+    EXPECT_EQ(sidecar.wait(30000), 0) << sidecar.err();
+    nvidia_shaped.signal(SIGTERM);
+    EXPECT_EQ(nvidia_shaped.wait(30000), 0) << nvidia_shaped.err();
+    fs::remove(c.base() + "/pids/config-manager");
+    fs::remove(c.base() + "/pids/config-manager-plugin");
 }
 
 // ---------------------------------------------------------------------------------------------
