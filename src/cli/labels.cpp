@@ -457,7 +457,10 @@ void follow_config_label(LabelsSettings& s, kube::Client* api, labels::Options& 
                          bool& chosen) {
     const auto& src = s.config_source;
     std::string label;
-    if (api) {
+    // One config (the manifests' config.yaml alone): no label can pick another, so the API
+    // server is not asked (one GET per node per pass adds up on a large cluster).
+    auto names = deviceplugin::config_names(src.srcdir);
+    if (api && names && names->size() > 1) {
         const std::string path = "/api/v1/nodes/" + s.node_name;
         auto r = api->request("GET", path);
         auto node = r && r->status == 200 ? nlohmann::json::parse(r->body, nullptr, false) : nlohmann::json();
@@ -472,7 +475,6 @@ void follow_config_label(LabelsSettings& s, kube::Client* api, labels::Options& 
             if (chosen) return;
         }
     }
-    auto names = deviceplugin::config_names(src.srcdir);
     Result<deviceplugin::ConfigChoice> choice = std::unexpected(Error{});
     if (names) choice = deviceplugin::choose_config(src, *names, label);
     else choice = std::unexpected(names.error());
