@@ -51,9 +51,10 @@ struct EventRecorderOptions {
     std::size_t cache_limit = 4096;   // identical events remembered for deduplication (LRU)
     std::size_t queue_limit = 256;    // queued events beyond this are dropped (counted)
     // A request that fails in transport, or with 429 or 5xx, is tried `attempts` times in all,
-    // `retry_delay` apart (stop() interrupts the wait).
-    unsigned attempts = 3;
-    std::chrono::milliseconds retry_delay{2000};
+    // `retry_delay` apart (stop() interrupts the wait): client-go's 12 tries 10 s apart, so an
+    // event survives an API server that is away for two minutes.
+    unsigned attempts = 12;
+    std::chrono::milliseconds retry_delay{10000};
     std::function<std::chrono::system_clock::time_point()> now = [] { return std::chrono::system_clock::now(); };
 };
 

@@ -1212,6 +1212,94 @@ TEST(KubeE2E, ConfigByNodeLabel) {
     fs::remove(c.base() + "/pids/config-manager-plugin");
 }
 
+// The API server away for 30 s (issue #27): the plugin keeps serving, marks an XID meanwhile,
+// posts its Event once the server is back (the recorder's retries), and its watch resumes: a
+// label switch after the outage still applies. The API server is stopped (SIGTERM) and started
+// again with its own command line, as kube-mini started it.
+TEST(KubeE2E, ApiServerDown) {
+    E2E_ATTACH(c);
+    const std::string node = c.env("KUBE_NODE_NAME");
+    const std::string dir = c.base() + "/api-down";
+    fs::create_directories(dir + "/dp");
+    fs::create_directories(dir + "/configs");
+    std::ofstream(dir + "/configs/default") << "version: v1\n";
+    std::ofstream(dir + "/configs/ts4")
+        << "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n";
+    c.kubectl({"label", "node", node, "nvidia.com/device-plugin.config-"});
+    kgpu::test::ChildProcess plugin(
+        {KGPU_BINARY, "device-plugin", "--nvml-library", KGPU_SIM_LIBRARY, "--device-plugin-path", dir + "/dp",
+         "--kubeconfig", c.env("KUBECONFIG"), "--node-name", node},
+        {{"KGPU_SIM_NODE", sim_fixture(c.base())}, {"KGPU_SIM_EVENTS", sim_events(c.base())},
+         {"CONFIG_FILE_SRCDIR", dir + "/configs"}});
+    std::ofstream(c.base() + "/pids/api-down-plugin") << plugin.pid() << "\n";
+    ASSERT_TRUE(wait_until([&] { return plugin.err().find("serving nvidia.com/gpu (8 devices)") != std::string::npos; }, seconds(60)))
+        << plugin.err();
+
+    const std::string pidfile = c.state().kube + "/pids/apiserver";
+    const int pid = std::atoi(trim(slurp(pidfile)).c_str());
+    std::string cmdline = slurp(fmt::format("/proc/{}/cmdline", pid));
+    ASSERT_GT(pid, 1);
+    ASSERT_THAT(cmdline, HasSubstr("apiserver"));
+    std::vector<std::string> argv;
+    for (std::size_t at = 0; at < cmdline.size();) {
+        const auto end = cmdline.find('\0', at);
+        argv.push_back(cmdline.substr(at, end - at));
+        at = end == std::string::npos ? cmdline.size() : end + 1;
+    }
+    // SIGTERM: it stops listening at once, then waits for the kubelet's and kgpu's watches to
+    // drain; what is left of it after 5 s is killed (as kube-mini's own stop does after its grace).
+    ASSERT_EQ(::kill(pid, SIGTERM), 0);
+    if (!wait_until([&] { return ::kill(pid, 0) != 0; }, seconds(5))) ::kill(pid, SIGKILL);
+    ASSERT_TRUE(wait_until([&] { return ::kill(pid, 0) != 0; }, seconds(30))) << "the API server did not end";
+    const auto down = std::chrono::steady_clock::now();
+
+    // Away: an XID on GPU 2; the plugin marks it and keeps serving.
+    std::ofstream(sim_events(c.base()), std::ios::app) << "xid 2 48\n";
+    EXPECT_TRUE(wait_until([&] { return plugin.err().find("GPU 2 (GPU-") != std::string::npos &&
+                                        plugin.err().find("is now Unhealthy") != std::string::npos; },
+                           seconds(30)))
+        << plugin.err();
+    std::this_thread::sleep_until(down + seconds(30));
+    EXPECT_TRUE(plugin.running()) << plugin.err();
+
+    std::vector<std::string> start = {"/bin/sh", "-c", "setsid \"$@\" >> \"$LOG\" 2>&1 < /dev/null & echo $! > \"$PIDFILE\"", "sh"};
+    start.insert(start.end(), argv.begin(), argv.end());
+    auto started = run(start, seconds(30), {{"LOG", c.state().kube + "/logs/apiserver.log"}, {"PIDFILE", pidfile}});
+    ASSERT_EQ(started.exit_code, 0) << started.err;
+    ASSERT_TRUE(wait_until([&] { return c.kubectl({"get", "--raw", "/readyz"}).exit_code == 0; }, seconds(60)))
+        << "the API server did not come back";
+    const auto back = std::chrono::steady_clock::now();
+    figure("API server back after 30 s away", since(down));
+
+    // The Event written once the server answers again, and the watch resumed.
+    EXPECT_TRUE(wait_until(
+        [&] {
+            for (const auto& e : node_events(c, node, "GPUUnhealthy"))
+                if (e.value("message", "").find("GPU 2 (") != std::string::npos) return true;
+            return false;
+        },
+        seconds(120)))
+        << "no GPUUnhealthy Event for GPU 2 after the API server came back\n" << plugin.err();
+    figure("API server back -> the Event written during the outage is on the Node", since(back));
+    ASSERT_EQ(c.kubectl({"label", "node", node, "nvidia.com/device-plugin.config=ts4"}).exit_code, 0);
+    EXPECT_TRUE(wait_until([&] { return plugin.err().find("the devices changed (now 32)") != std::string::npos; }, seconds(90)))
+        << plugin.err();
+    figure("API server back -> a label switch applied (the watch resumed)", since(back));
+    // Each kind of failure logged once, not once per retry.
+    const std::string log = plugin.err();
+    std::size_t warnings = 0;
+    for (std::size_t at = 0; (at = log.find("logged once for this kind", at)) != std::string::npos; ++at) ++warnings;
+    EXPECT_LE(warnings, 4u) << log;
+
+    std::ofstream(sim_events(c.base()), std::ios::app) << "restore 2\n";
+    c.kubectl({"label", "node", node, "nvidia.com/device-plugin.config-", "nvidia.com/device-plugin.config.state-"});
+    plugin.signal(SIGTERM);
+    EXPECT_EQ(plugin.wait(30000), 0) << plugin.err();
+    fs::remove(c.base() + "/pids/api-down-plugin");
+    EXPECT_TRUE(wait_until([&] { return c.allocatable_gpus() == "8" || c.allocatable_gpus().empty(); }, seconds(60)))
+        << c.allocatable_gpus();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Fixture cleanup: always runs (ctest runs FIXTURES_CLEANUP tests whatever the cases did).
 

@@ -85,6 +85,7 @@ struct Rig {
     kube::EventRecorderOptions with(kube::EventRecorderOptions o) {
         o.node = "n1";
         o.retry_delay = 1ms;
+        o.attempts = 3;
         o.now = [this] { return now; };
         return o;
     }
