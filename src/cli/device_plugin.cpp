@@ -198,7 +198,18 @@ int run_device_plugin(const DevicePluginFlags& f) {
     const std::string config_file = flags.config_file.value_or(env->config_file.value_or(""));
     // With a config directory the plugin chooses the file itself (at start and when the label changes).
     const char* srcdir_env = std::getenv("CONFIG_FILE_SRCDIR");
-    const bool by_label = f.config_file_srcdir || (srcdir_env && *srcdir_env);
+    std::optional<std::string> srcdir = f.config_file_srcdir;
+    if (!srcdir && srcdir_env && *srcdir_env) srcdir = srcdir_env;
+    // Flags over environment: a --config-file flag outside a CONFIG_FILE_SRCDIR that only the
+    // environment gives is the config (a command run by hand in the plugin's container).
+    if (srcdir && !f.config_file_srcdir && flags.config_file &&
+        std::filesystem::path(*flags.config_file).lexically_normal().parent_path() !=
+            std::filesystem::path(*srcdir + "/").lexically_normal().parent_path()) {
+        std::cerr << "kgpu device-plugin: CONFIG_FILE_SRCDIR " << *srcdir << " is not used: --config-file "
+                  << *flags.config_file << " is given\n";
+        srcdir.reset();
+    }
+    const bool by_label = srcdir.has_value();
     dp::Config base;
     if (!config_file.empty() && (!by_label || f.check_config)) {
         auto file = dp::load_config_file(config_file);
@@ -266,7 +277,7 @@ int run_device_plugin(const DevicePluginFlags& f) {
         if (const char* v = std::getenv(env); v && *v) return std::string(v);
         return std::nullopt;
     };
-    if (auto dir = setting(f.config_file_srcdir, "CONFIG_FILE_SRCDIR")) {
+    if (auto dir = srcdir) {
         dp::ConfigSource& src = opts.config_source;
         src.srcdir = *dir;
         if (auto v = setting(f.default_config, "DEFAULT_CONFIG")) src.default_config = *v;

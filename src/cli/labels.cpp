@@ -398,7 +398,17 @@ Result<LabelsSettings> resolve_labels_settings(const LabelsOptions& o,
         const char* env_output = getenv("GFD_OUTPUT_FILE");
         if (!o.output_file && !(env_output && *env_output)) s.feature_file = false;
     }
-    if (auto v = setting(o.config_file_srcdir, "--config-file-srcdir", getenv, {"CONFIG_FILE_SRCDIR"}); v.value) {
+    auto srcdir_setting = setting(o.config_file_srcdir, "--config-file-srcdir", getenv, {"CONFIG_FILE_SRCDIR"});
+    // Flags over environment: a --config-file flag outside a directory only the environment gives
+    // is the config (a command run by hand in the labels container).
+    if (srcdir_setting.value && !o.config_file_srcdir && o.config_file &&
+        std::filesystem::path(*o.config_file).lexically_normal().parent_path() !=
+            std::filesystem::path(*srcdir_setting.value + "/").lexically_normal().parent_path()) {
+        s.warnings.push_back(fmt::format("CONFIG_FILE_SRCDIR {} is not used: --config-file {} is given",
+                                         *srcdir_setting.value, *o.config_file));
+        srcdir_setting.value.reset();
+    }
+    if (auto v = srcdir_setting; v.value) {
         deviceplugin::ConfigSource& src = s.config_source;
         src.srcdir = *v.value;
         if (auto d = setting(o.default_config, "--default-config", getenv, {"DEFAULT_CONFIG"}); d.value) src.default_config = *d.value;

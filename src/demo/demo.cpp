@@ -59,6 +59,10 @@ const std::vector<std::string> kScrubbedEnv = {
     "DCGM_EXPORTER_LISTEN", "DCGM_EXPORTER_INTERVAL",  "DCGM_EXPORTER_KUBERNETES", "DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE",
     "DCGM_EXPORTER_NO_HOSTNAME", "DCGM_POD_RESOURCES_KUBELET_SOCKET", "KGPU_EXPORTER_HOSTNAME_LABEL",
     "CONTAINER_RUNTIME_ENDPOINT", "NVIDIA_RESOURCE_NAMES",
+    // the API server: the demo's plugin must not post Events on, or follow the label of, the
+    // real Node of a pod it runs in
+    "NODE_NAME", "KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "CONFIG_FILE_SRCDIR",
+    "DEFAULT_CONFIG", "NODE_LABEL", "FALLBACK_STRATEGIES", "KGPU_NODE_HEALTH_EVENTS", "KGPU_NODE_HEALTH_ANNOTATION",
 };
 
 // The longest socket path below the work dir: <work>/host/var/lib/kubelet/device-plugins/kgpu-nvidia-com-gpu.sock.

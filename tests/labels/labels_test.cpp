@@ -674,6 +674,19 @@ TEST(LabelsCli, ConfigSourceDirectoryChoosesAsThePlugin) {
     EXPECT_EQ(parse(by_default.out)["nvidia.com/gpu.replicas"], "4");
     EXPECT_EQ(parse(by_default.out)["nvidia.com/gpu.product"], "Tesla-T4-SHARED");
 
+    // A --config-file flag outside a directory that only the environment names wins (flag > env).
+    const std::string outside = dir.write("elsewhere.yaml", "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+                                                            "    - {name: nvidia.com/gpu, replicas: 3}\n");
+    auto flag_wins = labels("t4x4", {"--oneshot", "-o", "-", "--config-file", outside}, {{"CONFIG_FILE_SRCDIR", src}});
+    ASSERT_EQ(flag_wins.exit_code, 0) << flag_wins.err;
+    EXPECT_EQ(parse(flag_wins.out)["nvidia.com/gpu.replicas"], "3");
+    EXPECT_THAT(flag_wins.err, HasSubstr("CONFIG_FILE_SRCDIR " + src + " is not used: --config-file " + outside + " is given"));
+    // One inside it is its default.
+    auto inside = labels("t4x4", {"--oneshot", "-o", "-", "--config-file", src + "/ts4"}, {{"CONFIG_FILE_SRCDIR", src}});
+    ASSERT_EQ(inside.exit_code, 0) << inside.err;
+    EXPECT_EQ(parse(inside.out)["nvidia.com/gpu.replicas"], "4");
+    EXPECT_THAT(inside.err, HasSubstr("config 'ts4' (the default config (DEFAULT_CONFIG=ts4))"));
+
     auto bad = labels("t4x4", {"--oneshot", "-o", "-", "--config-file-srcdir", src, "--fallback-strategies", "nearest"});
     EXPECT_EQ(bad.exit_code, 2);
     EXPECT_THAT(bad.err, HasSubstr("unknown fallback strategy 'nearest'"));
