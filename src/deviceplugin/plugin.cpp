@@ -116,6 +116,10 @@ private:
     // At start, with a config source: the node's label read once (5 s at most) and the config
     // chosen before anything is served. Returns an exit code, or -1 to go on.
     int choose_initial_config();
+    // Starts the watch of the config label once the directory holds two configs or more: with
+    // one, no label can change anything (checked at start and at each control-loop wake-up, at
+    // least once a minute).
+    void maybe_start_watch();
     // Warns about each unknown key of `cfg` not warned about before (once per key and file).
     void warn_unknown_keys(const Config& cfg);
     void handle_inotify(int fd);
@@ -143,6 +147,7 @@ private:
     // what it saw: label_fd_ (eventfd) wakes the control loop, which reads label_seen_.
     std::shared_ptr<kube::Client> api_;
     std::unique_ptr<kube::NodeWatch> watch_;
+    bool watch_started_ = false;
     int label_fd_ = -1;
     std::mutex label_mu_;
     std::optional<std::string> label_seen_;  // guarded by label_mu_
@@ -599,10 +604,23 @@ void Plugin::on_config_label(const std::string& value) {
     }
 }
 
+void Plugin::maybe_start_watch() {
+    if (!watch_ || watch_started_) return;
+    auto names = config_names(opts_.config_source.srcdir);
+    if (!names || names->size() < 2) return;
+    log::info("{} configs in {}: following node {}'s label {}", names->size(), opts_.config_source.srcdir,
+              opts_.node_name, opts_.config_source.node_label);
+    watch_->start();
+    watch_started_ = true;
+}
+
 int Plugin::choose_initial_config() {
     const ConfigSource& src = opts_.config_source;
     std::string label;
-    if (api_) {
+    // One config (the manifests' config.yaml alone): no label can pick another, and reading it
+    // would load OpenSSL for nothing (its pages stay in the plugin's RSS).
+    auto listed = config_names(src.srcdir);
+    if (api_ && listed && listed->size() > 1) {
         const std::string path = "/api/v1/nodes/" + opts_.node_name;
         auto r = api_->request("GET", path);
         nlohmann::json node;
@@ -638,7 +656,9 @@ int Plugin::choose_initial_config() {
     }
     for (const auto& w : cfg->warnings) log::warn("{}", w);
     opts_.config = std::move(*cfg);
-    if (events_ && valid_label_value(choice->name)) {
+    // The state label only where a label can pick something (with one config it would load
+    // OpenSSL at start for a label that never changes).
+    if (events_ && names->size() > 1 && valid_label_value(choice->name)) {
         events_->label(kConfigStateLabel, choice->name);
         label_applied_ = choice->name;
     }
@@ -888,12 +908,13 @@ int Plugin::run() {
     start_node_reporting();
     if (!opts_.config_source.srcdir.empty())
         if (int code = choose_initial_config(); code >= 0) return finish(code);
-    if (watch_) watch_->start();
+    maybe_start_watch();
     if (int code = start(true); code >= 0) return finish(code);
 
     for (;;) {
         pollfd fds[4] = {{sfd, POLLIN, 0}, {ifd, POLLIN, 0}, {mig_fd_, POLLIN, 0}, {label_fd_, POLLIN, 0}};
         int n = ::poll(fds, label_fd_ >= 0 ? 4 : 3, static_cast<int>(next_timeout().count()));
+        maybe_start_watch();  // a second config in the directory (a ConfigMap edit) starts the watch
         if (label_fd_ >= 0 && (fds[3].revents & POLLIN)) {
             std::uint64_t count = 0;
             (void)!::read(label_fd_, &count, sizeof count);
