@@ -182,10 +182,7 @@ int run_config_manager(const ConfigManagerFlags& f) {
         },
         wo,
         [&](const nlohmann::json& node) {
-            std::string value;
-            if (node.is_object() && node.contains("metadata") && node["metadata"].is_object() &&
-                node["metadata"].contains("labels") && node["metadata"]["labels"].is_object())
-                value = node["metadata"]["labels"].value(s.source.node_label, "");
+            const std::string value = kube::label_of(node, s.source.node_label).value_or("");
             std::lock_guard lk(mu);
             if (seen == value) return;
             seen = value;

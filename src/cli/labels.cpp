@@ -21,6 +21,7 @@
 #include "inventory/pci.h"
 #include "inventory/vgpu.h"
 #include "kube/node_labels.h"
+#include "kube/node_watch.h"
 
 namespace kgpu::cli {
 
@@ -471,14 +472,10 @@ void follow_config_label(LabelsSettings& s, kube::Client* api, labels::Options& 
     // server is not asked (one GET per node per pass adds up on a large cluster).
     auto names = deviceplugin::config_names(src.srcdir);
     if (api && names && names->size() > 1) {
-        const std::string path = "/api/v1/nodes/" + s.node_name;
-        auto r = api->request("GET", path);
-        auto node = r && r->status == 200 ? nlohmann::json::parse(r->body, nullptr, false) : nlohmann::json();
-        if (node.is_object() && node.contains("metadata") && node["metadata"].is_object() &&
-            node["metadata"].contains("labels") && node["metadata"]["labels"].is_object()) {
-            label = node["metadata"]["labels"].value(src.node_label, "");
+        if (auto value = kube::read_node_label(*api, s.node_name, src.node_label)) {
+            label = *value;
         } else {
-            const std::string why = !r ? r.error().message : r->status != 200 ? kube::describe_failure("GET", path, *r) : "not a Node";
+            const std::string why = value.error().message;
             if (said.insert(why).second)
                 log::warn("labels: cannot read node {}'s label {}: {}; {}", s.node_name, src.node_label, why,
                           chosen ? "keeping the running config" : "choosing without it");

@@ -621,18 +621,12 @@ int Plugin::choose_initial_config() {
     // would load OpenSSL for nothing (its pages stay in the plugin's RSS).
     auto listed = config_names(src.srcdir);
     if (api_ && listed && listed->size() > 1) {
-        const std::string path = "/api/v1/nodes/" + opts_.node_name;
-        auto r = api_->request("GET", path);
-        nlohmann::json node;
-        if (r && r->status == 200) node = nlohmann::json::parse(r->body, nullptr, false);
-        if (node.is_object() && node.contains("metadata") && node["metadata"].is_object() &&
-            node["metadata"].contains("labels") && node["metadata"]["labels"].is_object())
-            label = node["metadata"]["labels"].value(src.node_label, "");
+        if (auto value = kube::read_node_label(*api_, opts_.node_name, src.node_label))
+            label = *value;
         else
             log::warn("per-node config: cannot read node {}'s label {} ({}); choosing without it until the watch "
                       "sees it",
-                      opts_.node_name, src.node_label,
-                      !r ? r.error().message : r->status != 200 ? kube::describe_failure("GET", path, *r) : "not a Node");
+                      opts_.node_name, src.node_label, value.error().message);
     }
     auto names = config_names(src.srcdir);
     if (!names) {
@@ -764,10 +758,7 @@ void Plugin::start_node_reporting() {
                            const std::atomic<bool>& stop) { return api->stream(path, on_body, stop, idle); },
         wo,
         [this, key = opts_.config_source.node_label](const nlohmann::json& node) {
-            std::string value;
-            if (node.is_object() && node.contains("metadata") && node["metadata"].is_object() &&
-                node["metadata"].contains("labels") && node["metadata"]["labels"].is_object())
-                value = node["metadata"]["labels"].value(key, "");
+            const std::string value = kube::label_of(node, key).value_or("");
             {
                 std::lock_guard lk(label_mu_);
                 if (label_seen_ == value) return;

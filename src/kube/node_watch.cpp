@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "common/log.h"
+#include "kube/client.h"
 
 namespace kgpu::kube {
 
@@ -27,6 +28,24 @@ Status WatchDecoder::feed(std::string_view bytes, std::vector<nlohmann::json>& e
             return fail(Code::parse, "watch: '{}' is not a watch event", line.substr(0, 80));
         events.push_back(std::move(j));
     }
+}
+
+std::optional<std::string> label_of(const nlohmann::json& node, std::string_view key) {
+    if (!node.is_object() || !node.contains("metadata") || !node["metadata"].is_object()) return std::nullopt;
+    const auto& meta = node["metadata"];
+    if (!meta.contains("labels") || !meta["labels"].is_object()) return std::string();
+    const auto it = meta["labels"].find(key);
+    return it != meta["labels"].end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+Result<std::string> read_node_label(Client& client, const std::string& node, std::string_view key) {
+    const std::string path = "/api/v1/nodes/" + node;
+    auto r = client.request("GET", path);
+    if (!r) return std::unexpected(r.error());
+    if (r->status != 200) return fail(Code::unavailable, "{}", describe_failure("GET", path, *r));
+    auto value = label_of(nlohmann::json::parse(r->body, nullptr, false), key);
+    if (!value) return fail(Code::parse, "GET {}: not a Node", path);
+    return *value;
 }
 
 NodeWatch::NodeWatch(List list, Stream stream, Options options, OnNode on_node)

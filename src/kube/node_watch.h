@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -39,6 +40,15 @@ public:
 private:
     std::string partial_;
 };
+
+// The value of label `key` on `node` (a Node object): "" when the Node does not carry it; nullopt
+// when `node` is not a Node object (no metadata).
+std::optional<std::string> label_of(const nlohmann::json& node, std::string_view key);
+
+class Client;
+// GET /api/v1/nodes/<node> and its label `key` ("" when absent). Errors: the transport's, the API
+// server's answer (describe_failure), or parse when the answer is not a Node.
+Result<std::string> read_node_label(Client& client, const std::string& node, std::string_view key);
 
 class NodeWatch {
 public:

@@ -197,3 +197,12 @@ TEST(KubeHttpReader, AWatchBodyNeverEndsButIsHandedOutAsItComes) {
     EXPECT_EQ(body, "{\"type\":\"BOOKMARK\",\"obj\":1}\n");
     EXPECT_FALSE(r.finish().has_value()) << "a connection cut inside a chunked body is an error";
 }
+
+TEST(KubeWatch, LabelOfANodeObject) {
+    EXPECT_EQ(kube::label_of(node("1", "ts4"), "nvidia.com/device-plugin.config"), "ts4");
+    EXPECT_EQ(kube::label_of(node("1", ""), "nvidia.com/device-plugin.config"), "");
+    EXPECT_EQ(kube::label_of(json{{"metadata", {{"name", "n1"}}}}, "x"), "") << "a Node without labels";
+    EXPECT_EQ(kube::label_of(json{{"metadata", {{"labels", {{"x", 1}}}}}}, "x"), "") << "not a string";
+    EXPECT_FALSE(kube::label_of(json(), "x").has_value());
+    EXPECT_FALSE(kube::label_of(json{{"kind", "Status"}}, "x").has_value());
+}
