@@ -182,7 +182,10 @@ int run_config_manager(const ConfigManagerFlags& f) {
         },
         wo,
         [&](const nlohmann::json& node) {
-            const std::string value = kube::label_of(node, s.source.node_label).value_or("");
+            // No Node (deleted, or a wrong NODE_NAME): nothing to apply, as NVIDIA's waits.
+            const auto label = kube::label_of(node, s.source.node_label);
+            if (!label) return;
+            const std::string& value = *label;
             std::lock_guard lk(mu);
             if (seen == value) return;
             seen = value;

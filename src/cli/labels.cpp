@@ -91,8 +91,12 @@ void add_labels_command(CLI::App& app, LabelsOptions& opts) {
     cmd->add_option("--kubeconfig", opts.kubeconfig,
                     "With --write-node-labels: the kubeconfig to use (default $KUBECONFIG, else the pod's service "
                     "account); otherwise accepted for GFD compatibility and unused");
-    cmd->add_option("--kube-api-qps", opts.kube_api_qps, "Accepted for GFD compatibility (a number; unused)");
-    cmd->add_option("--kube-api-burst", opts.kube_api_burst, "Accepted for GFD compatibility (an integer; unused)");
+    cmd->add_option("--kube-api-qps", opts.kube_api_qps,
+                    "The API client's requests per second (default 5; with --write-node-labels or --config-file-srcdir) "
+                    "[env KUBE_API_QPS]");
+    cmd->add_option("--kube-api-burst", opts.kube_api_burst,
+                    "The API client's burst (default 10; with --write-node-labels or --config-file-srcdir) [env "
+                    "KUBE_API_BURST]");
     cmd->add_option("--namespace", opts.namespace_, "Accepted for GFD compatibility (NodeFeature objects; unused)");
     cmd->add_option("--node-name", opts.node_name,
                     "With --write-node-labels: this node's name [env NODE_NAME]; otherwise accepted for GFD "

@@ -470,8 +470,11 @@ Status Plugin::apply(const Config& cfg, Trigger trigger) {
         served_->health->update_node(served_->node);
     }
     {
-        auto snapshot = served_->health->snapshot();
+        // The snapshot under mu_: the health thread's on_health takes mu_ after its own snapshot,
+        // so one taken outside could overwrite a newer state with an older one (and republish a
+        // GPU that just turned Unhealthy as Healthy). The monitor never calls out under its lock.
         std::lock_guard lk(mu_);
+        auto snapshot = served_->health->snapshot();
         report_health_locked(snapshot);  // a GPU Unhealthy at start is worth an Event too
         health_ = std::move(snapshot);
     }
@@ -648,8 +651,7 @@ int Plugin::choose_initial_config() {
         log::error("{}", cfg.error().message);
         return 2;
     }
-    for (const auto& w : cfg->warnings) log::warn("{}", w);
-    opts_.config = std::move(*cfg);
+    opts_.config = std::move(*cfg);  // its warnings are logged with the start-up dump
     // The state label only where a label can pick something (with one config it would load
     // OpenSSL at start for a label that never changes).
     if (events_ && names->size() > 1 && valid_label_value(choice->name)) {
@@ -758,7 +760,10 @@ void Plugin::start_node_reporting() {
                            const std::atomic<bool>& stop) { return api->stream(path, on_body, stop, idle); },
         wo,
         [this, key = opts_.config_source.node_label](const nlohmann::json& node) {
-            const std::string value = kube::label_of(node, key).value_or("");
+            // No Node (deleted, or not found by a list): keep the config the last one named.
+            const auto label = kube::label_of(node, key);
+            if (!label) return;
+            const std::string& value = *label;
             {
                 std::lock_guard lk(label_mu_);
                 if (label_seen_ == value) return;
@@ -782,19 +787,25 @@ std::chrono::milliseconds Plugin::next_timeout() const {
 }
 
 int Plugin::run() {
-    const Config& cfg = opts_.config;
-    log::info("kgpu device-plugin starting with\n{}", describe(cfg));
-    for (const auto& w : cfg.warnings) log::warn("{}", w);
-    warn_unknown_keys(cfg);
-
     sigset_t mask;
     sigemptyset(&mask);
     sigaddset(&mask, SIGTERM);
     sigaddset(&mask, SIGINT);
     sigaddset(&mask, SIGHUP);
-    // Blocked before any thread starts, so every thread inherits the mask and only the signalfd
-    // sees these signals.
+    // Blocked before any thread starts (the Event recorder's below), so every thread inherits the
+    // mask and only the signalfd sees these signals.
     pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+
+    // The API server first: with a config directory the config is the one the node label names,
+    // and everything below (the device-plugin directory, the sockets) follows that config.
+    start_node_reporting();
+    if (!opts_.config_source.srcdir.empty())
+        if (int code = choose_initial_config(); code >= 0) return code;  // the recorder stops with the plugin
+    const Config& cfg = opts_.config;
+    log::info("kgpu device-plugin starting with\n{}", describe(cfg));
+    for (const auto& w : cfg.warnings) log::warn("{}", w);
+    warn_unknown_keys(cfg);
+
     int sfd = ::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
     mig_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 
@@ -873,16 +884,22 @@ int Plugin::run() {
         return -1;
     };
     auto finish = [&](int code) {
-        if (watch_) watch_->stop();  // at its next 500 ms wake-up, or after the request in flight
-        if (label_fd_ >= 0) ::close(label_fd_);
-        label_fd_ = -1;
+        // The API threads are told first and joined last: a request in flight (5 s per step at
+        // most) must not hold up the sockets' removal and the streams' end.
+        if (watch_) watch_->request_stop();
         if (events_) {
+            events_->request_stop();  // what is still queued is dropped (counted as not written)
             const auto st = events_->stats();
             log::info("node events: {} created, {} updated, {} rate-limited, {} not written", st.created, st.updated,
                       st.rate_limited, st.failed + st.queue_full);
         }
         const bool joined = stop_serving(false, /*exiting=*/true);
-        if (joined && events_) events_->stop();  // after the request in flight, if any (5 s at most)
+        if (joined) {
+            if (watch_) watch_->stop();
+            if (events_) events_->stop();
+            if (label_fd_ >= 0) ::close(label_fd_);  // after the watch: its callback writes it
+            label_fd_ = -1;
+        }
         ::close(ifd);
         ::close(sfd);
         if (mig_fd_ >= 0) ::close(mig_fd_);
@@ -896,9 +913,6 @@ int Plugin::run() {
         }
         return code;
     };
-    start_node_reporting();
-    if (!opts_.config_source.srcdir.empty())
-        if (int code = choose_initial_config(); code >= 0) return finish(code);
     maybe_start_watch();
     if (int code = start(true); code >= 0) return finish(code);
 

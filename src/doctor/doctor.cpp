@@ -1159,7 +1159,16 @@ void check_api(State& s, CheckResult& r) {
     auto config = kube::resolve_config(s.opt.kubeconfig, getenv);
     if (!config) {
         note(r, "{}", config.error().message);
-        set(r, Status::fail, "fix the kubeconfig, or the pod's service-account mount (automountServiceAccountToken)");
+        // In a pod without a token (automountServiceAccountToken: false, the chart's
+        // rbac.create=false) kgpu runs without API access on purpose: said, not failed.
+        const bool in_pod_without_token = !s.opt.kubeconfig && !(env && *env) && config.error().code == Code::not_found;
+        if (in_pod_without_token) {
+            set(r, Status::skipped);
+            note(r, "this pod has no service-account token: kgpu's node Events, per-node configs and "
+                    "--write-node-labels are off");
+        } else {
+            set(r, Status::fail, "fix the kubeconfig, or the pod's service-account mount (automountServiceAccountToken)");
+        }
         return;
     }
     note(r, "API server {} ({})", config->server, config->source);

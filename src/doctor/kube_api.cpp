@@ -1,6 +1,8 @@
 // The doctor's kube.api check (kube_api.h).
 #include "doctor/kube_api.h"
 
+#include "kube/client.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
@@ -51,10 +53,14 @@ void check_kube_api(const kube::Requester& request, const std::string& server, c
         return;
     }
     auto v = nlohmann::json::parse(version->body, nullptr, false);
-    note(r, "GET {}/version: {} {}", server, version->status,
-         v.is_object() ? v.value("gitVersion", "(no gitVersion)") : std::string("(not JSON)"));
+    std::string git = "(not JSON)";
+    if (v.is_object()) git = v.contains("gitVersion") && v["gitVersion"].is_string() ? v["gitVersion"].get<std::string>() : "(no gitVersion)";
+    note(r, "GET {}/version: {} {}", server, version->status, git);
 
-    if (!node.empty()) {
+    if (auto st = node.empty() ? kgpu::Status{} : kube::check_node_name(node); !st) {
+        note(r, "{}", st.error().message);
+        worse(r, Status::warn, "set NODE_NAME (or --node-name) to the downward API's spec.nodeName");
+    } else if (!node.empty()) {
         const std::string path = "/api/v1/nodes/" + node;
         auto n = request("GET", path, {}, {});
         if (!n) {
@@ -92,7 +98,9 @@ void check_kube_api(const kube::Requester& request, const std::string& server, c
             continue;
         }
         auto j = nlohmann::json::parse(a->body, nullptr, false);
-        const bool allowed = j.is_object() && j.contains("status") && j["status"].is_object() && j["status"].value("allowed", false);
+        const bool allowed = j.is_object() && j.contains("status") && j["status"].is_object() &&
+                             j["status"].contains("allowed") && j["status"]["allowed"].is_boolean() &&
+                             j["status"]["allowed"].get<bool>();
         if (!allowed) denied.push_back(fmt::format("{} (for {})", what, need.why));
     }
     if (denied.empty() && unknown.empty()) {

@@ -50,12 +50,16 @@ void EventRecorder::start() {
     thread_ = std::thread([this] { run(); });
 }
 
-void EventRecorder::stop() {
+void EventRecorder::request_stop() {
     {
         std::lock_guard lk(mu_);
         stop_ = true;
     }
     cv_.notify_all();
+}
+
+void EventRecorder::stop() {
+    request_stop();
     if (thread_.joinable()) thread_.join();
 }
 
@@ -120,8 +124,22 @@ void EventRecorder::flush() {
     // What failed before goes again, unless a newer value replaced it.
     for (auto& [k, v] : unwritten_) notes.try_emplace(k, std::move(v));
     unwritten_.clear();
-    for (auto& e : events) write_event(std::move(e));
-    if (!notes.empty()) write_annotations(std::move(notes));
+    for (auto& e : events) {
+        {
+            std::lock_guard lk(mu_);
+            if (stop_) {  // stopping: no new request (each may take the client's timeout)
+                ++stats_.failed;
+                continue;
+            }
+        }
+        write_event(std::move(e));
+    }
+    bool stopping = false;
+    {
+        std::lock_guard lk(mu_);
+        stopping = stop_;
+    }
+    if (!notes.empty() && !stopping) write_annotations(std::move(notes));
 }
 
 nlohmann::json EventRecorder::event_object(const std::string& name, std::string_view type, std::string_view reason,
@@ -174,6 +192,10 @@ void EventRecorder::failed_once(const std::string& kind, const std::string& mess
 std::optional<Response> EventRecorder::send(std::string_view method, const std::string& path, const std::string& body,
                                             std::string_view content_type) {
     for (unsigned attempt = 1;; ++attempt) {
+        if (attempt > 1) {
+            std::lock_guard lk(mu_);
+            if (stop_) return std::nullopt;
+        }
         auto r = request_(method, path, body, content_type);
         if (!retryable(r) || attempt >= std::max(1u, opts_.attempts)) {
             if (!r) {
@@ -193,10 +215,10 @@ std::optional<Response> EventRecorder::send(std::string_view method, const std::
 void EventRecorder::write_event(Pending p) {
     // 1. Aggregation by type and reason.
     auto& similar = similar_[p.type + "\n" + p.reason];
-    if (similar.messages.empty() || p.when - similar.since > opts_.aggregate_window) {
-        similar.messages.clear();
-        similar.since = p.when;
-    }
+    // client-go's window: similar events more than aggregate_window after the previous one start
+    // a new group (a steady flood stays combined).
+    if (similar.messages.empty() || p.when - similar.last > opts_.aggregate_window) similar.messages.clear();
+    similar.last = p.when;
     if (similar.messages.size() < opts_.aggregate_after) similar.messages[p.message] = true;  // bounded
     std::string key = p.type + "\n" + p.reason + "\n" + p.message;
     if (similar.messages.size() >= opts_.aggregate_after) {

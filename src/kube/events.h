@@ -4,8 +4,9 @@
 // refusing or answering garbage never blocks the caller (the device plugin's health thread).
 //
 // The rules are client-go's event recorder's (tools/record), for the one object it reports on:
-//  - aggregation: from the 10th event with the same type and reason but a different message
-//    within 10 minutes, the message becomes "(combined from similar events): <message>";
+//  - aggregation: from the 10th event with the same type and reason but a different message,
+//    each within 10 minutes of the previous one, the message becomes "(combined from similar
+//    events): <message>" (one Event counts them);
 //  - deduplication: an event identical to one posted before (type, reason, message) is that
 //    Event again: PATCH count+1, lastTimestamp (a new Event when the old one expired: 404);
 //  - spam filter: a token bucket per source and object (25, refilled one per 5 minutes) drops
@@ -73,7 +74,9 @@ public:
 
     // The thread that writes what is queued. Without it, flush() does (tests).
     void start();
-    // Ends the thread after the request in flight (bounded by the client's timeout); idempotent.
+    // Asks the thread to end without waiting: the request in flight is the last (no retry, and
+    // what is still queued is dropped and counted as not written). stop() then joins. Idempotent.
+    void request_stop();
     void stop();
 
     // Queues an Event ("Normal" or "Warning"); never waits for the API server.
@@ -102,7 +105,7 @@ private:
         std::string first_timestamp;
     };
     struct Similar {  // aggregation by type and reason
-        std::chrono::system_clock::time_point since;
+        std::chrono::system_clock::time_point last;  // the latest similar event
         std::map<std::string, bool> messages;
     };
 

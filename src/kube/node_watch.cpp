@@ -30,6 +30,25 @@ Status WatchDecoder::feed(std::string_view bytes, std::vector<nlohmann::json>& e
     }
 }
 
+namespace {
+
+// obj[key] when obj is an object and that is a string, else "": what the API server sends is
+// read without trusting its types (a wrong one must not throw out of the watch's thread).
+std::string string_field(const nlohmann::json& obj, const char* key) {
+    if (!obj.is_object()) return {};
+    const auto it = obj.find(key);
+    return it != obj.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+const nlohmann::json& field(const nlohmann::json& obj, const char* key) {
+    static const nlohmann::json none;
+    if (!obj.is_object()) return none;
+    const auto it = obj.find(key);
+    return it != obj.end() ? *it : none;
+}
+
+}  // namespace
+
 std::optional<std::string> label_of(const nlohmann::json& node, std::string_view key) {
     if (!node.is_object() || !node.contains("metadata") || !node["metadata"].is_object()) return std::nullopt;
     const auto& meta = node["metadata"];
@@ -39,6 +58,7 @@ std::optional<std::string> label_of(const nlohmann::json& node, std::string_view
 }
 
 Result<std::string> read_node_label(Client& client, const std::string& node, std::string_view key) {
+    if (auto st = check_node_name(node); !st) return std::unexpected(st.error());
     const std::string path = "/api/v1/nodes/" + node;
     auto r = client.request("GET", path);
     if (!r) return std::unexpected(r.error());
@@ -57,12 +77,16 @@ void NodeWatch::start() {
     if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
 }
 
-void NodeWatch::stop() {
+void NodeWatch::request_stop() {
     {
         std::lock_guard lk(mu_);
         stop_ = true;
     }
     cv_.notify_all();
+}
+
+void NodeWatch::stop() {
+    request_stop();
     if (thread_.joinable()) thread_.join();
 }
 
@@ -90,8 +114,7 @@ Status NodeWatch::list() {
     ++lists_;
     const auto& items = j["items"];
     on_node_(items.empty() ? nlohmann::json() : items[0]);
-    std::string rv;
-    if (j.contains("metadata") && j["metadata"].is_object()) rv = j["metadata"].value("resourceVersion", "");
+    const std::string rv = string_field(field(j, "metadata"), "resourceVersion");
     if (rv.empty()) return fail(Code::parse, "GET {}: the NodeList has no resourceVersion", path);
     std::lock_guard lk(mu_);
     rv_ = rv;
@@ -114,25 +137,25 @@ Status NodeWatch::step() {
             return false;
         }
         for (const auto& e : events) {
-            const std::string type = e["type"].get<std::string>();
-            const nlohmann::json& obj = e.contains("object") ? e["object"] : nlohmann::json();
+            const std::string type = string_field(e, "type");  // WatchDecoder checked it is a string
+            const nlohmann::json& obj = field(e, "object");
             if (type == "ERROR") {
                 // A Status: 410 (Expired, Gone) asks for a new list; anything else is a failure.
-                if (obj.is_object() && obj.value("code", 0) == 410) {
+                const auto& code = field(obj, "code");
+                if (code.is_number_integer() && code.get<long long>() == 410) {
                     gone = true;
                 } else {
-                    problem = fail(Code::unavailable, "watch: ERROR event: {}",
-                                   obj.is_object() ? obj.value("message", obj.dump()) : e.dump());
+                    const std::string message = string_field(obj, "message");
+                    problem = fail(Code::unavailable, "watch: ERROR event: {}", message.empty() ? e.dump() : message);
                 }
                 return false;
             }
-            std::string rv;
-            if (obj.is_object() && obj.contains("metadata") && obj["metadata"].is_object())
-                rv = obj["metadata"].value("resourceVersion", "");
+            const std::string rv = string_field(field(obj, "metadata"), "resourceVersion");
             if (!rv.empty()) {
                 std::lock_guard lk(mu_);
                 rv_ = rv;
             }
+            ++events_;
             if (type == "ADDED" || type == "MODIFIED") on_node_(obj);
             else if (type == "DELETED") on_node_(nlohmann::json());
         }
@@ -154,9 +177,17 @@ Status NodeWatch::step() {
 void NodeWatch::run() {
     std::chrono::milliseconds backoff{0};
     while (!stop_) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const unsigned long seen = events_.load();
         auto st = step();
         if (st) {
             backoff = std::chrono::milliseconds(0);
+            // A round that ended at once with nothing in it (410 Gone, a proxy closing the
+            // stream): the next one waits, as client-go's reflector does, instead of spinning.
+            if (events_.load() == seen && std::chrono::steady_clock::now() - t0 < opts_.min_backoff) {
+                std::unique_lock lk(mu_);
+                cv_.wait_for(lk, opts_.min_backoff, [this] { return stop_.load(); });
+            }
             continue;
         }
         const std::string& m = st.error().message;

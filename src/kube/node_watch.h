@@ -70,7 +70,10 @@ public:
     NodeWatch& operator=(const NodeWatch&) = delete;
 
     void start();
-    void stop();  // after the watch's next 500 ms wake-up at most
+    // Asks the thread to end (at the watch's next 500 ms wake-up, or after the request in flight)
+    // without waiting; stop() then joins. Idempotent.
+    void request_stop();
+    void stop();
 
     // One round, in the caller's thread (tests; the thread loops on it): a list when there is no
     // version, then one watch until it ends. Returns the failure that calls for a backoff.
@@ -90,6 +93,7 @@ private:
     OnNode on_node_;
     std::atomic<bool> stop_{false};
     std::atomic<unsigned long> lists_{0};
+    std::atomic<unsigned long> events_{0};  // watch events of any type received
     mutable std::mutex mu_;  // rv_ and the wait
     std::condition_variable cv_;
     std::string rv_;

@@ -7,6 +7,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -761,6 +762,12 @@ TEST(DoctorKubeApi, RefusedUnreachableMissingNodeAndNoReviewApi) {
     r = api_check(missing);
     EXPECT_EQ(r.status, Status::warn);
     EXPECT_THAT(r.fix, HasSubstr("no Node named n1"));
+
+    FakeApi any;
+    r = api_check(any, "n1 /x");
+    EXPECT_EQ(r.status, Status::warn);
+    EXPECT_THAT(r.evidence, HasSubstr("expected a DNS subdomain"));
+    EXPECT_EQ(std::count(any.calls.begin(), any.calls.end(), "GET /api/v1/nodes/n1 /x"), 0) << "the name reached a request line";
 
     FakeApi old;
     old.review_status = 404;

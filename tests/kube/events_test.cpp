@@ -238,3 +238,35 @@ TEST(NodeEvents, TheThreadWritesWhatIsQueued) {
     r.recorder.stop();
     EXPECT_EQ(r.recorder.stats().created, 1u);
 }
+
+TEST(NodeEvents, AggregationFollowsTheLatestSimilarEventAsClientGo) {
+    Rig r;
+    // Similar events 5 minutes apart: each within 10 minutes of the previous one, so the group
+    // goes on and the 10th is combined although the first is 45 minutes old.
+    for (int i = 0; i < 10; ++i) {
+        r.recorder.record("Warning", "GPUUnhealthy", "GPU " + std::to_string(i));
+        r.now += 5min;
+    }
+    r.recorder.flush();
+    int combined = 0;
+    for (const auto& [name, e] : r.api.events)
+        combined += e["message"].get<std::string>().starts_with("(combined from similar events): ");
+    EXPECT_EQ(combined, 1);
+    // After a quiet 11 minutes a new group starts: plain again.
+    r.now += 11min;
+    r.recorder.record("Warning", "GPUUnhealthy", "GPU 42");
+    r.recorder.flush();
+    bool plain = false;
+    for (const auto& [name, e] : r.api.events) plain |= e["message"] == "GPU 42";
+    EXPECT_TRUE(plain);
+}
+
+TEST(NodeEvents, AStopDropsWhatIsQueuedWithoutARequest) {
+    Rig r;
+    for (int i = 0; i < 5; ++i) r.recorder.record("Warning", "R", std::to_string(i));
+    r.recorder.annotate("kgpu/gpu-health", "{}");
+    r.recorder.request_stop();
+    r.recorder.flush();
+    EXPECT_TRUE(r.api.calls.empty()) << "a request after stop";
+    EXPECT_EQ(r.recorder.stats().failed, 5u);
+}

@@ -58,7 +58,7 @@ struct Recorded {
             o,
             [this](const json& n) {
                 seen.push_back(n.is_null() ? "<deleted>"
-                                           : n["metadata"]["labels"].value("nvidia.com/device-plugin.config", ""));
+                                           : kube::label_of(n, "nvidia.com/device-plugin.config").value_or("<not a node>"));
             });
     }
 };
@@ -205,4 +205,22 @@ TEST(KubeWatch, LabelOfANodeObject) {
     EXPECT_EQ(kube::label_of(json{{"metadata", {{"labels", {{"x", 1}}}}}}, "x"), "") << "not a string";
     EXPECT_FALSE(kube::label_of(json(), "x").has_value());
     EXPECT_FALSE(kube::label_of(json{{"kind", "Status"}}, "x").has_value());
+}
+
+TEST(KubeWatch, WronglyTypedFieldsAreFailuresNotCrashes) {
+    Recorded rec;
+    rec.lists.push_back(kube::Response{200, {}, R"({"kind":"NodeList","metadata":{"resourceVersion":5},"items":[]})"});
+    rec.lists.push_back(list_of("6", json::array()));
+    rec.watches.push_back({{R"({"type":"ERROR","object":{"kind":"Status","code":"410","message":7}})" "\n"}});
+    rec.watches.push_back({{R"({"type":"MODIFIED","object":{"metadata":{"resourceVersion":9,"labels":[]}}})" "\n"}});
+    auto w = rec.make();
+    auto st = w.step();
+    ASSERT_FALSE(st.has_value());
+    EXPECT_NE(st.error().message.find("no resourceVersion"), std::string::npos) << st.error().message;
+    st = w.step();  // a code that is not a number: an ERROR, not a 410
+    ASSERT_FALSE(st.has_value());
+    EXPECT_NE(st.error().message.find("ERROR event"), std::string::npos) << st.error().message;
+    EXPECT_EQ(w.resource_version(), "6");
+    ASSERT_TRUE(w.step().has_value());  // a number as version, labels as a list: kept going
+    EXPECT_EQ(w.resource_version(), "6");
 }
