@@ -622,19 +622,18 @@ int Plugin::choose_initial_config() {
     std::string label;
     // One config (the manifests' config.yaml alone): no label can pick another, and reading it
     // would load OpenSSL for nothing (its pages stay in the plugin's RSS).
-    auto listed = config_names(src.srcdir);
-    if (api_ && listed && listed->size() > 1) {
+    auto names = config_names(src.srcdir);
+    if (!names) {
+        log::error("{}", names.error().message);
+        return 2;
+    }
+    if (api_ && names->size() > 1) {
         if (auto value = kube::read_node_label(*api_, opts_.node_name, src.node_label))
             label = *value;
         else
             log::warn("per-node config: cannot read node {}'s label {} ({}); choosing without it until the watch "
                       "sees it",
                       opts_.node_name, src.node_label, value.error().message);
-    }
-    auto names = config_names(src.srcdir);
-    if (!names) {
-        log::error("{}", names.error().message);
-        return 2;
     }
     auto choice = choose_config(src, *names, label);
     if (!choice) {
