@@ -17,6 +17,7 @@
 #include "common/strings.h"
 #include "deviceplugin/config.h"
 #include "deviceplugin/config_source.h"
+#include "kube/api_stats.h"
 #include "kube/client.h"
 #include "kube/node_watch.h"
 
@@ -51,6 +52,7 @@ void add_config_manager_command(CLI::App& app, ConfigManagerFlags& f) {
     cmd->add_option("--process-to-signal", f.process_to_signal,
                     "The process to signal, by its command's first word or base name, or `kgpu device-plugin` "
                     "(default nvidia-device-plugin) [env PROCESS_TO_SIGNAL]");
+    cmd->add_option("--kube-api-status-file", f.kube_api_status_file, kube::kStatusFileHelp);
     cmd->add_option("--proc-root", f.proc_root, "Where the processes are listed (the pod shares its process namespace)")
         ->capture_default_str();
 }
@@ -155,6 +157,7 @@ int run_config_manager(const ConfigManagerFlags& f) {
         return 2;
     }
     const Settings& s = *settings;
+    kube::publish_status_file(f.kube_api_status_file, "config-manager");
     auto config = kube::resolve_config(s.kubeconfig, [](const char* n) { return std::getenv(n); });
     if (!config) {
         std::cerr << "kgpu config-manager: " << config.error().message << "\n";

@@ -12,7 +12,7 @@
 namespace kgpu::cli {
 
 struct ConfigManagerFlags {
-    std::optional<std::string> oneshot, kubeconfig, node_name, node_label, config_file_srcdir, config_file_dst,
+    std::optional<std::string> oneshot, kubeconfig, node_name, node_label, config_file_srcdir, config_file_dst, kube_api_status_file,
         default_config, fallback_strategies, send_signal, signal, process_to_signal;
     std::string proc_root = "/proc";
 };

@@ -9,6 +9,7 @@
 
 #include "common/strings.h"
 #include "deviceplugin/plugin.h"
+#include "kube/api_stats.h"
 
 namespace kgpu::cli {
 
@@ -111,6 +112,7 @@ CLI::App* add_device_plugin_command(CLI::App& app, DevicePluginFlags& f) {
                     "patch on nodes; default false; the bare flag means true) [env KGPU_NODE_HEALTH_ANNOTATION]")
         ->expected(0, 1)
         ->default_str("true");
+    cmd->add_option("--kube-api-status-file", f.kube_api_status_file, kube::kStatusFileHelp);
     cmd->add_option("--config-file-srcdir", f.config_file_srcdir,
                     "A directory of named config files (a ConfigMap mounted): the node label --node-label names the "
                     "one to use, followed live (needs --node-name; replaces --config-file) [env CONFIG_FILE_SRCDIR]");
@@ -271,6 +273,7 @@ int run_device_plugin(const DevicePluginFlags& f) {
         opts.node_name = v;
     }
     opts.kubeconfig = f.kubeconfig;
+    kube::publish_status_file(f.kube_api_status_file, "device-plugin");
     // Per-node configs (NVIDIA config-manager's variables, read by the plugin itself).
     auto setting = [&](const std::optional<std::string>& flag, const char* env) -> std::optional<std::string> {
         if (flag) return flag;

@@ -20,7 +20,7 @@ struct DevicePluginFlags {
         shared_devices_allocation_policy, mps_root, gdrcopy_enabled, gds_enabled, mofed_enabled,
         device_discovery_strategy, imex_channel_ids, imex_required, nvidia_cdi_hook_path, container_driver_root,
         apply_resource_naming, kubeconfig, node_name, node_health_events, node_health_annotation,
-        config_file_srcdir, default_config, node_label, fallback_strategies;
+        config_file_srcdir, default_config, node_label, fallback_strategies, kube_api_status_file;
     std::vector<std::string> device_list_strategy;
     std::vector<std::string> cdi_feature_flags, cdi_disable_hooks;  // NVIDIA v0.20's, for the plugin's CDI spec
     std::string mps_control_binary;  // --mps-control-binary, KGPU_MPS_CONTROL

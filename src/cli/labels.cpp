@@ -20,6 +20,7 @@
 #include "inventory/discovery.h"
 #include "inventory/pci.h"
 #include "inventory/vgpu.h"
+#include "kube/api_stats.h"
 #include "kube/node_labels.h"
 #include "kube/node_watch.h"
 
@@ -91,6 +92,7 @@ void add_labels_command(CLI::App& app, LabelsOptions& opts) {
     cmd->add_option("--kubeconfig", opts.kubeconfig,
                     "With --write-node-labels: the kubeconfig to use (default $KUBECONFIG, else the pod's service "
                     "account); otherwise accepted for GFD compatibility and unused");
+    cmd->add_option("--kube-api-status-file", opts.kube_api_status_file, kube::kStatusFileHelp);
     cmd->add_option("--kube-api-qps", opts.kube_api_qps,
                     "The API client's requests per second (default 5; with --write-node-labels or --config-file-srcdir) "
                     "[env KUBE_API_QPS]");
@@ -527,6 +529,7 @@ int run_labels(const LabelsOptions& opts) {
         std::cerr << "kgpu labels: " << options.error().message << "\n";
         return 2;
     }
+    kube::publish_status_file(opts.kube_api_status_file, "labels");
     // The API server's configuration is read once (an in-cluster token is re-read by each request).
     std::optional<kube::Client> api;
     if (s.write_node_labels) {

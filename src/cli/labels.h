@@ -39,6 +39,7 @@ struct LabelsOptions {
     // used with --write-node-labels; otherwise a warning says they have no effect.
     std::optional<std::string> kubeconfig, kube_api_qps, kube_api_burst, namespace_, node_name, pod_name,
         container_driver_root;
+    std::optional<std::string> kube_api_status_file;  // KGPU_KUBE_API_STATUS_FILE
     std::string sysfs_root = "/sys";
 };
 

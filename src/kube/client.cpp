@@ -2,6 +2,8 @@
 #include "kube/client.h"
 
 #include <netdb.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -15,6 +17,7 @@
 
 #include "common/files.h"
 #include "common/strings.h"
+#include "kube/api_stats.h"
 
 namespace kgpu::kube {
 namespace {
@@ -231,14 +234,16 @@ struct Client::Conn {
 Client::~Client() = default;
 
 Status Client::open(Conn& c, std::string_view method, std::string_view path, std::string_view body,
-                    std::string_view content_type, const std::string& what) {
+                    std::string_view content_type, const std::string& what, std::string_view& kind) {
     std::string token = config_.token;
+    kind = "token";
     if (!config_.token_file.empty()) {
         auto t = files::read(config_.token_file);  // every time: a projected token rotates
         if (!t) return fail(Code::unavailable, "{}: the token file {}: {}", what, config_.token_file, t.error().message);
         token = std::string(strings::trim(*t));
     }
 
+    kind = "unreachable";
     addrinfo hints{};
     hints.ai_socktype = SOCK_STREAM;
     addrinfo* found = nullptr;
@@ -264,6 +269,7 @@ Status Client::open(Conn& c, std::string_view method, std::string_view path, std
         connect_error = errno == EINPROGRESS ? "timed out" : std::strerror(errno);
     }
     if (c.sock.fd < 0) return fail(Code::unavailable, "{}: connect: {}", what, connect_error);
+    kind = "tls";
     auto tls = exporter::tls_connect(c.sock.fd, config_.tls);
     if (!tls) return fail(tls.error().code, "{}: {}", what, tls.error().message);
     c.tls = std::move(*tls);
@@ -277,22 +283,78 @@ Status Client::open(Conn& c, std::string_view method, std::string_view path, std
         req += fmt::format("Content-Type: {}\r\nContent-Length: {}\r\n", content_type, body.size());
     req += "\r\n";
     req.append(body);
+    kind = "cut";
     for (std::size_t off = 0; off < req.size();) {
         std::size_t n = 0;
-        if (c.tls->write(req.data() + off, req.size() - off, n) != exporter::TlsStream::Io::ok)
+        if (c.tls->write(req.data() + off, req.size() - off, n) != exporter::TlsStream::Io::ok) {
+            if (c.tls->error().empty()) kind = "timeout";
             return fail(Code::unavailable, "{}: sending the request: {}", what,
                         c.tls->error().empty() ? "timed out" : c.tls->error());
+        }
         off += n;
     }
     return {};
 }
 
+namespace {
+
+// OpenSSL writes to the socket with write(2): a write to a connection the API server has reset
+// after an earlier write already failed raises SIGPIPE, whose default action ends the whole
+// process (the device plugin, kgpu labels; only the exporter's server blocks it). While a request
+// runs, SIGPIPE is blocked on its thread, and one raised meanwhile is taken off before it is
+// unblocked, so such a write just fails with EPIPE (SIGPIPE from a write goes to the writing
+// thread). The test's fake API server died of exactly this before it blocked it too.
+class SigpipeBlocked {
+public:
+    SigpipeBlocked() {
+        sigemptyset(&pipe_);
+        sigaddset(&pipe_, SIGPIPE);
+        pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+        sigset_t pending;
+        sigpending(&pending);
+        was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    }
+    ~SigpipeBlocked() {
+        sigset_t pending;
+        sigpending(&pending);
+        if (!was_pending_ && sigismember(&pending, SIGPIPE) == 1) {
+            const timespec none{};
+            while (sigtimedwait(&pipe_, nullptr, &none) < 0 && errno == EINTR) {
+            }
+        }
+        pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+    }
+    SigpipeBlocked(const SigpipeBlocked&) = delete;
+    SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+
+private:
+    sigset_t pipe_{}, old_{};
+    bool was_pending_ = false;
+};
+
+}  // namespace
+
+// Every request counted once, by its answer's code or its failure's kind (ApiStats).
+Result<Response> Client::counted(std::string_view method, std::string_view kind, Result<Response> r) {
+    if (r) ApiStats::global().answer(method, r->status);
+    else ApiStats::global().failure(method, kind);
+    return r;
+}
+
 Result<Response> Client::request(std::string_view method, std::string_view path, std::string_view body,
                                  std::string_view content_type) {
+    std::string_view kind;
+    SigpipeBlocked no_sigpipe;
+    auto r = request_once(method, path, body, content_type, kind);
+    return counted(method, kind, std::move(r));
+}
+
+Result<Response> Client::request_once(std::string_view method, std::string_view path, std::string_view body,
+                                      std::string_view content_type, std::string_view& kind) {
     const std::string what = fmt::format("{} {}{}", method, config_.server, path);
     limiter_.wait();
     Conn c;
-    if (auto st = open(c, method, path, body, content_type, what); !st) return std::unexpected(st.error());
+    if (auto st = open(c, method, path, body, content_type, what, kind); !st) return std::unexpected(st.error());
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
     ResponseReader reader;
     std::string in;
@@ -301,11 +363,17 @@ Result<Response> Client::request(std::string_view method, std::string_view path,
         std::size_t n = 0;
         const auto io = c.tls->read(buf, sizeof buf, n);
         if (io == exporter::TlsStream::Io::ok) {
-            if (auto st = reader.feed(std::string_view(buf, n), in); !st)
+            if (auto st = reader.feed(std::string_view(buf, n), in); !st) {
+                kind = "malformed";
                 return fail(Code::parse, "{}: {}", what, st.error().message);
+            }
         } else if (io == exporter::TlsStream::Io::closed) {
-            if (auto st = reader.finish(); !st) return fail(Code::parse, "{}: {}", what, st.error().message);
+            if (auto st = reader.finish(); !st) {
+                kind = reader.head_done() ? "cut" : "malformed";
+                return fail(Code::parse, "{}: {}", what, st.error().message);
+            }
         } else {
+            kind = c.tls->error().empty() ? "timeout" : "cut";
             return fail(Code::unavailable, "{}: reading the response: {}", what,
                         c.tls->error().empty() ? "timed out" : c.tls->error());
         }
@@ -315,17 +383,28 @@ Result<Response> Client::request(std::string_view method, std::string_view path,
             r.body = std::move(in);
             return r;
         }
-        if (std::chrono::steady_clock::now() > deadline)
+        if (std::chrono::steady_clock::now() > deadline) {
+            kind = "timeout";
             return fail(Code::unavailable, "{}: no complete response within {} ms", what, timeout_.count());
+        }
     }
 }
 
 Result<Response> Client::stream(std::string_view path, const std::function<bool(std::string_view)>& on_body,
                                 const std::atomic<bool>& stop, std::chrono::milliseconds idle) {
+    std::string_view kind;
+    SigpipeBlocked no_sigpipe;
+    auto r = stream_once(path, on_body, stop, idle, kind);
+    return counted("WATCH", kind, std::move(r));
+}
+
+Result<Response> Client::stream_once(std::string_view path, const std::function<bool(std::string_view)>& on_body,
+                                     const std::atomic<bool>& stop, std::chrono::milliseconds idle,
+                                     std::string_view& kind) {
     const std::string what = fmt::format("GET {}{}", config_.server, path);
     limiter_.wait();
     Conn c;
-    if (auto st = open(c, "GET", path, {}, {}, what); !st) return std::unexpected(st.error());
+    if (auto st = open(c, "GET", path, {}, {}, what, kind); !st) return std::unexpected(st.error());
     // From now on reads wake up every 500 ms to look at `stop` and the idle deadline.
     timeval tv{0, 500000};
     ::setsockopt(c.sock.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -344,16 +423,24 @@ Result<Response> Client::stream(std::string_view path, const std::function<bool(
         std::string decoded;
         if (io == exporter::TlsStream::Io::ok) {
             last = std::chrono::steady_clock::now();
-            if (auto st = reader.feed(std::string_view(buf, n), decoded); !st)
+            if (auto st = reader.feed(std::string_view(buf, n), decoded); !st) {
+                kind = "malformed";
                 return fail(Code::parse, "{}: {}", what, st.error().message);
+            }
         } else if (io == exporter::TlsStream::Io::closed) {
-            if (auto st = reader.finish(); !st) return fail(Code::unavailable, "{}: {}", what, st.error().message);
+            if (auto st = reader.finish(); !st) {
+                kind = "cut";
+                return fail(Code::unavailable, "{}: {}", what, st.error().message);
+            }
         } else if (io == exporter::TlsStream::Io::want_read) {
-            if (std::chrono::steady_clock::now() - last > idle)
+            if (std::chrono::steady_clock::now() - last > idle) {
+                kind = "timeout";
                 return fail(Code::unavailable, "{}: nothing received for {} s", what,
                             std::chrono::duration_cast<std::chrono::seconds>(idle).count());
+            }
             continue;
         } else {
+            kind = "cut";
             return fail(Code::unavailable, "{}: reading the response: {}", what, c.tls->error());
         }
         if (!decoded.empty()) {

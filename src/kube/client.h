@@ -2,7 +2,7 @@
 // request, blocking with a deadline. Configuration from a kubeconfig (token, token file or
 // client certificate; CA file or data; insecure-skip-tls-verify) or in-cluster (the service
 // account's token, re-read before every request so a rotated one is used, and CA bundle).
-// No watch yet: the callers here (kgpu labels --write-node-labels) get and patch.
+// Every request is counted in ApiStats::global() (api_stats.h).
 #pragma once
 
 #include <atomic>
@@ -99,8 +99,14 @@ public:
 
 private:
     struct Conn;
+    // `kind`: what a failure so far is (ApiStats's kinds), set as the stages go.
     Status open(Conn& c, std::string_view method, std::string_view path, std::string_view body,
-                std::string_view content_type, const std::string& what);
+                std::string_view content_type, const std::string& what, std::string_view& kind);
+    Result<Response> request_once(std::string_view method, std::string_view path, std::string_view body,
+                                  std::string_view content_type, std::string_view& kind);
+    Result<Response> stream_once(std::string_view path, const std::function<bool(std::string_view)>& on_body,
+                                 const std::atomic<bool>& stop, std::chrono::milliseconds idle, std::string_view& kind);
+    static Result<Response> counted(std::string_view method, std::string_view kind, Result<Response> r);
 
     ApiConfig config_;
     std::chrono::milliseconds timeout_;

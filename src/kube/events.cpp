@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "common/log.h"
+#include "kube/api_stats.h"
 
 namespace kgpu::kube {
 namespace {
@@ -63,16 +64,25 @@ void EventRecorder::stop() {
     if (thread_.joinable()) thread_.join();
 }
 
+// One event (or annotation) counted here and in the process's ApiStats (kgpu_node_events_total).
+void EventRecorder::count(unsigned long Stats::*field, std::string_view result) {
+    {
+        std::lock_guard lk(mu_);
+        ++(stats_.*field);
+    }
+    ApiStats::global().event(result);
+}
+
 void EventRecorder::record(std::string type, std::string reason, std::string message) {
     {
         std::lock_guard lk(mu_);
-        if (queue_.size() >= opts_.queue_limit) {
-            ++stats_.queue_full;
+        if (queue_.size() < opts_.queue_limit) {
+            queue_.push_back({std::move(type), std::move(reason), capped(std::move(message)), opts_.now()});
+            cv_.notify_all();
             return;
         }
-        queue_.push_back({std::move(type), std::move(reason), capped(std::move(message)), opts_.now()});
     }
-    cv_.notify_all();
+    count(&Stats::queue_full, "queue_full");
 }
 
 void EventRecorder::annotate(std::string key, std::string value) {
@@ -125,12 +135,14 @@ void EventRecorder::flush() {
     for (auto& [k, v] : unwritten_) notes.try_emplace(k, std::move(v));
     unwritten_.clear();
     for (auto& e : events) {
+        bool stopping_now = false;
         {
             std::lock_guard lk(mu_);
-            if (stop_) {  // stopping: no new request (each may take the client's timeout)
-                ++stats_.failed;
-                continue;
-            }
+            stopping_now = stop_;
+        }
+        if (stopping_now) {  // stopping: no new request (each may take the client's timeout)
+            count(&Stats::failed, "failed");
+            continue;
         }
         write_event(std::move(e));
     }
@@ -229,8 +241,7 @@ void EventRecorder::write_event(Pending p) {
 
     // 2. The spam filter, before any request.
     if (!take_token(p.when)) {
-        std::lock_guard lk(mu_);
-        ++stats_.rate_limited;
+        count(&Stats::rate_limited, "rate_limited");
         log::debug("node events: {} {} dropped by the rate limit: {}", p.type, p.reason, p.message);
         return;
     }
@@ -247,16 +258,14 @@ void EventRecorder::write_event(Pending p) {
         auto r = send("PATCH", events + "/" + next.name, patch.dump(), "application/merge-patch+json");
         if (r && r->status == 200) {
             written = true;
-            std::lock_guard lk(mu_);
-            ++stats_.updated;
+            count(&Stats::updated, "updated");
         } else if (r && r->status != 404) {
             failed_once(fmt::format("PATCH {}", r->status), describe_failure("PATCH", events + "/" + next.name, *r));
         }
         // 404: the Event expired (the API server's event TTL, 1 h by default): written anew below,
         // with its count, as client-go does.
         if (!written && !(r && r->status == 404)) {
-            std::lock_guard lk(mu_);
-            ++stats_.failed;
+            count(&Stats::failed, "failed");
             return;
         }
     } else {
@@ -271,12 +280,10 @@ void EventRecorder::write_event(Pending p) {
         auto r = send("POST", events, obj.dump(), "application/json");
         if (!r || (r->status != 201 && r->status != 200)) {
             if (r) failed_once(fmt::format("POST {}", r->status), describe_failure("POST", events, *r));
-            std::lock_guard lk(mu_);
-            ++stats_.failed;
+            count(&Stats::failed, "failed");
             return;
         }
-        std::lock_guard lk(mu_);
-        ++stats_.created;
+        count(&Stats::created, "created");
     }
     // Remembered only once written, so a failed write is not counted as posted.
     if (!seen_.contains(key)) {
@@ -302,15 +309,11 @@ void EventRecorder::write_annotations(std::map<std::string, std::string> values)
     auto r = send("PATCH", path, patch.dump(), "application/merge-patch+json");
     if (r && r->status == 200) {
         retry_backoff_ = {};
-        std::lock_guard lk(mu_);
-        ++stats_.annotated;
+        count(&Stats::annotated, "annotated");
         return;
     }
     if (r) failed_once(fmt::format("PATCH node {}", r->status), describe_failure("PATCH", path, *r));
-    {
-        std::lock_guard lk(mu_);
-        ++stats_.failed;
-    }
+    count(&Stats::failed, "failed");
     // Not lost: written again after a backoff (10 s doubling to 5 min), or with the next change.
     retry_backoff_ = std::clamp<std::chrono::milliseconds>(retry_backoff_ * 2, std::chrono::seconds(10), std::chrono::minutes(5));
     retry_at_ = std::chrono::steady_clock::now() + retry_backoff_;

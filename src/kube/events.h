@@ -116,6 +116,7 @@ private:
                                  std::string_view content_type);
     bool take_token(std::chrono::system_clock::time_point now);
     void failed_once(const std::string& kind, const std::string& message);
+    void count(unsigned long Stats::*field, std::string_view result);
     std::string unique_name(std::chrono::system_clock::time_point when);
     void run();
 

@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "common/strings.h"
+#include "kube/api_stats.h"
 
 namespace kgpu::kube {
 
@@ -50,6 +51,7 @@ Result<std::size_t> write_node_labels(Client& client, const std::string& node_na
     try {
         node = nlohmann::json::parse(got->body);
     } catch (const nlohmann::json::exception& e) {
+        ApiStats::global().malformed();
         return fail(Code::parse, "GET {}: not JSON: {}", path, e.what());
     }
     const auto patch = node_labels_patch(node, want);

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "common/log.h"
+#include "kube/api_stats.h"
 #include "kube/client.h"
 
 namespace kgpu::kube {
@@ -64,7 +65,10 @@ Result<std::string> read_node_label(Client& client, const std::string& node, std
     if (!r) return std::unexpected(r.error());
     if (r->status != 200) return fail(Code::unavailable, "{}", describe_failure("GET", path, *r));
     auto value = label_of(nlohmann::json::parse(r->body, nullptr, false), key);
-    if (!value) return fail(Code::parse, "GET {}: not a Node", path);
+    if (!value) {
+        ApiStats::global().malformed();
+        return fail(Code::parse, "GET {}: not a Node", path);
+    }
     return *value;
 }
 
@@ -109,13 +113,18 @@ Status NodeWatch::list() {
     if (!r) return std::unexpected(r.error());
     if (r->status != 200) return fail(Code::unavailable, "{}", describe_failure("GET", path, *r));
     auto j = nlohmann::json::parse(r->body, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("items") || !j["items"].is_array())
+    if (j.is_discarded() || !j.is_object() || !j.contains("items") || !j["items"].is_array()) {
+        ApiStats::global().malformed();
         return fail(Code::parse, "GET {}: not a NodeList", path);
+    }
     ++lists_;
     const auto& items = j["items"];
     on_node_(items.empty() ? nlohmann::json() : items[0]);
     const std::string rv = string_field(field(j, "metadata"), "resourceVersion");
-    if (rv.empty()) return fail(Code::parse, "GET {}: the NodeList has no resourceVersion", path);
+    if (rv.empty()) {
+        ApiStats::global().malformed();
+        return fail(Code::parse, "GET {}: the NodeList has no resourceVersion", path);
+    }
     std::lock_guard lk(mu_);
     rv_ = rv;
     return {};
@@ -133,6 +142,7 @@ Status NodeWatch::step() {
     auto on_body = [&](std::string_view bytes) {
         std::vector<nlohmann::json> events;
         if (auto st = decoder.feed(bytes, events); !st) {
+            ApiStats::global().malformed();
             problem = st;
             return false;
         }
