@@ -45,6 +45,11 @@ CLI::App* add_exporter_command(CLI::App& app, ExporterFlags& f) {
                     "Where kgpu mps-control-daemon keeps the MPS daemons' status (kgpu_mps_* metrics; \"\": none)")
         ->envname("MPS_ROOT")
         ->capture_default_str();
+    cmd->add_option("--kube-api-status-dir", f.kube_api_status_dir,
+                    "Where kgpu device-plugin, labels and config-manager keep their Kubernetes API counts "
+                    "(--kube-api-status-file; kgpu_kube_api_*, kgpu_node_events_total; \"\": none)")
+        ->envname("KGPU_KUBE_API_STATUS_DIR")
+        ->capture_default_str();
     cmd->add_option("--container-runtime-endpoint", f.container_runtime_endpoint,
                     "CRI socket that names the pod of a container ID")
         ->envname("CONTAINER_RUNTIME_ENDPOINT")
@@ -441,6 +446,7 @@ int run_exporter(const ExporterFlags& f) {
     opts.collector.pod_resources.extra_resources = f.resource_names;
     opts.collector.proc_root = f.proc_root;
     opts.collector.mps_root = f.mps_root;
+    opts.collector.kube_api_status_dir = f.kube_api_status_dir;
     opts.collector.cri_endpoint = f.container_runtime_endpoint;
     return exporter::run_exporter(opts, [&] { return open_nvml(f.nvml); });
 }

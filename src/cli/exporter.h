@@ -32,6 +32,7 @@ struct ExporterFlags {
     std::string hostname_label = "Hostname";
     std::string proc_root = "/proc";
     std::string mps_root = "/run/nvidia/mps";  // --mps-root, MPS_ROOT: kgpu_mps_* from its status files
+    std::string kube_api_status_dir;           // --kube-api-status-dir: kgpu_kube_api_* from its status files
     std::string container_runtime_endpoint = "unix:///run/containerd/containerd.sock";
     std::vector<std::string> resource_names;
     std::string kubernetes_gpu_id_type;  // accepted for dcgm-exporter compatibility

@@ -156,6 +156,27 @@ constexpr std::array<MetricDef, kMetricCount> kCatalogue{{
     {nvml_errors_total, "kgpu_nvml_errors_total", MT::counter, "errors",
      "NVML calls that failed with something other than NOT_SUPPORTED, by NVML function.",
      "every NVML read of the collector", S::exporter, R::none, 0, 1.0, false, "function"},
+    {kube_api_requests_total, "kgpu_kube_api_requests_total", MT::counter, "requests",
+     "Kubernetes API requests this kgpu process made, by method (WATCH for a watch) and HTTP status code "
+     "(<error> when no answer came: see kgpu_kube_api_errors_total), since it started.",
+     "<kube-api-status-dir>/*.json, written by kgpu device-plugin, labels and config-manager "
+     "(--kube-api-status-file)",
+     S::component, R::none, 0, 1.0, false, "method, code"},
+    {kube_api_errors_total, "kgpu_kube_api_errors_total", MT::counter, "errors",
+     "Kubernetes API requests of this kgpu process that failed, by kind: unreachable, tls, timeout, cut, malformed "
+     "(not HTTP, or not the JSON expected), token (the token file unreadable), unauthorized (401), forbidden (403), "
+     "not_found (404), conflict (409), invalid (422), throttled (429), client_error (other 4xx), server_error (5xx). "
+     "The process keeps serving from its last state and logs each kind once.",
+     "<kube-api-status-dir>/*.json", S::component, R::none, 0, 1.0, false, "kind"},
+    {kube_api_last_success_timestamp_seconds, "kgpu_kube_api_last_success_timestamp_seconds", MT::gauge, "s",
+     "Unix time of this kgpu process's last Kubernetes API request answered with a success (absent before one).",
+     "<kube-api-status-dir>/*.json", S::component},
+    {node_events_total, "kgpu_node_events_total", MT::counter, "events",
+     "GPU health Events (and node annotation/label patches) of this kgpu process by what became of them: created, "
+     "updated (the same Event again: count+1), annotated, rate_limited (the spam filter's 25 then 1 per 5 min), "
+     "queue_full, failed (the API server refused or stayed away through every retry).",
+     "<kube-api-status-dir>/*.json (kgpu device-plugin --node-health-events)", S::component, R::none, 0, 1.0, false,
+     "result"},
     {pod_attribution_up, "kgpu_exporter_pod_attribution_up", MT::gauge, "0/1",
      "Whether the last kubelet PodResources List succeeded (only with --kubernetes).",
      "PodResources v1 List on --pod-resources-kubelet-socket", S::exporter},
@@ -196,6 +217,7 @@ std::string_view scope_labels(Scope s) {
         case Scope::pod: return "gpu, UUID";
         case Scope::exporter: return "—";
         case Scope::mps: return "resource";
+        case Scope::component: return "component";
     }
     return "";
 }
@@ -280,12 +302,22 @@ std::string metrics_markdown() {
       "reported per MIG instance only (NVML answers them per instance); the device-wide ones (clocks,\n"
       "temperatures, power, energy, ECC, XID, remapped rows, NVLink) stay on the GPU's series.\n\n");
     w("`kgpu_*` metrics use lint-clean labels only: `gpu`, `UUID`, `GPU_I_ID`, `state`, `pid`, `process`, `pod`,\n"
-      "`namespace`, `container`, `function`, `reason`, `resource`, `xid_class`.\n\n");
+      "`namespace`, `container`, `function`, `reason`, `resource`, `xid_class`, `component`, `method`, `code`,\n"
+      "`kind`, `result`.\n\n");
     w("## MPS\n\n");
     w("`kgpu_mps_*` show each MPS-shared resource (`sharing.mps`) as `kgpu mps-control-daemon` runs it: one\n"
       "series per resource (`resource`, e.g. `nvidia.com/gpu`), read each pass from the status files under\n"
       "`--mps-root` (default `/run/nvidia/mps`, the host directory the MPS DaemonSet and the device plugin\n"
       "share; the exporter's container mounts it read-only). A node without MPS has none of these series.\n\n");
+    w("## Kubernetes API\n\n");
+    w("`kgpu_kube_api_*` and `kgpu_node_events_total` count what kgpu's other processes did with the\n"
+      "Kubernetes API: the device plugin (GPU health Events, the config label's watch), `kgpu labels` and\n"
+      "`kgpu config-manager` each keep a JSON status file (`--kube-api-status-file`) in a directory the\n"
+      "exporter reads each pass (`--kube-api-status-dir`; the DaemonSet shares an `emptyDir` at\n"
+      "`/run/kgpu/status`), so they need no HTTP server of their own. One series set per process\n"
+      "(`component`: `device-plugin`, `labels`, `config-manager`); the counts restart with the process. A\n"
+      "file that is not such a status (not JSON, a wrong type, a repeated entry, over 64 KiB, a symlink) is\n"
+      "left out, logged once naming it.\n\n");
     w("## Profiling metrics without DCGM\n\n");
     w("The `DCGM_FI_PROF_*` metrics come from NVML's GPU performance monitoring (GPM) on GPUs that support it\n"
       "(Hopper and newer; `nvmlGpmQueryDeviceSupport`), not from DCGM's host engine: each collection pass takes\n"

@@ -65,6 +65,11 @@ enum class Metric : unsigned {
     mps_active_thread_percentage,
     mps_pinned_memory_limit_bytes,
     nvml_errors_total,
+    // kgpu's processes that use the Kubernetes API (their status files under --kube-api-status-dir).
+    kube_api_requests_total,
+    kube_api_errors_total,
+    kube_api_last_success_timestamp_seconds,
+    node_events_total,
     pod_attribution_up,
     pods_over_limit,
     http_connections,
@@ -113,6 +118,7 @@ enum class Scope {
     pod,       // one per GPU and pod using it (kgpu labels + pod labels)
     exporter,  // about the exporter itself
     mps,       // one per MPS-shared resource (`resource`)
+    component, // one per kgpu process that uses the Kubernetes API (`component`)
 };
 
 struct MetricDef {

@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "exporter/catalogue.h"
 #include "exporter/exposition.h"
+#include "exporter/kube_status.h"
 #include "inventory/discovery.h"
 #include "mps/supervisor.h"
 #include "nvml/events.h"
@@ -267,6 +268,7 @@ struct Collector::Impl {
     mutable std::mutex snap_mu;
     std::shared_ptr<const Snapshot> snap;
     std::function<HttpServerStats()> http_stats;  // set before the thread starts
+    std::set<std::string> status_problems;        // kube API status files' problems, logged once
     std::string attribution_problem;  // guarded by snap_mu; "" while pod attribution works
     void set_attribution_problem(std::string p) {
         std::lock_guard lk(snap_mu);
@@ -873,6 +875,32 @@ struct Collector::Impl {
             LabelSet l;
             l.add("function", function);
             add(Metric::nvml_errors_total, l, double(n));
+        }
+        if (!options.kube_api_status_dir.empty()) {
+            std::vector<std::string> problems;
+            for (const auto& st : read_kube_api_statuses(options.kube_api_status_dir, problems)) {
+                LabelSet c;
+                c.add("component", st.component);
+                for (const auto& q : st.requests) {
+                    LabelSet l = c;
+                    l.add("method", q.method).add("code", q.code);
+                    add(Metric::kube_api_requests_total, l, q.count);
+                }
+                for (const auto& [kind, n] : st.errors) {
+                    LabelSet l = c;
+                    l.add("kind", kind);
+                    add(Metric::kube_api_errors_total, l, n);
+                }
+                if (st.last_success) add(Metric::kube_api_last_success_timestamp_seconds, c, *st.last_success);
+                for (const auto& [result, n] : st.events) {
+                    LabelSet l = c;
+                    l.add("result", result);
+                    add(Metric::node_events_total, l, n);
+                }
+            }
+            for (const auto& p : problems)
+                if (status_problems.size() < 256 && status_problems.insert(p).second)
+                    log::warn("exporter: kube API status: {} (logged once; the file is left out)", p);
         }
         if (podres_up) {
             add(Metric::pod_attribution_up, LabelSet{}, *podres_up ? 1.0 : 0.0);

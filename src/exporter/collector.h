@@ -68,6 +68,9 @@ struct CollectorOptions {
     std::string uuid_label = "UUID";
     // kgpu_mps_*: the MPS daemons' status files under this directory (--mps-root); empty: none.
     std::string mps_root = "/run/nvidia/mps";
+    // kgpu_kube_api_*, kgpu_node_events_total: the status files of kgpu's processes that use the
+    // Kubernetes API (--kube-api-status-dir, kube_status.h); empty: none.
+    std::string kube_api_status_dir;
 };
 
 // One pass's result. Immutable once published; shared by every request that serves it.

@@ -1222,13 +1222,14 @@ TEST(KubeE2E, ApiServerDown) {
     const std::string dir = c.base() + "/api-down";
     fs::create_directories(dir + "/dp");
     fs::create_directories(dir + "/configs");
+    fs::create_directories(dir + "/status");
     std::ofstream(dir + "/configs/default") << "version: v1\n";
     std::ofstream(dir + "/configs/ts4")
         << "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n";
     c.kubectl({"label", "node", node, "nvidia.com/device-plugin.config-"});
     kgpu::test::ChildProcess plugin(
         {KGPU_BINARY, "device-plugin", "--nvml-library", KGPU_SIM_LIBRARY, "--device-plugin-path", dir + "/dp",
-         "--kubeconfig", c.env("KUBECONFIG"), "--node-name", node},
+         "--kubeconfig", c.env("KUBECONFIG"), "--node-name", node, "--kube-api-status-file", dir + "/status/device-plugin.json"},
         {{"KGPU_SIM_NODE", sim_fixture(c.base())}, {"KGPU_SIM_EVENTS", sim_events(c.base())},
          {"CONFIG_FILE_SRCDIR", dir + "/configs"}});
     std::ofstream(c.base() + "/pids/api-down-plugin") << plugin.pid() << "\n";
@@ -1290,6 +1291,23 @@ TEST(KubeE2E, ApiServerDown) {
     std::size_t warnings = 0;
     for (std::size_t at = 0; (at = log.find("logged once for this kind", at)) != std::string::npos; ++at) ++warnings;
     EXPECT_LE(warnings, 4u) << log;
+    // ... and counted, for the exporter (kgpu_kube_api_errors_total): the outage's failures, the
+    // watch that came back, the Event written.
+    const auto status = nlohmann::json::parse(slurp(dir + "/status/device-plugin.json"), nullptr, false);
+    ASSERT_TRUE(status.is_object()) << slurp(dir + "/status/device-plugin.json");
+    auto count = [&](const char* list, const char* key, const std::string& value, const std::string& code = "") {
+        double n = 0;
+        for (const auto& e : status.value(list, nlohmann::json::array()))
+            if (e.value(key, "") == value && (code.empty() || e.value("code", "") == code)) n += e.value("count", 0.0);
+        return n;
+    };
+    EXPECT_GE(count("errors", "kind", "unreachable") + count("errors", "kind", "cut") + count("errors", "kind", "timeout") +
+                  count("errors", "kind", "server_error"),
+              1.0)
+        << status.dump();
+    EXPECT_GE(count("requests", "method", "WATCH", "200"), 1.0) << status.dump();
+    EXPECT_GE(count("events", "result", "created"), 1.0) << status.dump();
+    EXPECT_EQ(status.value("component", ""), "device-plugin");
 
     std::ofstream(sim_events(c.base()), std::ios::app) << "restore 2\n";
     c.kubectl({"label", "node", node, "nvidia.com/device-plugin.config-", "nvidia.com/device-plugin.config.state-"});

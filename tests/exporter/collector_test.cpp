@@ -15,10 +15,13 @@
 #include <set>
 #include <thread>
 
+#include <unistd.h>
+
 #include "exporter/catalogue.h"
 #include "exporter/collector.h"
 #include "exporter/counters.h"
 #include "exporter/exporter.h"
+#include "exporter/kube_status.h"
 #include "metrics_text.h"
 #include "nvml/library.h"
 #include "support/fake_cri.h"
@@ -930,6 +933,62 @@ TEST(Collector, HttpServerCountersWhenGiven) {
     EXPECT_EQ(m.value("kgpu_exporter_http_connections_closed_total", {{"reason", "evicted"}}), 3.0);
     EXPECT_EQ(m.value("kgpu_exporter_http_connections_closed_total", {{"reason", "timeout"}}), 0.0);
     EXPECT_EQ(m.find("kgpu_exporter_http_connections_closed_total").size(), 6u);
+}
+
+// kgpu_kube_api_* and kgpu_node_events_total come from the status files of kgpu's other
+// processes (kube/api_stats.h writes them); each file is checked, and one that is not a status is
+// left out without taking the others (or the scrape) with it.
+TEST(Collector, KubeApiCountsFromTheStatusFilesOfKgpusOtherProcesses) {
+    test::TempDir dir;
+    CollectorOptions o = options();
+    o.kube_api_status_dir = dir.path() + "/status";  // absent at first: no series, no problem
+    Collector c(sim_session("t4x4.yaml"), o);
+    auto m = collect(c);
+    EXPECT_TRUE(m.find("kgpu_kube_api_requests_total").empty());
+
+    dir.write("status/device-plugin.json",
+              R"({"component":"device-plugin","requests":[{"method":"GET","code":"200","count":3},)"
+              R"({"method":"WATCH","code":"<error>","count":2},{"method":"POST","code":"401","count":1}],)"
+              R"("errors":[{"kind":"unreachable","count":2},{"kind":"unauthorized","count":1}],)"
+              R"("events":[{"result":"created","count":1},{"result":"rate_limited","count":4}],)"
+              R"("last_success":1764700000.5,"last_failure":1764700100})");
+    dir.write("status/labels.json", R"({"component":"labels","requests":[{"method":"PATCH","code":"200","count":9}]})");
+    // Left out, each for its own reason:
+    dir.write("status/zz-again.json", R"({"component":"labels","requests":[]})");             // labels again
+    dir.write("status/garbage.json", "{\"component\": ");                                   // not JSON
+    dir.write("status/negative.json", R"({"component":"x","errors":[{"kind":"tls","count":-1}]})");
+    dir.write("status/repeat.json", R"({"component":"y","errors":[{"kind":"tls","count":1},{"kind":"tls","count":2}]})");
+    dir.write("status/label.json", R"({"component":"Bad\"Name","requests":[]})");
+    dir.write("status/big.json", std::string(70 << 10, ' '));
+    dir.write("status/notes.txt", "not a status file");
+    ASSERT_EQ(::symlink((dir.path() + "/status/labels.json").c_str(), (dir.path() + "/status/link.json").c_str()), 0);
+
+    m = collect(c);
+    const std::map<std::string, std::string> dp = {{"component", "device-plugin"}};
+    EXPECT_EQ(m.value("kgpu_kube_api_requests_total", {{"component", "device-plugin"}, {"method", "GET"}, {"code", "200"}}), 3.0);
+    EXPECT_EQ(m.value("kgpu_kube_api_requests_total", {{"component", "device-plugin"}, {"method", "WATCH"}, {"code", "<error>"}}), 2.0);
+    EXPECT_EQ(m.value("kgpu_kube_api_errors_total", {{"component", "device-plugin"}, {"kind", "unauthorized"}}), 1.0);
+    EXPECT_EQ(m.value("kgpu_kube_api_last_success_timestamp_seconds", dp), 1764700000.5);
+    EXPECT_EQ(m.value("kgpu_node_events_total", {{"component", "device-plugin"}, {"result", "rate_limited"}}), 4.0);
+    EXPECT_EQ(m.value("kgpu_kube_api_requests_total", {{"component", "labels"}}), 9.0);
+    EXPECT_TRUE(m.find("kgpu_kube_api_last_success_timestamp_seconds", {{"component", "labels"}}).empty());
+    EXPECT_EQ(m.find("kgpu_kube_api_requests_total").size(), 4u);  // nothing from the files left out
+    EXPECT_EQ(m.find("kgpu_kube_api_errors_total").size(), 2u);
+    EXPECT_EQ(m.type["kgpu_kube_api_requests_total"], "counter");
+    EXPECT_EQ(m.type["kgpu_kube_api_last_success_timestamp_seconds"], "gauge");
+
+    std::vector<std::string> problems;
+    auto statuses = read_kube_api_statuses(dir.path() + "/status", problems);
+    ASSERT_EQ(statuses.size(), 2u);
+    std::string all;
+    for (const auto& p : problems) all += p + "\n";
+    EXPECT_EQ(problems.size(), 7u) << all;
+    for (const char* what : {"zz-again.json: component labels is already", "garbage.json: kube API status: not JSON",
+                             "negative.json: kube API status: .errors[0].count: expected a whole number",
+                             "repeat.json: kube API status: .: expected errors without repeats",
+                             "label.json: kube API status: .: expected a member \"component\"", "big.json: over 64 KiB",
+                             "link.json: Too many levels of symbolic links"})
+        EXPECT_NE(all.find(what), std::string::npos) << what << "\n" << all;
 }
 
 TEST(Snapshot, GzipIsMadeOnceAndShared) {

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -570,6 +571,36 @@ TEST(ExporterServe, PromtoolAcceptsTheOutputWithLintFindingsOnlyForDcgmNames) {
         }
         EXPECT_GT(findings, 0) << "promtool flags the dcgm names' camelCase labels / counters without _total; "
                                   "no findings at all means promtool did not read the text";
+    }
+}
+
+// Two real kgpu processes: `kgpu labels` fails to reach its API server and counts it in its status
+// file; the exporter serves that as kgpu_kube_api_* (lint-clean for promtool).
+TEST(ExporterServe, TheKubeApiCountsOfKgpuLabelsAreServed) {
+    TempDir dir;
+    std::filesystem::create_directories(dir.path() + "/status");
+    const std::string kubeconfig = dir.write(
+        "kubeconfig", "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+                      "clusters: [{name: k, cluster: {server: \"https://127.0.0.1:1\", insecure-skip-tls-verify: true}}]\n"
+                      "users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n");
+    auto labels = run_process({KGPU_BINARY, "labels", "--oneshot", "--write-node-labels", "--node-name", "node-a",
+                               "--kubeconfig", kubeconfig, "--nvml-library", KGPU_SIM_LIBRARY},
+                              {{"KGPU_SIM_NODE", fixture("t4x4.yaml")},
+                               {"KGPU_KUBE_API_STATUS_FILE", dir.path() + "/status/labels.json"}});
+    EXPECT_NE(labels.exit_code, 0) << labels.err;  // nothing listens on port 1
+    ASSERT_TRUE(std::filesystem::exists(dir.path() + "/status/labels.json")) << labels.err;
+
+    Exporter e("t4x4.yaml", {"--kube-api-status-dir", dir.path() + "/status"});
+    ASSERT_TRUE(e.wait_metrics([](const ParsedMetrics& m) {
+        return m.value("kgpu_kube_api_errors_total", {{"component", "labels"}, {"kind", "unreachable"}}).value_or(0) >= 1;
+    })) << read_file(dir.path() + "/status/labels.json");
+    auto m = e.metrics();
+    EXPECT_GE(m.value("kgpu_kube_api_requests_total", {{"component", "labels"}, {"method", "GET"}, {"code", "<error>"}}).value_or(0), 1.0);
+    EXPECT_TRUE(m.find("kgpu_kube_api_last_success_timestamp_seconds").empty());
+    if (::access("/usr/bin/promtool", X_OK) == 0) {
+        const std::string file = dir.write("metrics.txt", e.get("/metrics").body);
+        auto check = run_process({"/bin/sh", "-c", "/usr/bin/promtool check metrics < " + file});
+        EXPECT_EQ((check.out + check.err).find("kgpu_kube"), std::string::npos) << check.out << check.err;
     }
 }
 
