@@ -165,8 +165,8 @@ constexpr std::array<MetricDef, kMetricCount> kCatalogue{{
     {kube_api_errors_total, "kgpu_kube_api_errors_total", MT::counter, "errors",
      "Kubernetes API requests of this kgpu process that failed, by kind: unreachable, tls, timeout, cut, malformed "
      "(not HTTP, or not the JSON expected), token (the token file unreadable), unauthorized (401), forbidden (403), "
-     "not_found (404), conflict (409), invalid (422), throttled (429), client_error (other 4xx), server_error (5xx). "
-     "The process keeps serving from its last state and logs each kind once.",
+     "not_found (404), conflict (409), invalid (422), throttled (429), client_error (other 4xx), server_error (5xx), "
+     "unexpected (1xx, 3xx). The process keeps serving from its last state and logs its failures once each.",
      "<kube-api-status-dir>/*.json", S::component, R::none, 0, 1.0, false, "kind"},
     {kube_api_last_success_timestamp_seconds, "kgpu_kube_api_last_success_timestamp_seconds", MT::gauge, "s",
      "Unix time of this kgpu process's last Kubernetes API request answered with a success (absent before one).",
@@ -174,7 +174,7 @@ constexpr std::array<MetricDef, kMetricCount> kCatalogue{{
     {node_events_total, "kgpu_node_events_total", MT::counter, "events",
      "GPU health Events (and node annotation/label patches) of this kgpu process by what became of them: created, "
      "updated (the same Event again: count+1), annotated, rate_limited (the spam filter's 25 then 1 per 5 min), "
-     "queue_full, failed (the API server refused or stayed away through every retry).",
+     "queue_full, failed (the API server refused or stayed away through every retry, or the process was stopping).",
      "<kube-api-status-dir>/*.json (kgpu device-plugin --node-health-events)", S::component, R::none, 0, 1.0, false,
      "result"},
     {pod_attribution_up, "kgpu_exporter_pod_attribution_up", MT::gauge, "0/1",

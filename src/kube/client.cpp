@@ -359,17 +359,21 @@ Result<Response> Client::request_once(std::string_view method, std::string_view 
     ResponseReader reader;
     std::string in;
     char buf[16384];
+    bool received = false;
     for (;;) {
         std::size_t n = 0;
         const auto io = c.tls->read(buf, sizeof buf, n);
         if (io == exporter::TlsStream::Io::ok) {
+            received = received || n > 0;
             if (auto st = reader.feed(std::string_view(buf, n), in); !st) {
                 kind = "malformed";
                 return fail(Code::parse, "{}: {}", what, st.error().message);
             }
         } else if (io == exporter::TlsStream::Io::closed) {
             if (auto st = reader.finish(); !st) {
-                kind = reader.head_done() ? "cut" : "malformed";
+                // Closed (or reset) before a whole answer: garbage only when bytes came that
+                // are not HTTP; none at all is an API server going away.
+                kind = received && !reader.head_done() && c.tls->error().empty() ? "malformed" : "cut";
                 return fail(Code::parse, "{}: {}", what, st.error().message);
             }
         } else {
@@ -394,13 +398,17 @@ Result<Response> Client::stream(std::string_view path, const std::function<bool(
                                 const std::atomic<bool>& stop, std::chrono::milliseconds idle) {
     std::string_view kind;
     SigpipeBlocked no_sigpipe;
-    auto r = stream_once(path, on_body, stop, idle, kind);
-    return counted("WATCH", kind, std::move(r));
+    bool answered = false;  // counted by its code when the answer's head came (a watch lasts minutes)
+    auto r = stream_once(path, on_body, stop, idle, kind, answered);
+    if (!answered && r && stop) return r;  // stopped before any answer: no request to count
+    if (!answered) return counted("WATCH", kind, std::move(r));
+    if (!r) ApiStats::global().error(kind);
+    return r;
 }
 
 Result<Response> Client::stream_once(std::string_view path, const std::function<bool(std::string_view)>& on_body,
                                      const std::atomic<bool>& stop, std::chrono::milliseconds idle,
-                                     std::string_view& kind) {
+                                     std::string_view& kind, bool& answered) {
     const std::string what = fmt::format("GET {}{}", config_.server, path);
     limiter_.wait();
     Conn c;
@@ -442,6 +450,10 @@ Result<Response> Client::stream_once(std::string_view path, const std::function<
         } else {
             kind = "cut";
             return fail(Code::unavailable, "{}: reading the response: {}", what, c.tls->error());
+        }
+        if (!answered && reader.head_done()) {
+            answered = true;
+            ApiStats::global().answer("WATCH", reader.head().status);
         }
         if (!decoded.empty()) {
             if (reader.head().status == 200) {

@@ -105,7 +105,8 @@ private:
     Result<Response> request_once(std::string_view method, std::string_view path, std::string_view body,
                                   std::string_view content_type, std::string_view& kind);
     Result<Response> stream_once(std::string_view path, const std::function<bool(std::string_view)>& on_body,
-                                 const std::atomic<bool>& stop, std::chrono::milliseconds idle, std::string_view& kind);
+                                 const std::atomic<bool>& stop, std::chrono::milliseconds idle, std::string_view& kind,
+                                 bool& answered);
     static Result<Response> counted(std::string_view method, std::string_view kind, Result<Response> r);
 
     ApiConfig config_;

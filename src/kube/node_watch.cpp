@@ -155,6 +155,9 @@ Status NodeWatch::step() {
                 if (code.is_number_integer() && code.get<long long>() == 410) {
                     gone = true;
                 } else {
+                    // The answer was counted as a WATCH 200 when it began; the failure by its code.
+                    ApiStats::global().error(code.is_number_integer() ? status_kind(static_cast<int>(code.get<long long>()))
+                                                                      : std::string_view("malformed"));
                     const std::string message = string_field(obj, "message");
                     problem = fail(Code::unavailable, "watch: ERROR event: {}", message.empty() ? e.dump() : message);
                 }
