@@ -2,6 +2,7 @@
 #include "kube/client.h"
 
 #include <netdb.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -346,6 +347,7 @@ Result<Response> Client::request(std::string_view method, std::string_view path,
     std::string_view kind;
     SigpipeBlocked no_sigpipe;
     auto r = request_once(method, path, body, content_type, kind);
+    exporter::tls_release_pages();  // what OpenSSL brought in for this request (tls.h)
     return counted(method, kind, std::move(r));
 }
 
@@ -400,6 +402,7 @@ Result<Response> Client::stream(std::string_view path, const std::function<bool(
     SigpipeBlocked no_sigpipe;
     bool answered = false;  // counted by its code when the answer's head came (a watch lasts minutes)
     auto r = stream_once(path, on_body, stop, idle, kind, answered);
+    exporter::tls_release_pages();
     if (!answered && r && stop) return r;  // stopped before any answer: no request to count
     if (!answered) return counted("WATCH", kind, std::move(r));
     if (!r) ApiStats::global().error(kind);
@@ -417,6 +420,8 @@ Result<Response> Client::stream_once(std::string_view path, const std::function<
     timeval tv{0, 500000};
     ::setsockopt(c.sock.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     auto last = std::chrono::steady_clock::now();
+    bool touched = true;  // OpenSSL ran since the last tls_release_pages()
+    bool full = true;     // the last read filled the buffer: OpenSSL may hold more of the record
     ResponseReader reader;
     std::string out;  // the body of a failure; a 200's body goes to on_body
     char buf[16384];
@@ -427,10 +432,17 @@ Result<Response> Client::stream_once(std::string_view path, const std::function<
             return r;
         }
         std::size_t n = 0;
-        const auto io = c.tls->read(buf, sizeof buf, n);
+        // Nothing on the socket and the last record drained (a read that did not fill the
+        // buffer; OpenSSL reads no further ahead): the 500 ms wake-up stays out of OpenSSL, so
+        // the pages tls_release_pages() gave back stay out of the RSS between events.
+        auto io = exporter::TlsStream::Io::want_read;
+        pollfd p{c.sock.fd, POLLIN, 0};
+        if (full || ::poll(&p, 1, 500) != 0) io = c.tls->read(buf, sizeof buf, n);
+        full = io == exporter::TlsStream::Io::ok && n == sizeof buf;
         std::string decoded;
         if (io == exporter::TlsStream::Io::ok) {
             last = std::chrono::steady_clock::now();
+            touched = true;
             if (auto st = reader.feed(std::string_view(buf, n), decoded); !st) {
                 kind = "malformed";
                 return fail(Code::parse, "{}: {}", what, st.error().message);
@@ -441,6 +453,12 @@ Result<Response> Client::stream_once(std::string_view path, const std::function<
                 return fail(Code::unavailable, "{}: {}", what, st.error().message);
             }
         } else if (io == exporter::TlsStream::Io::want_read) {
+            // Between a watch's events (a bookmark a minute or so) nothing of OpenSSL runs: what
+            // the handshake and the last records brought in goes back once the stream is quiet.
+            if (touched && std::chrono::steady_clock::now() - last > std::chrono::seconds(1)) {
+                exporter::tls_release_pages();
+                touched = false;
+            }
             if (std::chrono::steady_clock::now() - last > idle) {
                 kind = "timeout";
                 return fail(Code::unavailable, "{}: nothing received for {} s", what,
@@ -455,6 +473,7 @@ Result<Response> Client::stream_once(std::string_view path, const std::function<
             answered = true;
             ApiStats::global().answer("WATCH", reader.head().status);
         }
+
         if (!decoded.empty()) {
             if (reader.head().status == 200) {
                 if (!on_body(decoded)) {

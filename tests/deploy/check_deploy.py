@@ -1189,17 +1189,19 @@ def start_exporter(args, tmp):
     import select
     import time
     proc = subprocess.Popen([KGPU, "exporter", "--address=127.0.0.1:0", "--nvml-library", SIM, *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             env={**os.environ, "KGPU_SIM_NODE": str(SRC / "sim/nodes/t4x4.yaml")})
+    # Raw reads of the pipe: a buffered readline() could hold the "listening" line in Python's
+    # buffer while select() waits for more bytes that never come.
     deadline, seen = time.monotonic() + 60, ""
     while time.monotonic() < deadline:
         ready, _, _ = select.select([proc.stderr], [], [], 1)
-        line = proc.stderr.readline() if ready else ""
-        seen += line
-        m = re.search(r"exporter: listening on 127\.0\.0\.1:(\d+)", line)
+        chunk = os.read(proc.stderr.fileno(), 65536).decode(errors="replace") if ready else ""
+        seen += chunk
+        m = re.search(r"exporter: listening on 127\.0\.0\.1:(\d+)", seen)
         if m:
             return proc, int(m.group(1))
-        if proc.poll() is not None and not line:
+        if proc.poll() is not None and not chunk:
             break
     proc.kill()
     proc.wait()

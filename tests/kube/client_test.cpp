@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -325,6 +326,50 @@ TEST(KubeClient, AServerThatHangsUpMidRequestIsJustAFailedRequest) {
     for (const auto& e : j["requests"]) n += e["count"].get<double>();
     EXPECT_EQ(n, 5.0) << j.dump();
     kube::ApiStats::global().reset();
+}
+
+// kB resident in the executable mappings of libcrypto.so.3 (/proc/self/smaps).
+long libcrypto_text_rss() {
+    std::ifstream in("/proc/self/smaps");
+    std::string line;
+    bool in_text = false;
+    long kb = 0;
+    while (std::getline(in, line)) {
+        if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) && line.find('-') != std::string::npos &&
+            line.find(' ') != std::string::npos) {
+            in_text = line.find("libcrypto.so.3") != std::string::npos && line.find(" r-xp ") != std::string::npos;
+        } else if (in_text && line.rfind("Rss:", 0) == 0) {
+            kb += std::stol(line.substr(4));
+        }
+    }
+    return kb;
+}
+
+// After a request, the client gives OpenSSL's read-only pages back (exporter::tls_release_pages):
+// the code a handshake brought in leaves the RSS, and the next request faults back what it runs
+// and works as before.
+TEST(KubeClient, OpenSslCodePagesAreGivenBackAfterARequestAndComeBackWhenNeeded) {
+    Fixture f;
+    ASSERT_TRUE(f.pki) << f.error;
+    FakeApiServer server(*f.pki, [](const std::string&) { return http(200, R"({"major":"1","minor":"32"})"); });
+    ProjectedAccount account(f.tmp.path() + "/sa", f.pki->ca_cert);
+    kube::Client client(in_cluster(account, server.port()), std::chrono::seconds(5));
+    auto r = client.request("GET", "/version");  // gives the pages back when done
+    ASSERT_TRUE(r) << r.error().message;
+    const long after_release = libcrypto_text_rss();
+    // The same handshake again, without giving back: what it keeps resident.
+    {
+        test::TlsClientOptions o;
+        o.ca_file = f.pki->ca_cert;
+        auto direct = test::https_request(server.port(), "GET", "/version", o);  // the test's own OpenSSL, same library
+        ASSERT_EQ(direct.http.status, 200) << direct.error;
+    }
+    const long used = libcrypto_text_rss();
+    EXPECT_GT(used, 256) << "a handshake runs more than 256 kB of libcrypto's code, with the kernel's fault-around";
+    EXPECT_LT(after_release * 4, used) << after_release << " kB kept after the release, " << used << " kB in use";
+    r = client.request("GET", "/version");
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_EQ(r->status, 200);
 }
 
 TEST(KubeClient, TransportFailuresAreCountedByKind) {
