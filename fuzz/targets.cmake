@@ -95,3 +95,7 @@ kgpu_fuzz_target(oci_spec
 kgpu_fuzz_target(kube_http
   SOURCES src/kube/http.cpp
   LIBS kgpu_kube)
+
+kgpu_fuzz_target(kube_status
+  SOURCES src/exporter/kube_status.cpp
+  LIBS kgpu_exporter)
