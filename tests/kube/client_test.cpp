@@ -385,6 +385,21 @@ TEST(KubeClient, TransportFailuresAreCountedByKind) {
         EXPECT_FALSE(r);
         closed_port = garbage.port();
     }
+    {
+        // An API server that takes the request and does not answer in time.
+        FakeApiServer slow(*f.pki, [](const std::string&) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+            return http(200, "{}");
+        });
+        kube::Client client(in_cluster(account, slow.port()), std::chrono::milliseconds(500));
+        EXPECT_FALSE(client.request("GET", "/version"));
+        // A certificate its CA did not sign (the server's own certificate taken as the CA).
+        kube::ApiConfig wrong_ca = in_cluster(account, slow.port());
+        wrong_ca.tls.ca_pem = files::read(f.pki->server_cert).value_or("");
+        kube::Client untrusted(wrong_ca, std::chrono::seconds(5));
+        auto r = untrusted.request("GET", "/version");
+        EXPECT_FALSE(r);
+    }
     // Nothing listens there any more.
     kube::Client gone(in_cluster(account, closed_port), std::chrono::seconds(2));
     EXPECT_FALSE(gone.request("PATCH", "/api/v1/nodes/n1", "{}", "application/merge-patch+json"));
@@ -396,7 +411,11 @@ TEST(KubeClient, TransportFailuresAreCountedByKind) {
     EXPECT_EQ((*find_entry(j["errors"], "kind", "malformed"))["count"], 1) << j.dump();
     EXPECT_EQ((*find_entry(j["errors"], "kind", "unreachable"))["count"], 1) << j.dump();
     EXPECT_EQ((*find_entry(j["errors"], "kind", "token"))["count"], 1) << j.dump();
-    EXPECT_EQ((*find_entry(j["requests"], "method", "GET", "code", "<error>"))["count"], 2) << j.dump();
+    ASSERT_TRUE(find_entry(j["errors"], "kind", "timeout")) << j.dump();
+    EXPECT_EQ((*find_entry(j["errors"], "kind", "timeout"))["count"], 1) << j.dump();
+    ASSERT_TRUE(find_entry(j["errors"], "kind", "tls")) << j.dump();
+    EXPECT_EQ((*find_entry(j["errors"], "kind", "tls"))["count"], 1) << j.dump();
+    EXPECT_EQ((*find_entry(j["requests"], "method", "GET", "code", "<error>"))["count"], 4) << j.dump();
     EXPECT_EQ((*find_entry(j["requests"], "method", "PATCH", "code", "<error>"))["count"], 1) << j.dump();
     EXPECT_FALSE(j.contains("last_success"));
     kube::ApiStats::global().reset();
