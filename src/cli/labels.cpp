@@ -529,7 +529,9 @@ int run_labels(const LabelsOptions& opts) {
         std::cerr << "kgpu labels: " << options.error().message << "\n";
         return 2;
     }
-    kube::publish_status_file(opts.kube_api_status_file, "labels");
+    // With --oneshot only the flag counts, not the container's variable: a one-off
+    // `kubectl exec ... kgpu labels --oneshot` must not replace the running labels' counts.
+    if (!s.oneshot || opts.kube_api_status_file) kube::publish_status_file(opts.kube_api_status_file, "labels");
     // The API server's configuration is read once (an in-cluster token is re-read by each request).
     std::optional<kube::Client> api;
     if (s.write_node_labels) {

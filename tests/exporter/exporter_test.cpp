@@ -583,11 +583,17 @@ TEST(ExporterServe, TheKubeApiCountsOfKgpuLabelsAreServed) {
         "kubeconfig", "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
                       "clusters: [{name: k, cluster: {server: \"https://127.0.0.1:1\", insecure-skip-tls-verify: true}}]\n"
                       "users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n");
-    auto labels = run_process({KGPU_BINARY, "labels", "--oneshot", "--write-node-labels", "--node-name", "node-a",
-                               "--kubeconfig", kubeconfig, "--nvml-library", KGPU_SIM_LIBRARY},
-                              {{"KGPU_SIM_NODE", fixture("t4x4.yaml")},
-                               {"KGPU_KUBE_API_STATUS_FILE", dir.path() + "/status/labels.json"}});
-    EXPECT_NE(labels.exit_code, 0) << labels.err;  // nothing listens on port 1
+    const std::vector<std::string> oneshot = {KGPU_BINARY, "labels", "--oneshot", "--write-node-labels", "--node-name", "node-a",
+                                              "--kubeconfig", kubeconfig, "--nvml-library", KGPU_SIM_LIBRARY};
+    // A one-off run takes the flag, not the container's variable (which the running labels use).
+    auto one_off = run_process(oneshot, {{"KGPU_SIM_NODE", fixture("t4x4.yaml")},
+                                         {"KGPU_KUBE_API_STATUS_FILE", dir.path() + "/status/labels.json"}});
+    EXPECT_NE(one_off.exit_code, 0) << one_off.err;  // nothing listens on port 1
+    EXPECT_FALSE(std::filesystem::exists(dir.path() + "/status/labels.json"));
+    std::vector<std::string> argv = oneshot;
+    argv.insert(argv.end(), {"--kube-api-status-file", dir.path() + "/status/labels.json"});
+    auto labels = run_process(argv, {{"KGPU_SIM_NODE", fixture("t4x4.yaml")}});
+    EXPECT_NE(labels.exit_code, 0) << labels.err;
     ASSERT_TRUE(std::filesystem::exists(dir.path() + "/status/labels.json")) << labels.err;
 
     Exporter e("t4x4.yaml", {"--kube-api-status-dir", dir.path() + "/status"});
