@@ -473,7 +473,6 @@ Result<Response> Client::stream_once(std::string_view path, const std::function<
             answered = true;
             ApiStats::global().answer("WATCH", reader.head().status);
         }
-
         if (!decoded.empty()) {
             if (reader.head().status == 200) {
                 if (!on_body(decoded)) {
