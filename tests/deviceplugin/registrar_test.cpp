@@ -57,7 +57,12 @@ TEST(RegistrarTest, StopDuringTheSettleBeforeARegisterSendsNoRegister) {
     self = &registrar;
     registrar.start();
     registrar.add(server);
-    ASSERT_TRUE(kubelet.wait_until([&] { return kubelet.open_streams(kGpu) == 1 && registrar.registered(kGpu); }, 20s));
+    // The device list received too: the plugin's side of the stream exists (the kubelet counts
+    // its call open as soon as it starts it; a "came and went" before the plugin attached the
+    // stream found nothing to end, skipped the settle and sent the Register: the flake of
+    // stops 32 and 33).
+    ASSERT_TRUE(kubelet.wait_until(
+        [&] { return kubelet.open_streams(kGpu) == 1 && registrar.registered(kGpu) && kubelet.allocatable(kGpu) == 2; }, 20s));
     // The kubelet will not answer the next Register; the other plugin's socket "came and went",
     // so the registrar registers again: it ends our stream first and settles.
     kubelet.hang_register(true);
