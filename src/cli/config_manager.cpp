@@ -157,7 +157,10 @@ int run_config_manager(const ConfigManagerFlags& f) {
         return 2;
     }
     const Settings& s = *settings;
-    kube::publish_status_file(f.kube_api_status_file, "config-manager");
+    // As `labels --oneshot`: a one-off run (an init container, or `kubectl exec` beside the
+    // sidecar) writes a status file only when told by the flag, not from the pod's variable,
+    // where it would replace the sidecar's counts.
+    if (!s.oneshot || f.kube_api_status_file) kube::publish_status_file(f.kube_api_status_file, "config-manager");
     auto config = kube::resolve_config(s.kubeconfig, [](const char* n) { return std::getenv(n); });
     if (!config) {
         std::cerr << "kgpu config-manager: " << config.error().message << "\n";

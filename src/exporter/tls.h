@@ -57,7 +57,10 @@ Result<std::unique_ptr<TlsStream>> tls_connect(int fd, const TlsClientConfig& co
 // the kernel's fault-around and never used again. These segments are never written, so their
 // pages are the file's: dropping them loses nothing, and a later TLS call faults back only what
 // it runs (from the page cache). Then malloc_trim(0) returns the heap OpenSSL freed. Safe while
-// other threads use OpenSSL. Nothing when OpenSSL was never loaded.
+// other threads use OpenSSL. Nothing when OpenSSL was never loaded. One side effect: a page the
+// kernel or a debugger rewrote to hold a breakpoint (a uprobe of an eBPF TLS tracer on SSL_read,
+// a gdb breakpoint) is dropped with the rest, so such probes on libssl/libcrypto do not survive
+// the next call.
 void tls_release_pages();
 
 class TlsStream {

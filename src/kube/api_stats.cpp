@@ -119,7 +119,12 @@ void ApiStats::publish(std::string path, std::string component) {
             sigset_t all, old;
             sigfillset(&all);
             pthread_sigmask(SIG_BLOCK, &all, &old);
-            writer_ = std::thread([this] { write_loop(); });
+            try {
+                writer_ = std::thread([this] { write_loop(); });
+            } catch (...) {
+                pthread_sigmask(SIG_SETMASK, &old, nullptr);  // the caller keeps its signals
+                throw;
+            }
             pthread_sigmask(SIG_SETMASK, &old, nullptr);
         }
     }
@@ -150,19 +155,21 @@ void ApiStats::write_loop() {
 }
 
 // The snapshot and the write under write_mu_, so writes land in the order their snapshots were
-// taken and the file's counts never go back. A plain temporary file and rename: the counts
-// restart with the process anyway, so no fsync.
+// taken and the file's counts never go back. A temporary file of this process's own (another
+// process given the same path by mistake must not write into it) and rename: the counts restart
+// with the process anyway, so no fsync.
 void ApiStats::flush() {
     std::lock_guard w(write_mu_);
     std::string path, text;
     {
         std::lock_guard lk(mu_);
-        if (!dirty_ || path_.empty()) return;
-        dirty_ = false;
+        if (!dirty_) return;
+        dirty_ = false;  // also with no path: nothing to write until one is given
+        if (path_.empty()) return;
         path = path_;
         text = to_json_locked().dump() + "\n";
     }
-    const std::string tmp = path + ".tmp";
+    const std::string tmp = fmt::format("{}.{}.tmp", path, ::getpid());
     Status st = write_file(tmp, text);
     if (st && std::rename(tmp.c_str(), path.c_str()) != 0)
         st = fail(Code::io, "{}: rename: {}", path, std::strerror(errno));
@@ -197,6 +204,7 @@ void ApiStats::reset() {
     last_failure_.reset();
     path_.clear();
     component_.clear();
+    dirty_ = false;
 }
 
 // Called with mu_ held: the writer thread takes it from there.
@@ -211,7 +219,11 @@ void publish_status_file(const std::optional<std::string>& flag, std::string com
     std::optional<std::string> path = flag;
     if (!path)
         if (const char* v = std::getenv(kStatusFileEnv); v && *v) path = v;
-    if (path && !path->empty()) ApiStats::global().publish(*path, std::move(component));
+    if (!path || path->empty()) return;
+    if (!path->ends_with(".json"))
+        log::warn("{} {}: the exporter reads only *.json files of its --kube-api-status-dir, so these counts will not "
+                  "be served", kStatusFileEnv, *path);
+    ApiStats::global().publish(*path, std::move(component));
 }
 
 }  // namespace kgpu::kube

@@ -2,7 +2,7 @@
 // request the Client makes is counted by method and status code (client-go's
 // rest_client_requests_total, code "<error>" when no answer came), every failure by kind, and the
 // node Events by what became of them. A process given a status file (--kube-api-status-file)
-// rewrites it, atomically, at every change; the exporter reads the directory of such files
+// rewrites it, atomically, at most once a second after a change; the exporter reads the directory of such files
 // (--kube-api-status-dir) and serves them as kgpu_kube_api_* and kgpu_node_events_total, so the
 // device plugin and kgpu labels need no HTTP server of their own.
 //
@@ -86,9 +86,9 @@ private:
 // The flag every API-using subcommand has (--kube-api-status-file) and its variable.
 inline constexpr const char* kStatusFileEnv = "KGPU_KUBE_API_STATUS_FILE";
 inline constexpr const char* kStatusFileHelp =
-    "Keep this process's Kubernetes API request, failure and node Event counts in this JSON file (rewritten "
-    "at every change) for kgpu exporter --kube-api-status-dir; its directory must exist [env "
-    "KGPU_KUBE_API_STATUS_FILE]";
+    "Keep this process's Kubernetes API request, failure and node Event counts in this JSON file (named "
+    "*.json; rewritten at most once a second after a change) for kgpu exporter --kube-api-status-dir; its "
+    "directory must exist [env KGPU_KUBE_API_STATUS_FILE]";
 // The flag, else $KGPU_KUBE_API_STATUS_FILE: when one is set, ApiStats::global() publishes to it.
 void publish_status_file(const std::optional<std::string>& flag, std::string component);
 
