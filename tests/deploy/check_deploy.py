@@ -1623,6 +1623,87 @@ def check_setup():
 # --------------------------------------------------------------------------------------------
 # MPS
 
+def check_mps_config_manager(where, spec, daemon):
+    """The MPS daemon follows the node label nvidia.com/device-plugin.config as the device plugin
+    does: `kgpu config-manager` once as an init container (--oneshot, no signal) and as a sidecar
+    links the config the label names at the daemon's --config-file, from the device plugin's
+    CONFIG_FILE_SRCDIR (the same ConfigMap), with the plugin's --config-file as DEFAULT_CONFIG and
+    its fallbacks, and signals `kgpu mps-control-daemon` in the pod's shared process namespace;
+    the link resolves in the daemon's container (the ConfigMap at the same path); only the
+    config-manager containers hold the service-account token."""
+    cm_help = help_text("config-manager")
+    if cm_help is None:
+        problem("`kgpu config-manager --help` failed: the binary has no such subcommand")
+        return
+    cm_opts = parse_help(cm_help)
+    cm_env_known = {e for o in cm_opts.values() for e in o["env"]}
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    kspec = pod_spec(daemonset())
+    kvol = {v["name"]: v for v in kspec["volumes"]}
+    dp = [x for x in kspec["containers"] if x["args"][0] == "device-plugin"][0]
+    dp_env = {e["name"]: e.get("value") for e in dp.get("env", [])}
+    dp_cfg = dict(split_args(dp["args"][1:])).get("--config-file", "")
+    srcdir = dp_env.get("CONFIG_FILE_SRCDIR")
+    dp_src_vol = [kvol[m["name"]] for m in dp.get("volumeMounts", []) if m["mountPath"] == srcdir]
+    if not srcdir or not dp_src_vol:
+        problem("daemonset.yaml: the device plugin has no CONFIG_FILE_SRCDIR mount to compare the MPS pod's with")
+        return
+    if spec.get("shareProcessNamespace") is not True:
+        problem(f"{where}: shareProcessNamespace must be true (config-manager signals the daemon)")
+    if spec.get("automountServiceAccountToken") is not False:
+        problem(f"{where}: automountServiceAccountToken must be false (only config-manager gets the token)")
+    cfg = dict(split_args(daemon["args"][1:])).get("--config-file")
+    managers = {}
+    for kind in ("initContainers", "containers"):
+        for c in spec.get(kind, []):
+            if (c.get("args") or [None])[0] == "config-manager":
+                managers[kind] = managers.get(kind, []) + [c]
+    if len(managers.get("initContainers", [])) != 1 or len(managers.get("containers", [])) != 1:
+        problem(f"{where}: needs `kgpu config-manager` once as an init container and once as a sidecar")
+        return
+    for kind, c in (("initContainers", managers["initContainers"][0]), ("containers", managers["containers"][0])):
+        cw = f"{where}: {c['name']}"
+        args = dict(split_args(c["args"][1:]))
+        for flag in args:
+            if flag not in cm_opts:
+                problem(f"{cw}: `kgpu config-manager` has no flag {flag}")
+        oneshot = kind == "initContainers"
+        if ("--oneshot" in args) != oneshot or (oneshot and args.get("--send-signal") != "false"):
+            problem(f"{cw}: the init container runs --oneshot --send-signal=false, the sidecar neither")
+        env = {e["name"]: e for e in c.get("env", [])}
+        for name in env:
+            if name not in cm_env_known:
+                problem(f"{cw}: env {name} is not read by `kgpu config-manager`")
+        val = lambda n: env.get(n, {}).get("value")
+        if env.get("NODE_NAME", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") != "spec.nodeName":
+            problem(f"{cw}: NODE_NAME must come from spec.nodeName")
+        want = {"CONFIG_FILE_SRCDIR": srcdir, "CONFIG_FILE_DST": cfg,
+                "DEFAULT_CONFIG": pathlib.PurePosixPath(dp_cfg).name,
+                "FALLBACK_STRATEGIES": "named,single", "PROCESS_TO_SIGNAL": "kgpu mps-control-daemon"}
+        for name, value in want.items():
+            if val(name) != value:
+                problem(f"{cw}: {name} {val(name)!r}, expected {value!r} (what the device plugin picks, linked "
+                        "where the daemon reads it)")
+        mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
+        if volumes.get(mounts.get(srcdir, {}).get("name"), {}).get("configMap") != dp_src_vol[0].get("configMap"):
+            problem(f"{cw}: {srcdir} must be the device plugin's ConfigMap")
+        dst_dir = str(pathlib.PurePosixPath(cfg or "/").parent)
+        if dst_dir not in mounts or mounts[dst_dir].get("readOnly"):
+            problem(f"{cw}: {dst_dir} must be mounted writable (the link is made there)")
+        token = mounts.get("/var/run/secrets/kubernetes.io/serviceaccount")
+        sources = volumes.get((token or {}).get("name"), {}).get("projected", {}).get("sources", [])
+        if not any("serviceAccountToken" in x for x in sources):
+            problem(f"{cw}: needs the service-account token (a projected volume) to read its Node")
+    dmounts = {m["mountPath"]: m for m in daemon.get("volumeMounts", [])}
+    if dmounts.get(srcdir, {}).get("name") != mounts.get(srcdir, {}).get("name"):
+        problem(f"{where}: the daemon must mount the configs at {srcdir} too (the link points there)")
+    dst_dir = str(pathlib.PurePosixPath(cfg or "/").parent)
+    if dmounts.get(dst_dir, {}).get("name") != mounts.get(dst_dir, {}).get("name"):
+        problem(f"{where}: the daemon must mount {dst_dir}, where config-manager links its --config-file")
+    if "/var/run/secrets/kubernetes.io/serviceaccount" in dmounts:
+        problem(f"{where}: the privileged daemon must not hold the service-account token")
+
+
 def check_mps():
     """The MPS DaemonSet (plain and Helm) is NVIDIA's: selected by nvidia.com/mps.capable=true, an
     init container mounting the shm tmpfs into the MPS root with Bidirectional propagation, the
@@ -1678,14 +1759,12 @@ def check_mps():
         problem(f"{where}: the daemon must mount the MPS root {root} at the same path")
     if mounts.get("/dev/shm") != root.rstrip("/") + "/shm":
         problem(f"{where}: the daemon must mount {root}/shm at /dev/shm")
-    dp = [x for x in pod_spec(daemonset())["containers"] if x["args"][0] == "device-plugin"][0]
-    cfg = dict(split_args(c["args"][1:])).get("--config-file")
-    if cfg != dict(split_args(dp["args"][1:])).get("--config-file"):
-        problem(f"{where}: --config-file {cfg} is not the device plugin's")
+    check_mps_config_manager(where, spec, c)
     # The chart renders the same steps.
     tmpl = (SRC / "deploy/helm/kgpu/templates/mps-control-daemon.yaml").read_text()
     for needle in ("nvidia.com/mps.capable: \"true\"", "- mount-shm", "mountPropagation: Bidirectional",
-                   "- --config-file=/etc/kgpu/config.yaml", "mountPath: /dev/shm", "value: compute,utility"):
+                   "- --config-file=/config/config.yaml", "mountPath: /dev/shm", "value: compute,utility",
+                   "shareProcessNamespace: true", "value: kgpu mps-control-daemon", "- --oneshot"):
         if needle not in tmpl:
             problem(f"helm mps-control-daemon.yaml: lacks {needle!r}")
     if values()["mps"]["root"] != root:

@@ -1210,6 +1210,53 @@ TEST(KubeE2E, ConfigByNodeLabel) {
     EXPECT_EQ(nvidia_shaped.wait(30000), 0) << nvidia_shaped.err();
     fs::remove(c.base() + "/pids/config-manager");
     fs::remove(c.base() + "/pids/config-manager-plugin");
+
+    // The MPS DaemonSet's shape (deploy/kubernetes/mps-control-daemon.yaml): the same sidecar
+    // signals `kgpu mps-control-daemon`, which restarts its daemons on the config the label
+    // names (here one that shares with MPS, next to the time-slicing ones).
+    std::ofstream(srcdir + "/..2026_12_02/mps2")
+        << "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n";
+    fs::create_symlink("..data/mps2", srcdir + "/mps2");
+    const std::string mps_dst = cm_dir + "/mps/config.yaml";
+    const std::string mps_root = cm_dir + "/mps/root";
+    fs::create_directories(cm_dir + "/mps");
+    std::vector<std::string> mps_cm = {KGPU_BINARY, "config-manager", "--node-name", node, "--kubeconfig", c.env("KUBECONFIG"),
+                                       "--config-file-srcdir", srcdir, "--config-file-dst", mps_dst,
+                                       "--fallback-strategies", "named", "--process-to-signal", "kgpu mps-control-daemon"};
+    std::vector<std::string> mps_init = mps_cm;
+    mps_init.insert(mps_init.end(), {"--oneshot", "--send-signal=false"});
+    once = run(mps_init, seconds(60));
+    EXPECT_EQ(once.exit_code, 0) << once.err;
+    kgpu::test::ChildProcess mps({KGPU_BINARY, "mps-control-daemon", "--nvml-library", KGPU_SIM_LIBRARY, "--config-file",
+                                  mps_dst, "--mps-root", mps_root, "--mps-control-binary", KGPU_MPS_CONTROL_SIM},
+                                 {{"KGPU_SIM_NODE", sim_fixture(c.base())}});
+    std::ofstream(c.base() + "/pids/config-manager-mps") << mps.pid() << "\n";
+    EXPECT_TRUE(wait_until([&] { return mps.err().find("shares nothing with MPS") != std::string::npos; }, seconds(30)))
+        << mps.err();
+    kgpu::test::ChildProcess mps_sidecar(mps_cm);
+    std::ofstream(c.base() + "/pids/config-manager-mps-sidecar") << mps_sidecar.pid() << "\n";
+    EXPECT_TRUE(wait_until([&] { return mps_sidecar.err().find("label nvidia.com/device-plugin.config=(absent)") != std::string::npos; },
+                           seconds(30)))
+        << mps_sidecar.err();
+    ASSERT_EQ(c.kubectl({"label", "node", node, "nvidia.com/device-plugin.config=mps2"}).exit_code, 0);
+    // The daemon for nvidia.com/gpu runs (its .started) with the config's replicas.
+    EXPECT_TRUE(wait_until([&] { return fs::exists(mps_root + "/nvidia.com/gpu/.started"); }, seconds(60)))
+        << "sidecar:\n" << mps_sidecar.err() << "\nmps-control-daemon:\n" << mps.err();
+    EXPECT_THAT(mps.err(), HasSubstr("MPS nvidia.com/gpu: 8 GPUs, 2 replicas each"));
+    EXPECT_THAT(mps_sidecar.err(), HasSubstr("sent signal 1 to 'kgpu mps-control-daemon' (pid " + std::to_string(mps.pid())));
+    // Back to the default: the daemons are quit, nothing is shared.
+    ASSERT_EQ(c.kubectl({"label", "node", node, "nvidia.com/device-plugin.config-"}).exit_code, 0);
+    EXPECT_TRUE(wait_until([&] { return !fs::exists(mps_root + "/nvidia.com/gpu/.started") &&
+                                        count_of(mps.err(), "shares nothing with MPS") == 2; },
+                           seconds(60)))
+        << mps.err();
+    EXPECT_TRUE(mps.running()) << mps.err();
+    mps_sidecar.signal(SIGTERM);
+    EXPECT_EQ(mps_sidecar.wait(30000), 0) << mps_sidecar.err();
+    mps.signal(SIGTERM);
+    EXPECT_EQ(mps.wait(30000), 0) << mps.err();
+    fs::remove(c.base() + "/pids/config-manager-mps");
+    fs::remove(c.base() + "/pids/config-manager-mps-sidecar");
 }
 
 // The API server away for 30 s (issue #27): the plugin keeps serving, marks an XID meanwhile,
