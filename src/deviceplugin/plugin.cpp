@@ -20,6 +20,7 @@
 
 #include "common/files.h"
 #include "common/log.h"
+#include "common/memory.h"
 #include "deviceplugin/allocate.h"
 #include "deviceplugin/allocator.h"
 #include "deviceplugin/cdi_refresh.h"
@@ -132,6 +133,17 @@ private:
     std::set<std::string> reported_;  // warnings already logged ("reported once")
     std::set<std::string> unknown_warned_;  // "<file>\n<key>" of the unknown keys warned about
     int mig_fd_ = -1;                 // eventfd: the health thread saw a MIG configuration change
+    // 10 s after the control loop last did something (start, a reload, a label or MIG change),
+    // the pages of code and read-only data that start-up brought in go back to the kernel
+    // (common/memory.h); what serving runs is faulted back on its next call. Later, when the
+    // resident set has grown by kRegrown since (a burst of Allocate calls brings back the gRPC
+    // path's pages and their arenas), once more, checked at most once a minute.
+    static constexpr std::chrono::seconds kSettle{10};
+    static constexpr std::size_t kRegrown = 1u << 20;
+    std::optional<Clock::time_point> release_at_;
+    Clock::time_point rss_checked_{};
+    std::size_t rss_released_ = 0;  // the resident set after the last release
+    void release_pages();
 
     // Guards served_->entries (structure and states) and health_ against the health thread and
     // the gRPC handlers.
@@ -782,7 +794,19 @@ std::chrono::milliseconds Plugin::next_timeout() const {
     if (served_)
         for (const auto& e : served_->entries)
             if (!e->server->running()) soonest = std::min(soonest, now + opts_.init_retry);
+    if (release_at_) soonest = std::min(soonest, *release_at_);
     return std::max(milliseconds(0), duration_cast<milliseconds>(soonest - now));
+}
+
+void Plugin::release_pages() {
+    release_at_.reset();
+    const std::size_t before = memory::resident_bytes();
+    memory::release_readonly_pages(true, {});
+    memory::trim_heap();
+    rss_released_ = memory::resident_bytes();
+    rss_checked_ = Clock::now();
+    log::debug("settled: resident set {} -> {} KiB (pages of code and read-only data, free heap given back)",
+               before / 1024, rss_released_ / 1024);
 }
 
 int Plugin::run() {
@@ -914,10 +938,12 @@ int Plugin::run() {
     };
     maybe_start_watch();
     if (int code = start(true); code >= 0) return finish(code);
+    release_at_ = Clock::now() + kSettle;
 
     for (;;) {
         pollfd fds[4] = {{sfd, POLLIN, 0}, {ifd, POLLIN, 0}, {mig_fd_, POLLIN, 0}, {label_fd_, POLLIN, 0}};
         int n = ::poll(fds, label_fd_ >= 0 ? 4 : 3, static_cast<int>(next_timeout().count()));
+        if (n > 0 || !served_) release_at_ = Clock::now() + kSettle;
         maybe_start_watch();  // a second config in the directory (a ConfigMap edit) starts the watch
         if (label_fd_ >= 0 && (fds[3].revents & POLLIN)) {
             std::uint64_t count = 0;
@@ -956,6 +982,12 @@ int Plugin::run() {
         }
         if (served_) start_servers();
         if (served_) cdi_refresh_.poll(served_->node, opts_.config);
+        if (served_ && release_at_ && Clock::now() >= *release_at_) {
+            release_pages();
+        } else if (served_ && !release_at_ && Clock::now() - rss_checked_ >= std::chrono::minutes(1)) {
+            rss_checked_ = Clock::now();
+            if (memory::resident_bytes() > rss_released_ + kRegrown) release_pages();
+        }
     }
     return finish(1);
 }

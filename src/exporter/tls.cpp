@@ -3,10 +3,6 @@
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
-#include <link.h>
-#include <malloc.h>
-#include <sys/mman.h>
-#include <unistd.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
@@ -17,6 +13,8 @@
 #include <mutex>
 #include <string_view>
 #include <vector>
+
+#include "common/memory.h"
 
 namespace kgpu::exporter {
 namespace {
@@ -110,30 +108,6 @@ Result<const OpenSsl*> openssl() {
 }
 
 const OpenSsl& ssl() { return **openssl(); }  // only after openssl() succeeded
-
-// One loaded object's PT_LOAD segments that are not writable: whole pages strictly inside each
-// (a page shared with a writable segment is left alone), MADV_DONTNEED.
-int release_readonly_segments(dl_phdr_info* info, std::size_t, void*) {
-    const std::string_view name = info->dlpi_name ? info->dlpi_name : "";
-    if (name.find("/libssl.so.3") == std::string_view::npos && name.find("/libcrypto.so.3") == std::string_view::npos)
-        return 0;
-    // Text relocations would mean the loader wrote into a read-only segment: leave such an
-    // object alone (Debian's OpenSSL has none).
-    for (int i = 0; i < info->dlpi_phnum; ++i) {
-        if (info->dlpi_phdr[i].p_type != PT_DYNAMIC) continue;
-        for (auto* d = reinterpret_cast<const ElfW(Dyn)*>(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr); d->d_tag != DT_NULL; ++d)
-            if (d->d_tag == DT_TEXTREL || (d->d_tag == DT_FLAGS && (d->d_un.d_val & DF_TEXTREL))) return 0;
-    }
-    const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
-    for (int i = 0; i < info->dlpi_phnum; ++i) {
-        const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-        if (ph.p_type != PT_LOAD || (ph.p_flags & PF_W) || ph.p_memsz != ph.p_filesz) continue;
-        const std::uintptr_t begin = (info->dlpi_addr + ph.p_vaddr + page - 1) / page * page;
-        const std::uintptr_t end = (info->dlpi_addr + ph.p_vaddr + ph.p_memsz) / page * page;
-        if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
-    }
-    return 0;
-}
 
 // OpenSSL's error queue as one line (and emptied).
 std::string ssl_errors() {
@@ -298,8 +272,8 @@ std::unique_ptr<TlsStream> TlsContext::accept(int fd) const {
 
 void tls_release_pages() {
     if (!g_loaded) return;
-    ::dl_iterate_phdr(release_readonly_segments, nullptr);
-    ::malloc_trim(0);
+    memory::release_readonly_pages(false, {"/libssl.so.3", "/libcrypto.so.3"});
+    memory::trim_heap();
 }
 
 Result<std::unique_ptr<TlsStream>> tls_connect(int fd, const TlsClientConfig& config) {

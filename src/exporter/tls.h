@@ -51,16 +51,12 @@ private:
 // (no OpenSSL 3), parse (a PEM that does not load), unavailable (the handshake failed, with why).
 Result<std::unique_ptr<TlsStream>> tls_connect(int fd, const TlsClientConfig& config);
 
-// Gives back the resident pages of OpenSSL's read-only segments (its code, read-only data, and
-// the symbol and relocation tables only the loader read): a process that made one TLS
-// connection otherwise keeps 4.4 MiB of libcrypto in its RSS for good, most of it brought in by
-// the kernel's fault-around and never used again. These segments are never written, so their
-// pages are the file's: dropping them loses nothing, and a later TLS call faults back only what
-// it runs (from the page cache). Then malloc_trim(0) returns the heap OpenSSL freed. Safe while
-// other threads use OpenSSL. Nothing when OpenSSL was never loaded. One side effect: a page the
-// kernel or a debugger rewrote to hold a breakpoint (a uprobe of an eBPF TLS tracer on SSL_read,
-// a gdb breakpoint) is dropped with the rest, so such probes on libssl/libcrypto do not survive
-// the next call.
+// Gives back the resident pages of OpenSSL's read-only segments (common/memory.h): a process
+// that made one TLS connection otherwise keeps 4.4 MiB of libcrypto in its RSS for good, most of
+// it brought in by the kernel's fault-around and never used again; a later TLS call faults back
+// only what it runs. Then malloc_trim(0) returns the heap OpenSSL freed. Safe while other threads
+// use OpenSSL. Nothing when OpenSSL was never loaded. As memory.h says, breakpoints and uprobes
+// on libssl/libcrypto do not survive it.
 void tls_release_pages();
 
 class TlsStream {

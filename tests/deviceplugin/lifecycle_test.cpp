@@ -404,6 +404,23 @@ TEST_F(LifecycleTest, WaitsForTheKubeletsDirectoryInsteadOfCreatingIt) {
 
 // Issue #23: run as non-root on a directory it may not write, the plugin's own message is what
 // the user reads: gRPC's raw `chttp2_server.cc` lines go through kgpu's log at debug level.
+// Once nothing has happened for 10 s, the pages start-up brought in go back to the kernel
+// (common/memory.h); serving and health go on, faulting back what they run.
+TEST_F(LifecycleTest, StartUpPagesGoBackOnceSettledAndServingGoesOn) {
+    start("dgx-h100.yaml", {"--log-level", "debug"});
+    ASSERT_TRUE(settled({{kGpu, 8}})) << counts({{kGpu, 8}});
+    ASSERT_TRUE(kubelet_->wait_until([&] { return plugin_->err().find("settled: resident set ") != std::string::npos; }, 30s));
+    const std::string err = plugin_->err();
+    unsigned long before = 0, after = 0;
+    ASSERT_EQ(std::sscanf(err.c_str() + err.find("settled: resident set "), "settled: resident set %lu -> %lu KiB", &before, &after), 2);
+    EXPECT_LT(after + 1024, before) << "less than 1 MiB given back";
+    v1beta1::AllocateResponse resp;
+    EXPECT_TRUE(kubelet_->allocate(kGpu, {{id("0")}}, &resp).ok());
+    event("xid 1 48");
+    EXPECT_TRUE(kubelet_->wait_devices(kGpu, [&](const Devices& d) { return d.count(id("1")) && d.at(id("1")).health == "Unhealthy"; },
+                                       10s));
+}
+
 TEST_F(LifecycleTest, GrpcsOwnLogLinesGoThroughKgpusLog) {
     TempDir base;
     std::filesystem::permissions(base.path(), std::filesystem::perms(0755));

@@ -1,0 +1,31 @@
+// Giving resident pages back to the kernel that a long-running process no longer needs.
+//
+// A loaded object's read-only segments (code, read-only data, the symbol and relocation tables
+// only the loader read) are never written, so their resident pages are the file's: dropping them
+// from the process (MADV_DONTNEED) loses nothing, and what runs again is faulted back from the
+// page cache, 64 KiB at a time. Start-up code (command line, config parsing, discovery, the gRPC
+// server's setup) otherwise stays in the RSS for good. The writable segment, and with it the
+// relocated RELRO data, is never touched. One side effect: a page the kernel or a debugger
+// rewrote to hold a breakpoint (a uprobe of an eBPF tracer, a gdb breakpoint) is dropped with the
+// rest, so such probes in these objects do not survive the call.
+#pragma once
+
+#include <cstddef>
+#include <initializer_list>
+#include <string_view>
+
+namespace kgpu::memory {
+
+// Drops the resident pages of the read-only segments of the main executable (when `main_program`)
+// and of every loaded object whose path contains one of `libraries` ("/libssl.so.3"): whole pages
+// strictly inside each segment; objects with text relocations are left alone. Safe while other
+// threads run that code. Returns the bytes advised.
+std::size_t release_readonly_pages(bool main_program, std::initializer_list<std::string_view> libraries);
+
+// malloc_trim(0): the free memory at the top and inside every malloc arena back to the kernel.
+void trim_heap();
+
+// This process's resident set (/proc/self/statm), in bytes; 0 when it cannot be read.
+std::size_t resident_bytes();
+
+}  // namespace kgpu::memory

@@ -1,0 +1,91 @@
+// common/memory.h: the read-only pages of the program go back to the kernel and come back when
+// they run again; the writable segment is never touched.
+#include "common/memory.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <link.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Range {
+    std::uintptr_t begin, end;
+};
+
+// Whole pages of the main program's read-only PT_LOAD segments (as memory.cpp advises them).
+std::vector<Range> readonly_ranges() {
+    std::vector<Range> out;
+    ::dl_iterate_phdr(
+        [](dl_phdr_info* info, std::size_t, void* data) {
+            if (info->dlpi_name && *info->dlpi_name) return 0;  // the main program only
+            const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+            for (int i = 0; i < info->dlpi_phnum; ++i) {
+                const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+                if (ph.p_type != PT_LOAD || (ph.p_flags & PF_W) || ph.p_memsz != ph.p_filesz) continue;
+                const std::uintptr_t b = (info->dlpi_addr + ph.p_vaddr + page - 1) / page * page;
+                const std::uintptr_t e = (info->dlpi_addr + ph.p_vaddr + ph.p_memsz) / page * page;
+                if (e > b) static_cast<std::vector<Range>*>(data)->push_back({b, e});
+            }
+            return 0;
+        },
+        &out);
+    return out;
+}
+
+// Pages of `ranges` mapped in this process now (/proc/self/pagemap's present bit).
+std::size_t present(const std::vector<Range>& ranges) {
+    const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    std::size_t n = 0;
+    for (const auto& r : ranges) {
+        std::vector<std::uint64_t> entries((r.end - r.begin) / page);
+        const auto bytes = static_cast<ssize_t>(entries.size() * 8);
+        if (::pread(fd, entries.data(), static_cast<std::size_t>(bytes), static_cast<off_t>(r.begin / page * 8)) != bytes) {
+            n = 0;
+            break;
+        }
+        for (auto e : entries) n += (e >> 63) & 1;
+    }
+    ::close(fd);
+    return n;
+}
+
+int g_written = 41;  // in the writable segment: must keep its value
+
+}  // namespace
+
+TEST(Memory, TheProgramsReadOnlyPagesGoBackAndComeBackWhenTheyRun) {
+    const auto ranges = readonly_ranges();
+    ASSERT_FALSE(ranges.empty());
+    // Every page resident first (reading a byte of each).
+    std::uintptr_t sum = 0;
+    for (const auto& r : ranges)
+        for (std::uintptr_t p = r.begin; p < r.end; p += static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE)))
+            sum += *reinterpret_cast<const volatile unsigned char*>(p);
+    (void)sum;
+    std::size_t total = 0;
+    for (const auto& r : ranges) total += (r.end - r.begin) / static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    const std::size_t before = present(ranges);
+    ASSERT_EQ(before, total);
+    ++g_written;
+
+    const std::size_t advised = kgpu::memory::release_readonly_pages(true, {});
+    EXPECT_EQ(advised, total * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)));
+    const std::size_t after = present(ranges);
+    // Only what ran since (this test's code, gtest's, pagemap reading, each fault bringing the
+    // 64 KiB around it) is back.
+    EXPECT_LT(after, before) << after << " of " << before << " pages";
+    EXPECT_EQ(g_written, 42);  // the writable segment is the process's, untouched
+    EXPECT_EQ(std::to_string(g_written), "42");
+}
+
+TEST(Memory, OnlyTheNamedLibrariesAndTheResidentSetIsRead) {
+    EXPECT_EQ(kgpu::memory::release_readonly_pages(false, {"/no-such-library.so.0"}), 0u);
+    EXPECT_GT(kgpu::memory::resident_bytes(), 0u);
+    kgpu::memory::trim_heap();
+}
