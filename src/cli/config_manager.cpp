@@ -161,6 +161,20 @@ int run_config_manager(const ConfigManagerFlags& f) {
     // sidecar) writes a status file only when told by the flag, not from the pod's variable,
     // where it would replace the sidecar's counts.
     if (!s.oneshot || f.kube_api_status_file) kube::publish_status_file(f.kube_api_status_file, "config-manager");
+    if (s.oneshot) {
+        // One config (kgpu's manifests ship config.yaml alone): no label can pick another, so the
+        // init container needs no API server, as the device plugin reads no label then.
+        auto names = dp::config_names(s.source.srcdir);
+        if (names && names->size() < 2) {
+            log::info("config-manager: {} holds {} config{}: the label cannot pick another; not asking the API server",
+                      s.source.srcdir, names->size(), names->size() == 1 ? "" : "s");
+            if (auto a = apply(s, "", f.proc_root); !a) {
+                std::cerr << "kgpu config-manager: " << a.error().message << "\n";
+                return 1;
+            }
+            return 0;
+        }
+    }
     auto config = kube::resolve_config(s.kubeconfig, [](const char* n) { return std::getenv(n); });
     if (!config) {
         std::cerr << "kgpu config-manager: " << config.error().message << "\n";

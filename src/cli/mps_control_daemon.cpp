@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 
 #include "common/log.h"
 #include "deviceplugin/config.h"
@@ -148,8 +149,10 @@ int run_mps_control_daemon(const MpsControlDaemonFlags& f) {
         return 1;
     }
     NvmlComputeModes modes(*session);
+    std::optional<Plan> next;  // a reload's plan, made and checked while the old daemons ran
     for (;;) {
-        auto plan = make_plan(f, *session);
+        auto plan = next ? std::expected<Plan, int>(std::move(*next)) : make_plan(f, *session);
+        next.reset();
         if (!plan) return plan.error();
         mps::SupervisorOptions opts;
         opts.root.dir = f.mps_root;
@@ -163,7 +166,14 @@ int run_mps_control_daemon(const MpsControlDaemonFlags& f) {
             log::info("MPS: control binary {}, root {}", opts.control_binary, opts.root.dir.string());
         }
         mps::Supervisor supervisor(std::move(plan->specs), opts, modes);
-        auto reload = mps::run(supervisor, opts.watch_interval);
+        // A SIGHUP's new configuration (a config-manager relinking it, an edit) is read before
+        // anything stops: one that does not load keeps the running daemons.
+        auto reload = mps::run(supervisor, opts.watch_interval, [&] {
+            auto p = make_plan(f, *session);
+            if (!p) return false;
+            next = std::move(*p);
+            return true;
+        });
         if (!reload) {
             std::cerr << "kgpu mps-control-daemon: " << reload.error().message << "\n";
             return 1;

@@ -4,9 +4,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <filesystem>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -122,7 +123,22 @@ std::vector<int> find_processes(const std::string& proc_root, const std::string&
         }
     }
     std::sort(out.begin(), out.end());
-    return out;
+    // A child the process forked has its command line until it execs (the MPS daemon starting
+    // nvidia-cuda-mps-control): not signalled, SIGHUP would kill it. Its parent is the one.
+    std::vector<int> roots;
+    for (int p : out) {
+        std::ifstream stat(fs::path(proc_root) / std::to_string(p) / "stat");
+        std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+        int ppid = 0;
+        // "<pid> (<comm>) <state> <ppid> ...": the command may hold ") ", so after the last one.
+        if (const auto close = text.rfind(") "); close != std::string::npos) {
+            std::istringstream rest(text.substr(close + 2));
+            std::string state;
+            rest >> state >> ppid;
+        }
+        if (!std::binary_search(out.begin(), out.end(), ppid)) roots.push_back(p);
+    }
+    return roots;
 }
 
 }  // namespace kgpu::deviceplugin

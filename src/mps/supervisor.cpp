@@ -324,7 +324,7 @@ std::vector<DaemonStatus> read_statuses(const Root& root) {
     return out;
 }
 
-Result<bool> run(Supervisor& supervisor, std::chrono::milliseconds watch_interval) {
+Result<bool> run(Supervisor& supervisor, std::chrono::milliseconds watch_interval, const std::function<bool()>& reload_ok) {
     sigset_t set;
     sigemptyset(&set);
     for (int sig : {SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGCHLD}) sigaddset(&set, sig);
@@ -348,6 +348,12 @@ Result<bool> run(Supervisor& supervisor, std::chrono::milliseconds watch_interva
             signalfd_siginfo si{};
             while (::read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
                 if (si.ssi_signo == SIGCHLD) continue;
+                if (si.ssi_signo == SIGHUP && reload_ok && !reload_ok()) {
+                    log::error("MPS: received signal {}: the new configuration is not valid; the daemons keep running on the "
+                               "last good one",
+                               si.ssi_signo);
+                    continue;
+                }
                 log::info("MPS: received signal {}, {}", si.ssi_signo, si.ssi_signo == SIGHUP ? "restarting" : "shutting down");
                 quit = true;
                 reload = si.ssi_signo == SIGHUP;

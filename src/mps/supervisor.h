@@ -24,6 +24,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -115,11 +116,14 @@ private:
 std::vector<DaemonStatus> read_statuses(const Root& root);
 
 // Runs the supervisor until SIGTERM, SIGINT or SIGQUIT (returns false) or SIGHUP (returns true:
-// the caller reloads its configuration and calls again). Blocks those signals and SIGCHLD in the
-// calling thread and waits on a signalfd between ticks; the caller must have blocked them before
-// starting any other thread (NVML's included), or a signal may go to a thread that dies of it.
-// Stops the daemons before returning.
-Result<bool> run(Supervisor& supervisor, std::chrono::milliseconds watch_interval);
+// the caller reloads its configuration and calls again). On SIGHUP `reload_ok`, when given, is
+// asked first, with the daemons still running: false keeps them and the running configuration
+// (the caller said why), as the device plugin keeps its own on a bad reload. Blocks those signals
+// and SIGCHLD in the calling thread and waits on a signalfd between ticks; the caller must have
+// blocked them before starting any other thread (NVML's included), or a signal may go to a thread
+// that dies of it. Stops the daemons before returning.
+Result<bool> run(Supervisor& supervisor, std::chrono::milliseconds watch_interval,
+                 const std::function<bool()>& reload_ok = {});
 
 // Labels `path` system_u:object_r:container_file_t:s0 when SELinux is enabled (/sys/fs/selinux
 // exists), so containers may use the MPS pipes, as NVIDIA's daemon does; nothing otherwise.

@@ -136,4 +136,34 @@ TEST(ConfigManagerSteps, ProcessesByFirstWordBaseNameOrSubcommand) {
     EXPECT_EQ(find_processes(proc.path(), "nvidia-device-plugin", 11), (std::vector<int>{10})) << "never itself";
     EXPECT_EQ(find_processes(proc.path(), "kgpu device-plugin", 0), (std::vector<int>{12}));
     EXPECT_TRUE(find_processes(proc.path() + "/nope", "kgpu", 0).empty());
+    // The MPS daemon (20) forking nvidia-cuda-mps-control: the child (21) has its command line
+    // until it execs; only the parent is signalled (SIGHUP would kill the child).
+    add("20", std::string("/usr/bin/kgpu\0mps-control-daemon\0--config-file=/config/config.yaml\0", 67));
+    proc.write("20/stat", "20 (kgpu) S 1 20 20 0 -1 4194560 0 0");
+    add("21", std::string("/usr/bin/kgpu\0mps-control-daemon\0--config-file=/config/config.yaml\0", 67));
+    proc.write("21/stat", "21 (kgpu) R 20 20 20 0 -1 4194560 0 0");
+    add("22", std::string("/usr/bin/kgpu\0mps-control-daemon\0", 33));
+    proc.write("22/stat", "22 (kgpu) x) S 7 22 22 0 -1 4194560 0 0");  // a command with ") " in it
+    EXPECT_EQ(find_processes(proc.path(), "kgpu mps-control-daemon", 0), (std::vector<int>{20, 22}));
+}
+
+// The MPS DaemonSet's init container with the manifests' one config: linked without an API server
+// (none is configured here), since no label could pick another; with two configs it needs one.
+TEST(ConfigManagerSteps, OneshotWithOneConfigNeedsNoApiServer) {
+    kgpu::test::TempDir dir;
+    dir.write("configs/config.yaml", "version: v1\n");
+    const std::string dst = dir.path() + "/config/config.yaml";
+    std::filesystem::create_directories(dir.path() + "/config");
+    const std::vector<std::string> argv = {KGPU_BINARY, "config-manager", "--oneshot", "--send-signal=false",
+                                           "--node-name", "node-1", "--config-file-srcdir", dir.path() + "/configs",
+                                           "--config-file-dst", dst, "--default-config", "config.yaml"};
+    const std::map<std::string, std::string> no_api = {{"KUBECONFIG", ""}, {"KUBERNETES_SERVICE_HOST", ""}};
+    auto r = kgpu::test::run_process(argv, no_api);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(std::filesystem::read_symlink(dst).string(), dir.path() + "/configs/config.yaml");
+    EXPECT_NE(r.err.find("not asking the API server"), std::string::npos) << r.err;
+    dir.write("configs/ts4", "version: v1\n");
+    r = kgpu::test::run_process(argv, no_api);
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find("no API server"), std::string::npos) << r.err;
 }

@@ -203,6 +203,29 @@ TEST_F(MpsPlugin, TheDaemonReloadsItsConfigOnSighup) {
     EXPECT_THAT(daemon_->err(), HasSubstr("re-reading the configuration"));
 }
 
+// A SIGHUP whose config does not load (a node label naming a bad config, an edit) keeps the
+// running daemons: nothing is quit, the process stays up, and a later good config applies.
+TEST_F(MpsPlugin, ABadConfigOnSighupKeepsTheRunningDaemons) {
+    start_daemon();
+    ASSERT_TRUE(eventually([&] { return fs::exists(fs::path(root_) / kGpu / ".started"); })) << daemon_->err();
+    const pid_t first = daemon_pid();
+    aux_.write("config.yaml", "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 1\n");
+    daemon_->signal(SIGHUP);
+    ASSERT_TRUE(eventually([&] { return daemon_->err().find("the daemons keep running on the last good one") != std::string::npos; }))
+        << daemon_->err();
+    EXPECT_TRUE(daemon_->running());
+    EXPECT_EQ(daemon_pid(), first);
+    EXPECT_THAT(lines(control_log()), ::testing::Not(Contains("quit")));
+    EXPECT_TRUE(fs::exists(fs::path(root_) / kGpu / ".started"));
+    aux_.write("config.yaml", "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n");
+    daemon_->signal(SIGHUP);
+    ASSERT_TRUE(eventually([&] {
+        auto log = lines(control_log());
+        return !log.empty() && log.back() == "set_default_active_thread_percentage 50";
+    })) << daemon_->err();
+    EXPECT_NE(daemon_pid(), first);
+}
+
 // MPS shares whole GPUs: on a node whose MIG devices the strategy serves, both refuse to start.
 TEST_F(MpsPlugin, MigDevicesAreRefused) {
     auto r = run_process({KGPU_BINARY, "device-plugin", "--device-plugin-path", dir_.path(), "--config-file", cfg_,
