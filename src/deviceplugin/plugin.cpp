@@ -133,11 +133,11 @@ private:
     std::set<std::string> reported_;  // warnings already logged ("reported once")
     std::set<std::string> unknown_warned_;  // "<file>\n<key>" of the unknown keys warned about
     int mig_fd_ = -1;                 // eventfd: the health thread saw a MIG configuration change
-    // 10 s after the control loop last did something (start, a reload, a label or MIG change),
-    // the pages of code and read-only data that start-up brought in go back to the kernel
-    // (common/memory.h); what serving runs is faulted back on its next call. Later, when the
-    // resident set has grown by kRegrown since (a burst of Allocate calls brings back the gRPC
-    // path's pages and their arenas), once more, checked at most once a minute.
+    // 10 s after the control loop last did something (serving started, a reload, a label or MIG
+    // change), the pages of code and read-only data that start-up brought in go back to the
+    // kernel (common/memory.h); what serving runs is faulted back on its next call. Later, when
+    // the resident set has grown by kRegrown since (a burst of Allocate calls brings back the
+    // gRPC path's pages and their arenas), once more, checked at most once a minute.
     static constexpr std::chrono::seconds kSettle{10};
     static constexpr std::size_t kRegrown = 1u << 20;
     std::optional<Clock::time_point> release_at_;
@@ -794,7 +794,7 @@ std::chrono::milliseconds Plugin::next_timeout() const {
     if (served_)
         for (const auto& e : served_->entries)
             if (!e->server->running()) soonest = std::min(soonest, now + opts_.init_retry);
-    if (release_at_) soonest = std::min(soonest, *release_at_);
+    if (served_ && release_at_) soonest = std::min(soonest, *release_at_);
     return std::max(milliseconds(0), duration_cast<milliseconds>(soonest - now));
 }
 
@@ -943,7 +943,9 @@ int Plugin::run() {
     for (;;) {
         pollfd fds[4] = {{sfd, POLLIN, 0}, {ifd, POLLIN, 0}, {mig_fd_, POLLIN, 0}, {label_fd_, POLLIN, 0}};
         int n = ::poll(fds, label_fd_ >= 0 ? 4 : 3, static_cast<int>(next_timeout().count()));
-        if (n > 0 || !served_) release_at_ = Clock::now() + kSettle;
+        // What makes the loop work (not the kubelet's checkpoint writes in the inotify'd directory).
+        if (n > 0 && ((fds[0].revents | fds[2].revents) & POLLIN || (label_fd_ >= 0 && (fds[3].revents & POLLIN))))
+            release_at_ = Clock::now() + kSettle;
         maybe_start_watch();  // a second config in the directory (a ConfigMap edit) starts the watch
         if (label_fd_ >= 0 && (fds[3].revents & POLLIN)) {
             std::uint64_t count = 0;
@@ -979,6 +981,7 @@ int Plugin::run() {
         }
         if (!served_ && Clock::now() >= next_init_) {
             if (int code = start(false); code >= 0) return finish(code);
+            if (served_) release_at_ = Clock::now() + kSettle;
         }
         if (served_) start_servers();
         if (served_) cdi_refresh_.poll(served_->node, opts_.config);

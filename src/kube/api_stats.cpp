@@ -221,8 +221,9 @@ void publish_status_file(const std::optional<std::string>& flag, std::string com
         if (const char* v = std::getenv(kStatusFileEnv); v && *v) path = v;
     if (!path || path->empty()) return;
     if (!path->ends_with(".json"))
-        log::warn("{} {}: the exporter reads only *.json files of its --kube-api-status-dir, so these counts will not "
-                  "be served", kStatusFileEnv, *path);
+        log::warn("kube API status file {} (--kube-api-status-file / {}): the exporter reads only *.json files of its "
+                  "--kube-api-status-dir, so these counts will not be served",
+                  *path, kStatusFileEnv);
     ApiStats::global().publish(*path, std::move(component));
 }
 
