@@ -14,6 +14,7 @@
 #include "cdi/graphics.h"
 #include "common/files.h"
 #include "common/log.h"
+#include "common/pci.h"
 #include "common/strings.h"
 
 namespace kgpu::cdi {
@@ -149,12 +150,6 @@ DeviceNode required_node(const fs::path& dev_root, const std::string& path, std:
     return DeviceNode{path, files::under_root(dev_root, path).string(), std::nullopt, std::nullopt, std::nullopt, std::nullopt};
 }
 
-// NVML's "00000000:3B:00.0" as sysfs spells it: "0000:3b:00.0".
-std::string sysfs_bus_id(const std::string& nvml) {
-    std::string s = nvml.size() > 12 ? nvml.substr(nvml.size() - 12) : nvml;
-    return strings::lower(s);
-}
-
 // /dev/dri/by-path links of a GPU whose targets are among `nodes` (nvidia-ctk's byPathHookDiscoverer).
 std::vector<std::string> by_path_links(const fs::path& dev_root, const std::string& bus_id, const Edits& e) {
     std::set<std::string> selected;
@@ -191,10 +186,12 @@ Edits gpu_edits(const inventory::Gpu& g, const fs::path& dev_root, const fs::pat
                 std::set<std::string>& warned) {
     Edits e;
     e.add_node(required_node(dev_root, fmt::format("/dev/nvidia{}", g.minor), warned));
-    const std::string bus = sysfs_bus_id(g.pci_bus_id);
-    for (const auto& drm : drm_nodes(sysfs_root, bus))
-        if (auto n = find_device_node(dev_root, drm)) e.add_node(*n);
-    e.add_hook(hooks.create(kCreateSymlinks, by_path_links(dev_root, bus, e)));
+    // sysfs's name of the GPU ("0000:3b:00.0"; NVML gives "00000000:3B:00.0"); none: no DRM nodes.
+    const std::string bus = pci::sysfs_address(g.pci_bus_id);
+    if (!bus.empty())
+        for (const auto& drm : drm_nodes(sysfs_root, bus))
+            if (auto n = find_device_node(dev_root, drm)) e.add_node(*n);
+    e.add_hook(hooks.create(kCreateSymlinks, bus.empty() ? std::vector<std::string>{} : by_path_links(dev_root, bus, e)));
     add_folder_permission_hook(hooks, e);
     return e;
 }

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/files.h"
-#include "common/strings.h"
+#include "common/pci.h"
 
 namespace kgpu::demo {
 
@@ -55,21 +55,9 @@ Result<SimNode> parse_info_json(std::string_view text) {
     }
 }
 
-namespace {
-
-// NVML bus id "00000000:18:00.0" -> sysfs "0000:18:00.0" (lower case, 4-digit domain).
-std::string sysfs_bus_id(std::string_view nvml) {
-    std::string s = strings::lower(nvml);
-    auto colon = s.find(':');
-    if (colon != std::string::npos && colon > 4) s = s.substr(colon - 4);
-    return s;
-}
-
-}  // namespace
-
 std::string kernel_xid_line(const SimGpu& gpu, int xid) {
     // NVRM prints the bus id without the function: "NVRM: Xid (PCI:0000:18:00): 94, pid=…".
-    std::string bus = sysfs_bus_id(gpu.pci_bus_id);
+    std::string bus = pci::sysfs_address(gpu.pci_bus_id);
     if (auto dot = bus.rfind('.'); dot != std::string::npos) bus.resize(dot);
     return fmt::format("kernel: NVRM: Xid (PCI:{}): {}, pid=4242, name=python3, Contained: SM (0x1). RST: No, D-RST: No",
                        bus, xid);
@@ -124,7 +112,7 @@ Status write_fake_host(const HostPaths& p, const SimNode& node) {
     for (const auto& d : devs)
         if (auto st = put("dev/" + d, "", 0666); !st) return st;
     for (const auto& g : node.gpus) {
-        const std::string dir = "sys/bus/pci/devices/" + sysfs_bus_id(g.pci_bus_id) + "/";
+        const std::string dir = "sys/bus/pci/devices/" + pci::sysfs_address(g.pci_bus_id) + "/";
         for (const auto& [name, value] : std::vector<std::pair<std::string, std::string>>{
                  {"vendor", "0x10de"}, {"class", "0x030200"}, {"numa_node", std::to_string(g.numa.value_or(-1))}})
             if (auto st = put(dir + name, value + "\n"); !st) return st;

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "cdi/naming.h"
+#include "common/pci.h"
 #include "common/strings.h"
 
 namespace kgpu::toolkit {
@@ -15,21 +16,6 @@ namespace {
 bool parse_uint(std::string_view s, unsigned& out) {
     auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
     return !s.empty() && ec == std::errc{} && p == s.data() + s.size();
-}
-
-// PCI bus id normalised to "dddd:bb:dd.f" lower case with a 4-digit domain; "" when not one.
-std::string normal_bus_id(std::string_view s) {
-    auto parts = strings::split(s, ':');
-    if (parts.size() != 3) return {};
-    auto dot = parts[2].find('.');
-    if (dot == std::string_view::npos) return {};
-    std::string_view domain = parts[0];
-    while (domain.size() > 4 && domain.front() == '0') domain.remove_prefix(1);
-    auto hex = [](std::string_view h) {
-        return !h.empty() && std::all_of(h.begin(), h.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
-    };
-    if (!hex(domain) || !hex(parts[1]) || !hex(parts[2].substr(0, dot)) || !hex(parts[2].substr(dot + 1))) return {};
-    return strings::lower(fmt::format("{:0>4}:{:0>2}:{:0>2}.{}", domain, parts[1], parts[2].substr(0, dot), parts[2].substr(dot + 1)));
 }
 
 struct Resolver {
@@ -132,9 +118,9 @@ struct Resolver {
             else add_mig(g, static_cast<unsigned>(m));
             return {};
         }
-        if (auto bus = normal_bus_id(n); !bus.empty()) {
+        if (auto bus = pci::sysfs_address(n); !bus.empty()) {
             for (unsigned i = 0; i < node.gpus.size(); ++i) {
-                if (normal_bus_id(node.gpus[i].pci_bus_id) != bus) continue;
+                if (pci::sysfs_address(node.gpus[i].pci_bus_id) != bus) continue;
                 if (auto st = gpu_ok(i, name); !st) return st;
                 add_gpu(i);
                 return {};
