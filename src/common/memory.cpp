@@ -7,7 +7,6 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <vector>
 
 namespace kgpu::memory {
 

@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/files.h"
+
 namespace kgpu::deviceplugin {
 
 namespace fs = std::filesystem;
@@ -127,8 +129,7 @@ std::vector<int> find_processes(const std::string& proc_root, const std::string&
     // nvidia-cuda-mps-control): not signalled, SIGHUP would kill it. Its parent is the one.
     std::vector<int> roots;
     for (int p : out) {
-        std::ifstream stat(fs::path(proc_root) / std::to_string(p) / "stat");
-        std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+        const std::string text = files::read(fs::path(proc_root) / std::to_string(p) / "stat").value_or("");
         int ppid = 0;
         // "<pid> (<comm>) <state> <ppid> ...": the command may hold ") ", so after the last one.
         if (const auto close = text.rfind(") "); close != std::string::npos) {

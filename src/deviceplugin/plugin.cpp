@@ -144,6 +144,7 @@ private:
     Clock::time_point rss_checked_{};
     std::size_t rss_released_ = 0;  // the resident set after the last release
     void release_pages();
+    void release_later() { release_at_ = Clock::now() + kSettle; }
 
     // Guards served_->entries (structure and states) and health_ against the health thread and
     // the gRPC handlers.
@@ -938,14 +939,14 @@ int Plugin::run() {
     };
     maybe_start_watch();
     if (int code = start(true); code >= 0) return finish(code);
-    release_at_ = Clock::now() + kSettle;
+    release_later();
 
     for (;;) {
         pollfd fds[4] = {{sfd, POLLIN, 0}, {ifd, POLLIN, 0}, {mig_fd_, POLLIN, 0}, {label_fd_, POLLIN, 0}};
         int n = ::poll(fds, label_fd_ >= 0 ? 4 : 3, static_cast<int>(next_timeout().count()));
         // What makes the loop work (not the kubelet's checkpoint writes in the inotify'd directory).
         if (n > 0 && ((fds[0].revents | fds[2].revents) & POLLIN || (label_fd_ >= 0 && (fds[3].revents & POLLIN))))
-            release_at_ = Clock::now() + kSettle;
+            release_later();
         maybe_start_watch();  // a second config in the directory (a ConfigMap edit) starts the watch
         if (label_fd_ >= 0 && (fds[3].revents & POLLIN)) {
             std::uint64_t count = 0;
@@ -981,7 +982,7 @@ int Plugin::run() {
         }
         if (!served_ && Clock::now() >= next_init_) {
             if (int code = start(false); code >= 0) return finish(code);
-            if (served_) release_at_ = Clock::now() + kSettle;
+            if (served_) release_later();
         }
         if (served_) start_servers();
         if (served_) cdi_refresh_.poll(served_->node, opts_.config);

@@ -71,6 +71,10 @@ protected:
     }
     fs::path pipe() const { return fs::path(root_) / kGpu / "pipe"; }
     fs::path control_log() const { return fs::path(root_) / kGpu / "log" / "control.log"; }
+    std::string last_control_command() const {
+        auto log = lines(control_log());
+        return log.empty() ? std::string() : log.back();
+    }
     pid_t daemon_pid() const {
         std::ifstream in(pipe() / "nvidia-cuda-mps-control.pid");
         pid_t p = 0;
@@ -190,10 +194,7 @@ TEST_F(MpsPlugin, TheDaemonReloadsItsConfigOnSighup) {
     const pid_t first = daemon_pid();
     aux_.write("config.yaml", "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n");
     daemon_->signal(SIGHUP);
-    ASSERT_TRUE(eventually([&] {
-        auto log = lines(control_log());
-        return !log.empty() && log.back() == "set_default_active_thread_percentage 50";
-    })) << daemon_->err();
+    ASSERT_TRUE(eventually([&] { return last_control_command() == "set_default_active_thread_percentage 50"; })) << daemon_->err();
     auto log = lines(control_log());
     auto quit = std::find(log.begin(), log.end(), "quit");
     ASSERT_NE(quit, log.end());
@@ -219,10 +220,7 @@ TEST_F(MpsPlugin, ABadConfigOnSighupKeepsTheRunningDaemons) {
     EXPECT_TRUE(fs::exists(fs::path(root_) / kGpu / ".started"));
     aux_.write("config.yaml", "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n");
     daemon_->signal(SIGHUP);
-    ASSERT_TRUE(eventually([&] {
-        auto log = lines(control_log());
-        return !log.empty() && log.back() == "set_default_active_thread_percentage 50";
-    })) << daemon_->err();
+    ASSERT_TRUE(eventually([&] { return last_control_command() == "set_default_active_thread_percentage 50"; })) << daemon_->err();
     EXPECT_NE(daemon_pid(), first);
 }
 
