@@ -30,17 +30,6 @@ bool is_regular(const fs::path& p) {
     return fs::is_regular_file(p, ec);  // follows symlinks
 }
 
-bool is_root(const fs::path& root) { return root.empty() || root == "/"; }
-
-// `host` as the container sees it: without the root prefix.
-std::string relative_to_root(const fs::path& root, const std::string& host) {
-    if (is_root(root)) return host;
-    const std::string r = root.lexically_normal().string();
-    std::string prefix = r.ends_with('/') ? r.substr(0, r.size() - 1) : r;
-    if (host.starts_with(prefix + "/")) return host.substr(prefix.size());
-    return host;
-}
-
 // Sorted names in `dir` matching the shell pattern `pattern` (Go's filepath.Glob on one level).
 std::vector<std::string> glob_dir(const fs::path& dir, const std::string& pattern) {
     std::vector<std::string> names;
@@ -106,6 +95,15 @@ std::optional<std::vector<std::string>> link_chain(const fs::path& root, std::st
 }
 
 }  // namespace
+
+bool is_root(const fs::path& root) { return root.empty() || root == "/"; }
+
+std::string relative_to_root(const fs::path& root, const std::string& host) {
+    if (is_root(root)) return host;
+    std::string prefix = root.lexically_normal().string();
+    if (prefix.ends_with('/')) prefix.pop_back();
+    return host.starts_with(prefix + "/") ? host.substr(prefix.size()) : host;
+}
 
 LibraryLocator::LibraryLocator(fs::path root, std::vector<std::string> search_paths)
     : root_(root.empty() ? fs::path("/") : std::move(root)),

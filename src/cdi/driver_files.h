@@ -31,6 +31,11 @@ struct DeviceNode {
     std::optional<unsigned> gid;        // when not 0
 };
 
+// Whether `root` is the host's own root ("" or "/").
+bool is_root(const std::filesystem::path& root);
+// `host` as the container sees it: without the prefix `root` (unchanged when it is not under it).
+std::string relative_to_root(const std::filesystem::path& root, const std::string& host);
+
 // The directories under the driver root searched for the driver's libraries, in order
 // (nvidia-ctk's library locator; merged-/usr spellings are read once).
 const std::vector<std::string>& library_dirs();

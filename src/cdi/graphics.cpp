@@ -17,16 +17,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool is_root(const fs::path& root) { return root.empty() || root == "/"; }
-
-// `host` as the container sees it: without the root prefix.
-std::string relative_to_root(const fs::path& root, const std::string& host) {
-    if (is_root(root)) return host;
-    std::string prefix = root.lexically_normal().string();
-    if (prefix.ends_with('/')) prefix.pop_back();
-    return host.starts_with(prefix + "/") ? host.substr(prefix.size()) : host;
-}
-
 // A file (following links), not a directory (nvidia-ctk's assertFile).
 bool is_file(const std::string& path) {
     struct stat st {};

@@ -57,13 +57,6 @@ struct State {
     }
 };
 
-// Appends one line of evidence.
-template <class... Args>
-void note(CheckResult& r, fmt::format_string<Args...> f, Args&&... args) {
-    if (!r.evidence.empty()) r.evidence += '\n';
-    r.evidence += fmt::format(f, std::forward<Args>(args)...);
-}
-
 void set(CheckResult& r, Status s, std::string fix = {}) {
     if (s == Status::skipped) {
         r.status = Status::skipped;

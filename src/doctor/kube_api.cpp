@@ -10,12 +10,6 @@
 namespace kgpu::doctor {
 namespace {
 
-template <class... Args>
-void note(CheckResult& r, fmt::format_string<Args...> f, Args&&... args) {
-    if (!r.evidence.empty()) r.evidence += '\n';
-    r.evidence += fmt::format(f, std::forward<Args>(args)...);
-}
-
 void worse(CheckResult& r, Status s, const std::string& fix) {
     if (s == Status::fail || (s == Status::warn && r.status == Status::ok)) r.status = s;
     if (!fix.empty()) r.fix += (r.fix.empty() ? "" : "\n") + fix;

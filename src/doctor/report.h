@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 namespace kgpu::doctor {
@@ -27,6 +28,13 @@ struct CheckResult {
     std::string fix;       // empty when ok; one or two concrete sentences or commands otherwise
     std::vector<std::string> needs;  // ids this check depends on
 };
+
+// Appends one line of evidence.
+template <class... Args>
+void note(CheckResult& r, fmt::format_string<Args...> f, Args&&... args) {
+    if (!r.evidence.empty()) r.evidence += '\n';
+    r.evidence += fmt::format(f, std::forward<Args>(args)...);
+}
 
 struct Report {
     std::vector<CheckResult> checks;  // in the order they ran

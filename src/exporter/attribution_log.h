@@ -4,6 +4,7 @@
 // each show once.
 #pragma once
 
+#include <chrono>
 #include <iterator>
 #include <string>
 #include <string_view>
@@ -11,6 +12,11 @@
 #include "common/log.h"
 
 namespace kgpu::exporter::detail {
+
+// A container ID or pod the runtime did not list (a container not made by the kubelet, one deleted
+// while its process lingers, a pod not started yet) is asked about again only after this long, so
+// one such process does not cost a CRI call at every collection.
+inline constexpr std::chrono::seconds kUnlistedRetry{60};
 
 class FailureLog {
 public:

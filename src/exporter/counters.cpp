@@ -128,18 +128,22 @@ Result<std::vector<CounterLine>> parse_counters_csv(std::string_view text, std::
 
 namespace {
 
-using enum LabelField;
-constexpr std::array<LabelFieldDef, kLabelFieldCount> kLabelFields{{
-    {brand, "DCGM_FI_DEV_BRAND", "nvmlDeviceGetBrand, in DCGM's words (Tesla, Quadro, NVIDIA, ...)"},
-    {ecc_inforom, "DCGM_FI_DEV_ECC_INFOROM_VER", "nvmlDeviceGetInforomVersion(NVML_INFOROM_ECC)"},
-    {inforom_image, "DCGM_FI_DEV_INFOROM_IMAGE_VER", "nvmlDeviceGetInforomImageVersion"},
-    {oem_inforom, "DCGM_FI_DEV_OEM_INFOROM_VER", "nvmlDeviceGetInforomVersion(NVML_INFOROM_OEM)"},
-    {power_inforom, "DCGM_FI_DEV_POWER_INFOROM_VER", "nvmlDeviceGetInforomVersion(NVML_INFOROM_POWER)"},
-    {serial, "DCGM_FI_DEV_SERIAL", "nvmlDeviceGetSerial"},
-    {vbios, "DCGM_FI_DEV_VBIOS_VERSION", "nvmlDeviceGetVbiosVersion"},
-    {driver_version, "DCGM_FI_DRIVER_VERSION", "nvmlSystemGetDriverVersion"},
-    {nvml_version, "DCGM_FI_NVML_VERSION", "nvmlSystemGetNVMLVersion"},
-}};
+// The enumerators unqualified only in here (a namespace-scope `using enum` would put `count_` next
+// to other enums' in a unity build).
+constexpr auto kLabelFields = [] {
+    using enum LabelField;
+    return std::array<LabelFieldDef, kLabelFieldCount>{{
+        {brand, "DCGM_FI_DEV_BRAND", "nvmlDeviceGetBrand, in DCGM's words (Tesla, Quadro, NVIDIA, ...)"},
+        {ecc_inforom, "DCGM_FI_DEV_ECC_INFOROM_VER", "nvmlDeviceGetInforomVersion(NVML_INFOROM_ECC)"},
+        {inforom_image, "DCGM_FI_DEV_INFOROM_IMAGE_VER", "nvmlDeviceGetInforomImageVersion"},
+        {oem_inforom, "DCGM_FI_DEV_OEM_INFOROM_VER", "nvmlDeviceGetInforomVersion(NVML_INFOROM_OEM)"},
+        {power_inforom, "DCGM_FI_DEV_POWER_INFOROM_VER", "nvmlDeviceGetInforomVersion(NVML_INFOROM_POWER)"},
+        {serial, "DCGM_FI_DEV_SERIAL", "nvmlDeviceGetSerial"},
+        {vbios, "DCGM_FI_DEV_VBIOS_VERSION", "nvmlDeviceGetVbiosVersion"},
+        {driver_version, "DCGM_FI_DRIVER_VERSION", "nvmlSystemGetDriverVersion"},
+        {nvml_version, "DCGM_FI_NVML_VERSION", "nvmlSystemGetNVMLVersion"},
+    }};
+}();
 
 constexpr bool label_fields_in_order() {
     for (std::size_t i = 0; i < kLabelFields.size(); ++i) {

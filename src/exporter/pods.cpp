@@ -8,9 +8,6 @@
 namespace kgpu::exporter {
 namespace {
 
-// A pod the runtime did not list (deleted, or not started yet) is asked about again after this.
-constexpr std::chrono::seconds kUnknownRetry{60};
-
 using Key = std::pair<std::string, std::string>;  // namespace, name
 
 }  // namespace
@@ -39,7 +36,7 @@ std::map<std::pair<std::string, std::string>, PodMetadata> PodDirectory::lookup(
     for (const auto& k : asked) {
         if (im.known.contains(k)) continue;
         auto u = im.unlisted.find(k);
-        if (u == im.unlisted.end() || now - u->second >= kUnknownRetry) {
+        if (u == im.unlisted.end() || now - u->second >= detail::kUnlistedRetry) {
             refresh = true;
             break;
         }

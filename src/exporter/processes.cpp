@@ -16,11 +16,6 @@
 namespace kgpu::exporter {
 namespace {
 
-// A container ID the runtime did not list (a container not made by the kubelet, or one deleted
-// while its process lingers) is asked about again only after this long, so one such process does
-// not cost a CRI call at every collection.
-constexpr std::chrono::seconds kUnknownRetry{60};
-
 // A real /proc/<pid>/cgroup is a few hundred bytes (one line per v1 hierarchy).
 constexpr size_t kMaxCgroupFile = 64 * 1024;
 
@@ -149,7 +144,7 @@ std::unordered_map<unsigned, PodRef> ProcessAttributor::attribute(std::span<cons
     for (const auto& id : seen) {
         if (im.known.contains(id)) continue;
         auto u = im.unlisted.find(id);
-        if (u == im.unlisted.end() || now - u->second >= kUnknownRetry) {
+        if (u == im.unlisted.end() || now - u->second >= detail::kUnlistedRetry) {
             refresh = true;
             break;
         }

@@ -2,8 +2,11 @@
 // calls nvmlShutdown, balancing the nvmlInit of Session::open.
 #pragma once
 
+#include <expected>
 #include <memory>
+#include <string_view>
 
+#include "nvml/error.h"
 #include "nvml/library.h"
 
 namespace kgpu::nvml {
@@ -15,5 +18,10 @@ struct Context {
     }
     const EntryPoints& api() const { return lib->api(); }
 };
+
+// The error of a failed call, naming the entry point by its table field ("DeviceGetBrand").
+inline std::unexpected<Error> failed(const Context& ctx, std::string_view field, int nvml_return) {
+    return std::unexpected(make_error(*ctx.lib, ctx.lib->symbol_name(field), nvml_return));
+}
 
 }  // namespace kgpu::nvml

@@ -15,7 +15,7 @@ namespace {
 // Turns a return code into Result<void>, naming the entry point (by its table field) on failure.
 Status check(const Context& ctx, std::string_view field, nvmlReturn_t r) {
     if (r == NVML_SUCCESS) return {};
-    return std::unexpected(make_error(*ctx.lib, ctx.lib->symbol_name(field), r));
+    return failed(ctx, field, r);
 }
 
 #define KGPU_CALL(field, ...)                                                                      \

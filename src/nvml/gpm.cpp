@@ -18,14 +18,6 @@ static_assert(offsetof(nvmlGpmMetricsGet_t, metrics) == 24);
 static_assert(sizeof(nvmlProcessUtilizationSample_t) == 32);
 static_assert(sizeof(nvmlFieldValue_t) == 40);
 
-namespace {
-
-std::unexpected<Error> failed(const Context& ctx, std::string_view field, nvmlReturn_t r) {
-    return std::unexpected(make_error(*ctx.lib, ctx.lib->symbol_name(field), r));
-}
-
-}  // namespace
-
 // ---- GpmSample --------------------------------------------------------------------------------
 
 Result<GpmSample> GpmSample::alloc(const Session& session) {

@@ -7,14 +7,6 @@
 
 namespace kgpu::nvml {
 
-namespace {
-
-std::unexpected<Error> failed(const Context& ctx, std::string_view field, nvmlReturn_t r) {
-    return std::unexpected(make_error(*ctx.lib, ctx.lib->symbol_name(field), r));
-}
-
-}  // namespace
-
 Result<unsigned> Device::brand() const {
     nvmlBrandType_t b = 0;
     if (nvmlReturn_t r = ctx_->api().DeviceGetBrand(handle_, &b); r != NVML_SUCCESS) return failed(*ctx_, "DeviceGetBrand", r);

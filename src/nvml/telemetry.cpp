@@ -7,14 +7,6 @@
 
 namespace kgpu::nvml {
 
-namespace {
-
-std::unexpected<Error> failed(const Context& ctx, std::string_view field, nvmlReturn_t r) {
-    return std::unexpected(make_error(*ctx.lib, ctx.lib->symbol_name(field), r));
-}
-
-}  // namespace
-
 #define KGPU_TRY(field, ...)                                                                       \
     do {                                                                                           \
         if (nvmlReturn_t r_ = ctx_->api().field(__VA_ARGS__); r_ != NVML_SUCCESS)                  \

@@ -11,14 +11,9 @@ using exporter::resolve_device_id;
 
 namespace {
 
-const inventory::Node& a100_mig() {
-    static const inventory::Node node = test::sim_node("a100-mig.yaml");
-    return node;
-}
-const inventory::Node& dgx_h100() {
-    static const inventory::Node node = test::sim_node("dgx-h100.yaml");
-    return node;
-}
+using kgpu::test::a100_mig;
+using kgpu::test::dgx_h100;
+
 
 std::optional<DeviceTarget> gpu(unsigned i) { return DeviceTarget{i, std::nullopt}; }
 std::optional<DeviceTarget> mig(unsigned i, unsigned gi) { return DeviceTarget{i, gi}; }

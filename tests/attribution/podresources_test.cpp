@@ -12,6 +12,7 @@
 #include "support/fake_cri.h"
 #include "support/fake_pod_resources.h"
 #include "support/process.h"
+#include "support/expect.h"
 
 using namespace kgpu;
 using exporter::DeviceTarget;
@@ -21,20 +22,11 @@ using testing::HasSubstr;
 
 namespace {
 
-const inventory::Node& a100_mig() {
-    static const inventory::Node node = test::sim_node("a100-mig.yaml");
-    return node;
-}
-const inventory::Node& dgx_h100() {
-    static const inventory::Node node = test::sim_node("dgx-h100.yaml");
-    return node;
-}
+using kgpu::test::a100_mig;
+using kgpu::test::dgx_h100;
 
-int count(const std::string& text, const std::string& what) {
-    int n = 0;
-    for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
-    return n;
-}
+using kgpu::test::count;
+
 
 // (Designated initializers that leave a member out trip -Wmissing-field-initializers on g++ 12.)
 exporter::PodResourcesOptions opts(std::string socket, std::vector<std::string> extra = {},

@@ -13,6 +13,7 @@
 #include "exporter/attribution.h"
 #include "support/fake_cri.h"
 #include "support/process.h"
+#include "support/expect.h"
 
 using namespace kgpu;
 using exporter::PodRef;
@@ -20,14 +21,10 @@ using testing::HasSubstr;
 
 namespace {
 
-std::string cid(char c) { return std::string(64, c); }
-const std::string kUid = "1f2e3d4c-5b6a-4978-8695-a4b3c2d1e0f9";
+using kgpu::test::count;
 
-int count(const std::string& text, const std::string& what) {
-    int n = 0;
-    for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
-    return n;
-}
+std::string cid(char c) { return std::string(64, c); }
+const std::string kPodUid = "1f2e3d4c-5b6a-4978-8695-a4b3c2d1e0f9";
 
 class ProcessesTest : public testing::Test {
 protected:
@@ -40,7 +37,7 @@ protected:
 
     // A process in container `id` (cgroup v2, systemd driver).
     void pod_process(unsigned pid, const std::string& id) {
-        std::string uid = kUid;
+        std::string uid = kPodUid;
         std::ranges::replace(uid, '-', '_');
         dir.write("proc/" + std::to_string(pid) + "/cgroup",
                   "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + uid + ".slice/cri-containerd-" +
@@ -48,7 +45,7 @@ protected:
     }
     // A process in container `id` (cgroup v1, cgroupfs driver).
     void pod_process_v1(unsigned pid, const std::string& id) {
-        const std::string path = "/kubepods/besteffort/pod" + kUid + "/" + id;
+        const std::string path = "/kubepods/besteffort/pod" + kPodUid + "/" + id;
         dir.write("proc/" + std::to_string(pid) + "/cgroup", "11:memory:" + path + "\n1:name=systemd:" + path + "\n");
     }
     void host_process(unsigned pid) {
@@ -263,7 +260,7 @@ TEST_F(ProcessesTest, CgroupFilesAreReadWithABound) {
     pod_process(1, cid('a'));
     std::filesystem::create_directories(proc + "/2");
     ASSERT_EQ(::mkfifo((proc + "/2/cgroup").c_str(), 0600), 0);
-    std::string line = "0::/kubepods.slice/kubepods-pod" + std::string(kUid) + ".slice/cri-containerd-" + cid('a') + ".scope\n";
+    std::string line = "0::/kubepods.slice/kubepods-pod" + std::string(kPodUid) + ".slice/cri-containerd-" + cid('a') + ".scope\n";
     std::string big;
     while (big.size() <= 128 * 1024) big += line;
     dir.write("proc/3/cgroup", big);

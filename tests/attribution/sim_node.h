@@ -24,4 +24,14 @@ inline inventory::Node sim_node(const std::string& fixture) {
     return node ? *node : inventory::Node{};
 }
 
+// The fixtures the attribution tests share, discovered once per test binary.
+inline const inventory::Node& a100_mig() {
+    static const inventory::Node node = sim_node("a100-mig.yaml");
+    return node;
+}
+inline const inventory::Node& dgx_h100() {
+    static const inventory::Node node = sim_node("dgx-h100.yaml");
+    return node;
+}
+
 }  // namespace kgpu::test

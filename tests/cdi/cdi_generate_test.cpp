@@ -26,6 +26,7 @@
 
 #include "ld_cache_builder.h"
 #include "support/process.h"
+#include "support/files.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -37,6 +38,8 @@ using ::testing::Not;
 
 namespace {
 
+using kgpu::test::slurp;
+
 const std::string kSource = KGPU_SOURCE_DIR;
 
 std::string schema_dir() {
@@ -44,13 +47,6 @@ std::string schema_dir() {
     for (const std::string& d : {kSource + "/../shared/facts/cdi-schema", std::string("/work/shared/facts/cdi-schema")})
         if (fs::exists(d + "/schema.json")) return d;
     return "";
-}
-
-std::string slurp(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
 }
 
 bool is_root() { return ::geteuid() == 0; }

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "support/process.h"
+#include "support/files.h"
 
 namespace fs = std::filesystem;
 using kgpu::test::ChildProcess;
@@ -22,14 +23,9 @@ using ::testing::Not;
 
 namespace {
 
-const std::string kSource = KGPU_SOURCE_DIR;
+using kgpu::test::slurp;
 
-std::string slurp(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
+const std::string kSource = KGPU_SOURCE_DIR;
 
 std::string proc_version(const std::string& v) {
     return "NVRM version: NVIDIA UNIX x86_64 Kernel Module  " + v + "  Tue Mar  5 22:23:52 UTC 2024\n"

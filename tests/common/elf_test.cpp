@@ -12,15 +12,13 @@
 
 #include "common/elf.h"
 #include "support/process.h"
+#include "support/files.h"
 
 using ::testing::HasSubstr;
 
 namespace {
 
-std::string slurp(const std::string& p) {
-    std::ifstream in(p, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using kgpu::test::slurp;
 
 TEST(Elf, ReadsThisProgramsInterpreter) {
     auto in = kgpu::elf::read_interpreter(slurp("/proc/self/exe"), "self");

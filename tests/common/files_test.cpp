@@ -16,6 +16,7 @@
 
 #include "common/files.h"
 #include "support/process.h"
+#include "support/files.h"
 
 namespace fs = std::filesystem;
 using kgpu::Code;
@@ -24,12 +25,7 @@ using ::testing::HasSubstr;
 
 namespace {
 
-std::string slurp(const fs::path& p) {
-    std::ifstream in(p);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
+using kgpu::test::slurp;
 
 unsigned mode_of(const fs::path& p) {
     struct stat st {};

@@ -17,6 +17,7 @@
 
 #include "support/fake_kubelet.h"
 #include "support/process.h"
+#include "support/files.h"
 
 namespace fs = std::filesystem;
 using kgpu::test::run_process;
@@ -26,14 +27,9 @@ using ::testing::HasSubstr;
 
 namespace {
 
-const std::string kSource = KGPU_SOURCE_DIR;
+using kgpu::test::slurp;
 
-std::string slurp(const fs::path& path) {
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
+const std::string kSource = KGPU_SOURCE_DIR;
 
 unsigned mode_of(const fs::path& p) {
     struct stat st {};

@@ -1,4 +1,5 @@
 #include "deviceplugin/allocate.h"
+#include "cdi_names.h"
 
 #include <filesystem>
 #include <fstream>
@@ -9,9 +10,7 @@
 namespace kgpu::deviceplugin {
 namespace {
 
-// The device plugin's CDI vendor, NVIDIA's plugin's (issue #23: names that cannot collide with a
-// node-wide nvidia.com/gpu spec).
-const std::string kDp = "k8s.device-plugin.nvidia.com/";
+using kgpu::test::kDp;
 
 const std::string kUuid0 = "GPU-ec27bccf-af4d-bf80-04f8-04dfca67ad77";
 const std::string kUuid1 = "GPU-49005985-4777-3876-1392-121435b83ab5";

@@ -11,6 +11,8 @@
 
 #include "cdi/cache.h"
 #include "deviceplugin/plugin_fixture.h"
+#include "support/files.h"
+#include "cdi_names.h"
 
 using namespace std::chrono_literals;
 using kgpu::test::Devices;
@@ -25,18 +27,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The device plugin's CDI vendor, NVIDIA's plugin's (issue #23: names that cannot collide with a
-// node-wide nvidia.com/gpu spec).
-const std::string kDp = "k8s.device-plugin.nvidia.com/";
+using kgpu::test::kDp;
+
+using kgpu::test::slurp;
 
 constexpr const char* kGpu = "nvidia.com/gpu";
-
-std::string slurp(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
 
 size_t count(const std::string& text, const std::string& needle) {
     size_t n = 0;

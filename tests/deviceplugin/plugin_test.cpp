@@ -14,6 +14,7 @@
 #include "deviceplugin/plugin_fixture.h"
 #include "support/fake_kubelet.h"
 #include "support/process.h"
+#include "cdi_names.h"
 
 using namespace std::chrono_literals;
 using kgpu::test::ChildProcess;
@@ -23,9 +24,7 @@ using ::testing::HasSubstr;
 
 namespace {
 
-// The device plugin's CDI vendor, NVIDIA's plugin's (issue #23: names that cannot collide with a
-// node-wide nvidia.com/gpu spec).
-const std::string kDp = "k8s.device-plugin.nvidia.com/";
+using kgpu::test::kDp;
 
 constexpr const char* kGpu = "nvidia.com/gpu";
 constexpr const char* kSocket = "kgpu-nvidia-com-gpu.sock";

@@ -1,4 +1,5 @@
 #include "deviceplugin/resources.h"
+#include "support/expect.h"
 
 #include <gtest/gtest.h>
 #include <fmt/format.h>
@@ -6,11 +7,7 @@
 namespace kgpu::deviceplugin {
 namespace {
 
-template <class T>
-T must(Result<T> r) {
-    EXPECT_TRUE(r.has_value()) << r.error().message;
-    return r ? std::move(*r) : T{};
-}
+using kgpu::test::must;
 
 inventory::Node node_with(unsigned n) {
     inventory::Node node;

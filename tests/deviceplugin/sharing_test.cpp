@@ -12,21 +12,17 @@
 #include "deviceplugin/allocator.h"
 #include "deviceplugin/mig_caps.h"
 #include "deviceplugin/resources.h"
+#include "support/expect.h"
+#include "cdi_names.h"
 
 namespace kgpu::deviceplugin {
 namespace {
 
-// The device plugin's CDI vendor, NVIDIA's plugin's (issue #23: names that cannot collide with a
-// node-wide nvidia.com/gpu spec).
-const std::string kDp = "k8s.device-plugin.nvidia.com/";
+using kgpu::test::kDp;
+
+using kgpu::test::must;
 
 using ::testing::HasSubstr;
-
-template <class T>
-T must(Result<T> r) {
-    EXPECT_TRUE(r.has_value()) << r.error().message;
-    return r ? std::move(*r) : T{};
-}
 
 inventory::MigDevice mig(unsigned index, const std::string& profile, unsigned gi, unsigned gpu) {
     inventory::MigDevice m;

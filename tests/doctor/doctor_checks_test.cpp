@@ -22,6 +22,7 @@
 #include "fake_host.h"
 #include "support/fake_device_plugin.h"
 #include "support/fake_kubelet.h"
+#include "support/files.h"
 
 using kgpu::doctor::CheckResult;
 using kgpu::doctor::Report;
@@ -31,14 +32,9 @@ using ::testing::HasSubstr;
 
 namespace {
 
-std::string sim_node(const std::string& name) { return std::string(KGPU_SOURCE_DIR) + "/sim/nodes/" + name; }
+using kgpu::test::slurp;
 
-std::string slurp(const std::string& p) {
-    std::ifstream in(p);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
+std::string sim_node(const std::string& name) { return std::string(KGPU_SOURCE_DIR) + "/sim/nodes/" + name; }
 
 struct Doc {
     explicit Doc(FakeHost& h) : host(h) {}

@@ -25,19 +25,15 @@
 #include "support/containerd.h"
 #include "support/process.h"
 #include "tls_client.h"
+#include "support/files.h"
 
 namespace kgpu::test {
 namespace {
 
+using kgpu::test::slurp;
+
 namespace fs = std::filesystem;
 const std::string kSource = KGPU_SOURCE_DIR;
-
-std::string slurp(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
 
 std::string trim(std::string s) {
     while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();

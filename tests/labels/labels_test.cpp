@@ -29,6 +29,7 @@
 
 #include "support/pci_config.h"
 #include "support/process.h"
+#include "support/files.h"
 
 using kgpu::test::ChildProcess;
 using kgpu::test::run_process;
@@ -41,15 +42,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using kgpu::test::slurp;
+
 const std::string kSource = KGPU_SOURCE_DIR;
 const std::string kMachineFile = kSource + "/tests/labels/fixtures/product_name";
-
-std::string slurp(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
 
 std::vector<std::string> lines_of(const std::string& text) {
     std::vector<std::string> out;

@@ -25,20 +25,16 @@
 #include "support/fake_cri.h"
 #include "support/fake_pod_resources.h"
 #include "support/process.h"
+#include "support/files.h"
 
 namespace kgpu::test {
 namespace {
 
+using kgpu::test::slurp;
+
 const std::string kSource = KGPU_SOURCE_DIR;
 const std::string kRules = kSource + "/deploy/monitoring/kgpu-alerts.rules.yaml";
 const std::string kDashboard = kSource + "/deploy/monitoring/kgpu-dashboard.json";
-
-std::string slurp(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
 
 bool have_prometheus() { return ::access("/usr/bin/promtool", X_OK) == 0 && ::access("/usr/bin/prometheus", X_OK) == 0; }
 

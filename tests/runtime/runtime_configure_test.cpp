@@ -18,6 +18,7 @@
 #include <toml++/toml.h>
 
 #include "support/process.h"
+#include "support/files.h"
 
 namespace fs = std::filesystem;
 using kgpu::test::run_process;
@@ -28,15 +29,10 @@ using ::testing::Not;
 
 namespace {
 
+using kgpu::test::slurp;
+
 const std::string kFixtures = std::string(KGPU_SOURCE_DIR) + "/tests/runtime/fixtures/";
 const std::string kContainerd = "/usr/bin/containerd";
-
-std::string slurp(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
 
 RunResult configure(const std::vector<std::string>& args) {
     std::vector<std::string> argv = {KGPU_BINARY, "runtime", "configure"};

@@ -21,6 +21,7 @@
 #include "runtime/diff.h"
 #include "support/unified_patch.h"
 #include "common/strings.h"
+#include "support/files.h"
 
 using namespace kgpu;
 using ::testing::HasSubstr;
@@ -28,14 +29,9 @@ using ::testing::Not;
 
 namespace {
 
-const std::string kDir = std::string(KGPU_SOURCE_DIR) + "/tests/runtime/";
+using kgpu::test::slurp;
 
-std::string slurp(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
+const std::string kDir = std::string(KGPU_SOURCE_DIR) + "/tests/runtime/";
 
 void expect_file(const std::string& name, const std::string& got) {
     const std::string path = kDir + "expected/" + name;

@@ -24,6 +24,7 @@
 
 #include "support/canary.h"
 #include "support/process.h"
+#include "support/files.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -35,14 +36,9 @@ using ::testing::Not;
 
 namespace {
 
-const char* kRunc = "/usr/sbin/runc";
+using kgpu::test::slurp;
 
-std::string slurp(const std::string& p) {
-    std::ifstream in(p);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
+const char* kRunc = "/usr/sbin/runc";
 
 // Why these tests cannot run here, or "".
 std::string unavailable_reason() {

@@ -17,6 +17,7 @@
 
 #include "support/process.h"
 #include "toolkit/driver_root.h"
+#include "support/files.h"
 
 namespace fs = std::filesystem;
 using kgpu::test::run_process;
@@ -28,12 +29,7 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string slurp(const std::string& p) {
-    std::ifstream in(p);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
+using kgpu::test::slurp;
 
 // kgpu as a regular file at `path` (a hard link when the file system allows, else a copy):
 // /proc/self/exe then names `path`, as it names <install-dir>/kgpu on a node.

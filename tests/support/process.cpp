@@ -1,4 +1,5 @@
 #include "support/process.h"
+#include "support/files.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -14,12 +15,7 @@
 namespace kgpu::test {
 namespace {
 
-std::string slurp(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
+using kgpu::test::slurp;
 
 }  // namespace
 

@@ -13,6 +13,7 @@
 
 #include "driver_root.h"
 #include "support/process.h"
+#include "support/files.h"
 
 namespace fs = std::filesystem;
 using kgpu::test::run_process;
@@ -23,14 +24,9 @@ using ::testing::Not;
 
 namespace {
 
-const char* kGpu3 = "GPU-2fbe396f-df9c-d5a1-4b31-c1658bb71f80";
+using kgpu::test::slurp;
 
-std::string slurp(const std::string& p) {
-    std::ifstream in(p);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
+const char* kGpu3 = "GPU-2fbe396f-df9c-d5a1-4b31-c1658bb71f80";
 
 struct Runtime : ::testing::Test {
     kgpu::test::FakeDriverRoot drv;

@@ -22,6 +22,7 @@
 #include "support/containerd.h"
 #include "support/process.h"
 #include "support/test_image.h"
+#include "support/files.h"
 
 namespace fs = std::filesystem;
 using kgpu::test::TestContainerd;
@@ -32,15 +33,10 @@ using ::testing::Not;
 
 namespace {
 
+using kgpu::test::slurp;
+
 const char* kGpu3 = "GPU-2fbe396f-df9c-d5a1-4b31-c1658bb71f80";
 const char* kImage = "docker.io/library/kgpu-e2e:latest";
-
-std::string slurp(const std::string& p) {
-    std::ifstream in(p);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
 
 // Everything the suite shares: the driver root, the runtime configs, containerd, the image.
 struct World {

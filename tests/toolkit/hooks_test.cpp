@@ -21,6 +21,7 @@
 #include "support/process.h"
 #include "toolkit/hooks.h"
 #include "toolkit/root.h"
+#include "support/files.h"
 
 using namespace kgpu;
 using namespace kgpu::toolkit;
@@ -30,14 +31,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool is_root() { return ::geteuid() == 0; }
+using kgpu::test::slurp;
 
-std::string slurp(const std::string& p) {
-    std::ifstream in(p);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
+bool is_root() { return ::geteuid() == 0; }
 
 // A bundle with config.json naming rootfs/ (relative, as containerd writes it).
 struct Bundle {

@@ -24,6 +24,7 @@
 #include <sstream>
 
 #include "support/process.h"
+#include "support/files.h"
 
 namespace fs = std::filesystem;
 using kgpu::test::ChildProcess;
@@ -35,12 +36,7 @@ using ::testing::Not;
 
 namespace {
 
-std::string slurp(const std::string& p) {
-    std::ifstream in(p);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
+using kgpu::test::slurp;
 
 // A process listening on a unix socket that, like containerd, does not handle SIGHUP.
 struct FakeContainerd {
