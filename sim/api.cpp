@@ -21,10 +21,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <type_traits>
 
 using namespace kgpu_sim;
@@ -221,10 +223,6 @@ unsigned long long supportedEvents(const Gpu& g) {
     if (g.spec.ecc) m |= nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError;
     if (g.spec.migCapable) m |= nvmlEventMigConfigChange;
     return m;
-}
-
-bool giProfileSupported(unsigned id) {
-    return id <= 4 || id == 7 || id == 9;  // 1g 2g 3g 4g 7g, 1g+me, 1g double memory
 }
 
 // The engines of a GPU instance of `slices` slices and GI profile `giProfileId`, as NVIDIA's MIG
@@ -448,7 +446,7 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t* device) {
                 return NVML_SUCCESS;
             }
             for (MigDevice* m : g->migs)
-                if (!m->hidden && equalsIgnoreCase(m->uuid, uuid)) {
+                if (!m->hidden && m->hasCi && equalsIgnoreCase(m->uuid, uuid)) {
                     *device = toHandle<nvmlDevice_t>(m);
                     return NVML_SUCCESS;
                 }
@@ -995,7 +993,8 @@ nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned i
         if (!migDevice) return NVML_ERROR_INVALID_ARGUMENT;
         if (!d.gpu->spec.migCapable) return NVML_ERROR_NOT_SUPPORTED;
         if (index >= d.gpu->spec.maxMigDevices) return NVML_ERROR_INVALID_ARGUMENT;
-        if (!d.gpu->migEnabled || index >= d.gpu->migs.size() || d.gpu->migs[index]->hidden) return NVML_ERROR_NOT_FOUND;
+        if (!d.gpu->migEnabled || index >= d.gpu->migs.size() || d.gpu->migs[index]->hidden || !d.gpu->migs[index]->hasCi)
+            return NVML_ERROR_NOT_FOUND;
         *migDevice = toHandle<nvmlDevice_t>(d.gpu->migs[index]);
         return NVML_SUCCESS;
     });
@@ -1060,15 +1059,16 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, unsigned i
                                                  nvmlGpuInstanceProfileInfo_t* info) {
     return withDevice(device, On::Gpu, [&](State& st, DevRef d) -> nvmlReturn_t {
         if (!info || profile >= NVML_GPU_INSTANCE_PROFILE_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
-        if (!d.gpu->spec.migCapable || !giProfileSupported(profile)) return NVML_ERROR_NOT_SUPPORTED;
+        const GiRule* rule = d.gpu->spec.migCapable ? giRule(*d.gpu, profile) : nullptr;
+        if (!rule) return NVML_ERROR_NOT_SUPPORTED;
         auto fig = profileFigures(st, *d.gpu, profile);
         if (!fig) return NVML_ERROR_NOT_SUPPORTED;
         const unsigned slices = slicesOfGiProfile(profile);
         nvmlGpuInstanceProfileInfo_t i{};
-        i.id = profile;
+        i.id = rule->id;  // the device's id for the profile, not the index asked for (19 for 1g on A100)
         i.isP2pSupported = 0;
         i.sliceCount = slices;
-        i.instanceCount = profile == 7 ? 1 : profile == 9 ? 4 : 7 / slices;
+        i.instanceCount = rule->maxCount;
         i.multiprocessorCount = fig->second;
         const MigEngines e = migEngines(*d.gpu, slices, profile);
         i.copyEngineCount = e.copy;
@@ -1102,7 +1102,7 @@ nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance, nvmlGpuInstan
         nvmlGpuInstanceInfo_t i{};
         i.device = toHandle<nvmlDevice_t>(m.parent);
         i.id = m.giId;
-        i.profileId = m.giProfileId;
+        i.profileId = m.giProfileDeviceId;
         i.placement = nvmlGpuInstancePlacement_t{m.placementStart, m.placementSize};
         *info = i;
         return NVML_SUCCESS;
@@ -1113,7 +1113,7 @@ nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t gpuInstance
                                                    nvmlComputeInstance_t* computeInstance) {
     return withInstance<GpuInstanceObj>(gpuInstance, Kind::GpuInstance, [&](State&, MigDevice& m) -> nvmlReturn_t {
         if (!computeInstance) return NVML_ERROR_INVALID_ARGUMENT;
-        if (id != m.ciId) return NVML_ERROR_NOT_FOUND;
+        if (!m.hasCi || id != m.ciId) return NVML_ERROR_NOT_FOUND;
         *computeInstance = toHandle<nvmlComputeInstance_t>(m.ci);
         return NVML_SUCCESS;
     });
@@ -1169,6 +1169,307 @@ nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t gpuI
         i.sharedJpegCount = e.jpeg;
         i.sharedOfaCount = e.ofa;
         *info = i;
+        return NVML_SUCCESS;
+    });
+}
+
+// ---- MIG management ------------------------------------------------------------------------------
+// A change is made as the driver makes it: checked against the GPU's present layout, then
+// written as the whole new layout (`mig <gpu> <profile>@<start>:gi<G>[:ci<C>],...`, or `migmode`)
+// to the events file when there is one, so that every process sharing it sees the same instances
+// with the same ids, and applied in this process before the call returns.
+
+namespace {
+
+// Applies `line` (made under the lock, applied without it when shared). UNKNOWN when it could not
+// be written or no longer applies (another process changed the GPU in between).
+nvmlReturn_t applyChange(const std::string& line) {
+    auto shared = shareCommand(line);
+    if (shared) return *shared ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
+    return withState([&](State& st) -> nvmlReturn_t {
+        if (std::string why = applyOwnCommand(st, line); !why.empty()) {
+            std::cerr << "kgpu-sim: " << line << ": " << why << std::endl;
+            return NVML_ERROR_UNKNOWN;
+        }
+        return NVML_SUCCESS;
+    });
+}
+
+// One instance of a layout line.
+struct Instance {
+    std::string profile;
+    unsigned start = 0, giId = 0;
+    bool hasCi = false;
+    unsigned ciId = 0;
+};
+Instance instanceOf(const MigDevice& m) { return {m.profile, m.placementStart, m.giId, m.hasCi, m.ciId}; }
+
+// The layout line of `g` with one instance changed: `replace` (by GI id) dropped or replaced by
+// `with`, or `with` added when `replace` is kNoId.
+std::string layoutWith(const Gpu& g, unsigned replace, const Instance* with) {
+    std::string tokens;
+    auto add = [&](const Instance& i) {
+        tokens += (tokens.empty() ? "" : ",") + i.profile + "@" + std::to_string(i.start) + ":gi" + std::to_string(i.giId);
+        if (i.hasCi) tokens += ":ci" + std::to_string(i.ciId);
+    };
+    for (const MigDevice* m : g.migs) {
+        if (m->giId != replace) add(instanceOf(*m));
+        else if (with) add(*with);
+    }
+    if (replace == kNoId && with) add(*with);
+    return "mig " + std::to_string(g.index) + " " + (tokens.empty() ? "on" : tokens);
+}
+
+bool overlaps(const Gpu& g, unsigned start, unsigned size) {
+    for (const MigDevice* m : g.migs)
+        if (start < m->placementStart + m->placementSize && m->placementStart < start + size) return true;
+    return false;
+}
+
+unsigned countOf(const Gpu& g, unsigned giProfileIndex) {
+    unsigned n = 0;
+    for (const MigDevice* m : g.migs) n += m->giProfileId == giProfileIndex;
+    return n;
+}
+
+// How many more instances of `rule` fit now (starts taken lowest first; the tables' starts are
+// aligned to the instance size, so that is the most that fit).
+unsigned remaining(const Gpu& g, const GiRule& rule) {
+    std::vector<std::pair<unsigned, unsigned>> taken;
+    for (const MigDevice* m : g.migs) taken.emplace_back(m->placementStart, m->placementStart + m->placementSize);
+    unsigned n = 0;
+    for (unsigned start : rule.starts) {
+        bool free = true;
+        for (auto [a, b] : taken) free = free && !(start < b && a < start + rule.size);
+        if (!free) continue;
+        taken.emplace_back(start, start + rule.size);
+        ++n;
+    }
+    const unsigned have = countOf(g, rule.index);
+    const unsigned byProfile = rule.maxCount > have ? rule.maxCount - have : 0;
+    const unsigned byDevices = g.spec.maxMigDevices > g.migs.size() ? g.spec.maxMigDevices - static_cast<unsigned>(g.migs.size()) : 0;
+    return std::min({n, byProfile, byDevices});
+}
+
+// The profile's name as nvidia-smi and mig-parted spell it: "<slices>g.<GB>gb[+me]", GB the
+// instance's memory rounded up to eighths of the GPU's, times the GPU's memory in GiB rounded up.
+std::string giProfileName(const State& st, const Gpu& g, const GiRule& rule) {
+    const auto fig = profileFigures(st, g, rule.index);
+    const double total = static_cast<double>(g.spec.memoryMib);
+    const double eighths = fig ? std::ceil(static_cast<double>(fig->first) / total * 8.0 - 1e-9) : rule.size;
+    const auto gb = static_cast<unsigned>(std::lround(eighths / 8.0 * std::ceil(total / 1024.0)));
+    const bool me = rule.index == 7 || rule.index == 8;
+    return std::to_string(slicesOfGiProfile(rule.index)) + "g." + std::to_string(gb) + "gb" + (me ? "+me" : "");
+}
+
+// A GPU with MIG enabled now, for the GPU-instance calls (NOT_SUPPORTED otherwise, as nvml.h says).
+nvmlReturn_t migEnabledGpu(const DevRef& d) {
+    if (!d.gpu->spec.migCapable || !d.gpu->migEnabled) return NVML_ERROR_NOT_SUPPORTED;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t createGpuInstance(nvmlDevice_t device, unsigned profileId, const nvmlGpuInstancePlacement_t* placement,
+                               nvmlGpuInstance_t* gpuInstance) {
+    std::string line;
+    unsigned giId = 0;
+    nvmlReturn_t r = withDevice(device, On::Gpu, [&](State& st, DevRef d) -> nvmlReturn_t {
+        if (!gpuInstance) return NVML_ERROR_INVALID_ARGUMENT;
+        if (nvmlReturn_t e = migEnabledGpu(d); e != NVML_SUCCESS) return e;
+        const Gpu& g = *d.gpu;
+        const GiRule* rule = giRuleById(g, profileId);
+        if (!rule) return NVML_ERROR_INVALID_ARGUMENT;
+        if (countOf(g, rule->index) >= rule->maxCount || g.migs.size() >= g.spec.maxMigDevices)
+            return NVML_ERROR_INSUFFICIENT_RESOURCES;
+        std::optional<unsigned> start;
+        if (placement) {
+            if (placement->size != rule->size ||
+                std::find(rule->starts.begin(), rule->starts.end(), placement->start) == rule->starts.end())
+                return NVML_ERROR_INVALID_ARGUMENT;
+            if (overlaps(g, placement->start, rule->size)) return NVML_ERROR_INSUFFICIENT_RESOURCES;
+            start = placement->start;
+        } else {
+            for (unsigned s : rule->autoOrder)
+                if (!overlaps(g, s, rule->size)) {
+                    start = s;
+                    break;
+                }
+            if (!start) return NVML_ERROR_INSUFFICIENT_RESOURCES;
+        }
+        std::vector<unsigned> used;
+        for (const MigDevice* m : g.migs) used.push_back(m->giId);
+        giId = giIdForPlacement(*start, rule->size, used);
+        const Instance fresh{giProfileName(st, g, *rule), *start, giId, false, 0};
+        line = layoutWith(g, kNoId, &fresh);
+        return NVML_SUCCESS;
+    });
+    if (r != NVML_SUCCESS) return r;
+    if ((r = applyChange(line)) != NVML_SUCCESS) return r;
+    return withDevice(device, On::Gpu, [&](State&, DevRef d) -> nvmlReturn_t {
+        for (MigDevice* m : d.gpu->migs)
+            if (m->giId == giId) {
+                *gpuInstance = toHandle<nvmlGpuInstance_t>(m->gi);
+                return NVML_SUCCESS;
+            }
+        return NVML_ERROR_UNKNOWN;
+    });
+}
+
+}  // namespace
+
+// Bare metal: an idle GPU changes mode at once (the driver resets it); with processes on it the
+// new mode waits for a reset (activationStatus IN_USE), and with the fixture's
+// mig.reset_required (a VM with the GPU passed through) always (RESET_REQUIRED). GPU instances
+// must be gone before MIG is disabled.
+nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t device, unsigned int mode, nvmlReturn_t* activationStatus) {
+    std::string line;
+    nvmlReturn_t activation = NVML_SUCCESS;
+    nvmlReturn_t r = withDevice(device, On::Gpu, [&](State&, DevRef d) -> nvmlReturn_t {
+        if (!activationStatus || mode > NVML_DEVICE_MIG_ENABLE) return NVML_ERROR_INVALID_ARGUMENT;
+        const Gpu& g = *d.gpu;
+        if (!g.spec.migCapable) return NVML_ERROR_NOT_SUPPORTED;
+        const bool want = mode == NVML_DEVICE_MIG_ENABLE;
+        if (!want && g.migEnabled && !g.migs.empty()) return NVML_ERROR_IN_USE;
+        bool current = g.migEnabled;
+        if (want != g.migEnabled) {
+            if (g.spec.migResetRequired) activation = NVML_ERROR_RESET_REQUIRED;
+            else if (!g.procs.empty()) activation = NVML_ERROR_IN_USE;
+            else current = want;
+        }
+        auto word = [](bool on) { return on ? "enabled" : "disabled"; };
+        line = "migmode " + std::to_string(g.index) + " " + word(current) + " " + word(want);
+        return NVML_SUCCESS;
+    });
+    if (r != NVML_SUCCESS) return r;
+    if ((r = applyChange(line)) != NVML_SUCCESS) return r;
+    *activationStatus = activation;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(nvmlDevice_t device, unsigned int profileId,
+                                                           nvmlGpuInstancePlacement_t* placements, unsigned int* count) {
+    return withDevice(device, On::Gpu, [&](State&, DevRef d) -> nvmlReturn_t {
+        if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+        const GiRule* rule = d.gpu->spec.migCapable ? giRuleById(*d.gpu, profileId) : nullptr;
+        if (!rule) return NVML_ERROR_NOT_SUPPORTED;
+        const auto n = static_cast<unsigned>(rule->starts.size());
+        if (!placements) {
+            *count = n;
+            return NVML_SUCCESS;
+        }
+        if (*count < n) {
+            *count = n;
+            return NVML_ERROR_INSUFFICIENT_SIZE;
+        }
+        for (unsigned i = 0; i < n; ++i) placements[i] = nvmlGpuInstancePlacement_t{rule->starts[i], rule->size};
+        *count = n;
+        return NVML_SUCCESS;
+    });
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceRemainingCapacity(nvmlDevice_t device, unsigned int profileId, unsigned int* count) {
+    return withDevice(device, On::Gpu, [&](State&, DevRef d) -> nvmlReturn_t {
+        if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+        if (nvmlReturn_t e = migEnabledGpu(d); e != NVML_SUCCESS) return e;
+        const GiRule* rule = giRuleById(*d.gpu, profileId);
+        if (!rule) return NVML_ERROR_NOT_SUPPORTED;
+        *count = remaining(*d.gpu, *rule);
+        return NVML_SUCCESS;
+    });
+}
+
+nvmlReturn_t nvmlDeviceCreateGpuInstance(nvmlDevice_t device, unsigned int profileId, nvmlGpuInstance_t* gpuInstance) {
+    return createGpuInstance(device, profileId, nullptr, gpuInstance);
+}
+
+nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t device, unsigned int profileId,
+                                                      const nvmlGpuInstancePlacement_t* placement,
+                                                      nvmlGpuInstance_t* gpuInstance) {
+    if (!placement) return NVML_ERROR_INVALID_ARGUMENT;
+    return createGpuInstance(device, profileId, placement, gpuInstance);
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device, unsigned int profileId, nvmlGpuInstance_t* gpuInstances,
+                                       unsigned int* count) {
+    return withDevice(device, On::Gpu, [&](State&, DevRef d) -> nvmlReturn_t {
+        if (!count || !gpuInstances) return NVML_ERROR_INVALID_ARGUMENT;
+        if (nvmlReturn_t e = migEnabledGpu(d); e != NVML_SUCCESS) return e;
+        if (!giRuleById(*d.gpu, profileId)) return NVML_ERROR_NOT_SUPPORTED;
+        unsigned n = 0;
+        for (MigDevice* m : d.gpu->migs)
+            if (m->giProfileDeviceId == profileId) gpuInstances[n++] = toHandle<nvmlGpuInstance_t>(m->gi);
+        *count = n;
+        return NVML_SUCCESS;
+    });
+}
+
+nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t gpuInstance) {
+    std::string line;
+    nvmlReturn_t r = withInstance<GpuInstanceObj>(gpuInstance, Kind::GpuInstance, [&](State&, MigDevice& m) -> nvmlReturn_t {
+        if (m.hasCi) return NVML_ERROR_IN_USE;  // its compute instance first
+        line = layoutWith(*m.parent, m.giId, nullptr);
+        return NVML_SUCCESS;
+    });
+    if (r != NVML_SUCCESS) return r;
+    return applyChange(line);
+}
+
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceRemainingCapacity(nvmlGpuInstance_t gpuInstance, unsigned int profileId,
+                                                                unsigned int* count) {
+    return withInstance<GpuInstanceObj>(gpuInstance, Kind::GpuInstance, [&](State&, MigDevice& m) -> nvmlReturn_t {
+        if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+        if (profileId != m.ciProfileId) return NVML_ERROR_NOT_SUPPORTED;  // full-size compute instances only
+        *count = m.hasCi ? 0 : 1;
+        return NVML_SUCCESS;
+    });
+}
+
+// One compute instance of the GPU instance's full size (what mig-parted and `nvidia-smi mig -cgi
+// ... -C` create); smaller ones are not modelled (NOT_SUPPORTED).
+nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(nvmlGpuInstance_t gpuInstance, unsigned int profileId,
+                                                  nvmlComputeInstance_t* computeInstance) {
+    std::string line;
+    nvmlGpuInstance_t gi = gpuInstance;
+    nvmlReturn_t r = withInstance<GpuInstanceObj>(gpuInstance, Kind::GpuInstance, [&](State&, MigDevice& m) -> nvmlReturn_t {
+        if (!computeInstance || profileId >= NVML_COMPUTE_INSTANCE_PROFILE_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
+        if (profileId != m.ciProfileId) return NVML_ERROR_NOT_SUPPORTED;
+        if (m.hasCi) return NVML_ERROR_INSUFFICIENT_RESOURCES;
+        Instance with = instanceOf(m);
+        with.hasCi = true;
+        with.ciId = 0;
+        line = layoutWith(*m.parent, m.giId, &with);
+        return NVML_SUCCESS;
+    });
+    if (r != NVML_SUCCESS) return r;
+    if ((r = applyChange(line)) != NVML_SUCCESS) return r;
+    return withInstance<GpuInstanceObj>(gi, Kind::GpuInstance, [&](State&, MigDevice& m) -> nvmlReturn_t {
+        if (!m.hasCi) return NVML_ERROR_UNKNOWN;
+        *computeInstance = toHandle<nvmlComputeInstance_t>(m.ci);
+        return NVML_SUCCESS;
+    });
+}
+
+nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t computeInstance) {
+    std::string line;
+    nvmlReturn_t r = withInstance<ComputeInstanceObj>(computeInstance, Kind::ComputeInstance,
+                                                      [&](State&, MigDevice& m) -> nvmlReturn_t {
+        for (const auto& [pid, p] : m.parent->procs)
+            if (p.giId == m.giId) return NVML_ERROR_IN_USE;
+        Instance without = instanceOf(m);
+        without.hasCi = false;
+        line = layoutWith(*m.parent, m.giId, &without);
+        return NVML_SUCCESS;
+    });
+    if (r != NVML_SUCCESS) return r;
+    return applyChange(line);
+}
+
+nvmlReturn_t nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gpuInstance, unsigned int profileId,
+                                                nvmlComputeInstance_t* computeInstances, unsigned int* count) {
+    return withInstance<GpuInstanceObj>(gpuInstance, Kind::GpuInstance, [&](State&, MigDevice& m) -> nvmlReturn_t {
+        if (!count || !computeInstances || profileId >= NVML_COMPUTE_INSTANCE_PROFILE_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
+        unsigned n = 0;
+        if (m.hasCi && m.ciProfileId == profileId) computeInstances[n++] = toHandle<nvmlComputeInstance_t>(m.ci);
+        *count = n;
         return NVML_SUCCESS;
     });
 }

@@ -64,7 +64,7 @@ std::pair<Gpu*, MigDevice*> target(State& st, const std::string& tok) {
     unsigned long long m = 0;
     std::string ms = tok.substr(colon + 1);
     if (!parseUnsigned(ms, m)) throw CommandError{"'" + ms + "' is not a MIG device index"};
-    if (!g.migEnabled || m >= g.migs.size())
+    if (!g.migEnabled || m >= g.migs.size() || !g.migs[m]->hasCi)
         throw CommandError{"GPU " + std::to_string(g.index) + " has no MIG device " + ms};
     return {&g, g.migs[m]};
 }
@@ -106,6 +106,35 @@ void applyXid(State& st, Gpu& g, MigDevice* mig, unsigned xid) {
     }
 }
 
+// One instance of an exact layout: `<profile>@<start>:gi<G>[:ci<C>]` (no `:ci`: a GPU instance
+// without its compute instance). The API writes these (migLayoutLine), so that every process
+// sharing the events file keeps the same GPU instance ids and placements.
+MigSpec exactInstance(State& st, const Gpu& g, const std::string& tok) {
+    const std::string usage = "'" + tok + "' is not <profile>@<start>:gi<id>[:ci<id>]";
+    auto at = tok.find('@');
+    if (at == std::string::npos) throw CommandError{usage};
+    std::vector<std::string> parts;
+    std::stringstream ss(tok.substr(at + 1));
+    for (std::string part; std::getline(ss, part, ':');) parts.push_back(part);
+    if (parts.size() < 2 || parts.size() > 3 || !parts[1].starts_with("gi") || (parts.size() == 3 && !parts[2].starts_with("ci")))
+        throw CommandError{usage};
+    const unsigned giId = static_cast<unsigned>(number(parts[1].substr(2), "GPU instance id", 14));
+    std::string why;
+    auto spec = migSpecFor(st, g, tok.substr(0, at), giId, &why);
+    if (!spec) throw CommandError{why};
+    spec->placementStart = static_cast<unsigned>(number(parts[0], "placement start", 7));
+    spec->hasCi = parts.size() == 3;
+    if (spec->hasCi) spec->ciId = static_cast<unsigned>(number(parts[2].substr(2), "compute instance id", 7));
+    // An instance that stays keeps what it had (the fixture's UUID and figures).
+    for (const MigDevice* m : g.migs)
+        if (m->giId == giId && m->profile == spec->profile && m->placementStart == *spec->placementStart) {
+            spec->uuid = m->uuid;
+            spec->memoryMib = m->memoryMib;
+            spec->smCount = m->smCount;
+        }
+    return *spec;
+}
+
 void applyMig(State& st, Gpu& g, const std::string& arg) {
     if (!g.spec.migCapable)
         throw CommandError{"GPU " + std::to_string(g.index) + " (" + g.spec.name +
@@ -114,6 +143,28 @@ void applyMig(State& st, Gpu& g, const std::string& arg) {
     if (arg == "off") {
         recreateMig(st, g, {});
         g.migEnabled = g.migPendingEnabled = false;
+    } else if (arg == "on") {
+        applyMigLayout(st, g, {});
+        g.migEnabled = g.migPendingEnabled = true;
+    } else if (arg.find('@') != std::string::npos) {
+        std::vector<MigSpec> specs;
+        std::vector<std::pair<unsigned, unsigned>> used;  // memory slice ranges
+        std::stringstream ss(arg);
+        for (std::string tok; std::getline(ss, tok, ',');) {
+            MigSpec spec = exactInstance(st, g, tok);
+            const unsigned start = *spec.placementStart;
+            const unsigned size = memorySlices(giProfileIdFor(g, *parseMigProfile(spec.profile)));
+            for (const MigSpec& o : specs)
+                if (o.giId == spec.giId) throw CommandError{"GPU instance id " + std::to_string(spec.giId) + " twice in '" + arg + "'"};
+            for (auto [s0, s1] : used)
+                if (start < s1 && s0 < start + size) throw CommandError{"'" + tok + "' overlaps another instance in '" + arg + "'"};
+            used.emplace_back(start, start + size);
+            specs.push_back(spec);
+        }
+        if (specs.size() > g.spec.maxMigDevices)
+            throw CommandError{"'" + arg + "' has more than " + std::to_string(g.spec.maxMigDevices) + " instances"};
+        applyMigLayout(st, g, specs);
+        g.migEnabled = g.migPendingEnabled = true;
     } else {
         std::vector<MigSpec> specs;
         unsigned memSlices = 0, nextGi = g.nextGiId;
@@ -126,13 +177,29 @@ void applyMig(State& st, Gpu& g, const std::string& arg) {
             memSlices += memorySlices(giProfileIdFor(g, *parseMigProfile(prof)));
             specs.push_back(*spec);
         }
-        if (specs.empty()) throw CommandError{"mig needs profiles like 1g.10gb,3g.40gb or off"};
+        if (specs.empty()) throw CommandError{"mig needs profiles like 1g.10gb,3g.40gb, on or off"};
         if (specs.size() > g.spec.maxMigDevices || memSlices > 8)
             throw CommandError{"profiles '" + arg + "' do not fit on GPU " + std::to_string(g.index)};
         recreateMig(st, g, specs);
         g.migEnabled = g.migPendingEnabled = true;
     }
     deliver(st, g, &g, nvmlEventMigConfigChange, 0);
+}
+
+bool migModeWord(const std::string& tok) {
+    if (tok == "enabled") return true;
+    if (tok == "disabled") return false;
+    throw CommandError{"'" + tok + "' is not a MIG mode (expected enabled or disabled)"};
+}
+
+// The MIG mode now and after the next reset. A mode that changes now starts without instances.
+void applyMigMode(State& st, Gpu& g, bool current, bool pending) {
+    if (!g.spec.migCapable) throw CommandError{"GPU " + std::to_string(g.index) + " is not MIG capable in this node's fixture"};
+    const bool changed = current != g.migEnabled;
+    if (changed) recreateMig(st, g, {});
+    g.migEnabled = current;
+    g.migPendingEnabled = pending;
+    if (changed) deliver(st, g, &g, nvmlEventMigConfigChange, 0);
 }
 
 // nvidia-smi -c spellings: DEFAULT, PROHIBITED, EXCLUSIVE_PROCESS (any case) or 0, 2, 3.
@@ -168,9 +235,11 @@ void runCommand(State& st, const std::vector<std::string>& t) {
             if (!e || *e == NVML_SUCCESS) throw CommandError{"'" + t[3] + "' is not an NVML error name (e.g. UNKNOWN); usage: " + usage};
             g.failing[t[2]] = *e;
         }
-    } else if (cmd == "restore") {
-        argc(t, 2, 2, "restore <gpu>");
+    } else if (cmd == "restore" || cmd == "reset") {
+        argc(t, 2, 2, "restore|reset <gpu>");
         Gpu& g = gpuAt(st, t[1]);
+        if (g.spec.migCapable && g.migPendingEnabled != g.migEnabled)  // a pending MIG mode takes effect
+            applyMigMode(st, g, g.migPendingEnabled, g.migPendingEnabled);
         g.lost = false;
         g.failing.clear();
         g.remapPending = g.retiredPagesPending = false;
@@ -217,19 +286,35 @@ void runCommand(State& st, const std::vector<std::string>& t) {
         if (std::string why = applyGpmCommand(st, *g, mig, {t.begin() + 2, t.end()}); !why.empty())
             throw CommandError{why};
     } else if (cmd == "mig") {
-        argc(t, 3, 3, "mig <gpu> <profile>[,<profile>...]|off");
+        argc(t, 3, 3, "mig <gpu> <profile>[,<profile>...]|<profile>@<start>:gi<id>[:ci<id>],...|on|off");
         applyMig(st, gpuAt(st, t[1]), t[2]);
+    } else if (cmd == "migmode") {
+        argc(t, 4, 4, "migmode <gpu> <current: enabled|disabled> <pending: enabled|disabled>");
+        Gpu& g = gpuAt(st, t[1]);
+        applyMigMode(st, g, migModeWord(t[2]), migModeWord(t[3]));
     } else if (cmd == "computemode") {
         argc(t, 3, 3, "computemode <gpu> DEFAULT|PROHIBITED|EXCLUSIVE_PROCESS");
         Gpu& g = gpuAt(st, t[1]);
         g.computeMode = computeMode(t[2]);
     } else {
         throw CommandError{"unknown command '" + cmd +
-                           "' (expected xid, lost, fail, restore, util, proc, noproc, gpm, mig or computemode)"};
+                           "' (expected xid, lost, fail, restore, reset, util, proc, noproc, gpm, mig, migmode or computemode)"};
     }
 }
 
 }  // namespace
+
+std::string applyOwnCommand(State& st, const std::string& line) {
+    std::vector<std::string> tokens;
+    std::istringstream is(line);
+    for (std::string tok; is >> tok;) tokens.push_back(tok);
+    try {
+        runCommand(st, tokens);
+    } catch (const CommandError& e) {
+        return e.what;
+    }
+    return {};
+}
 
 void applyCommand(State& st, const std::string& line, const std::string& file, unsigned lineNo) {
     std::vector<std::string> tokens;

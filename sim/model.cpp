@@ -136,7 +136,7 @@ unsigned sliceProfileIndex(unsigned slices) {
 unsigned slicesOfGiProfile(unsigned id) {
     switch (id) {
         case 0: case 7: case 9: return 1;
-        case 1: return 2;
+        case 1: case 8: return 2;
         case 2: return 3;
         case 3: return 4;
         case 4: return 7;
@@ -149,7 +149,7 @@ unsigned slicesOfGiProfile(unsigned id) {
 unsigned memorySlices(unsigned id) {
     switch (id) {
         case 0: case 7: return 1;
-        case 1: case 9: return 2;
+        case 1: case 8: case 9: return 2;
         case 2: case 3: return 4;
         default: return 8;
     }
@@ -321,7 +321,7 @@ void readTelemetry(const YAML::Node& n, const std::string& path, Telemetry& t) {
 }
 
 void readMig(const YAML::Node& n, const std::string& path, GpuSpec& g) {
-    checkKeys(n, path, {"mode", "pending", "max_devices", "devices"});
+    checkKeys(n, path, {"mode", "pending", "max_devices", "reset_required", "devices"});
     auto mode = [&](const YAML::Node& v, const std::string& k) {
         std::string s = asString(v, k);
         if (s == "enabled") return true;
@@ -333,6 +333,7 @@ void readMig(const YAML::Node& n, const std::string& path, GpuSpec& g) {
     g.migPendingEnabled = g.migEnabled;
     if (n["pending"].IsDefined()) g.migPendingEnabled = mode(n["pending"], join(path, "pending"));
     g.maxMigDevices = 7;
+    if (n["reset_required"].IsDefined()) g.migResetRequired = asBool(n["reset_required"], join(path, "reset_required"));
     if (n["max_devices"].IsDefined())
         g.maxMigDevices = static_cast<unsigned>(asInt(n["max_devices"], join(path, "max_devices"), 1, 8));
     YAML::Node devs = n["devices"];
@@ -601,6 +602,7 @@ unsigned giProfileIdFor(const Gpu& gpu, const MigProfile& p) {
         if (base > 0 && 2 * p.gb >= 3 * base) return 9;
         return 0;
     }
+    if (p.slices == 2 && p.mediaExtensions) return 8;  // 2_SLICE_REV1 (A30 2g.12gb+me)
     return sliceProfileIndex(p.slices);
 }
 
@@ -701,14 +703,45 @@ std::optional<MigSpec> migSpecFor(const State& st, const Gpu& gpu, const std::st
     return m;
 }
 
-void recreateMig(State& st, Gpu& gpu, const std::vector<MigSpec>& specs) {
-    for (MigDevice* m : gpu.migs) m->valid = m->gi->valid = m->ci->valid = false;
-    gpu.migs.clear();
-    // Processes attributed to the old instances are gone with them.
+namespace {
+
+// Drops a MIG instance: its MIG device, GPU and compute instance handles go stale and processes
+// attributed to it go with it.
+void destroyMig(Gpu& gpu, MigDevice* m) {
+    m->valid = m->gi->valid = m->ci->valid = false;
     for (auto it = gpu.procs.begin(); it != gpu.procs.end();)
-        it = it->second.giId != kNoId ? gpu.procs.erase(it) : std::next(it);
+        it = it->second.giId == m->giId ? gpu.procs.erase(it) : std::next(it);
+}
+
+bool sameInstance(const MigDevice& m, const MigSpec& s) {
+    return m.giId == s.giId && m.profile == s.profile && s.placementStart && m.placementStart == *s.placementStart;
+}
+
+}  // namespace
+
+void applyMigLayout(State& st, Gpu& gpu, const std::vector<MigSpec>& specs) {
+    std::vector<MigDevice*> old = std::move(gpu.migs);
+    gpu.migs.clear();
     unsigned cursor = 0;
     for (const MigSpec& s : specs) {
+        auto kept = std::find_if(old.begin(), old.end(), [&](MigDevice* m) { return m && sameInstance(*m, s); });
+        if (kept != old.end() && (*kept)->hasCi == s.hasCi && (!s.hasCi || (*kept)->ciId == s.ciId)) {
+            MigDevice* m = *kept;
+            *kept = nullptr;
+            m->index = static_cast<unsigned>(gpu.migs.size());
+            gpu.migs.push_back(m);
+            cursor = std::max(cursor, m->placementStart + m->placementSize);
+            continue;
+        }
+        GpuInstanceObj* gi = nullptr;  // the GPU instance stays when only its compute instance changes
+        if (kept != old.end()) {
+            MigDevice* m = *kept;
+            *kept = nullptr;
+            gi = m->gi;
+            m->gi = st.make<GpuInstanceObj>();  // a placeholder, so destroyMig leaves `gi` valid
+            m->gi->mig = m;
+            destroyMig(gpu, m);
+        }
         auto p = parseMigProfile(s.profile);  // checked by the caller
         MigDevice* m = st.make<MigDevice>();
         m->parent = &gpu;
@@ -716,9 +749,12 @@ void recreateMig(State& st, Gpu& gpu, const std::vector<MigSpec>& specs) {
         m->profile = s.profile;
         m->slices = p ? p->slices : 1;
         m->giProfileId = p ? giProfileIdFor(gpu, *p) : 0;
+        const GiRule* rule = giRule(gpu, m->giProfileId);
+        m->giProfileDeviceId = rule ? rule->id : m->giProfileId;
         m->ciProfileId = sliceProfileIndex(m->slices);
         m->giId = s.giId;
         m->ciId = s.ciId;
+        m->hasCi = s.hasCi;
         m->uuid = s.uuid;
         m->memoryMib = s.memoryMib;
         m->smCount = s.smCount;
@@ -727,18 +763,68 @@ void recreateMig(State& st, Gpu& gpu, const std::vector<MigSpec>& specs) {
         cursor = std::max(cursor, m->placementStart + m->placementSize);
         m->hidden = !devNodeVisible(st, "dev/nvidia-caps/nvidia-cap" + std::to_string(migCapMinor(gpu.spec.minor, m->giId, kNoId))) ||
                     !devNodeVisible(st, "dev/nvidia-caps/nvidia-cap" + std::to_string(migCapMinor(gpu.spec.minor, m->giId, m->ciId)));
-        m->gi = st.make<GpuInstanceObj>();
+        m->gi = gi ? gi : st.make<GpuInstanceObj>();
         m->gi->mig = m;
         m->ci = st.make<ComputeInstanceObj>();
         m->ci->mig = m;
+        if (!m->hasCi) m->valid = m->ci->valid = false;  // no MIG device until its compute instance exists
         gpu.nextGiId = std::max(gpu.nextGiId, s.giId + 1);
         gpu.migs.push_back(m);
     }
+    for (MigDevice* m : old)
+        if (m) destroyMig(gpu, m);
+}
+
+void recreateMig(State& st, Gpu& gpu, const std::vector<MigSpec>& specs) {
+    for (MigDevice* m : gpu.migs) destroyMig(gpu, m);
+    gpu.migs.clear();
+    applyMigLayout(st, gpu, specs);
+}
+
+const GiRule* giRule(const Gpu& gpu, unsigned index) {
+    // NVIDIA's MIG user guide and `nvidia-smi mig -lgip`/`-lgipp` on the parts: A100 and H100 share
+    // the ids and placements (8 memory slices); A30 (0x20B7) has 4 memory slices and its own ids.
+    // Where CreateGpuInstance puts an instance when not told is the driver's choice, not the lowest
+    // free start: the guide's examples put a 2g first at 4 and 1g's at 6, 0, 1, ..., and document
+    // that 1g,1g,2g,3g fails (the 3g must come first); autoOrder reproduces those examples.
+    static const std::vector<GiRule> k8 = {
+        {0, 19, 1, 7, {0, 1, 2, 3, 4, 5, 6}, {6, 0, 1, 2, 3, 4, 5}},
+        {7, 20, 1, 1, {0, 1, 2, 3, 4, 5, 6}, {6, 0, 1, 2, 3, 4, 5}},
+        {9, 15, 2, 4, {0, 2, 4, 6}, {6, 4, 2, 0}},
+        {1, 14, 2, 3, {0, 2, 4}, {4, 0, 2}},
+        {2, 9, 4, 2, {0, 4}, {4, 0}},
+        {3, 5, 4, 1, {0}, {0}},
+        {4, 0, 8, 1, {0}, {0}},
+    };
+    static const std::vector<GiRule> kA30 = {
+        {0, 14, 1, 4, {0, 1, 2, 3}, {3, 0, 1, 2}},
+        {7, 21, 1, 1, {0, 1, 2, 3}, {3, 0, 1, 2}},
+        {1, 5, 2, 2, {0, 2}, {2, 0}},
+        {8, 6, 2, 1, {0, 2}, {2, 0}},
+        {3, 0, 4, 1, {0}, {0}},
+    };
+    const auto& rules = (gpu.spec.pciDeviceId >> 16) == 0x20B7 ? kA30 : k8;
+    for (const GiRule& r : rules)
+        if (r.index == index) return &r;
+    return nullptr;
+}
+
+const GiRule* giRuleById(const Gpu& gpu, unsigned id) {
+    for (unsigned index : {0u, 7u, 9u, 1u, 8u, 2u, 3u, 4u})
+        if (const GiRule* r = giRule(gpu, index); r && r->id == id) return r;
+    return nullptr;
+}
+
+unsigned giIdForPlacement(unsigned start, unsigned size, const std::vector<unsigned>& used) {
+    unsigned id = size >= 8 ? 0 : size >= 4 ? 1 + start / 4 : size == 2 ? 3 + start / 2 : 7 + start;
+    if (std::find(used.begin(), used.end(), id) == used.end()) return id;
+    for (id = 1;; ++id)
+        if (std::find(used.begin(), used.end(), id) == used.end()) return id;
 }
 
 void invalidateAll(State& st) {
     for (Gpu* g : st.gpus) {
-        for (MigDevice* m : g->migs) m->valid = m->gi->valid = m->ci->valid = false;
+        for (MigDevice* m : g->migs) destroyMig(*g, m);
         g->valid = false;
     }
     st.gpus.clear();

@@ -11,7 +11,12 @@
 //   waiter never holds the global one.
 #pragma once
 
+// Every file of the library sees the NVML declarations with default visibility, so the entry
+// points defined against them are exported whichever file includes the header first (in a unity
+// build model.cpp does, before api.cpp).
+#pragma GCC visibility push(default)
 #include "nvml/nvml_abi.h"
+#pragma GCC visibility pop
 
 #include <chrono>
 #include <condition_variable>
@@ -69,6 +74,7 @@ struct MigSpec {
     unsigned long long memoryMib = 0;
     unsigned smCount = 0;
     std::optional<unsigned> placementStart;
+    bool hasCi = true;  // false: a GPU instance without its compute instance (not a MIG device yet)
 };
 
 // A MIG profile name decoded: "<slices>g.<gb>gb[+me]".
@@ -109,6 +115,7 @@ struct GpuSpec {
     bool migCapable = false;
     bool migEnabled = false, migPendingEnabled = false;
     unsigned maxMigDevices = 0;
+    bool migResetRequired = false;  // fixture mig.reset_required: a mode change waits for `reset`
     std::vector<MigSpec> migDevices;
     std::vector<NvLinkEnd> links;  // index = NVLink link number
 };
@@ -144,8 +151,11 @@ struct MigDevice : Object {
     Gpu* parent = nullptr;
     unsigned index = 0;  // position under the parent
     std::string profile;
-    unsigned giProfileId = 0, ciProfileId = 0, slices = 0;
+    unsigned giProfileId = 0, ciProfileId = 0, slices = 0;  // NVML_*_INSTANCE_PROFILE_* indices
+    unsigned giProfileDeviceId = 0;  // the profile id the device reports (GiRule::id)
     unsigned giId = 0, ciId = 0;
+    bool hasCi = true;  // false: a GPU instance whose compute instance is not (yet) created; then
+                        // this object is no MIG device (invalid as one, never enumerated)
     std::string uuid;
     unsigned long long memoryMib = 0;
     unsigned smCount = 0;
@@ -249,6 +259,26 @@ void recreateMig(State& st, Gpu& gpu, const std::vector<MigSpec>& specs);
 std::optional<MigSpec> migSpecFor(const State& st, const Gpu& gpu, const std::string& profile,
                                   unsigned giId, std::string* why);
 unsigned giProfileIdFor(const Gpu& gpu, const MigProfile& p);
+// Makes the GPU's MIG instances exactly `specs` (each with its GI id and placement): an instance
+// whose GI id, profile, placement and compute instance are unchanged keeps its objects (handles
+// stay valid, its processes stay); a GPU instance whose compute instance comes or goes keeps its
+// GPU instance handle; the rest are destroyed or created. `recreateMig` destroys everything first.
+void applyMigLayout(State& st, Gpu& gpu, const std::vector<MigSpec>& specs);
+// Where a GPU instance profile may be placed on this GPU's product (NVIDIA's MIG user guide,
+// `nvidia-smi mig -lgipp`): placements count memory slices, 8 on A100/H100 (4 on A30).
+struct GiRule {
+    unsigned index;     // NVML_GPU_INSTANCE_PROFILE_* (what nvmlDeviceGetGpuInstanceProfileInfo takes)
+    unsigned id;        // the profile id the device reports (what create, placements, capacity take)
+    unsigned size;      // memory slices an instance occupies
+    unsigned maxCount;  // instances at most (GiProfileInfo instanceCount)
+    std::vector<unsigned> starts;     // valid placement starts, ascending
+    std::vector<unsigned> autoOrder;  // starts nvmlDeviceCreateGpuInstance tries, in order
+};
+const GiRule* giRule(const Gpu& gpu, unsigned index);      // null: not a profile of this product
+const GiRule* giRuleById(const Gpu& gpu, unsigned id);     // by the device's profile id
+// The GPU instance id the driver gives an instance at this placement (A100/H100: 7g 0, the 4-slice
+// starts 1-2, 2-slice 3-6, 1-slice 7-14), or the lowest id not in `used` when that one is taken.
+unsigned giIdForPlacement(unsigned start, unsigned size, const std::vector<unsigned>& used);
 unsigned smPerSlice(const State& st, const Gpu& gpu);
 // A GPU instance profile of a product whose profile table the simulator knows, as its driver
 // reports it (nvmlDeviceGetGpuInstanceProfileInfo, `nvidia-smi mig -lgip`).
@@ -279,6 +309,8 @@ void deliver(State& st, const Gpu& gpu, Object* device, unsigned long long type,
              unsigned giId = kNoId, unsigned ciId = kNoId);
 // Applies one events-file line; reports problems on stderr as `kgpu-sim: <file>:<line>: ...`.
 void applyCommand(State& st, const std::string& line, const std::string& file, unsigned lineNo);
+// Applies a line the API made itself (no events file); returns "" or what was wrong.
+std::string applyOwnCommand(State& st, const std::string& line);
 // Starts watching KGPU_SIM_EVENTS (lines already there are applied before this returns).
 // Called at the first init with State::mutex NOT held.
 void startWatcher();

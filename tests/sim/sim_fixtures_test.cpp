@@ -272,7 +272,8 @@ TEST_F(SimFixtures, A100MigDevices) {
     const char* profiles[] = {"3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"};
     const unsigned long long mems[] = {40192, 19968, 9728, 9728};
     const unsigned sms[] = {42, 28, 14, 14};
-    const unsigned giProfiles[] = {2, 1, 0, 0};
+    const unsigned giProfiles[] = {9, 14, 19, 19};  // the ids the A100 reports for 3g, 2g, 1g (not the indices)
+    const unsigned ciProfiles[] = {2, 1, 0, 0};     // NVML_COMPUTE_INSTANCE_PROFILE_3/2/1_SLICE
     for (unsigned i = 0; i < 4; ++i) {
         SCOPED_TRACE(i);
         nvmlDevice_t d = mig(1, i);
@@ -299,7 +300,7 @@ TEST_F(SimFixtures, A100MigDevices) {
         EXPECT_EQ(cinfo.device, dev(1));
         EXPECT_EQ(cinfo.gpuInstance, gih);
         EXPECT_EQ(cinfo.id, 0u);
-        EXPECT_EQ(cinfo.profileId, giProfiles[i]);  // a full compute instance: same slice index
+        EXPECT_EQ(cinfo.profileId, ciProfiles[i]);  // a full compute instance: its slice count's index
         nvmlComputeInstanceInfo_v1_t c1{};
         ASSERT_EQ(NV(nvmlComputeInstanceGetInfo)(ci, &c1), NVML_SUCCESS);
         EXPECT_EQ(c1.profileId, cinfo.profileId);
@@ -448,23 +449,23 @@ TEST_F(SimFixtures, TelemetryStaysNearTheFixtureValues) {
 TEST_F(SimFixtures, H100MigProfiles) {
     ASSERT_EQ(start(fixture("dgx-h100.yaml")), NVML_SUCCESS);
     struct Want {
-        unsigned id, slices, instances;
+        unsigned index, id, slices, instances;  // NVML_GPU_INSTANCE_PROFILE_* and the id the GPU reports
         unsigned long long mib;
         unsigned sm, copy, dec, jpeg, ofa;
     };
     const Want table[] = {
-        {0, 1, 7, 9984, 16, 1, 1, 1, 0},    // 1g.10gb
-        {7, 1, 1, 9984, 16, 1, 1, 1, 1},    // 1g.10gb+me
-        {9, 1, 4, 20096, 26, 1, 1, 1, 0},   // 1g.20gb
-        {1, 2, 3, 20096, 32, 2, 2, 2, 0},   // 2g.20gb
-        {2, 3, 2, 40448, 60, 3, 3, 3, 0},   // 3g.40gb
-        {3, 4, 1, 40448, 64, 4, 4, 4, 0},   // 4g.40gb
-        {4, 7, 1, 81152, 132, 8, 7, 7, 1},  // 7g.80gb
+        {0, 19, 1, 7, 9984, 16, 1, 1, 1, 0},    // 1g.10gb
+        {7, 20, 1, 1, 9984, 16, 1, 1, 1, 1},    // 1g.10gb+me
+        {9, 15, 1, 4, 20096, 26, 1, 1, 1, 0},   // 1g.20gb
+        {1, 14, 2, 3, 20096, 32, 2, 2, 2, 0},   // 2g.20gb
+        {2, 9, 3, 2, 40448, 60, 3, 3, 3, 0},    // 3g.40gb
+        {3, 5, 4, 1, 40448, 64, 4, 4, 4, 0},    // 4g.40gb
+        {4, 0, 7, 1, 81152, 132, 8, 7, 7, 1},   // 7g.80gb
     };
     for (const Want& w : table) {
-        SCOPED_TRACE(w.id);
+        SCOPED_TRACE(w.index);
         nvmlGpuInstanceProfileInfo_t p{};
-        ASSERT_EQ(NV(nvmlDeviceGetGpuInstanceProfileInfo)(dev(5), w.id, &p), NVML_SUCCESS);
+        ASSERT_EQ(NV(nvmlDeviceGetGpuInstanceProfileInfo)(dev(5), w.index, &p), NVML_SUCCESS);
         EXPECT_EQ(p.id, w.id);
         EXPECT_EQ(p.sliceCount, w.slices);
         EXPECT_EQ(p.instanceCount, w.instances);
