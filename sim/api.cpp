@@ -1179,6 +1179,8 @@ nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t gpuI
 // to the events file when there is one, so that every process sharing it sees the same instances
 // with the same ids, and applied in this process before the call returns.
 
+}  // extern "C"
+
 namespace {
 
 // Applies `line` (made under the lock, applied without it when shared). UNKNOWN when it could not
@@ -1315,6 +1317,8 @@ nvmlReturn_t createGpuInstance(nvmlDevice_t device, unsigned profileId, const nv
 }
 
 }  // namespace
+
+extern "C" {
 
 // Bare metal: an idle GPU changes mode at once (the driver resets it); with processes on it the
 // new mode waits for a reset (activationStatus IN_USE), and with the fixture's
