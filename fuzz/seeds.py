@@ -192,6 +192,31 @@ put("web_config", b"basic_auth_users:\n  alice: $2y$10$abcdefghijklmnopqrstuu5Q3
                   b"http_server_config:\n  http2: false\n  headers:\n    X-Frame-Options: deny\n"
                   b"rate_limit:\n  interval: 1s500ms\n  burst: 10\n")
 put("web_config", b"http_server_config: {}\n")
+# kgpu mig apply -f: mig-parted configs (docs/mig.md), one with a subsystem filter and a mix that fits.
+put("mig_config", b"""version: v1
+mig-configs:
+  all-disabled:
+    - devices: all
+      mig-enabled: false
+  all-1g.10gb:
+    - device-filter: ["0x233010DE", "0x20B210DE"]
+      devices: all
+      mig-enabled: true
+      mig-devices:
+        "1g.10gb": 7
+  all-balanced:
+    - device-filter: "0x20B210DE:0x147F10DE"
+      devices: [0, 1]
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
+""")
+put("mig_config", b"""version: v1
+mig-configs:
+  mixed:
+    - devices: [2]
+      mig-enabled: true
+      mig-devices: {"4g.40gb": 1, "3g.40gb": 1, "1g.10gb+me": 0, "3c.7g.80gb": 1}
+""")
 for s in raw_strings("tests/exporter/web_config_test.cpp", ":"):
     put("web_config", s)
 

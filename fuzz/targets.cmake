@@ -99,3 +99,8 @@ kgpu_fuzz_target(kube_http
 kgpu_fuzz_target(kube_status
   SOURCES src/exporter/kube_status.cpp
   LIBS kgpu_exporter)
+
+kgpu_fuzz_target(mig_config
+  SOURCES src/mig/config.cpp src/mig/plan.cpp
+  PACKAGES yaml-cpp
+  LIBS kgpu_mig)

@@ -19,6 +19,7 @@
 #include "cli/hook.h"
 #include "cli/install.h"
 #include "cli/smi.h"
+#include "cli/mig.h"
 #include "cli/labels.h"
 #include "cli/runtime.h"
 #include "cli/device_plugin.h"
@@ -198,6 +199,8 @@ int run(int argc, char** argv) {
     CLI::App* hook_cmd = add_hook_command(app, hook_opts);
     SmiOptions smi_opts;
     CLI::App* smi_cmd = add_smi_command(app, smi_opts);
+    MigOptions mig_opts;
+    add_mig_command(app, mig_opts);
 
     // What CLI11 would only answer with "A subcommand is required": `kgpu help [subcommand]`,
     // `kgpu version`, and a word that names no subcommand.
@@ -254,6 +257,7 @@ int run(int argc, char** argv) {
     log::set_level(level);
 
     if (app.got_subcommand("info")) return run_info(info);
+    if (app.got_subcommand("mig")) return run_mig(*app.get_subcommand("mig"), mig_opts);
     if (app.got_subcommand("device-plugin")) return run_device_plugin(device_plugin);
     if (app.got_subcommand("doctor")) return run_doctor(doctor);
     if (app.got_subcommand("config-manager")) return run_config_manager(config_manager);

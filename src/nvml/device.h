@@ -14,6 +14,7 @@
 #include "common/error.h"
 
 struct nvmlDevice_st;
+struct nvmlGpuInstance_st;
 
 namespace kgpu::nvml {
 
@@ -37,6 +38,30 @@ struct MemoryInfo {
 struct MigMode {
     bool current = false;
     bool pending = false;
+};
+
+// MIG management (mig.cpp): a GPU instance profile as this GPU reports it.
+struct GpuInstanceProfile {
+    unsigned index = 0;           // NVML_GPU_INSTANCE_PROFILE_* (1g 0, 1g+me 7, 1g double memory 9, ...)
+    unsigned id = 0;              // the GPU's id for it (19 for 1g on A100): what create and list take
+    unsigned slices = 0;          // compute slices
+    unsigned instance_count = 0;  // at most this many instances
+    std::uint64_t memory_mb = 0;
+    std::vector<std::pair<unsigned, unsigned>> placements;  // start, size (memory slices)
+};
+
+// One GPU instance as it is now.
+struct GpuInstanceInfo {
+    nvmlGpuInstance_st* handle = nullptr;
+    unsigned id = 0, profile_id = 0, start = 0, size = 0;
+    unsigned compute_instances = 0;
+};
+
+// What nvmlDeviceSetMigMode's activation status said.
+enum class MigActivation {
+    now,           // the mode changed (an idle GPU is reset by the driver)
+    needs_reset,   // IN_USE: the GPU was busy; the new mode is pending until a GPU reset
+    needs_reboot,  // RESET_REQUIRED: no GPU reset here (a passed-through GPU): a reboot applies it
 };
 
 // nvmlDeviceGetAttributes on a MIG device handle. The engine counts are those of the MIG
@@ -125,6 +150,14 @@ public:
     Result<unsigned> gpu_instance_id() const;
     Result<unsigned> compute_instance_id() const;
     Result<DeviceAttributes> attributes() const;
+    // MIG management (mig.cpp; the GPU, not a MIG device). Every profile the GPU has, with its placements.
+    Result<MigActivation> set_mig_mode(bool enabled) const;
+    Result<std::vector<GpuInstanceProfile>> gpu_instance_profiles() const;
+    Result<std::vector<GpuInstanceInfo>> gpu_instances(const GpuInstanceProfile& profile) const;
+    // A GPU instance at `start` with one compute instance of its full size (a MIG device).
+    Result<GpuInstanceInfo> create_gpu_instance(const GpuInstanceProfile& profile, unsigned start) const;
+    // Its compute instances, then the GPU instance.
+    Status destroy_gpu_instance(const GpuInstanceInfo& instance) const;
     // nvmlGpuTopologyLevel_t value (0 internal ... 50 system).
     Result<int> common_ancestor(const Device& other) const;
     // Whether NVLink `link` is active; not_supported when the GPU has no such link.

@@ -85,6 +85,17 @@
     X(DeviceGetGpuInstanceProfileInfo, optional, nvmlDeviceGetGpuInstanceProfileInfo, nullptr)     \
     X(DeviceGetGpuInstanceById, optional, nvmlDeviceGetGpuInstanceById, nullptr)                   \
     X(GpuInstanceGetInfo, optional, nvmlGpuInstanceGetInfo, nullptr)                               \
+    X(DeviceSetMigMode, optional, nvmlDeviceSetMigMode, nullptr)                                   \
+    X(DeviceGetGpuInstancePossiblePlacements, optional, nvmlDeviceGetGpuInstancePossiblePlacements_v2, \
+      nullptr)                                                                                     \
+    X(DeviceCreateGpuInstanceWithPlacement, optional, nvmlDeviceCreateGpuInstanceWithPlacement, nullptr) \
+    X(DeviceGetGpuInstances, optional, nvmlDeviceGetGpuInstances, nullptr)                         \
+    X(GpuInstanceDestroy, optional, nvmlGpuInstanceDestroy, nullptr)                               \
+    X(GpuInstanceGetComputeInstanceProfileInfo, optional, nvmlGpuInstanceGetComputeInstanceProfileInfo, \
+      nullptr)                                                                                     \
+    X(GpuInstanceCreateComputeInstance, optional, nvmlGpuInstanceCreateComputeInstance, nullptr)   \
+    X(GpuInstanceGetComputeInstances, optional, nvmlGpuInstanceGetComputeInstances, nullptr)       \
+    X(ComputeInstanceDestroy, optional, nvmlComputeInstanceDestroy, nullptr)                       \
     X(EventSetCreate, optional, nvmlEventSetCreate, nullptr)                                       \
     X(DeviceGetSupportedEventTypes, optional, nvmlDeviceGetSupportedEventTypes, nullptr)           \
     X(DeviceRegisterEvents, optional, nvmlDeviceRegisterEvents, nullptr)                           \
