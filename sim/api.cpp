@@ -1184,7 +1184,9 @@ nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t gpuI
 namespace {
 
 // Applies `line` (made under the lock, applied without it when shared). UNKNOWN when it could not
-// be written or no longer applies (another process changed the GPU in between).
+// be written or (without an events file) did not apply; with one, the callers check that the
+// change is there. Two processes changing one GPU at the same moment can lose one change: each
+// line is the whole layout (a known limit of the simulator; a real driver serialises).
 nvmlReturn_t applyChange(const std::string& line) {
     auto shared = shareCommand(line);
     if (shared) return *shared ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
@@ -1414,7 +1416,9 @@ nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t gpuInstance) {
         return NVML_SUCCESS;
     });
     if (r != NVML_SUCCESS) return r;
-    return applyChange(line);
+    if ((r = applyChange(line)) != NVML_SUCCESS) return r;
+    // Gone, unless the line did not apply (another process changed the GPU in between).
+    return withState([&](State& st) { return st.lookup<GpuInstanceObj>(gpuInstance, Kind::GpuInstance) ? NVML_ERROR_UNKNOWN : NVML_SUCCESS; });
 }
 
 nvmlReturn_t nvmlGpuInstanceGetComputeInstanceRemainingCapacity(nvmlGpuInstance_t gpuInstance, unsigned int profileId,
@@ -1464,7 +1468,10 @@ nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t computeInstance) {
         return NVML_SUCCESS;
     });
     if (r != NVML_SUCCESS) return r;
-    return applyChange(line);
+    if ((r = applyChange(line)) != NVML_SUCCESS) return r;
+    return withState([&](State& st) {
+        return st.lookup<ComputeInstanceObj>(computeInstance, Kind::ComputeInstance) ? NVML_ERROR_UNKNOWN : NVML_SUCCESS;
+    });
 }
 
 nvmlReturn_t nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gpuInstance, unsigned int profileId,

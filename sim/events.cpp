@@ -118,13 +118,13 @@ MigSpec exactInstance(State& st, const Gpu& g, const std::string& tok) {
     for (std::string part; std::getline(ss, part, ':');) parts.push_back(part);
     if (parts.size() < 2 || parts.size() > 3 || !parts[1].starts_with("gi") || (parts.size() == 3 && !parts[2].starts_with("ci")))
         throw CommandError{usage};
-    const unsigned giId = static_cast<unsigned>(number(parts[1].substr(2), "GPU instance id", 14));
+    const unsigned giId = static_cast<unsigned>(number(parts[1].substr(2), "GPU instance id", 0xFFFF));
     std::string why;
     auto spec = migSpecFor(st, g, tok.substr(0, at), giId, &why);
     if (!spec) throw CommandError{why};
     spec->placementStart = static_cast<unsigned>(number(parts[0], "placement start", 7));
     spec->hasCi = parts.size() == 3;
-    if (spec->hasCi) spec->ciId = static_cast<unsigned>(number(parts[2].substr(2), "compute instance id", 7));
+    if (spec->hasCi) spec->ciId = static_cast<unsigned>(number(parts[2].substr(2), "compute instance id", 0xFFFF));
     // An instance that stays keeps what it had (the fixture's UUID and figures).
     for (const MigDevice* m : g.migs)
         if (m->giId == giId && m->profile == spec->profile && m->placementStart == *spec->placementStart) {
@@ -145,7 +145,8 @@ void applyMig(State& st, Gpu& g, const std::string& arg) {
         g.migEnabled = g.migPendingEnabled = false;
     } else if (arg == "on") {
         applyMigLayout(st, g, {});
-        g.migEnabled = g.migPendingEnabled = true;
+        if (!g.migEnabled) g.migPendingEnabled = true;  // turned on here; on already: a pending mode stays
+        g.migEnabled = true;
     } else if (arg.find('@') != std::string::npos) {
         std::vector<MigSpec> specs;
         std::vector<std::pair<unsigned, unsigned>> used;  // memory slice ranges
@@ -164,7 +165,8 @@ void applyMig(State& st, Gpu& g, const std::string& arg) {
         if (specs.size() > g.spec.maxMigDevices)
             throw CommandError{"'" + arg + "' has more than " + std::to_string(g.spec.maxMigDevices) + " instances"};
         applyMigLayout(st, g, specs);
-        g.migEnabled = g.migPendingEnabled = true;
+        if (!g.migEnabled) g.migPendingEnabled = true;  // turned on here; on already: a pending mode stays
+        g.migEnabled = true;
     } else {
         std::vector<MigSpec> specs;
         unsigned memSlices = 0, nextGi = g.nextGiId;

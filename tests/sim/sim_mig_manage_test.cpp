@@ -223,6 +223,12 @@ TEST_F(SimMigManage, ExplicitPlacementsAreCheckedAgainstTheTableAndTheInstancesT
     }
     // MIG off: no instance can be made.
     EXPECT_EQ(NV(nvmlDeviceCreateGpuInstance)(dev(3), 19, &gi), NVML_ERROR_NOT_SUPPORTED);
+    // One 1g.10gb+me at most, even where another would not overlap it.
+    enable(3);
+    nvmlGpuInstance_t me = nullptr;
+    ASSERT_EQ(create(3, 7, &me, 0), NVML_SUCCESS);
+    EXPECT_EQ(create(3, 7, &me, 1), NVML_ERROR_INSUFFICIENT_RESOURCES);
+    EXPECT_EQ(create(3, 0, &me, 1), NVML_SUCCESS);
 }
 
 // Every mix of A100 profiles: the simulator accepts it (each instance at the placement a search of
