@@ -32,16 +32,35 @@ struct Gpu {
     std::vector<mig::Profile> profiles;
     std::vector<mig::Placed> instances;
     std::map<unsigned, nvml::GpuInstanceInfo> by_gi;  // present GPU instances by id
+    std::vector<unsigned> partial;  // GPU instances without their one compute instance: no MIG device
     std::map<unsigned, std::vector<unsigned>> pids;    // GPU instance id (or kNoGi for the GPU) -> pids
+    std::string pids_unknown;  // why the processes could not be read ("" when they were)
 };
 constexpr unsigned kNoGi = ~0u;
 
 std::string label(const Gpu& g) { return fmt::format("GPU {} ({})", g.index, g.name); }
 
+// go-nvlib's names: the memory in eighths of the GPU's, and the attribute of the profile index
+// (REV1 +me; GFX +gfx; NO_ME -me; ALL_ME +me.all).
 std::string profile_name(const nvml::GpuInstanceProfile& p, std::uint64_t gpu_mib) {
     std::string name = inventory::mig_profile_name(p.slices, p.memory_mb, gpu_mib);
-    if (p.index == 7 || p.index == 8) name += "+me";  // the media-extension profiles (1_SLICE_REV1, 2_SLICE_REV1)
-    return name;
+    switch (p.index) {
+        case 0x07: case 0x08: return name + "+me";
+        case 0x0A: case 0x0B: case 0x0C: case 0x11: return name + "+gfx";
+        case 0x0D: case 0x0E: return name + "-me";
+        case 0x0F: case 0x10: return name + "+me.all";
+        default: return name;
+    }
+}
+
+// The planner's view of a profile: its name, id, size in memory slices and starts.
+mig::Profile plan_profile(const nvml::GpuInstanceProfile& p, std::uint64_t gpu_mib) {
+    mig::Profile mp{profile_name(p, gpu_mib), p.id, 0, p.instance_count, {}};
+    for (auto [start, size] : p.placements) {
+        mp.size = size;
+        mp.starts.push_back(start);
+    }
+    return mp;
 }
 
 Result<Gpu> read_gpu(const nvml::Session& s, unsigned index) {
@@ -49,10 +68,10 @@ Result<Gpu> read_gpu(const nvml::Session& s, unsigned index) {
     if (!dev) return std::unexpected(dev.error());
     Gpu g(index, *dev);
     g.name = dev->name().value_or("GPU");
-    if (auto pci = dev->pci_info()) {
-        g.device_id = pci->device_id;
-        g.subsystem_id = pci->subsystem_id;
-    }
+    auto pci = dev->pci_info();
+    if (!pci) return std::unexpected(pci.error());  // without its device id no entry could select it
+    g.device_id = pci->device_id;
+    g.subsystem_id = pci->subsystem_id;
     auto mode = dev->mig_mode();
     if (!mode) {
         if (mode.error().code == Code::not_supported) return g;  // not MIG capable
@@ -66,32 +85,40 @@ Result<Gpu> read_gpu(const nvml::Session& s, unsigned index) {
     if (!profiles) return std::unexpected(profiles.error());
     g.nvml_profiles = *profiles;
     for (const auto& p : g.nvml_profiles) {
-        mig::Profile mp{profile_name(p, gpu_mib), p.id, 0, p.instance_count, {}};
-        for (auto [start, size] : p.placements) {
-            mp.size = size;
-            mp.starts.push_back(start);
-        }
+        const mig::Profile mp = plan_profile(p, gpu_mib);
         g.profiles.push_back(mp);
         if (!g.mode.current) continue;
         auto gis = dev->gpu_instances(p);
         if (!gis) return std::unexpected(gis.error());
         for (const auto& gi : *gis) {
-            g.instances.push_back({mp.name, gi.start, gi.id});
             g.by_gi[gi.id] = gi;
+            if (gi.compute_instances == 1) g.instances.push_back({mp.name, gi.start, gi.id});
+            else g.partial.push_back(gi.id);  // half made (or made by hand): re-made by apply
         }
     }
-    // Who runs where: the GPU's processes, or each MIG device's under its GPU instance.
+    // Who runs where: the GPU's processes, or each MIG device's under its GPU instance. What
+    // cannot be read counts as busy (apply refuses to change it without --force).
     if (auto procs = dev->compute_processes())
         for (const auto& p : *procs) g.pids[kNoGi].push_back(p.pid);
+    else if (procs.error().code != Code::not_supported)
+        g.pids_unknown = procs.error().message;
     if (g.mode.current) {
-        const unsigned slots = dev->max_mig_devices().value_or(0);
-        for (unsigned i = 0; i < slots; ++i) {
+        auto slots = dev->max_mig_devices();
+        if (!slots) g.pids_unknown = slots.error().message;
+        for (unsigned i = 0; slots && i < *slots; ++i) {
             auto m = dev->mig_device(i);
-            if (!m || !*m) continue;
+            if (!m) {
+                g.pids_unknown = m.error().message;
+                continue;
+            }
+            if (!*m) continue;
             const auto gi = (*m)->gpu_instance_id();
             auto procs = (*m)->compute_processes();
-            if (gi && procs)
-                for (const auto& p : *procs) g.pids[*gi].push_back(p.pid);
+            if (!gi || !procs) {
+                g.pids_unknown = !gi ? gi.error().message : procs.error().message;
+                continue;
+            }
+            for (const auto& p : *procs) g.pids[*gi].push_back(p.pid);
         }
     }
     return g;
@@ -107,11 +134,12 @@ std::vector<unsigned> all_pids(const Gpu& g) {
 struct Want {
     bool enabled = false;
     std::map<std::string, unsigned> devices;
+    bool all = false;  // selected by `devices: all` (a GPU without MIG is then skipped, as mig-parted does)
 };
 std::optional<Want> wanted(const std::vector<mig::Entry>& entries, const Gpu& g) {
     std::optional<Want> out;
     for (const auto& e : entries)
-        if (mig::matches(e, g.index, g.device_id, g.subsystem_id)) out = Want{e.mig_enabled, e.mig_devices};
+        if (mig::matches(e, g.index, g.device_id, g.subsystem_id)) out = Want{e.mig_enabled, e.mig_devices, !e.devices};
     return out;
 }
 
@@ -123,12 +151,17 @@ bool same_counts(std::map<std::string, unsigned> a, std::map<std::string, unsign
 
 // Why GPU `g` does not match `w` ("" when it does); mode_only compares the mode alone.
 std::string mismatch(const Gpu& g, const Want& w, bool mode_only) {
-    if (!g.capable) return w.enabled ? label(g) + " is not MIG capable" : "";
+    if (!g.capable) return w.enabled && !w.all ? label(g) + " is not MIG capable" : "";
+    if (g.mode.current == w.enabled && g.mode.pending != w.enabled)
+        return fmt::format("{}: MIG mode {} is pending (after the next GPU reset); the config wants it {}", label(g),
+                           g.mode.pending ? "enabled" : "disabled", w.enabled ? "enabled" : "disabled");
     if (g.mode.current != w.enabled)
         return fmt::format("{}: MIG mode is {}, the config wants it {}{}", label(g), g.mode.current ? "enabled" : "disabled",
                            w.enabled ? "enabled" : "disabled",
                            g.mode.pending != g.mode.current ? " (the change is pending a GPU reset)" : "");
     if (mode_only || !w.enabled) return "";
+    if (!g.partial.empty())
+        return fmt::format("{}: GPU instance {} has no compute instance (no MIG device)", label(g), g.partial.front());
     const auto have = mig::counts(g.instances);
     if (same_counts(have, w.devices)) return "";
     auto show = [](const std::map<std::string, unsigned>& m) {
@@ -208,6 +241,7 @@ int run_apply(const nvml::Session& s, const MigOptions& o) {
         Want want;
         std::optional<mig::Plan> plan;  // when the instances change (MIG stays on)
         bool mode_change = false;
+        bool cancel_pending = false;    // the mode is right but another one is pending: set it again
     };
     std::vector<Step> steps;
     std::vector<std::string> problems;
@@ -215,30 +249,38 @@ int run_apply(const nvml::Session& s, const MigOptions& o) {
         auto w = wanted(*entries, g);
         if (!w) continue;  // not selected: left alone
         if (!g.capable) {
-            if (w->enabled) problems.push_back(label(g) + " is not MIG capable; the config enables MIG on it");
+            if (w->enabled && !w->all) problems.push_back(label(g) + " is not MIG capable; the config enables MIG on it");
             continue;
         }
-        Step st{&g, *w, std::nullopt, g.mode.current != w->enabled};
-        if (w->enabled && !o.mode_only) {
+        Step st{&g, *w, std::nullopt, g.mode.current != w->enabled, g.mode.current == w->enabled && g.mode.pending != w->enabled};
+        // A driver that lists no profiles while MIG is off (older ones): the fit is checked
+        // once MIG is on.
+        const bool can_plan = !(st.mode_change && g.profiles.empty());
+        if (w->enabled && !o.mode_only && can_plan) {
             std::string why;
             auto p = mig::plan(g.profiles, st.mode_change ? std::vector<mig::Placed>{} : g.instances, w->devices, &why);
             if (!p) {
                 problems.push_back(fmt::format("{}: {}", label(g), why));
                 continue;
             }
-            if (p->changes() && !st.mode_change) st.plan = p;
+            if ((p->changes() || !g.partial.empty()) && !st.mode_change) st.plan = p;
         }
-        if (!st.mode_change && !st.plan) continue;  // already right
+        if (!st.mode_change && !st.plan && !st.cancel_pending) continue;  // already right
         std::vector<unsigned> busy;
         if (st.mode_change) {
             busy = all_pids(g);
-        } else {
+        } else if (st.plan) {
             for (const auto& d : st.plan->destroy)
                 if (auto it = g.pids.find(*d.gi_id); it != g.pids.end()) busy.insert(busy.end(), it->second.begin(), it->second.end());
         }
-        if (!busy.empty() && !o.force) {
+        if (!o.force && !busy.empty()) {
             problems.push_back(fmt::format("{} has processes on what would change (pids {}); stop them or use --force",
                                            label(g), fmt::join(busy, ", ")));
+            continue;
+        }
+        if (!o.force && !g.pids_unknown.empty() && (st.mode_change || st.plan)) {
+            problems.push_back(fmt::format("{}: cannot tell which processes run on it ({}); use --force to change it anyway",
+                                           label(g), g.pids_unknown));
             continue;
         }
         steps.push_back(std::move(st));
@@ -269,6 +311,13 @@ int run_apply(const nvml::Session& s, const MigOptions& o) {
                     }
             return std::unexpected(Error{Code::not_found, "no profile " + p.profile});
         };
+        if (st.cancel_pending && !st.mode_change) {
+            if (auto act = dev.set_mig_mode(st.want.enabled); !act)
+                return fail(fmt::format("{}: setting MIG mode: {}", label(g), act.error().message));
+            log::info("{}: the pending MIG mode change is cancelled", label(g));
+        }
+        for (unsigned gi : g.partial)  // half-made GPU instances go first
+            if (auto r = destroy(gi); !r) return fail(fmt::format("{}: destroying GPU instance {}: {}", label(g), gi, r.error().message));
         if (st.mode_change) {
             for (const auto& i : g.instances)
                 if (auto r = destroy(*i.gi_id); !r) return fail(fmt::format("{}: destroying GPU instance {}: {}", label(g), *i.gi_id, r.error().message));
@@ -285,8 +334,16 @@ int run_apply(const nvml::Session& s, const MigOptions& o) {
             }
             log::info("{}: MIG mode {}", label(g), st.want.enabled ? "enabled" : "disabled");
             if (!st.want.enabled || o.mode_only) continue;
-            auto p = mig::plan(g.profiles, {}, st.want.devices, nullptr);
-            if (!p) return fail(label(g) + ": the layout no longer fits");
+            // The profiles as the driver lists them with MIG on.
+            auto listed = dev.gpu_instance_profiles();
+            if (!listed) return fail(fmt::format("{}: reading the MIG profiles: {}", label(g), listed.error().message));
+            const auto mem = dev.memory();
+            g.nvml_profiles = *listed;
+            g.profiles.clear();
+            for (const auto& np : g.nvml_profiles) g.profiles.push_back(plan_profile(np, mem ? mem->total >> 20 : 0));
+            std::string why;
+            auto p = mig::plan(g.profiles, {}, st.want.devices, &why);
+            if (!p) return fail(fmt::format("{}: MIG is on, but {}", label(g), why));
             st.plan = p;
             g.by_gi.clear();
         }

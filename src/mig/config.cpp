@@ -20,15 +20,11 @@ struct ConfigError {
 }
 
 unsigned parse_hex(const std::string& s, const std::string& where) {
-    if (!s.starts_with("0x") && !s.starts_with("0X")) fail(where, "'" + s + "' is not 0x<device id><vendor id> like 0x20B210DE");
-    try {
-        size_t used = 0;
-        const unsigned long v = std::stoul(s.substr(2), &used, 16);
-        if (used != s.size() - 2 || used == 0 || v > 0xFFFFFFFFul) throw std::invalid_argument(s);
-        return static_cast<unsigned>(v);
-    } catch (const std::exception&) {
+    const std::string digits = s.size() > 2 ? s.substr(2) : "";
+    if ((!s.starts_with("0x") && !s.starts_with("0X")) || digits.empty() || digits.size() > 8 ||
+        digits.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
         fail(where, "'" + s + "' is not 0x<device id><vendor id> like 0x20B210DE");
-    }
+    return static_cast<unsigned>(std::stoul(digits, nullptr, 16));
 }
 
 Entry parse_entry(const YAML::Node& n, const std::string& where) {
@@ -101,6 +97,7 @@ Entry parse_entry(const YAML::Node& n, const std::string& where) {
 }  // namespace
 
 bool valid_profile_name(const std::string& name) {
+    if (name.size() > 64) return false;  // (and libstdc++'s regex recurses per character)
     static const std::regex re(R"(^([1-8]c\.)?[1-8]g\.[1-9][0-9]*gb(\+[a-z][a-z0-9.]*[a-z0-9](,[a-z][a-z0-9.]*[a-z0-9])*|-me)?$)");
     return std::regex_match(name, re);
 }

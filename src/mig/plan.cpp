@@ -1,6 +1,7 @@
 #include "mig/plan.h"
 
 #include <algorithm>
+#include <bit>
 
 #include <fmt/format.h>
 
@@ -8,7 +9,10 @@ namespace kgpu::mig {
 
 namespace {
 
-unsigned mask(unsigned start, unsigned size) { return ((1u << size) - 1u) << start; }
+unsigned mask(unsigned start, unsigned size) {
+    if (size >= 16 || start >= 16) return ~0u;  // no GPU has that many slices: overlaps everything
+    return ((1u << size) - 1u) << start;
+}
 
 // Places `todo` (profiles, biggest first) into the slices not in `used`; appends to `out`.
 bool place(const std::vector<const Profile*>& todo, size_t i, unsigned used, std::vector<Placed>& out) {
@@ -58,21 +62,41 @@ std::optional<Plan> plan(const std::vector<Profile>& profiles, const std::vector
     }
     std::stable_sort(all.begin(), all.end(), [](const Profile* a, const Profile* b) { return a->size > b->size; });
 
-    // First keep what is there and wanted, then nothing.
-    for (bool keepCurrent : {true, false}) {
+    // Keep as many of the instances there as still fit with the rest: every subset of the wanted
+    // ones, the biggest first (a GPU has at most 8 instances: at most 256 tries).
+    std::vector<size_t> keepable;
+    for (size_t i = 0; i < current.size(); ++i)
+        if (profile(current[i].profile) && wanted.contains(current[i].profile)) keepable.push_back(i);
+    if (keepable.size() > 10) keepable.resize(10);  // (no real GPU has more than 8 instances)
+    std::vector<unsigned> subsets;
+    for (unsigned m = 0; m < (1u << keepable.size()); ++m) subsets.push_back(m);
+    std::stable_sort(subsets.begin(), subsets.end(),
+                     [](unsigned a, unsigned b) { return std::popcount(a) > std::popcount(b); });
+    for (unsigned subset : subsets) {
         Plan out;
         std::map<std::string, unsigned> left = wanted;
         unsigned used = 0;
-        for (const Placed& c : current) {
-            const Profile* p = profile(c.profile);
-            if (keepCurrent && p && left[c.profile] > 0) {
-                --left[c.profile];
-                out.keep.push_back(c);
-                used |= mask(c.start, p->size);
-            } else {
+        bool ok = true;
+        std::vector<bool> kept(current.size(), false);
+        for (size_t k = 0; k < keepable.size(); ++k)
+            if (subset & (1u << k)) kept[keepable[k]] = true;
+        for (size_t i = 0; i < current.size(); ++i) {
+            const Placed& c = current[i];
+            if (!kept[i]) {
                 out.destroy.push_back(c);
+                continue;
             }
+            const Profile* p = profile(c.profile);
+            const unsigned m = mask(c.start, p->size);
+            if (left[c.profile] == 0 || (used & m)) {
+                ok = false;  // more of it than wanted, or overlapping: not a subset worth keeping
+                break;
+            }
+            --left[c.profile];
+            out.keep.push_back(c);
+            used |= m;
         }
+        if (!ok) continue;
         std::vector<const Profile*> todo;
         for (const Profile* p : all)
             if (left[p->name] > 0) {

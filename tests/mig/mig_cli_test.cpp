@@ -179,6 +179,16 @@ TEST_F(MigCli, KeepsWhatIsRightAndPlacesTheRestAroundIt) {
     EXPECT_EQ(profiles()[0], (std::vector<std::string>{"1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"}));
 }
 
+TEST_F(MigCli, AGpuInstanceWithoutItsComputeInstanceIsNoMigDeviceAndIsRemade) {
+    sim("mig 2 3g.40gb@0:gi1,3g.40gb@4:gi2:ci0");  // gi1 was left half made
+    auto a = mig({"assert", "-f", config, "-c", "two-3g"});
+    EXPECT_EQ(a.exit_code, 1);
+    EXPECT_THAT(a.err, HasSubstr("GPU 2 (NVIDIA A100-SXM4-80GB): GPU instance 1 has no compute instance"));
+    auto r = apply("two-3g");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(profiles()[2], (std::vector<std::string>{"3g.40gb", "3g.40gb"}));
+}
+
 TEST_F(MigCli, AModeChangeOnABusyGpuIsPendingUntilAResetAndSaysSo) {
     sim("proc 3 777 1048576");
     auto r = apply("two-3g", {"--force"});

@@ -151,5 +151,17 @@ TEST(MigPlan, WhatIsThereAndWantedStaysAndOnlyTheRestChanges) {
     EXPECT_EQ(fresh->create, (std::vector<Placed>{{"3g.40gb", 4, std::nullopt}, {"4g.40gb", 0, std::nullopt}}));
 }
 
+TEST(MigPlan, KeepsTheMostInstancesThatStillFitNotAllOrNothing) {
+    // 7x 1g -> 4g + 3x 1g: the 1g's at 4, 5 and 6 can stay (the 4g takes 0-3); keeping those at
+    // 0-2 would leave no room, and laying out afresh would destroy all seven.
+    std::vector<Placed> now;
+    for (unsigned i = 0; i < 7; ++i) now.push_back({"1g.10gb", i, 7 + i});
+    auto p = plan(kA100_80, now, {{"4g.40gb", 1}, {"1g.10gb", 3}}, nullptr);
+    ASSERT_TRUE(p);
+    EXPECT_EQ(p->keep, (std::vector<Placed>{{"1g.10gb", 4, 11}, {"1g.10gb", 5, 12}, {"1g.10gb", 6, 13}}));
+    EXPECT_EQ(p->destroy.size(), 4u);
+    EXPECT_EQ(p->create, (std::vector<Placed>{{"4g.40gb", 0, std::nullopt}}));
+}
+
 }  // namespace
 }  // namespace kgpu::mig
