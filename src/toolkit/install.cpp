@@ -14,6 +14,7 @@
 #include <cstring>
 #include <map>
 #include <ranges>
+#include <thread>
 
 #include <fmt/format.h>
 #include <gnu/libc-version.h>
@@ -533,6 +534,11 @@ Result<InstallReport> install(const InstallOptions& o) {
                             "--restart-mode systemd); its config is already changed, so starting it is all that is left",
                             o.containerd_socket, std::chrono::duration_cast<std::chrono::seconds>(o.restart_timeout).count());
             say(fmt::format("containerd serves {} again ({:.1f} s after the restart)", o.containerd_socket, *back));
+            // containerd answers on its socket a few milliseconds before its CRI plugin subscribes
+            // to task exits and recovers its containers. A container that exits in between (this
+            // one, when it runs as the DaemonSet's init container) is never seen to exit: the pod
+            // stays Init:0/1 (seen in the e2e suite under load). Let containerd settle first.
+            std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(std::chrono::seconds(2), o.restart_timeout));
         }
     }
 
