@@ -301,15 +301,14 @@ int run_apply(const nvml::Session& s, const MigOptions& o) {
             return dev.destroy_gpu_instance(it->second);
         };
         auto create = [&](const mig::Placed& p) -> Status {
-            for (const auto& np : g.nvml_profiles)
-                for (const auto& mp : g.profiles)
-                    if (mp.name == p.profile && mp.id == np.id) {
-                        auto made = dev.create_gpu_instance(np, p.start);
-                        if (!made) return std::unexpected(made.error());
-                        log::info("{}: created {} at memory slice {} (GPU instance {})", label(g), p.profile, p.start, made->id);
-                        return {};
-                    }
-            return std::unexpected(Error{Code::not_found, "no profile " + p.profile});
+            const auto mp = std::ranges::find(g.profiles, p.profile, &mig::Profile::name);
+            const auto np = mp == g.profiles.end() ? g.nvml_profiles.end()
+                                                   : std::ranges::find(g.nvml_profiles, mp->id, &nvml::GpuInstanceProfile::id);
+            if (np == g.nvml_profiles.end()) return std::unexpected(Error{Code::not_found, "no profile " + p.profile});
+            auto made = dev.create_gpu_instance(*np, p.start);
+            if (!made) return std::unexpected(made.error());
+            log::info("{}: created {} at memory slice {} (GPU instance {})", label(g), p.profile, p.start, made->id);
+            return {};
         };
         if (st.cancel_pending && !st.mode_change) {
             if (auto act = dev.set_mig_mode(st.want.enabled); !act)

@@ -77,6 +77,11 @@ protected:
         EXPECT_EQ(NV(nvmlGpuInstanceCreateComputeInstance)(gi, ciIndex, &ci), NVML_SUCCESS);
         return ci;
     }
+    // Whether the device lists a compute process (the count query answers INSUFFICIENT_SIZE).
+    bool hasProcesses(nvmlDevice_t d) {
+        unsigned n = 0;
+        return NV(nvmlDeviceGetComputeRunningProcesses_v3)(d, &n, nullptr) == NVML_ERROR_INSUFFICIENT_SIZE;
+    }
     std::vector<std::string> migUuids(unsigned g) {
         std::vector<std::string> out;
         for (unsigned i = 0; i < 7; ++i) {
@@ -136,10 +141,7 @@ TEST_F(SimMigManage, ModeChangesAtOnceWhenIdleAndWaitsForAResetWithProcesses) {
     EXPECT_EQ(mode(dev(2)), std::make_pair(1u, 1u));
     // A process on GPU 3: the new mode is pending until the GPU is reset.
     append(events, "proc 3 4242 1048576\n");
-    ASSERT_TRUE(eventually([&] {
-        unsigned n = 0;
-        return NV(nvmlDeviceGetComputeRunningProcesses_v3)(dev(3), &n, nullptr) == NVML_ERROR_INSUFFICIENT_SIZE;
-    }));
+    ASSERT_TRUE(eventually([&] { return hasProcesses(dev(3)); }));
     ASSERT_EQ(setMode(dev(3), NVML_DEVICE_MIG_ENABLE, &activation), NVML_SUCCESS);
     EXPECT_EQ(activation, NVML_ERROR_IN_USE);
     EXPECT_EQ(mode(dev(3)), std::make_pair(0u, 1u));
@@ -331,10 +333,7 @@ TEST_F(SimMigManage, AComputeInstanceMakesTheMigDeviceAndEveryProcessSeesTheSame
     EXPECT_EQ(mode(dev(2)), std::make_pair(1u, 1u));
     // A process on it keeps its compute instance; the GPU instance goes only after that.
     append(events, "proc 2:0 77 1048576\n");
-    ASSERT_TRUE(eventually([&] {
-        unsigned n = 0;
-        return NV(nvmlDeviceGetComputeRunningProcesses_v3)(mig(2, 0), &n, nullptr) == NVML_ERROR_INSUFFICIENT_SIZE;
-    }));
+    ASSERT_TRUE(eventually([&] { return hasProcesses(mig(2, 0)); }));
     nvmlGpuInstance_t same = nullptr;
     ASSERT_EQ(NV(nvmlDeviceGetGpuInstanceById)(dev(2), 1, &same), NVML_SUCCESS);
     nvmlComputeInstance_t sameCi = nullptr;
