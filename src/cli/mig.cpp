@@ -13,189 +13,18 @@
 #include "common/log.h"
 #include "inventory/node.h"
 #include "mig/config.h"
+#include "mig/node.h"
 #include "mig/plan.h"
 
 namespace kgpu::cli {
 
 namespace {
 
-// One GPU as `kgpu mig` sees it.
-struct Gpu {
-    Gpu(unsigned i, nvml::Device d) : index(i), dev(std::move(d)) {}
-    unsigned index = 0;
-    nvml::Device dev;
-    std::string name;
-    unsigned device_id = 0, subsystem_id = 0;
-    bool capable = false;
-    nvml::MigMode mode;
-    std::vector<nvml::GpuInstanceProfile> nvml_profiles;
-    std::vector<mig::Profile> profiles;
-    std::vector<mig::Placed> instances;
-    std::map<unsigned, nvml::GpuInstanceInfo> by_gi;  // present GPU instances by id
-    std::vector<unsigned> partial;  // GPU instances without their one compute instance: no MIG device
-    std::map<unsigned, std::vector<unsigned>> pids;    // GPU instance id (or kNoGi for the GPU) -> pids
-    std::string pids_unknown;  // why the processes could not be read ("" when they were)
-};
-constexpr unsigned kNoGi = ~0u;
+using mig::Gpu;
+using mig::label;
+using mig::read_node;
 
-std::string label(const Gpu& g) { return fmt::format("GPU {} ({})", g.index, g.name); }
-
-// go-nvlib's names: the memory in eighths of the GPU's, and the attribute of the profile index
-// (REV1 +me; GFX +gfx; NO_ME -me; ALL_ME +me.all).
-std::string profile_name(const nvml::GpuInstanceProfile& p, std::uint64_t gpu_mib) {
-    std::string name = inventory::mig_profile_name(p.slices, p.memory_mb, gpu_mib);
-    switch (p.index) {
-        case 0x07: case 0x08: return name + "+me";
-        case 0x0A: case 0x0B: case 0x0C: case 0x11: return name + "+gfx";
-        case 0x0D: case 0x0E: return name + "-me";
-        case 0x0F: case 0x10: return name + "+me.all";
-        default: return name;
-    }
-}
-
-// The planner's view of a profile: its name, id, size in memory slices and starts.
-mig::Profile plan_profile(const nvml::GpuInstanceProfile& p, std::uint64_t gpu_mib) {
-    mig::Profile mp{profile_name(p, gpu_mib), p.id, 0, p.instance_count, {}};
-    for (auto [start, size] : p.placements) {
-        mp.size = size;
-        mp.starts.push_back(start);
-    }
-    return mp;
-}
-
-Result<Gpu> read_gpu(const nvml::Session& s, unsigned index) {
-    auto dev = s.device_by_index(index);
-    if (!dev) return std::unexpected(dev.error());
-    Gpu g(index, *dev);
-    g.name = dev->name().value_or("GPU");
-    auto pci = dev->pci_info();
-    if (!pci) return std::unexpected(pci.error());  // without its device id no entry could select it
-    g.device_id = pci->device_id;
-    g.subsystem_id = pci->subsystem_id;
-    auto mode = dev->mig_mode();
-    if (!mode) {
-        if (mode.error().code == Code::not_supported) return g;  // not MIG capable
-        return std::unexpected(mode.error());
-    }
-    g.capable = true;
-    g.mode = *mode;
-    const auto mem = dev->memory();
-    const std::uint64_t gpu_mib = mem ? mem->total >> 20 : 0;
-    auto profiles = dev->gpu_instance_profiles();
-    if (!profiles) return std::unexpected(profiles.error());
-    g.nvml_profiles = *profiles;
-    for (const auto& p : g.nvml_profiles) {
-        const mig::Profile mp = plan_profile(p, gpu_mib);
-        g.profiles.push_back(mp);
-        if (!g.mode.current) continue;
-        auto gis = dev->gpu_instances(p);
-        if (!gis) return std::unexpected(gis.error());
-        for (const auto& gi : *gis) {
-            g.by_gi[gi.id] = gi;
-            if (gi.compute_instances == 1) g.instances.push_back({mp.name, gi.start, gi.id});
-            else g.partial.push_back(gi.id);  // half made (or made by hand): re-made by apply
-        }
-    }
-    // Who runs where: the GPU's processes, or each MIG device's under its GPU instance. What
-    // cannot be read counts as busy (apply refuses to change it without --force).
-    if (auto procs = dev->compute_processes())
-        for (const auto& p : *procs) g.pids[kNoGi].push_back(p.pid);
-    else if (procs.error().code != Code::not_supported)
-        g.pids_unknown = procs.error().message;
-    if (g.mode.current) {
-        auto slots = dev->max_mig_devices();
-        if (!slots) g.pids_unknown = slots.error().message;
-        for (unsigned i = 0; slots && i < *slots; ++i) {
-            auto m = dev->mig_device(i);
-            if (!m) {
-                g.pids_unknown = m.error().message;
-                continue;
-            }
-            if (!*m) continue;
-            const auto gi = (*m)->gpu_instance_id();
-            auto procs = (*m)->compute_processes();
-            if (!gi || !procs) {
-                g.pids_unknown = !gi ? gi.error().message : procs.error().message;
-                continue;
-            }
-            for (const auto& p : *procs) g.pids[*gi].push_back(p.pid);
-        }
-    }
-    return g;
-}
-
-std::vector<unsigned> all_pids(const Gpu& g) {
-    std::vector<unsigned> out;
-    for (const auto& [gi, pids] : g.pids) out.insert(out.end(), pids.begin(), pids.end());
-    return out;
-}
-
-// What one GPU should become: the last entry of the config that matches it.
-struct Want {
-    bool enabled = false;
-    std::map<std::string, unsigned> devices;
-    bool all = false;  // selected by `devices: all` (a GPU without MIG is then skipped, as mig-parted does)
-};
-std::optional<Want> wanted(const std::vector<mig::Entry>& entries, const Gpu& g) {
-    std::optional<Want> out;
-    for (const auto& e : entries)
-        if (mig::matches(e, g.index, g.device_id, g.subsystem_id)) out = Want{e.mig_enabled, e.mig_devices, !e.devices};
-    return out;
-}
-
-bool same_counts(std::map<std::string, unsigned> a, std::map<std::string, unsigned> b) {
-    std::erase_if(a, [](const auto& kv) { return kv.second == 0; });
-    std::erase_if(b, [](const auto& kv) { return kv.second == 0; });
-    return a == b;
-}
-
-// Why GPU `g` does not match `w` ("" when it does); mode_only compares the mode alone.
-std::string mismatch(const Gpu& g, const Want& w, bool mode_only) {
-    if (!g.capable) return w.enabled && !w.all ? label(g) + " is not MIG capable" : "";
-    if (g.mode.current == w.enabled && g.mode.pending != w.enabled)
-        return fmt::format("{}: MIG mode {} is pending (after the next GPU reset); the config wants it {}", label(g),
-                           g.mode.pending ? "enabled" : "disabled", w.enabled ? "enabled" : "disabled");
-    if (g.mode.current != w.enabled)
-        return fmt::format("{}: MIG mode is {}, the config wants it {}{}", label(g), g.mode.current ? "enabled" : "disabled",
-                           w.enabled ? "enabled" : "disabled",
-                           g.mode.pending != g.mode.current ? " (the change is pending a GPU reset)" : "");
-    if (mode_only || !w.enabled) return "";
-    if (!g.partial.empty())
-        return fmt::format("{}: GPU instance {} has no compute instance (no MIG device)", label(g), g.partial.front());
-    const auto have = mig::counts(g.instances);
-    if (same_counts(have, w.devices)) return "";
-    auto show = [](const std::map<std::string, unsigned>& m) {
-        std::string s;
-        for (const auto& [k, v] : m)
-            if (v) s += (s.empty() ? "" : ", ") + fmt::format("{} x {}", v, k);
-        return s.empty() ? std::string("none") : s;
-    };
-    return fmt::format("{}: has {}, the config wants {}", label(g), show(have), show(w.devices));
-}
-
-Result<std::vector<Gpu>> read_node(const nvml::Session& s) {
-    auto n = s.device_count();
-    if (!n) return std::unexpected(n.error());
-    std::vector<Gpu> out;
-    for (unsigned i = 0; i < *n; ++i) {
-        auto g = read_gpu(s, i);
-        if (!g) return std::unexpected(Error{g.error().code, fmt::format("GPU {}: {}", i, g.error().message)});
-        out.push_back(std::move(*g));
-    }
-    return out;
-}
-
-Result<std::vector<mig::Entry>> load_entries(const MigOptions& o) {
-    if (o.config_file.empty())
-        return std::unexpected(Error{Code::invalid_argument, "missing required flags 'config-file' (-f FILE or MIG_PARTED_CONFIG_FILE)"});
-    auto text = files::read(o.config_file);
-    if (!text) return std::unexpected(Error{text.error().code, "error parsing config file: " + text.error().message});
-    auto config = mig::parse_config(*text, o.config_file);
-    if (!config) return std::unexpected(Error{config.error().code, "error parsing config file: " + config.error().message});
-    auto entries = mig::select(*config, o.selected_config);
-    if (!entries) return std::unexpected(Error{entries.error().code, "error selecting MIG config: " + entries.error().message});
-    return entries;
-}
+Result<std::vector<mig::Entry>> load_entries(const MigOptions& o) { return mig::load_entries(o.config_file, o.selected_config); }
 
 int run_assert(const nvml::Session& s, const MigOptions& o) {
     auto entries = load_entries(o);
@@ -210,9 +39,9 @@ int run_assert(const nvml::Session& s, const MigOptions& o) {
     }
     std::vector<std::string> why;
     for (const Gpu& g : *gpus) {
-        auto w = wanted(*entries, g);
+        auto w = mig::wanted(*entries, g);
         if (!w) why.push_back(label(g) + " is not selected by any entry of the config");
-        else if (auto m = mismatch(g, *w, o.mode_only); !m.empty()) why.push_back(m);
+        else if (auto m = mig::mismatch(g, *w, o.mode_only); !m.empty()) why.push_back(m);
     }
     if (!why.empty()) {
         std::cerr << "kgpu mig assert: assertion failure: selected configuration not currently applied\n";
@@ -236,121 +65,34 @@ int run_apply(const nvml::Session& s, const MigOptions& o) {
 
     // Everything is checked before anything changes: a layout that does not fit, a GPU that is
     // not MIG capable, or one with processes where something would be destroyed, stops it all.
-    struct Step {
-        Gpu* gpu;
-        Want want;
-        std::optional<mig::Plan> plan;  // when the instances change (MIG stays on)
-        bool mode_change = false;
-        bool cancel_pending = false;    // the mode is right but another one is pending: set it again
-    };
-    std::vector<Step> steps;
-    std::vector<std::string> problems;
-    for (Gpu& g : *gpus) {
-        auto w = wanted(*entries, g);
-        if (!w) continue;  // not selected: left alone
-        if (!g.capable) {
-            if (w->enabled && !w->all) problems.push_back(label(g) + " is not MIG capable; the config enables MIG on it");
-            continue;
-        }
-        Step st{&g, *w, std::nullopt, g.mode.current != w->enabled, g.mode.current == w->enabled && g.mode.pending != w->enabled};
-        // A driver that lists no profiles while MIG is off (older ones): the fit is checked
-        // once MIG is on.
-        const bool can_plan = !(st.mode_change && g.profiles.empty());
-        if (w->enabled && !o.mode_only && can_plan) {
-            std::string why;
-            auto p = mig::plan(g.profiles, st.mode_change ? std::vector<mig::Placed>{} : g.instances, w->devices, &why);
-            if (!p) {
-                problems.push_back(fmt::format("{}: {}", label(g), why));
-                continue;
-            }
-            if ((p->changes() || !g.partial.empty()) && !st.mode_change) st.plan = p;
-        }
-        if (!st.mode_change && !st.plan && !st.cancel_pending) continue;  // already right
-        std::vector<unsigned> busy;
-        if (st.mode_change) {
-            busy = all_pids(g);
-        } else if (st.plan) {
-            for (const auto& d : st.plan->destroy)
-                if (auto it = g.pids.find(*d.gi_id); it != g.pids.end()) busy.insert(busy.end(), it->second.begin(), it->second.end());
-        }
-        if (!o.force && !busy.empty()) {
-            problems.push_back(fmt::format("{} has processes on what would change (pids {}); stop them or use --force",
-                                           label(g), fmt::join(busy, ", ")));
-            continue;
-        }
-        if (!o.force && !g.pids_unknown.empty() && (st.mode_change || st.plan)) {
-            problems.push_back(fmt::format("{}: cannot tell which processes run on it ({}); use --force to change it anyway",
-                                           label(g), g.pids_unknown));
-            continue;
-        }
-        steps.push_back(std::move(st));
+    auto plan = mig::assess(*gpus, *entries, o.mode_only);
+    for (const auto& st : plan.steps) {
+        const Gpu& g = (*gpus)[st.gpu];
+        if (!o.force && !st.busy.empty())
+            plan.problems.push_back(fmt::format("{} has processes on what would change (pids {}); stop them or use --force",
+                                                label(g), fmt::join(st.busy, ", ")));
+        else if (!o.force && !g.pids_unknown.empty() && (st.mode_change || st.plan))
+            plan.problems.push_back(fmt::format("{}: cannot tell which processes run on it ({}); use --force to change it anyway",
+                                                label(g), g.pids_unknown));
     }
-    if (!problems.empty()) {
+    if (!plan.problems.empty()) {
         std::cerr << "kgpu mig apply: nothing changed:\n";
-        for (const auto& p : problems) std::cerr << "  " << p << "\n";
+        for (const auto& p : plan.problems) std::cerr << "  " << p << "\n";
         return kMigFailed;
     }
 
     int rc = kMigOk;
-    for (Step& st : steps) {
-        Gpu& g = *st.gpu;
-        const nvml::Device& dev = g.dev;
-        auto destroy = [&](unsigned gi_id) -> Status {
-            auto it = g.by_gi.find(gi_id);
-            if (it == g.by_gi.end()) return {};
-            return dev.destroy_gpu_instance(it->second);
-        };
-        auto create = [&](const mig::Placed& p) -> Status {
-            const auto mp = std::ranges::find(g.profiles, p.profile, &mig::Profile::name);
-            const auto np = mp == g.profiles.end() ? g.nvml_profiles.end()
-                                                   : std::ranges::find(g.nvml_profiles, mp->id, &nvml::GpuInstanceProfile::id);
-            if (np == g.nvml_profiles.end()) return std::unexpected(Error{Code::not_found, "no profile " + p.profile});
-            auto made = dev.create_gpu_instance(*np, p.start);
-            if (!made) return std::unexpected(made.error());
-            log::info("{}: created {} at memory slice {} (GPU instance {})", label(g), p.profile, p.start, made->id);
-            return {};
-        };
-        if (st.cancel_pending && !st.mode_change) {
-            if (auto act = dev.set_mig_mode(st.want.enabled); !act)
-                return fail(fmt::format("{}: setting MIG mode: {}", label(g), act.error().message));
-            log::info("{}: the pending MIG mode change is cancelled", label(g));
-        }
-        for (unsigned gi : g.partial)  // half-made GPU instances go first
-            if (auto r = destroy(gi); !r) return fail(fmt::format("{}: destroying GPU instance {}: {}", label(g), gi, r.error().message));
-        if (st.mode_change) {
-            for (const auto& i : g.instances)
-                if (auto r = destroy(*i.gi_id); !r) return fail(fmt::format("{}: destroying GPU instance {}: {}", label(g), *i.gi_id, r.error().message));
-            auto act = dev.set_mig_mode(st.want.enabled);
-            if (!act) return fail(fmt::format("{}: setting MIG mode: {}", label(g), act.error().message));
-            if (*act != nvml::MigActivation::now) {
-                const bool reboot = *act == nvml::MigActivation::needs_reboot;
-                std::cerr << fmt::format("kgpu mig apply: {}: MIG mode {} is pending: {}\n", label(g),
-                                         st.want.enabled ? "enabled" : "disabled",
-                                         reboot ? "this host cannot reset the GPU (passed through to a VM?): reboot it"
-                                                : "the GPU was busy; reset it (nvidia-smi -r) once idle, then apply again");
-                rc = std::max(rc, reboot ? kMigNeedsReboot : kMigNeedsReset);
-                continue;
-            }
-            log::info("{}: MIG mode {}", label(g), st.want.enabled ? "enabled" : "disabled");
-            if (!st.want.enabled || o.mode_only) continue;
-            // The profiles as the driver lists them with MIG on.
-            auto listed = dev.gpu_instance_profiles();
-            if (!listed) return fail(fmt::format("{}: reading the MIG profiles: {}", label(g), listed.error().message));
-            const auto mem = dev.memory();
-            g.nvml_profiles = *listed;
-            g.profiles.clear();
-            for (const auto& np : g.nvml_profiles) g.profiles.push_back(plan_profile(np, mem ? mem->total >> 20 : 0));
-            std::string why;
-            auto p = mig::plan(g.profiles, {}, st.want.devices, &why);
-            if (!p) return fail(fmt::format("{}: MIG is on, but {}", label(g), why));
-            st.plan = p;
-            g.by_gi.clear();
-        }
-        if (!st.plan) continue;
-        for (const auto& d : st.plan->destroy)
-            if (auto r = destroy(*d.gi_id); !r) return fail(fmt::format("{}: destroying GPU instance {}: {}", label(g), *d.gi_id, r.error().message));
-        for (const auto& c : st.plan->create)
-            if (auto r = create(c); !r) return fail(fmt::format("{}: creating {} at memory slice {}: {}", label(g), c.profile, c.start, r.error().message));
+    for (auto& st : plan.steps) {
+        Gpu& g = (*gpus)[st.gpu];
+        auto r = mig::apply_step(g, st, o.mode_only);
+        if (!r) return fail(r.error().message);
+        if (*r == mig::Applied::done) continue;
+        const bool reboot = *r == mig::Applied::needs_reboot;
+        std::cerr << fmt::format("kgpu mig apply: {}: MIG mode {} is pending: {}\n", label(g),
+                                 st.want.enabled ? "enabled" : "disabled",
+                                 reboot ? "this host cannot reset the GPU (passed through to a VM?): reboot it"
+                                        : "the GPU was busy; reset it (nvidia-smi -r) once idle, then apply again");
+        rc = std::max(rc, reboot ? kMigNeedsReboot : kMigNeedsReset);
     }
     if (rc == kMigOk) std::cout << (o.mode_only ? "MIG mode applied successfully\n" : "MIG configuration applied successfully\n");
     return rc;
