@@ -15,6 +15,7 @@
 #include "cdi/hooks.h"
 #include "cli/cdi.h"
 #include "cli/config_manager.h"
+#include "cli/mig_manager.h"
 #include "cli/container_runtime.h"
 #include "cli/hook.h"
 #include "cli/install.h"
@@ -201,6 +202,8 @@ int run(int argc, char** argv) {
     CLI::App* smi_cmd = add_smi_command(app, smi_opts);
     MigOptions mig_opts;
     add_mig_command(app, mig_opts);
+    MigManagerFlags mig_manager;
+    add_mig_manager_command(app, mig_manager);
 
     // What CLI11 would only answer with "A subcommand is required": `kgpu help [subcommand]`,
     // `kgpu version`, and a word that names no subcommand.
@@ -258,6 +261,7 @@ int run(int argc, char** argv) {
 
     if (app.got_subcommand("info")) return run_info(info);
     if (app.got_subcommand("mig")) return run_mig(*app.get_subcommand("mig"), mig_opts);
+    if (app.got_subcommand("mig-manager")) return run_mig_manager(mig_manager);
     if (app.got_subcommand("device-plugin")) return run_device_plugin(device_plugin);
     if (app.got_subcommand("doctor")) return run_doctor(doctor);
     if (app.got_subcommand("config-manager")) return run_config_manager(config_manager);

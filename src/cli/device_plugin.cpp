@@ -98,6 +98,11 @@ CLI::App* add_device_plugin_command(CLI::App& app, DevicePluginFlags& f) {
                     "KGPU_APPLY_RESOURCE_PATTERNS]")
         ->expected(0, 1)
         ->default_str("true");
+    cmd->add_option("--mig-paused-gpus-file", f.mig_paused_gpus_file,
+                    "GPUs paused for a MIG change: every device of a GPU whose UUID this file lists is Unhealthy "
+                    "until it no longer does (written by kgpu mig-manager; \"\" to ignore it)")
+        ->envname("KGPU_MIG_PAUSED_GPUS_FILE")
+        ->capture_default_str();
     cmd->add_option("--node-name", f.node_name,
                     "This node's name, for GPU health on the Node (Events, annotation) [env NODE_NAME]");
     cmd->add_option("--kubeconfig", f.kubeconfig,
@@ -246,6 +251,7 @@ int run_device_plugin(const DevicePluginFlags& f) {
     opts.flags = std::move(flags);
     opts.config_file = by_label ? std::string() : config_file;
     opts.mps_control_binary = f.mps_control_binary;
+    opts.paused_gpus_file = f.mig_paused_gpus_file;
     // GPU health on the Node: process options (a SIGHUP does not change them).
     auto node_bool = [&](const std::optional<std::string>& flag, const char* name, const char* env, bool& out) {
         std::optional<std::string> text = flag;

@@ -10,6 +10,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "deviceplugin/paused.h"
+
 namespace kgpu::cli {
 
 // Raw flag text; validated and converted in run_device_plugin so every error names its flag.
@@ -24,6 +26,7 @@ struct DevicePluginFlags {
     std::vector<std::string> device_list_strategy;
     std::vector<std::string> cdi_feature_flags, cdi_disable_hooks;  // NVIDIA v0.20's, for the plugin's CDI spec
     std::string mps_control_binary;  // --mps-control-binary, KGPU_MPS_CONTROL
+    std::string mig_paused_gpus_file = deviceplugin::kDefaultPausedGpusFile;  // --mig-paused-gpus-file, KGPU_MIG_PAUSED_GPUS_FILE
     bool check_config = false;  // print the effective config and exit
 };
 

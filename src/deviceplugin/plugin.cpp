@@ -29,6 +29,7 @@
 #include "deviceplugin/mig_caps.h"
 #include "deviceplugin/mps.h"
 #include "deviceplugin/node_events.h"
+#include "deviceplugin/paused.h"
 #include "deviceplugin/registrar.h"
 #include "deviceplugin/resources.h"
 #include "deviceplugin/server.h"
@@ -125,6 +126,10 @@ private:
     void warn_unknown_keys(const Config& cfg);
     void handle_inotify(int fd);
     std::chrono::milliseconds next_timeout() const;
+    // The paused-GPUs file (paused.h): its directory added to the inotify watch once it exists
+    // (tried at each control-loop wake-up), and the file read again when it changes.
+    void watch_paused(int ifd);
+    void read_paused();
 
     PluginOptions opts_;
     std::optional<Served> served_;
@@ -166,6 +171,10 @@ private:
     std::optional<std::string> label_seen_;  // guarded by label_mu_
     std::string label_applied_;              // control thread only
     std::set<std::string> config_warned_;    // config-source warnings already logged
+    int paused_wd_ = -1;                     // the paused-GPUs file's directory in the inotify set
+    std::set<int> main_wds_;                 // the device-plugin directories' watches
+    std::set<std::string> paused_;           // GPU UUIDs paused for a MIG change; guarded by mu_
+    std::string paused_error_;               // the file's last parse error (logged once)
 };
 
 bool Plugin::unhealthy_locked(const Resource& r, const Device& d) const {
@@ -176,7 +185,7 @@ bool Plugin::unhealthy_locked(const Resource& r, const Device& d) const {
     }
     if (d.gpu_index >= health_.size()) return d.lost;
     const GpuHealth& h = health_[d.gpu_index];
-    return !h.healthy || (d.mig && h.unhealthy_migs.contains(d.uuid));
+    return !h.healthy || (d.mig && h.unhealthy_migs.contains(d.uuid)) || paused_.contains(h.uuid);
 }
 
 v1beta1::ListAndWatchResponse Plugin::device_list_locked(const Resource& r) const {
@@ -684,7 +693,8 @@ void Plugin::warn_unknown_keys(const Config& cfg) {
 void Plugin::handle_inotify(int fd) {
     alignas(struct inotify_event) char buf[8192];
     const std::string kubelet_name = fs::path(opts_.config.kubelet_socket_path()).filename().string();
-    bool kubelet_event = false, ours_gone = false;
+    bool kubelet_event = false, ours_gone = false, paused_event = false;
+    const std::string paused_name = fs::path(opts_.paused_gpus_file).filename().string();
     std::set<std::string> others;
     for (;;) {
         ssize_t n = ::read(fd, buf, sizeof buf);
@@ -694,6 +704,11 @@ void Plugin::handle_inotify(int fd) {
             p += sizeof(struct inotify_event) + ev->len;
             if (ev->len == 0) continue;
             const std::string name = ev->name;
+            if (ev->wd == paused_wd_ && name == paused_name) {
+                paused_event = true;
+                continue;
+            }
+            if (!main_wds_.contains(ev->wd)) continue;  // the paused file's directory, another file
             if (name == kubelet_name) {
                 kubelet_event = true;
                 continue;
@@ -709,6 +724,7 @@ void Plugin::handle_inotify(int fd) {
             }
         }
     }
+    if (paused_event) read_paused();
     if (!served_) return;
     if (ours_gone) {
         for (auto& e : served_->entries) {
@@ -784,6 +800,55 @@ void Plugin::start_node_reporting() {
             const std::uint64_t one = 1;
             (void)!::write(label_fd_, &one, sizeof one);
         });
+}
+
+void Plugin::watch_paused(int ifd) {
+    if (paused_wd_ >= 0 || opts_.paused_gpus_file.empty()) return;
+    const fs::path dir = fs::path(opts_.paused_gpus_file).parent_path();
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) return;
+    paused_wd_ = ::inotify_add_watch(ifd, dir.c_str(), IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM | IN_CLOSE_WRITE);
+    if (paused_wd_ < 0) {
+        if (reported_.insert("paused-watch").second)
+            log::warn("cannot watch {} for GPUs paused for a MIG change: {}", dir.string(), std::strerror(errno));
+        return;
+    }
+    log::info("following {}: the GPUs it names are paused for a MIG change", opts_.paused_gpus_file);
+    read_paused();
+}
+
+void Plugin::read_paused() {
+    std::set<std::string> next;
+    auto text = files::read(opts_.paused_gpus_file);
+    if (text) {
+        auto parsed = parse_paused_gpus(*text, opts_.paused_gpus_file);
+        if (!parsed) {
+            // A file being written by hand: keep what is paused now, say why once per error.
+            if (paused_error_ != parsed.error().message) log::error("{} (the paused GPUs stay as they were)", parsed.error().message);
+            paused_error_ = parsed.error().message;
+            return;
+        }
+        next = std::move(*parsed);
+    } else if (text.error().code != Code::not_found) {
+        log::warn("{}: {} (the paused GPUs stay as they were)", opts_.paused_gpus_file, text.error().message);
+        return;
+    }
+    paused_error_.clear();
+    std::lock_guard lk(mu_);
+    if (next == paused_) return;
+    std::vector<std::string> paused, resumed;
+    std::ranges::set_difference(next, paused_, std::back_inserter(paused));
+    std::ranges::set_difference(paused_, next, std::back_inserter(resumed));
+    auto named = [this](const std::string& uuid) {
+        for (std::size_t i = 0; i < health_.size(); ++i)
+            if (health_[i].uuid == uuid) return fmt::format("GPU {} ({})", i, uuid);
+        return health_.empty() ? uuid : fmt::format("{} (not a GPU of this node)", uuid);
+    };
+    for (const auto& u : paused) log::info("{} paused for a MIG change: its devices are not offered", named(u));
+    for (const auto& u : resumed) log::info("{} no longer paused: its devices are offered again", named(u));
+    paused_ = std::move(next);
+    if (served_)
+        for (auto& e : served_->entries) publish_locked(*e);
 }
 
 std::chrono::milliseconds Plugin::next_timeout() const {
@@ -868,10 +933,12 @@ int Plugin::run() {
     std::set<std::string> watched;
     for (const auto& dir : {fs::path(cfg.device_plugin_path), fs::path(cfg.kubelet_socket_path()).parent_path()}) {
         if (watched.contains(dir.string())) continue;
-        if (ifd < 0 || ::inotify_add_watch(ifd, dir.c_str(), IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM) < 0) {
+        const int wd = ifd < 0 ? -1 : ::inotify_add_watch(ifd, dir.c_str(), IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM);
+        if (wd < 0) {
             log::error("cannot watch {}: {}", dir.string(), std::strerror(errno));
             return 1;
         }
+        main_wds_.insert(wd);
         watched.insert(dir.string());
     }
 
@@ -939,6 +1006,7 @@ int Plugin::run() {
     };
     maybe_start_watch();
     if (int code = start(true); code >= 0) return finish(code);
+    watch_paused(ifd);
     release_later();
 
     for (;;) {
@@ -948,6 +1016,7 @@ int Plugin::run() {
         if (n > 0 && ((fds[0].revents | fds[2].revents) & POLLIN || (label_fd_ >= 0 && (fds[3].revents & POLLIN))))
             release_later();
         maybe_start_watch();  // a second config in the directory (a ConfigMap edit) starts the watch
+        watch_paused(ifd);    // the paused-GPUs file's directory, once it exists
         if (label_fd_ >= 0 && (fds[3].revents & POLLIN)) {
             std::uint64_t count = 0;
             (void)!::read(label_fd_, &count, sizeof count);

@@ -44,6 +44,9 @@ struct PluginOptions {
     // and fallbacks apply), and the applied name is set as the node label
     // nvidia.com/device-plugin.config.state. `config_file` is then ignored.
     ConfigSource config_source;
+    // GPUs paused for a MIG change (paused.h): the file `kgpu mig-manager` writes; every device
+    // of a GPU it names is Unhealthy until it no longer does. Empty: none.
+    std::string paused_gpus_file;
 };
 
 // Runs until SIGTERM or SIGINT. Returns the exit code: 0 after a clean stop, 1 when NVML cannot be

@@ -1,0 +1,270 @@
+// `kgpu mig-manager` (mig_manager.h).
+#include "cli/mig_manager.h"
+
+#include <signal.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <mutex>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+#include "common/process.h"
+#include "common/strings.h"
+#include "deviceplugin/config.h"
+#include "deviceplugin/paused.h"
+#include "exporter/attribution.h"
+#include "inventory/discovery.h"
+#include "kube/client.h"
+#include "kube/events.h"
+#include "kube/node_watch.h"
+#include "mig/manager.h"
+
+namespace kgpu::cli {
+
+void add_mig_manager_command(CLI::App& app, MigManagerFlags& f) {
+    auto* cmd = app.add_subcommand("mig-manager",
+                                   "Follow the node label nvidia.com/mig.config: apply that MIG config (mig-parted's file) "
+                                   "and report nvidia.com/mig.config.state, as the GPU Operator's mig-manager");
+    add_nvml_options(*cmd, f.nvml);
+    cmd->add_option("--kubeconfig", f.kubeconfig, "The kubeconfig (default $KUBECONFIG, else in-cluster)");
+    cmd->add_option("-n,--node-name", f.node_name, "The node whose label is followed (required)")->envname("NODE_NAME");
+    cmd->add_option("-f,--config-file", f.config_file,
+                    "The mig-parted config file whose configs the label names (required; env DEFAULT_CONFIG_FILE "
+                    "is the fallback)")
+        ->envname("CONFIG_FILE");
+    cmd->add_option("-r,--with-reboot", f.with_reboot,
+                    "Reboot the node when a MIG mode change needs it (state rebooting); default false: state failed")
+        ->envname("WITH_REBOOT")
+        ->expected(0, 1)
+        ->default_str("true");
+    cmd->add_option("-m,--host-root-mount", f.host_root, "Where the host's / is mounted, for the reboot")
+        ->envname("HOST_ROOT_MOUNT")
+        ->capture_default_str();
+    cmd->add_option("--reboot-command", f.reboot_command,
+                    "The command that reboots the node, split on spaces (default: chroot <host root> reboot)")
+        ->envname("KGPU_MIG_REBOOT_COMMAND");
+    cmd->add_option("--paused-gpus-file", f.paused_gpus_file,
+                    fmt::format("Where the GPUs being changed are listed for kgpu's device plugin, which stops offering "
+                                "them (its --mig-paused-gpus-file; default {}; \"\" for none)",
+                                deviceplugin::kDefaultPausedGpusFile))
+        ->envname("KGPU_MIG_PAUSED_GPUS_FILE");
+    cmd->add_option("--process-timeout", f.process_timeout,
+                    "How long a GPU's processes may keep it from changing before the state is failed (30s, 5m, 1h)")
+        ->envname("KGPU_MIG_PROCESS_TIMEOUT")
+        ->capture_default_str();
+    cmd->add_option("--pod-resources-kubelet-socket", f.pod_resources_socket,
+                    "The kubelet's PodResources socket: names the pods on a busy GPU")
+        ->capture_default_str();
+    // The GPU Operator passes these; kgpu needs none of them (it stops no operand or host service:
+    // its device plugin, labels and exporter follow MIG changes live).
+    for (const char* name : {"-s,--reconfigure-script", "-i,--host-nvidia-dir", "-o,--host-mig-manager-state-file",
+                             "-k,--host-kubelet-systemd-service", "-g,--gpu-clients-file", "-p,--default-gpu-clients-namespace",
+                             "-t,--nvidia-driver-root,--driver-root", "-a,--driver-root-ctr-path", "-b,--dev-root",
+                             "-j,--dev-root-ctr-path", "--nvidia-cdi-hook-path"})
+        cmd->add_option(name, f.ignored, "Accepted for NVIDIA's mig-manager; unused")->group("NVIDIA's, unused");
+    for (const char* name : {"-d,--with-shutdown-host-gpu-clients", "--cdi-enabled"})
+        cmd->add_option(name, f.ignored, "Accepted for NVIDIA's mig-manager; unused")->expected(0, 1)->group("NVIDIA's, unused");
+}
+
+namespace {
+
+struct Shared {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<std::string> config;  // the label's latest value ("" absent)
+    std::string state;                  // the state label as last seen
+    bool fresh = false;
+};
+
+}  // namespace
+
+int run_mig_manager(const MigManagerFlags& f) {
+    auto usage = [](const std::string& msg) {
+        std::cerr << "kgpu mig-manager: " << msg << "\n";
+        return 2;
+    };
+    if (f.node_name.empty()) return usage("invalid -n <node-name> flag: must not be empty string (--node-name, NODE_NAME)");
+    if (auto st = kube::check_node_name(f.node_name); !st) return usage(st.error().message);
+    mig::ManagerOptions mo;
+    mo.config_file = f.config_file;
+    if (mo.config_file.empty())
+        if (const char* v = std::getenv("DEFAULT_CONFIG_FILE"); v && *v) mo.config_file = v;
+    if (mo.config_file.empty())
+        return usage("-f <config-file> is required (--config-file, CONFIG_FILE or DEFAULT_CONFIG_FILE): the mig-parted "
+                     "configs the label nvidia.com/mig.config names");
+    if (!f.with_reboot.empty()) {
+        auto b = deviceplugin::parse_bool(f.with_reboot);
+        if (!b) return usage("--with-reboot / WITH_REBOOT: " + b.error().message);
+        mo.with_reboot = *b;
+    }
+    auto timeout = deviceplugin::parse_duration(f.process_timeout);
+    if (!timeout || timeout->count() <= 0)
+        return usage(fmt::format("--process-timeout / KGPU_MIG_PROCESS_TIMEOUT '{}': expected a duration above zero (30s, 5m)",
+                                 f.process_timeout));
+    mo.process_timeout = *timeout;
+    const char* paused_env = std::getenv("KGPU_MIG_PAUSED_GPUS_FILE");
+    mo.paused_gpus_file = !f.paused_gpus_file.empty() || paused_env ? f.paused_gpus_file : deviceplugin::kDefaultPausedGpusFile;
+    std::vector<std::string> reboot_argv = {"/usr/sbin/chroot", f.host_root, "reboot"};
+    if (!f.reboot_command.empty()) {
+        reboot_argv.clear();
+        for (auto part : strings::split(f.reboot_command, ' '))
+            if (!part.empty()) reboot_argv.emplace_back(part);
+    }
+
+    auto session = open_nvml(f.nvml);
+    if (!session) {
+        std::cerr << "kgpu mig-manager: " << session.error().message << "\n";
+        return 1;
+    }
+    auto config = kube::resolve_config(f.kubeconfig, [](const char* n) { return std::getenv(n); });
+    if (!config) {
+        std::cerr << "kgpu mig-manager: " << config.error().message << "\n";
+        return 1;
+    }
+    auto api = std::make_shared<kube::Client>(std::move(*config), std::chrono::seconds(10));
+
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+
+    kube::EventRecorderOptions eo;
+    eo.node = f.node_name;
+    eo.component = "kgpu-mig-manager";
+    kube::EventRecorder events(
+        [api](std::string_view method, std::string_view path, std::string_view body, std::string_view type) {
+            return api->request(method, path, body, type);
+        },
+        std::move(eo));
+    events.start();
+
+    Shared shared;
+    kube::NodeWatch::Options wo;
+    wo.node = f.node_name;
+    const auto idle = std::chrono::duration_cast<std::chrono::milliseconds>(wo.watch_timeout) + std::chrono::seconds(60);
+    kube::NodeWatch watch(
+        [api](std::string_view path) { return api->request("GET", path); },
+        [api, idle](std::string_view path, const std::function<bool(std::string_view)>& on_body, const std::atomic<bool>& stop) {
+            return api->stream(path, on_body, stop, idle);
+        },
+        wo,
+        [&](const nlohmann::json& node) {
+            const auto value = kube::label_of(node, mig::kConfigLabel);
+            if (!value) return;  // deleted, or not a Node: nothing to apply
+            std::lock_guard lk(shared.mu);
+            shared.state = kube::label_of(node, mig::kStateLabel).value_or("");
+            if (shared.config == *value) return;
+            shared.config = *value;
+            shared.fresh = true;
+            shared.cv.notify_all();
+        });
+
+    // The state label, written at once (a merge patch; 3 tries): it is what an operator and the
+    // GPU Operator's tooling wait on, so it is not queued behind Events.
+    auto set_state = [&](const std::string& state) {
+        const std::string body = nlohmann::json{{"metadata", {{"labels", {{mig::kStateLabel, state}}}}}}.dump();
+        std::string why;
+        for (int attempt = 0; attempt < 3; ++attempt) {
+            auto r = api->request("PATCH", "/api/v1/nodes/" + f.node_name, body, "application/merge-patch+json");
+            if (r && r->status / 100 == 2) {
+                log::info("mig-manager: {}={}", mig::kStateLabel, state);
+                return;
+            }
+            why = r ? fmt::format("HTTP {}: {}", r->status, r->body.substr(0, 200)) : r.error().message;
+            std::this_thread::sleep_for(std::chrono::seconds(1));
+        }
+        log::error("mig-manager: setting {}={} on node {}: {}", mig::kStateLabel, state, f.node_name, why);
+    };
+    std::atomic<bool> stopping{false};
+    exporter::PodResourcesOptions po;
+    po.socket = f.pod_resources_socket;
+    exporter::PodResourcesClient pods(po);
+    mig::ManagerHooks hooks;
+    hooks.set_state = set_state;
+    hooks.event = [&](const std::string& type, const std::string& reason, const std::string& message) {
+        events.record(type, reason, message);
+    };
+    hooks.pods_on = [&](const std::vector<unsigned>& gpus) -> std::string {
+        inventory::DiscoveryOptions d;
+        d.topology = false;
+        auto node = inventory::discover(*session, d);
+        if (!node) return "";
+        auto map = pods.list(*node);
+        if (!map) return "";
+        std::vector<std::string> out;
+        for (const auto& u : map->uses)
+            if (std::ranges::find(gpus, u.target.gpu_index) != gpus.end()) {
+                auto s = fmt::format("{}/{} on GPU {}", u.pod.namespace_name, u.pod.pod, u.target.gpu_index);
+                if (std::ranges::find(out, s) == out.end()) out.push_back(std::move(s));
+            }
+        return fmt::format("{}", fmt::join(out, ", "));
+    };
+    hooks.interrupted = [&] {
+        timespec zero{0, 0};
+        if (const int sig = sigtimedwait(&mask, nullptr, &zero); sig > 0) {
+            log::info("mig-manager: {}: stopping", strsignal(sig));
+            stopping = true;
+        }
+        std::lock_guard lk(shared.mu);
+        return stopping.load() || shared.fresh;
+    };
+    hooks.reboot = [&]() -> std::string {
+        process::RunOptions ro;
+        ro.argv = reboot_argv;
+        ro.timeout = std::chrono::seconds(60);
+        auto r = process::run(ro);
+        if (!r) return r.error().message;
+        if (r->exit_code != 0) return fmt::format("{} exited {}: {}", fmt::join(reboot_argv, " "), r->exit_code, r->err);
+        return "";
+    };
+
+    log::info("mig-manager: following node {}'s label {} through {}; configs from {}", f.node_name, mig::kConfigLabel,
+              api->config().server, mo.config_file);
+    watch.start();
+    bool first = true;
+    while (!stopping) {
+        std::optional<std::string> value;
+        std::string state;
+        {
+            std::unique_lock lk(shared.mu);
+            shared.cv.wait_for(lk, std::chrono::milliseconds(200), [&] { return shared.fresh; });
+            if (shared.fresh) {
+                value = shared.config;
+                state = shared.state;
+                shared.fresh = false;
+            }
+        }
+        if (value) {
+            if (value->empty()) {
+                log::info("mig-manager: node {} has no label {}: nothing to apply", f.node_name, mig::kConfigLabel);
+                if (first && !mo.paused_gpus_file.empty()) std::filesystem::remove(mo.paused_gpus_file);  // a run cut short before
+            } else {
+                log::info("mig-manager: {}={}", mig::kConfigLabel, *value);
+                const auto outcome = mig::reconfigure(*session, *value, first ? state : std::string(), mo, hooks);
+                if (outcome == mig::Outcome::interrupted && stopping) {
+                    set_state("failed");
+                    events.record("Warning", mig::kReasonFailed,
+                                  fmt::format("MIG config '{}' not applied: the MIG manager stopped before it was done", *value));
+                }
+                if (outcome == mig::Outcome::rebooting) log::info("mig-manager: the node is rebooting");
+            }
+            first = false;
+        }
+        if (!stopping) (void)hooks.interrupted();
+    }
+    watch.request_stop();
+    events.request_stop();
+    events.stop();
+    watch.stop();
+    return 0;
+}
+
+}  // namespace kgpu::cli
