@@ -66,7 +66,7 @@ void add_mig_manager_command(CLI::App& app, MigManagerFlags& f) {
     // its device plugin, labels and exporter follow MIG changes live).
     for (const char* name : {"-s,--reconfigure-script", "-i,--host-nvidia-dir", "-o,--host-mig-manager-state-file",
                              "-k,--host-kubelet-systemd-service", "-g,--gpu-clients-file", "-p,--default-gpu-clients-namespace",
-                             "-t,--nvidia-driver-root,--driver-root", "-a,--driver-root-ctr-path", "-b,--dev-root",
+                             "-a,--driver-root-ctr-path", "-b,--dev-root",
                              "-j,--dev-root-ctr-path", "--nvidia-cdi-hook-path"})
         cmd->add_option(name, f.ignored, "Accepted for NVIDIA's mig-manager; unused")->group("NVIDIA's, unused");
     for (const char* name : {"-d,--with-shutdown-host-gpu-clients", "--cdi-enabled"})

@@ -272,6 +272,40 @@ TEST_F(SharedDevicesTest, SighupWithAConfigTheNodeRejectsKeepsTheRunningOne) {
 // ---------------------------------------------------------------------------------------------
 // Reconfiguration
 
+// GPUs paused for a MIG change (kgpu mig-manager's file, paused.h): every device of a GPU the file
+// names is Unhealthy (its MIG devices here), the others are untouched; a line that is no GPU
+// UUID keeps what is paused and says why; the file removed, they are offered again. All over the
+// open streams: no registration.
+TEST_F(SharedDevicesTest, GpusPausedForAMigChangeAreNotOfferedUntilTheFileLetsThemGo) {
+    const std::string paused_dir = aux_.path() + "/mig-manager";
+    std::filesystem::create_directories(paused_dir);
+    const std::string paused = paused_dir + "/paused-gpus";
+    start("a100-mig.yaml", {"--mig-strategy", "mixed", "--device-id-strategy", "index", "--mig-paused-gpus-file", paused});
+    registered(kMig1g, 9);
+    registered(kGpu, 2);
+    auto write = [&](const std::string& text) {  // as kgpu mig-manager does: a new file renamed over
+        std::ofstream(paused + ".tmp") << text;
+        std::filesystem::rename(paused + ".tmp", paused);
+    };
+    write("# kgpu mig-manager\n" + id("0") + "\n" + id("2") + "  # MIG off\n");
+    ASSERT_TRUE(kubelet_->wait_devices(kMig1g, [&](const Devices& d) {
+        return unhealthy(d) == std::set<std::string>{"0:0", "0:1", "0:2", "0:3", "0:4", "0:5", "0:6"};
+    }, 20s)) << "GPU 0's seven 1g.10gb devices";
+    ASSERT_TRUE(kubelet_->wait_devices(kGpu, [&](const Devices& d) { return unhealthy(d) == std::set<std::string>{"2"}; }, 20s));
+    EXPECT_TRUE(unhealthy(kubelet_->devices(kMig3g)).empty()) << "GPU 1 is not paused";
+    EXPECT_THAT(plugin_->err(), HasSubstr("GPU 0 (" + id("0") + ") paused for a MIG change: its devices are not offered"));
+    write(id("0") + "\nGPU 2\n");
+    ASSERT_TRUE(eventually([&] { return plugin_->err().find(":2: 'GPU 2': expected a GPU UUID") != std::string::npos; }))
+        << plugin_->err();
+    EXPECT_EQ(unhealthy(kubelet_->devices(kGpu)), std::set<std::string>{"2"}) << "a bad file changes nothing";
+    std::filesystem::remove(paused);
+    ASSERT_TRUE(kubelet_->wait_devices(kMig1g, [&](const Devices& d) { return unhealthy(d).empty(); }, 20s));
+    ASSERT_TRUE(kubelet_->wait_devices(kGpu, [&](const Devices& d) { return unhealthy(d).empty(); }, 20s));
+    EXPECT_THAT(plugin_->err(), HasSubstr("GPU 2 (" + id("2") + ") no longer paused: its devices are offered again"));
+    EXPECT_EQ(kubelet_->register_calls(kGpu), 1);
+    EXPECT_EQ(kubelet_->open_streams(kMig1g), 1);
+}
+
 TEST_F(SharedDevicesTest, MigReconfigurationWhileRunning) {
     start("a100-mig.yaml", {"--mig-strategy", "mixed", "--device-id-strategy", "index"});
     registered(kMig1g, 9);
