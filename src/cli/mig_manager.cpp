@@ -4,6 +4,8 @@
 #include <signal.h>
 
 #include <atomic>
+#include <filesystem>
+#include <thread>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -118,6 +120,13 @@ int run_mig_manager(const MigManagerFlags& f) {
             if (!part.empty()) reboot_argv.emplace_back(part);
     }
 
+    // Blocked before any thread starts (NVML's own included), so each one inherits the mask and
+    // SIGTERM reaches the loop below, which ends the run cleanly.
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &mask, nullptr);
     auto session = open_nvml(f.nvml);
     if (!session) {
         std::cerr << "kgpu mig-manager: " << session.error().message << "\n";
@@ -129,12 +138,6 @@ int run_mig_manager(const MigManagerFlags& f) {
         return 1;
     }
     auto api = std::make_shared<kube::Client>(std::move(*config), std::chrono::seconds(10));
-
-    sigset_t mask;
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGTERM);
-    sigaddset(&mask, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &mask, nullptr);
 
     kube::EventRecorderOptions eo;
     eo.node = f.node_name;
@@ -186,6 +189,7 @@ int run_mig_manager(const MigManagerFlags& f) {
     std::atomic<bool> stopping{false};
     exporter::PodResourcesOptions po;
     po.socket = f.pod_resources_socket;
+    po.extra_resources = {"nvidia.com/*"};  // renamed resources (resources.gpus) hold GPUs too
     exporter::PodResourcesClient pods(po);
     mig::ManagerHooks hooks;
     hooks.set_state = set_state;

@@ -43,7 +43,8 @@ struct DeviceTarget {
 std::optional<DeviceTarget> resolve_device_id(std::string_view id, const inventory::Node& node);
 
 // True for the resource names whose devices are GPUs: nvidia.com/gpu, nvidia.com/gpu.shared,
-// nvidia.com/mig-*, and any name in `extra` (renamed time-slicing resources).
+// nvidia.com/mig-*, and any name in `extra` (renamed time-slicing resources; "<domain>/*" names
+// every resource of the domain).
 bool is_gpu_resource(std::string_view resource_name, std::span<const std::string> extra = {});
 
 // The replica part of a shared device's ID ("2" of "GPU-<uuid>::2", or of GKE's "nvidia0/vgpu2"),

@@ -102,7 +102,13 @@ bool is_gpu_resource(std::string_view resource_name, std::span<const std::string
     if (resource_name == "nvidia.com/gpu" || resource_name == "nvidia.com/gpu.shared" ||
         (resource_name.starts_with("nvidia.com/mig-") && resource_name.size() > 15))
         return true;
-    return std::ranges::any_of(extra, [&](const std::string& e) { return !e.empty() && e == resource_name; });
+    // "<prefix>/*": every resource of that domain (the MIG manager's "nvidia.com/*", whatever the
+    // config renamed its resources to).
+    return std::ranges::any_of(extra, [&](const std::string& e) {
+        if (e.size() > 2 && e.ends_with("/*"))
+            return resource_name.size() > e.size() - 1 && resource_name.starts_with(std::string_view(e).substr(0, e.size() - 1));
+        return !e.empty() && e == resource_name;
+    });
 }
 
 }  // namespace kgpu::exporter

@@ -65,7 +65,6 @@ Outcome reconfigure(const nvml::Session& session, const std::string& selected, c
     if (!entries) return failed(entries.error().message);
 
     bool announced = false;               // state pending set, the GPUs that change paused
-    std::set<std::string> paused;
     std::set<unsigned> changed;           // GPUs this run changed, by index
     std::map<unsigned, unsigned> tries;   // apply_step calls per GPU (a GPU that never matches fails)
     std::string waiting_said;
@@ -91,6 +90,8 @@ Outcome reconfigure(const nvml::Session& session, const std::string& selected, c
                 if (st.mode_change)
                     return failed("MIG mode change did not take effect after rebooting: " +
                                   mismatch((*gpus)[st.gpu], st.want, true));
+        // Paused: the GPUs still to change (one that is done is offered again at once).
+        std::set<std::string> paused;
         for (const auto& st : a.steps) paused.insert((*gpus)[st.gpu].uuid);
         pause.set(paused);
         if (!announced) {

@@ -129,6 +129,12 @@ TEST(DeviceIds, GpuResourceNames) {
     EXPECT_TRUE(is_gpu_resource("nvidia.com/gpu", extra));
     EXPECT_FALSE(is_gpu_resource("acme.com/shared-gpu"));
     EXPECT_FALSE(is_gpu_resource("", extra));
+    // A whole domain (the MIG manager's: resources renamed by resources.gpus).
+    const std::vector<std::string> domain{"nvidia.com/*"};
+    EXPECT_TRUE(is_gpu_resource("nvidia.com/a100", domain));
+    EXPECT_FALSE(is_gpu_resource("nvidia.com/", domain));
+    EXPECT_FALSE(is_gpu_resource("nvidia.company/a100", domain));
+    EXPECT_FALSE(is_gpu_resource("acme.com/gpu", domain));
 }
 
 }  // namespace

@@ -193,6 +193,9 @@ def pod_spec(doc):
 # with Bidirectional propagation, which Kubernetes allows privileged containers only) and its
 # daemon (compute mode, MPS servers on every GPU).
 MPS_PRIVILEGED = {"mps-control-daemon"}
+# And the MIG manager (mig-manager.yaml), as NVIDIA's: MIG mode and instances need the driver's MIG
+# configuration capability and root on every GPU, and WITH_REBOOT reboots the host.
+MIG_PRIVILEGED = {"mig-manager"}
 # And the container-toolkit install (`kgpu runtime install`, kgpu-runtime-install DaemonSet): it
 # writes the host's /usr/local/kgpu, /etc/containerd and /dev/char, and restarts containerd, as the
 # GPU Operator's toolkit container does (privileged there too).
@@ -248,6 +251,8 @@ def check_pod_spec(where, spec, plain_kgpu):
             sc = c.get("securityContext", {})
             if sc.get("privileged") and (c.get("args") or [None])[0] in MPS_PRIVILEGED:
                 continue  # mount(2) with Bidirectional propagation, compute mode: see check_mps
+            if sc.get("privileged") and (c.get("args") or [None])[0] in MIG_PRIVILEGED:
+                continue  # MIG configuration capability, reboot: see the comment at MIG_PRIVILEGED
             if sc.get("privileged") and (c.get("args") or [])[:2] in INSTALL_PRIVILEGED:
                 continue  # host files and containerd: see the comment at INSTALL_PRIVILEGED
             if sc.get("privileged"):
@@ -386,6 +391,13 @@ def mps_daemonset():
         if d.get("kind") == "DaemonSet":
             return d
     raise SystemExit("deploy/kubernetes/mps-control-daemon.yaml: no DaemonSet")
+
+
+def mig_daemonset():
+    for d in load_docs(SRC / "deploy/kubernetes/mig-manager.yaml"):
+        if d.get("kind") == "DaemonSet":
+            return d
+    raise SystemExit("deploy/kubernetes/mig-manager.yaml: no DaemonSet")
 
 
 def configmap_config():
@@ -527,7 +539,7 @@ def check_args(sub):
 
 # Flags that name something on the host, per subcommand. The paths themselves come from --help.
 HOST_FLAGS = {
-    "device-plugin": ["--device-plugin-path", "--cdi-spec-dir"],
+    "device-plugin": ["--device-plugin-path", "--cdi-spec-dir", "--mig-paused-gpus-file"],
     "labels": ["--output-file"],
     "exporter": ["--pod-resources-kubelet-socket", "--proc-root", "--container-runtime-endpoint"],
 }
@@ -836,7 +848,8 @@ def check_image():
             problem(f"image: USER group {gid} has no /etc/group entry")
         image_files = ["/" + str(f.relative_to(root)) for f in root.rglob("*") if not f.is_dir() or f.is_symlink()]
         for where, spec in (("daemonset.yaml", pod_spec(daemonset())),
-                            ("mps-control-daemon.yaml", pod_spec(mps_daemonset()))):
+                            ("mps-control-daemon.yaml", pod_spec(mps_daemonset())),
+                            ("mig-manager.yaml", pod_spec(mig_daemonset()))):
             for c in spec.get("initContainers", []) + spec["containers"]:
                 cw = f"{where}: container {c['name']}"
                 command = c.get("command") or cfg.get("ENTRYPOINT")
@@ -852,8 +865,8 @@ def check_image():
                     problem(f"{cw}: runAsUser {sc.get('runAsUser')} but the image's USER is {uid}")
                 if uid == "0" and sc.get("runAsNonRoot"):
                     problem(f"{cw}: runAsNonRoot with an image that runs as root")
-                if sc.get("privileged") and args[:1] and args[0] in MPS_PRIVILEGED:
-                    pass  # privileged has every capability (check_mps says why it must be)
+                if sc.get("privileged") and args[:1] and args[0] in MPS_PRIVILEGED | MIG_PRIVILEGED:
+                    pass  # privileged has every capability (check_mps / MIG_PRIVILEGED say why it must be)
                 elif sc.get("capabilities", {}).get("drop") != ["ALL"] or sc.get("capabilities", {}).get("add"):
                     problem(f"{cw}: capabilities must drop ALL and add none")
                 if not sc.get("readOnlyRootFilesystem"):
@@ -878,7 +891,7 @@ def check_image():
                     f"{len(pod_spec(daemonset())['containers'])}")
     # The image's name and tag: the manifests and the chart run kgpu:<the binary's version>.
     version = run([KGPU, "--version"]).stdout.strip()
-    for c in [c for ds in (daemonset(), mps_daemonset())
+    for c in [c for ds in (daemonset(), mps_daemonset(), mig_daemonset())
               for c in pod_spec(ds).get("initContainers", []) + pod_spec(ds)["containers"]]:
         if c["image"] != f"kgpu:{version}":
             problem(f"daemonset.yaml: container {c['name']}: image {c['image']}, but scripts/build-image names "
@@ -1065,6 +1078,12 @@ def check_helm_renders_the_manifests():
     if cm is None or yaml.safe_load(cm["data"]["config.yaml"]) != yaml.safe_load(configmap_config()):
         problem(f"helm configmap.yaml: the config file {cm and cm['data']['config.yaml']!r} != the plain "
                 f"ConfigMap's {yaml.safe_load(configmap_config())}")
+    # The MIG manager's configs: the chart's file is the plain ConfigMap's data.
+    mig_h, mig_p = helm.get(("ConfigMap", "kgpu-mig-parted-config")), plain.get(("ConfigMap", "kgpu-mig-parted-config"))
+    if mig_h is None or mig_p is None or \
+            yaml.safe_load(mig_h["data"]["config.yaml"]) != yaml.safe_load(mig_p["data"]["config.yaml"]):
+        problem("helm files/mig-parted-config.yaml (ConfigMap kgpu-mig-parted-config) != the data of "
+                "deploy/kubernetes/mig-manager.yaml's ConfigMap")
     for key, obj in sorted(plain.items()):
         if key[0] == "DaemonSet":
             if key not in helm:

@@ -1379,6 +1379,169 @@ TEST(KubeE2E, ApiServerDown) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// 12. MIG layouts by node label (issue #28): `kgpu mig-manager` and a kgpu device plugin on the
+// host, on the simulated A100 node (a100-mig.yaml: GPU 0 7x 1g.10gb, GPU 1 3g+2g+2x 1g, GPUs 2-3
+// MIG off; its own events file), strategy mixed, whole GPUs renamed nvidia.com/a100 so they stay
+// apart from the deployed plugin's nvidia.com/gpu. A pod holds one whole GPU (its process: a
+// `proc` line in the simulator's file); labelled all-1g.10gb, that GPU is paused and left alone
+// until the pod ends, the others switch; then pending -> success, a new pod gets a MIG device;
+// all-disabled and back.
+
+TEST(KubeE2E, MigManager) {
+    E2E_ATTACH(c);
+    const std::string node = c.env("KUBE_NODE_NAME");
+    const std::string dir = c.base() + "/mig-manager";
+    fs::create_directories(dir + "/run");
+    const std::string events = dir + "/sim-events", paused = dir + "/run/paused-gpus";
+    std::ofstream(events).flush();
+    std::ofstream(dir + "/plugin.yaml") << "version: v1\nflags:\n  migStrategy: mixed\n  applyResourceNaming: true\n"
+                                           "resources:\n  gpus:\n  - pattern: \"*\"\n    name: a100\n";
+    // NVIDIA's default-mig-parted-config entries for this GPU (A100 80GB, 0x20B2).
+    std::ofstream(dir + "/mig-config.yaml")
+        << "version: v1\nmig-configs:\n  all-disabled:\n    - devices: all\n      mig-enabled: false\n"
+           "  all-1g.10gb:\n    - device-filter: [\"0x233010DE\", \"0x233110DE\", \"0x232210DE\", \"0x20B210DE\", \"0x20B510DE\", "
+           "\"0x20F310DE\", \"0x20F510DE\", \"0x232410DE\"]\n      devices: all\n      mig-enabled: true\n"
+           "      mig-devices:\n        \"1g.10gb\": 7\n";
+    const std::map<std::string, std::string> sim_env = {{"KGPU_SIM_NODE", std::string(KGPU_SOURCE_DIR) + "/sim/nodes/a100-mig.yaml"},
+                                                        {"KGPU_SIM_EVENTS", events}};
+    auto node_json = [&] { return c.get({"node", node}); };
+    auto allocatable = [&](const std::string& resource) {
+        const json n = node_json();
+        return n.is_object() ? n["status"].value("allocatable", json::object()).value(resource, "0") : std::string("<unreadable>");
+    };
+    auto state = [&] {
+        const json n = node_json();
+        return n.is_object() ? n["metadata"].value("labels", json::object()).value("nvidia.com/mig.config.state", "<none>")
+                             : std::string("<unreadable>");
+    };
+    auto node_events = [&] {
+        const json ev = c.get({"events", "-n", "default", "--field-selector", "involvedObject.kind=Node"});
+        std::string out;
+        if (ev.is_object())
+            for (const auto& e : ev.value("items", json::array()))
+                if (e.value("source", json::object()).value("component", "") == "kgpu-mig-manager")
+                    out += e.value("reason", "") + ": " + e.value("message", "") + "\n";
+        return out;
+    };
+    c.kubectl({"label", "node", node, "nvidia.com/mig.config-", "nvidia.com/mig.config.state-"});
+
+    kgpu::test::ChildProcess plugin({KGPU_BINARY, "device-plugin", "--nvml-library", KGPU_SIM_LIBRARY, "--device-plugin-path",
+                                     c.env("KUBELET_DEVICE_PLUGINS_DIR"), "--config-file", dir + "/plugin.yaml",
+                                     "--cdi-spec-dir", dir + "/cdi", "--mig-paused-gpus-file", paused},
+                                    sim_env);
+    fs::create_directories(c.base() + "/pids");
+    std::ofstream(c.base() + "/pids/mig-plugin") << plugin.pid() << "\n";
+    ASSERT_TRUE(wait_until([&] { return allocatable("nvidia.com/a100") == "2" && allocatable("nvidia.com/mig-1g.10gb") == "9"; },
+                           seconds(60)))
+        << "a100 " << allocatable("nvidia.com/a100") << ", mig-1g.10gb " << allocatable("nvidia.com/mig-1g.10gb") << "\n"
+        << plugin.err();
+
+    // A pod on one whole A100 (plain runc: the kgpu runtime's simulated node is the H100 one).
+    auto pod = [&](const std::string& name, const std::string& resource) {
+        json p = {{"apiVersion", "v1"},
+                  {"kind", "Pod"},
+                  {"metadata", {{"name", name}, {"namespace", "default"}}},
+                  {"spec",
+                   {{"restartPolicy", "Never"},
+                    {"terminationGracePeriodSeconds", 1},
+                    {"containers",
+                     {{{"name", "cuda"},
+                       {"image", kWorkloadImage},
+                       {"command", {"/bin/sh", "-c", "trap 'exit 0' TERM; while :; do busybox sleep 3600 & wait; done"}},
+                       {"resources", {{"limits", {{resource, 1}}}}}}}}}}};
+        return p.dump();
+    };
+    ASSERT_EQ(c.apply(pod("a100-job", "nvidia.com/a100"), "a100-job").exit_code, 0);
+    ASSERT_TRUE(wait_until([&] { return c.pod_ready("default", "a100-job"); }, seconds(90))) << c.describe();
+    const auto held = c.assigned_devices(c.pod("default", "a100-job")["metadata"]["uid"], "cuda", "nvidia.com/a100");
+    ASSERT_EQ(held.size(), 1u);
+    const auto fixture = kgpu::test::run_process({KGPU_BINARY, "info", "--json", "--nvml-library", KGPU_SIM_LIBRARY}, sim_env);
+    unsigned busy = 99;
+    const json listed = json::parse(fixture.out);
+    for (const auto& g : listed["gpus"])
+        if (g["uuid"] == held[0]) busy = g["index"];
+    ASSERT_TRUE(busy == 2 || busy == 3) << held[0];
+    const unsigned idle = busy == 2 ? 3 : 2;
+    std::ofstream(events, std::ios::app) << "proc " << busy << " 4242 1073741824\n";  // the pod's CUDA process
+
+    kgpu::test::ChildProcess manager({KGPU_BINARY, "mig-manager", "--nvml-library", KGPU_SIM_LIBRARY, "-n", node, "--kubeconfig",
+                                      c.env("KUBECONFIG"), "-f", dir + "/mig-config.yaml", "--paused-gpus-file", paused,
+                                      "--process-timeout", "5m", "--pod-resources-kubelet-socket",
+                                      c.env("KUBELET_POD_RESOURCES_SOCKET")},
+                                     sim_env);
+    std::ofstream(c.base() + "/pids/mig-manager") << manager.pid() << "\n";
+    ASSERT_TRUE(wait_until([&] { return manager.err().find("has no label nvidia.com/mig.config") != std::string::npos; }, seconds(30)))
+        << manager.err();
+
+    ASSERT_EQ(c.kubectl({"label", "node", node, "nvidia.com/mig.config=all-1g.10gb"}).exit_code, 0);
+    // GPU 1 and the idle A100 switch; the busy one is paused (allocatable a100 0), and waited for.
+    EXPECT_TRUE(wait_until([&] { return allocatable("nvidia.com/mig-1g.10gb") == "21" && allocatable("nvidia.com/a100") == "0"; },
+                           seconds(60)))
+        << "mig-1g.10gb " << allocatable("nvidia.com/mig-1g.10gb") << ", a100 " << allocatable("nvidia.com/a100") << "\n"
+        << manager.err() << plugin.err();
+    EXPECT_EQ(state(), "pending");
+    EXPECT_TRUE(wait_until([&] { return node_events().find("MigConfigWaiting") != std::string::npos; }, seconds(30))) << node_events();
+    EXPECT_THAT(node_events(), HasSubstr(fmt::format("waits for GPU {} (NVIDIA A100-SXM4-80GB) (pids 4242)", busy)));
+    EXPECT_THAT(node_events(), HasSubstr(fmt::format("pods: default/a100-job on GPU {}", busy)));
+    EXPECT_THAT(plugin.err(), HasSubstr(fmt::format("GPU {} ({}) paused for a MIG change", busy, held[0])));
+    EXPECT_TRUE(c.pod_ready("default", "a100-job")) << "the running pod keeps its GPU";
+    auto info = kgpu::test::run_process({KGPU_BINARY, "info", "--json", "--nvml-library", KGPU_SIM_LIBRARY}, sim_env);
+    const json gpus = json::parse(info.out)["gpus"];
+    EXPECT_EQ(gpus[busy]["mig"]["devices"].size(), 0u) << "the busy GPU was left alone";
+    EXPECT_EQ(gpus[idle]["mig"]["devices"].size(), 7u);
+
+    // The pod ends: its GPU switches too.
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_TRUE(c.delete_pod("default", "a100-job"));
+    std::ofstream(events, std::ios::app) << "noproc " << busy << " 4242\n";
+    EXPECT_TRUE(wait_until([&] { return allocatable("nvidia.com/mig-1g.10gb") == "28"; }, seconds(60)))
+        << allocatable("nvidia.com/mig-1g.10gb") << "\n" << manager.err();
+    figure("pod ended -> its GPU in MIG mode, allocatable nvidia.com/mig-1g.10gb 28", since(t0));
+    EXPECT_TRUE(wait_until([&] { return state() == "success"; }, seconds(30))) << state() << "\n" << manager.err();
+    EXPECT_THAT(node_events(), HasSubstr("MigConfigApplied: MIG config 'all-1g.10gb' applied: GPUs "));
+    EXPECT_FALSE(fs::exists(paused));
+    // A new pod gets a MIG device.
+    ASSERT_EQ(c.apply(pod("mig-job", "nvidia.com/mig-1g.10gb"), "mig-job").exit_code, 0);
+    EXPECT_TRUE(wait_until([&] { return c.pod_ready("default", "mig-job"); }, seconds(90))) << c.describe();
+    const auto mig = c.assigned_devices(c.pod("default", "mig-job")["metadata"]["uid"], "cuda", "nvidia.com/mig-1g.10gb");
+    ASSERT_EQ(mig.size(), 1u);
+    EXPECT_TRUE(mig[0].starts_with("MIG-")) << mig[0];
+    EXPECT_TRUE(c.delete_pod("default", "mig-job"));
+
+    // all-disabled and back, each timed from the label to the allocatable it leads to.
+    auto t1 = std::chrono::steady_clock::now();
+    ASSERT_EQ(c.kubectl({"label", "node", node, "nvidia.com/mig.config=all-disabled", "--overwrite"}).exit_code, 0);
+    EXPECT_TRUE(wait_until([&] { return allocatable("nvidia.com/a100") == "4" && allocatable("nvidia.com/mig-1g.10gb") == "0"; },
+                           seconds(60)))
+        << allocatable("nvidia.com/a100") << "\n" << manager.err();
+    figure("label all-disabled -> allocatable nvidia.com/a100 4", since(t1));
+    EXPECT_TRUE(wait_until([&] { return state() == "success"; }, seconds(30))) << state();
+    t1 = std::chrono::steady_clock::now();
+    ASSERT_EQ(c.kubectl({"label", "node", node, "nvidia.com/mig.config=all-1g.10gb", "--overwrite"}).exit_code, 0);
+    EXPECT_TRUE(wait_until([&] { return allocatable("nvidia.com/mig-1g.10gb") == "28" && allocatable("nvidia.com/a100") == "0"; },
+                           seconds(60)))
+        << allocatable("nvidia.com/mig-1g.10gb") << "\n" << manager.err();
+    figure("label all-1g.10gb -> allocatable nvidia.com/mig-1g.10gb 28", since(t1));
+    EXPECT_TRUE(wait_until([&] { return state() == "success"; }, seconds(30))) << state();
+    // A name the file does not have: failed, with the reason in an Event; nothing changes.
+    ASSERT_EQ(c.kubectl({"label", "node", node, "nvidia.com/mig.config=all-9g.99gb", "--overwrite"}).exit_code, 0);
+    EXPECT_TRUE(wait_until([&] { return state() == "failed"; }, seconds(30))) << state();
+    EXPECT_THAT(node_events(), HasSubstr("MigConfigFailed: MIG config 'all-9g.99gb' failed: error selecting MIG config: "
+                                         "selected mig-config not present: all-9g.99gb"));
+    EXPECT_EQ(allocatable("nvidia.com/mig-1g.10gb"), "28");
+
+    EXPECT_TRUE(manager.running()) << manager.err();
+    EXPECT_TRUE(plugin.running()) << plugin.err();
+    manager.signal(SIGTERM);
+    EXPECT_EQ(manager.wait(30000), 0) << manager.err();
+    plugin.signal(SIGTERM);
+    EXPECT_EQ(plugin.wait(30000), 0) << plugin.err();
+    fs::remove(c.base() + "/pids/mig-manager");
+    fs::remove(c.base() + "/pids/mig-plugin");
+    c.kubectl({"label", "node", node, "nvidia.com/mig.config-", "nvidia.com/mig.config.state-"});
+}
+
+// ---------------------------------------------------------------------------------------------
 // Fixture cleanup: always runs (ctest runs FIXTURES_CLEANUP tests whatever the cases did).
 
 // Ends a process the suite started, by the pid it recorded, only if it still is that process
