@@ -219,6 +219,11 @@ mig-configs:
 """)
 for s in raw_strings("tests/exporter/web_config_test.cpp", ":"):
     put("web_config", s)
+# The device plugin's --mig-paused-gpus-file (kgpu mig-manager's file, or one written by hand).
+put("paused_gpus", b"# GPUs the kgpu device plugin does not offer: kgpu mig-manager is applying MIG config 'all-1g.10gb'\n"
+                   b"GPU-5ad70d24-867c-2e2a-7049-b5408d9d30fb\nGPU-51f34de5-fb30-d2be-2d0f-a742c74f58f8\n")
+put("paused_gpus", b"  GPU-03bd6612-b354-b775-7d54-189b181b2d28  # by hand\r\n\n\tGPU-ABCDEF\n")
+put("paused_gpus", b"GPU-5ad70d24\nGPU 2\n")
 
 # PCI configuration spaces for the vGPU scan, from the PCI layout (tests/support/pci_config.h
 # builds the same in C++): a GPU, a vGPU, records before the host driver record, a loop, a short

@@ -104,3 +104,7 @@ kgpu_fuzz_target(mig_config
   SOURCES src/mig/config.cpp src/mig/plan.cpp
   PACKAGES yaml-cpp
   LIBS kgpu_mig)
+
+kgpu_fuzz_target(paused_gpus
+  SOURCES src/deviceplugin/paused.cpp
+  LIBS kgpu_deviceplugin_core)

@@ -17,8 +17,10 @@ Result<std::set<std::string>> parse_paused_gpus(std::string_view text, const std
         while (!line.empty() && (line.back() == ' ' || line.back() == '\t' || line.back() == '\r')) line.remove_suffix(1);
         if (line.empty()) continue;
         bool ok = line.size() > 4 && line.size() <= 96 && line.starts_with("GPU-");
-        for (char c : line.substr(4))
-            ok = ok && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == '-');
+        for (std::size_t i = 4; ok && i < line.size(); ++i) {
+            const char c = line[i];
+            ok = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == '-';
+        }
         if (!ok) {
             const std::string shown(line.substr(0, 64));
             return std::unexpected(Error{Code::parse, fmt::format("{}:{}: '{}': expected a GPU UUID (GPU-<hex digits and dashes>) "
