@@ -111,8 +111,7 @@ int run_mig_manager(const MigManagerFlags& f) {
         return usage(fmt::format("--process-timeout / KGPU_MIG_PROCESS_TIMEOUT '{}': expected a duration above zero (30s, 5m)",
                                  f.process_timeout));
     mo.process_timeout = *timeout;
-    const char* paused_env = std::getenv("KGPU_MIG_PAUSED_GPUS_FILE");
-    mo.paused_gpus_file = !f.paused_gpus_file.empty() || paused_env ? f.paused_gpus_file : deviceplugin::kDefaultPausedGpusFile;
+    mo.paused_gpus_file = f.paused_gpus_file.value_or(deviceplugin::kDefaultPausedGpusFile);
     std::vector<std::string> reboot_argv = {"/usr/sbin/chroot", f.host_root, "reboot"};
     if (!f.reboot_command.empty()) {
         reboot_argv.clear();
@@ -171,7 +170,9 @@ int run_mig_manager(const MigManagerFlags& f) {
         });
 
     // The state label, written at once (a merge patch; 3 tries): it is what an operator and the
-    // GPU Operator's tooling wait on, so it is not queued behind Events.
+    // GPU Operator's tooling wait on, so it is not queued behind Events. One still not written is
+    // tried again every 5 s from the loop below (an API server away must not leave `pending`).
+    std::optional<std::string> unwritten_state;
     auto set_state = [&](const std::string& state) {
         const std::string body = nlohmann::json{{"metadata", {{"labels", {{mig::kStateLabel, state}}}}}}.dump();
         std::string why;
@@ -179,12 +180,16 @@ int run_mig_manager(const MigManagerFlags& f) {
             auto r = api->request("PATCH", "/api/v1/nodes/" + f.node_name, body, "application/merge-patch+json");
             if (r && r->status / 100 == 2) {
                 log::info("mig-manager: {}={}", mig::kStateLabel, state);
+                unwritten_state.reset();
                 return;
             }
             why = r ? fmt::format("HTTP {}: {}", r->status, r->body.substr(0, 200)) : r.error().message;
             std::this_thread::sleep_for(std::chrono::seconds(1));
         }
-        log::error("mig-manager: setting {}={} on node {}: {}", mig::kStateLabel, state, f.node_name, why);
+        if (unwritten_state != state)
+            log::error("mig-manager: setting {}={} on node {}: {} (trying again every 5 s)", mig::kStateLabel, state,
+                       f.node_name, why);
+        unwritten_state = state;
     };
     std::atomic<bool> stopping{false};
     exporter::PodResourcesOptions po;
@@ -192,24 +197,23 @@ int run_mig_manager(const MigManagerFlags& f) {
     po.extra_resources = {"nvidia.com/*"};  // renamed resources (resources.gpus) hold GPUs too
     exporter::PodResourcesClient pods(po);
     mig::ManagerHooks hooks;
+    unsigned long events_recorded = 0;
     hooks.set_state = set_state;
     hooks.event = [&](const std::string& type, const std::string& reason, const std::string& message) {
+        ++events_recorded;
         events.record(type, reason, message);
     };
-    hooks.pods_on = [&](const std::vector<unsigned>& gpus) -> std::string {
+    hooks.pod_uses = [&]() -> std::optional<std::vector<mig::PodUse>> {
         inventory::DiscoveryOptions d;
         d.topology = false;
         auto node = inventory::discover(*session, d);
-        if (!node) return "";
+        if (!node) return std::nullopt;
         auto map = pods.list(*node);
-        if (!map) return "";
-        std::vector<std::string> out;
+        if (!map) return std::nullopt;
+        std::vector<mig::PodUse> out;
         for (const auto& u : map->uses)
-            if (std::ranges::find(gpus, u.target.gpu_index) != gpus.end()) {
-                auto s = fmt::format("{}/{} on GPU {}", u.pod.namespace_name, u.pod.pod, u.target.gpu_index);
-                if (std::ranges::find(out, s) == out.end()) out.push_back(std::move(s));
-            }
-        return fmt::format("{}", fmt::join(out, ", "));
+            out.push_back({u.target.gpu_index, u.target.gpu_instance_id, u.pod.namespace_name + "/" + u.pod.pod});
+        return out;
     };
     hooks.interrupted = [&] {
         timespec zero{0, 0};
@@ -220,6 +224,8 @@ int run_mig_manager(const MigManagerFlags& f) {
         std::lock_guard lk(shared.mu);
         return stopping.load() || shared.fresh;
     };
+    // The reboot: the command, then up to 5 minutes for the shutdown to stop this process
+    // (SIGTERM: the node is going down, say nothing more); still running after that, it did not.
     hooks.reboot = [&]() -> std::string {
         process::RunOptions ro;
         ro.argv = reboot_argv;
@@ -227,13 +233,23 @@ int run_mig_manager(const MigManagerFlags& f) {
         auto r = process::run(ro);
         if (!r) return r.error().message;
         if (r->exit_code != 0) return fmt::format("{} exited {}: {}", fmt::join(reboot_argv, " "), r->exit_code, r->err);
-        return "";
+        for (int i = 0; i < 300; ++i) {
+            timespec one{1, 0};
+            if (const int sig = sigtimedwait(&mask, nullptr, &one); sig > 0) {
+                log::info("mig-manager: {}: the node is going down", strsignal(sig));
+                stopping = true;
+                return "";
+            }
+        }
+        return fmt::format("the node was still up 5 minutes after `{}`", fmt::join(reboot_argv, " "));
     };
 
     log::info("mig-manager: following node {}'s label {} through {}; configs from {}", f.node_name, mig::kConfigLabel,
               api->config().server, mo.config_file);
     watch.start();
     bool first = true;
+    std::optional<std::string> cut_short;  // the config of a run a new label value interrupted
+    auto last_retry = std::chrono::steady_clock::now();
     while (!stopping) {
         std::optional<std::string> value;
         std::string state;
@@ -249,20 +265,38 @@ int run_mig_manager(const MigManagerFlags& f) {
         if (value) {
             if (value->empty()) {
                 log::info("mig-manager: node {} has no label {}: nothing to apply", f.node_name, mig::kConfigLabel);
-                if (first && !mo.paused_gpus_file.empty()) std::filesystem::remove(mo.paused_gpus_file);  // a run cut short before
+                std::error_code ec;
+                if (first && !mo.paused_gpus_file.empty()) std::filesystem::remove(mo.paused_gpus_file, ec);  // a run cut short before
+                if (cut_short) {  // its pending state must not stay
+                    set_state("failed");
+                    hooks.event("Warning", mig::kReasonFailed,
+                                fmt::format("MIG config '{}' not applied: the label was removed before it was done", *cut_short));
+                }
+                cut_short.reset();
             } else {
                 log::info("mig-manager: {}={}", mig::kConfigLabel, *value);
                 const auto outcome = mig::reconfigure(*session, *value, first ? state : std::string(), mo, hooks);
+                cut_short = outcome == mig::Outcome::interrupted ? value : std::nullopt;
                 if (outcome == mig::Outcome::interrupted && stopping) {
                     set_state("failed");
-                    events.record("Warning", mig::kReasonFailed,
-                                  fmt::format("MIG config '{}' not applied: the MIG manager stopped before it was done", *value));
+                    hooks.event("Warning", mig::kReasonFailed,
+                                fmt::format("MIG config '{}' not applied: the MIG manager stopped before it was done", *value));
                 }
                 if (outcome == mig::Outcome::rebooting) log::info("mig-manager: the node is rebooting");
             }
             first = false;
         }
+        if (unwritten_state && std::chrono::steady_clock::now() - last_retry >= std::chrono::seconds(5)) {
+            last_retry = std::chrono::steady_clock::now();
+            set_state(*unwritten_state);
+        }
         if (!stopping) (void)hooks.interrupted();
+    }
+    // What is queued (the Event of a run cut short above) gets up to 5 s to be written.
+    for (int i = 0; i < 50; ++i) {
+        const auto st = events.stats();
+        if (st.created + st.updated + st.failed + st.rate_limited + st.queue_full >= events_recorded) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     watch.request_stop();
     events.request_stop();

@@ -18,7 +18,7 @@ struct MigManagerFlags {
     std::string config_file;          // -f, CONFIG_FILE (else DEFAULT_CONFIG_FILE)
     std::string host_root = "/host";  // -m, HOST_ROOT_MOUNT: where the host's / is, for the reboot
     std::string with_reboot;          // -r, WITH_REBOOT
-    std::string paused_gpus_file;     // --paused-gpus-file, KGPU_MIG_PAUSED_GPUS_FILE
+    std::optional<std::string> paused_gpus_file;  // --paused-gpus-file, KGPU_MIG_PAUSED_GPUS_FILE ("": none)
     std::string process_timeout = "5m";  // --process-timeout, KGPU_MIG_PROCESS_TIMEOUT
     std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
     std::string reboot_command;       // --reboot-command, KGPU_MIG_REBOOT_COMMAND (default: chroot <host root> reboot)

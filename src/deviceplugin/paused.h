@@ -2,7 +2,8 @@
 // node, the GPUs whose MIG layout it is about to change; the device plugin stops offering every
 // device those GPUs back (their MIG devices and replicas included: Unhealthy in ListAndWatch, so
 // the kubelet gives them to no new pod, while pods that hold them keep running) until the file no
-// longer names them. An operator may write the file too, to drain a GPU by hand.
+// longer names them. On a node without the MIG manager an operator may write the file to drain
+// a GPU by hand (where it runs, the file is the MIG manager's: it rewrites and removes it).
 //
 // The file: one GPU UUID per line ("GPU-..."); blank lines and text after '#' are ignored.
 // Absent or empty: nothing paused.

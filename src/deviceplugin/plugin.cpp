@@ -702,6 +702,13 @@ void Plugin::handle_inotify(int fd) {
         for (char* p = buf; p < buf + n;) {
             auto* ev = reinterpret_cast<struct inotify_event*>(p);
             p += sizeof(struct inotify_event) + ev->len;
+            // The paused file's directory gone (its watch with it), or events lost: watch it
+            // again (next wake-up) and read the file again.
+            if (ev->mask & IN_Q_OVERFLOW) paused_event = true;
+            if (ev->wd == paused_wd_ && (ev->mask & IN_IGNORED) && !main_wds_.contains(ev->wd)) {
+                paused_wd_ = -1;
+                paused_event = true;
+            }
             if (ev->len == 0) continue;
             const std::string name = ev->name;
             if (ev->wd == paused_wd_ && name == paused_name) {
@@ -1005,8 +1012,8 @@ int Plugin::run() {
         return code;
     };
     maybe_start_watch();
+    watch_paused(ifd);  // before the first list: a GPU paused now is never offered
     if (int code = start(true); code >= 0) return finish(code);
-    watch_paused(ifd);
     release_later();
 
     for (;;) {

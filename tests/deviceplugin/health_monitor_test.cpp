@@ -14,22 +14,15 @@
 #include "inventory/discovery.h"
 #include "nvml/library.h"
 #include "support/process.h"
+#include "support/expect.h"
 
 using namespace std::chrono_literals;
 using kgpu::deviceplugin::GpuHealth;
 using kgpu::deviceplugin::HealthConfig;
 using kgpu::deviceplugin::HealthMonitor;
+using kgpu::test::eventually;
 
 namespace {
-
-bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 20s) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-        if (pred()) return true;
-        std::this_thread::sleep_for(5ms);
-    }
-    return pred();
-}
 
 TEST(HealthMonitor, ProbesOnTheSlowTimerWhileEverythingIsHealthyAndFastWhileSomethingIsNot) {
     kgpu::test::TempDir dir;

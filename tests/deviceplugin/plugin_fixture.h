@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/expect.h"
 #include "support/fake_kubelet.h"
 #include "support/process.h"
 
@@ -100,15 +101,6 @@ private:
 };
 
 // Polls `pred` until it holds or the (generous) deadline passes.
-inline bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-        if (pred()) return true;
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return pred();
-}
-
 // A plugin under test with its fake kubelet and events file.
 class PluginFixture : public ::testing::Test {
 protected:

@@ -1481,8 +1481,7 @@ TEST(KubeE2E, MigManager) {
         << manager.err() << plugin.err();
     EXPECT_EQ(state(), "pending");
     EXPECT_TRUE(wait_until([&] { return node_events().find("MigConfigWaiting") != std::string::npos; }, seconds(30))) << node_events();
-    EXPECT_THAT(node_events(), HasSubstr(fmt::format("waits for GPU {} (NVIDIA A100-SXM4-80GB) (pids 4242)", busy)));
-    EXPECT_THAT(node_events(), HasSubstr(fmt::format("pods: default/a100-job on GPU {}", busy)));
+    EXPECT_THAT(node_events(), HasSubstr(fmt::format("waits for GPU {} (NVIDIA A100-SXM4-80GB) (pids 4242; pods default/a100-job)", busy)));
     EXPECT_THAT(plugin.err(), HasSubstr(fmt::format("GPU {} ({}) paused for a MIG change", busy, held[0])));
     EXPECT_TRUE(c.pod_ready("default", "a100-job")) << "the running pod keeps its GPU";
     auto info = kgpu::test::run_process({KGPU_BINARY, "info", "--json", "--nvml-library", KGPU_SIM_LIBRARY}, sim_env);
@@ -1529,6 +1528,20 @@ TEST(KubeE2E, MigManager) {
     EXPECT_THAT(node_events(), HasSubstr("MigConfigFailed: MIG config 'all-9g.99gb' failed: error selecting MIG config: "
                                          "selected mig-config not present: all-9g.99gb"));
     EXPECT_EQ(allocatable("nvidia.com/mig-1g.10gb"), "28");
+    // A run cut short by the label's removal (a pod on a GPU it waits for): failed, not pending.
+    ASSERT_EQ(c.apply(pod("mig-holder", "nvidia.com/mig-1g.10gb"), "mig-holder").exit_code, 0);
+    ASSERT_TRUE(wait_until([&] { return c.pod_ready("default", "mig-holder"); }, seconds(90))) << c.describe();
+    ASSERT_EQ(c.kubectl({"label", "node", node, "nvidia.com/mig.config=all-disabled", "--overwrite"}).exit_code, 0);
+    EXPECT_TRUE(wait_until([&] { return state() == "pending" && node_events().find("(pods default/mig-holder)") != std::string::npos; },
+                           seconds(30)))
+        << state() << "\n" << node_events();
+    ASSERT_EQ(c.kubectl({"label", "node", node, "nvidia.com/mig.config-"}).exit_code, 0);
+    EXPECT_TRUE(wait_until([&] { return state() == "failed"; }, seconds(30))) << state() << "\n" << manager.err();
+    EXPECT_TRUE(wait_until([&] { return node_events().find("not applied: the label was removed") != std::string::npos; },
+                           seconds(30)))
+        << node_events();
+    EXPECT_FALSE(fs::exists(paused));
+    EXPECT_TRUE(c.delete_pod("default", "mig-holder"));
 
     EXPECT_TRUE(manager.running()) << manager.err();
     EXPECT_TRUE(plugin.running()) << plugin.err();

@@ -30,6 +30,7 @@
 #include "support/pci_config.h"
 #include "support/process.h"
 #include "support/files.h"
+#include "support/expect.h"
 
 using kgpu::test::ChildProcess;
 using kgpu::test::run_process;
@@ -43,6 +44,7 @@ namespace fs = std::filesystem;
 namespace {
 
 using kgpu::test::slurp;
+using kgpu::test::eventually;
 
 const std::string kSource = KGPU_SOURCE_DIR;
 const std::string kMachineFile = kSource + "/tests/labels/fixtures/product_name";
@@ -743,16 +745,6 @@ TEST(LabelsCli, MpsSharingAsGfd) {
 // ---- the loop -------------------------------------------------------------------------------
 
 namespace {
-
-// Polls `pred` every 20 ms for up to 10 s.
-template <class F>
-bool eventually(F pred) {
-    for (int i = 0; i < 500; ++i) {
-        if (pred()) return true;
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return false;
-}
 
 }  // namespace
 

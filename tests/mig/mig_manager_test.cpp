@@ -16,6 +16,7 @@
 #include "mig/manager.h"
 #include "mig/node.h"
 #include "nvml/library.h"
+#include "support/expect.h"
 #include "support/process.h"
 
 namespace kgpu::test {
@@ -24,6 +25,8 @@ namespace {
 using namespace std::chrono_literals;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
+using kgpu::test::eventually;
 namespace fs = std::filesystem;
 
 const char* kConfig = R"(version: v1
@@ -43,15 +46,6 @@ mig-configs:
       mig-devices: {"3g.40gb": 2, "1g.10gb": 1}
 )";
 
-bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 20s) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-        if (pred()) return true;
-        std::this_thread::sleep_for(10ms);
-    }
-    return pred();
-}
-
 class MigManager : public ::testing::Test {
 protected:
     TempDir dir;
@@ -65,6 +59,7 @@ protected:
     std::vector<std::string> posted;  // "<type> <reason>: <message>"
     std::atomic<int> reboots{0};
     std::atomic<bool> interrupt{false};
+    std::vector<mig::PodUse> pods;  // what the kubelet's PodResources says (guarded by mu)
 
     void start(const std::string& fixture = std::string(KGPU_SOURCE_DIR) + "/sim/nodes/a100-mig.yaml") {
         ::setenv("KGPU_SIM_NODE", fixture.c_str(), 1);
@@ -81,12 +76,17 @@ protected:
         ::unsetenv("KGPU_SIM_NODE");
     }
     void sim(const std::string& line) { std::ofstream(events, std::ios::app) << line << "\n"; }
+    void set_pods(std::vector<mig::PodUse> p) {
+        std::lock_guard lk(mu);
+        pods = std::move(p);
+    }
 
     mig::ManagerOptions options() const {
         mig::ManagerOptions o;
         o.config_file = config;
         o.paused_gpus_file = paused;
         o.poll = 50ms;
+        o.pause_settle = 50ms;
         o.process_timeout = 20s;
         return o;
     }
@@ -100,10 +100,9 @@ protected:
             std::lock_guard lk(mu);
             posted.push_back(type + " " + reason + ": " + message);
         };
-        h.pods_on = [](const std::vector<unsigned>& gpus) {
-            std::string out;
-            for (unsigned g : gpus) out += (out.empty() ? "" : ", ") + std::string("team-a/train-0 on GPU ") + std::to_string(g);
-            return out;
+        h.pod_uses = [this] {
+            std::lock_guard lk(mu);
+            return std::optional<std::vector<mig::PodUse>>(pods);
         };
         h.interrupted = [this] { return interrupt.load(); };
         h.reboot = [this] {
@@ -168,14 +167,15 @@ TEST_F(MigManager, AppliesThenFindsItAppliedAndPausesOnlyWhileItWorks) {
 TEST_F(MigManager, ABusyGpuIsPausedAndWaitedForWhileTheOthersChange) {
     start();
     sim("proc 2 4242 1073741824");  // GPU 2 (MIG off) runs a pod's process
+    set_pods({{2, std::nullopt, "team-a/train-0"}});
     ASSERT_TRUE(eventually([&] { return pids_seen(2); }));
     const std::string gpu2 = uuid(2);
     std::atomic<int> outcome{-1};
     std::thread run([&] { outcome = static_cast<int>(mig::reconfigure(*session, "all-1g.10gb", "", options(), hooks())); });
     // GPUs 1 and 3 change; GPU 2 waits, paused (with the others while they change).
     ASSERT_TRUE(eventually([&] { return event_log().find("MigConfigWaiting") != std::string::npos; })) << event_log();
-    EXPECT_THAT(event_log(), HasSubstr("waits for GPU 2 (NVIDIA A100-SXM4-80GB) (pids 4242) to be free (up to 20s); "
-                                       "pods: team-a/train-0 on GPU 2"));
+    EXPECT_THAT(event_log(), HasSubstr("waits for GPU 2 (NVIDIA A100-SXM4-80GB) (pids 4242; pods team-a/train-0) to be "
+                                       "free (up to 20s)"));
     EXPECT_THAT(state_log(), ElementsAre("pending"));
     EXPECT_EQ(outcome.load(), -1);
     EXPECT_TRUE(eventually([&] { return layout()[3] == "7x1g.10gb" && layout()[1] == "7x1g.10gb"; })) << layout()[1];
@@ -188,6 +188,7 @@ TEST_F(MigManager, ABusyGpuIsPausedAndWaitedForWhileTheOthersChange) {
     EXPECT_EQ(layout()[2], "off") << "a GPU with a process on it is not touched";
     // The pod ends: GPU 2 changes too, and everything resumes.
     sim("noproc 2 4242");
+    set_pods({});
     run.join();
     EXPECT_EQ(outcome.load(), static_cast<int>(mig::Outcome::success)) << event_log();
     EXPECT_THAT(state_log(), ElementsAre("pending", "success"));
@@ -198,13 +199,15 @@ TEST_F(MigManager, ABusyGpuIsPausedAndWaitedForWhileTheOthersChange) {
 TEST_F(MigManager, ProcessesPastTheTimeoutFailNamingThePodsAndNeverLeaveItPending) {
     start();
     sim("proc 2 4242 1073741824");
+    set_pods({{2, std::nullopt, "team-a/train-0"}, {0, 7u, "team-b/infer-1"}});  // GPU 0 does not change
     ASSERT_TRUE(eventually([&] { return pids_seen(2); }));
     auto o = options();
     o.process_timeout = 1s;
     EXPECT_EQ(mig::reconfigure(*session, "all-1g.10gb", "", o, hooks()), mig::Outcome::failed);
     EXPECT_THAT(state_log(), ElementsAre("pending", "failed"));
     EXPECT_THAT(event_log(), HasSubstr("Warning MigConfigFailed: MIG config 'all-1g.10gb' failed: still in use after 1s: "
-                                       "GPU 2 (NVIDIA A100-SXM4-80GB) (pids 4242); pods: team-a/train-0 on GPU 2"));
+                                       "GPU 2 (NVIDIA A100-SXM4-80GB) (pids 4242; pods team-a/train-0); once they are gone"));
+    EXPECT_THAT(event_log(), Not(HasSubstr("team-b"))) << "a pod on a GPU that does not change holds nothing up";
     EXPECT_FALSE(fs::exists(paused)) << "a failed run resumes the GPUs too";
     EXPECT_EQ(layout()[2], "off");
     EXPECT_EQ(layout()[3], "7x1g.10gb") << "the GPUs that could change did";
@@ -235,6 +238,41 @@ TEST_F(MigManager, ANewLabelValueInterruptsTheWaitAndResumesTheGpus) {
     EXPECT_FALSE(fs::exists(paused));
 }
 
+// A pod whose container holds a GPU but runs no CUDA process yet (the kubelet's PodResources
+// says so): the GPU is in use all the same. On a MIG GPU only the pods on instances that would be
+// destroyed count.
+TEST_F(MigManager, APodWithoutAProcessYetHoldsItsGpuAndOnlyInstancesThatGoCount) {
+    start();
+    auto gpus = mig::read_node(*session);
+    ASSERT_TRUE(gpus);
+    // GPU 1's 3g.40gb (destroyed by all-1g.10gb) and a 1g.10gb the plan keeps.
+    auto entries = mig::load_entries(config, "all-1g.10gb");
+    ASSERT_TRUE(entries);
+    const auto a = mig::assess(*gpus, *entries, false);
+    const auto step = std::ranges::find(a.steps, std::size_t{1}, &mig::Step::gpu);
+    ASSERT_NE(step, a.steps.end());
+    ASSERT_TRUE(step->plan);
+    unsigned gi_3g = 0, gi_1g = 0;
+    for (const auto& i : step->plan->keep)
+        if (i.profile == "1g.10gb") gi_1g = *i.gi_id;
+    for (const auto& i : step->plan->destroy)
+        if (i.profile == "3g.40gb") gi_3g = *i.gi_id;
+    ASSERT_NE(gi_1g, 0u) << "the plan keeps one of GPU 1's 1g.10gb instances";
+    set_pods({{3, std::nullopt, "team-a/starting"}, {1, gi_1g, "team-c/small"}});
+    std::atomic<int> outcome{-1};
+    std::thread run([&] { outcome = static_cast<int>(mig::reconfigure(*session, "all-1g.10gb", "", options(), hooks())); });
+    ASSERT_TRUE(eventually([&] { return event_log().find("MigConfigWaiting") != std::string::npos; })) << event_log();
+    EXPECT_THAT(event_log(), HasSubstr("waits for GPU 3 (NVIDIA A100-SXM4-80GB) (pods team-a/starting) to be free"));
+    EXPECT_THAT(event_log(), Not(HasSubstr("team-c"))) << "GPU 1's 1g.10gb instance is kept";
+    EXPECT_TRUE(eventually([&] { return layout()[1] == "7x1g.10gb"; }));
+    EXPECT_EQ(layout()[3], "off");
+    set_pods({{1, gi_3g, "team-d/gone-soon"}});  // not a GPU that is still to change: nothing
+    set_pods({});
+    run.join();
+    EXPECT_EQ(outcome.load(), static_cast<int>(mig::Outcome::success)) << event_log();
+    EXPECT_EQ(layout()[3], "7x1g.10gb");
+}
+
 // A GPU whose mode change only a reboot applies (fixture mig.reset_required: a GPU passed through
 // to a VM): failed with the reason, or with --with-reboot, rebooting; after that reboot, a mode
 // still not changed is failed, never a loop of reboots.
@@ -252,10 +290,24 @@ TEST_F(MigManager, AModeChangeOnlyARebootAppliesIsFailedOrRebootingNeverPending)
     EXPECT_FALSE(fs::exists(paused));
     EXPECT_EQ(layout()[1], "7x1g.10gb") << "the GPUs that need no reset change first";
 
+    // With --with-reboot: not while a GPU is still waited for (its pod would die with the node).
+    sim("mig 1 3g.40gb,2g.20gb");  // GPU 1 to change again, with a pod on its 3g.40gb
+    ASSERT_TRUE(eventually([&] { return layout()[1] == "1x2g.20gb 1x3g.40gb"; })) << layout()[1];
+    auto gpus = mig::read_node(*session);
+    ASSERT_TRUE(gpus);
+    for (const auto& i : (*gpus)[1].instances)
+        if (i.profile == "3g.40gb") set_pods({{1, i.gi_id, "team-a/on-gpu-1"}});
     auto o = options();
     o.with_reboot = true;
-    EXPECT_EQ(mig::reconfigure(*session, "all-1g.10gb", "failed", o, hooks()), mig::Outcome::rebooting);
+    std::atomic<int> outcome{-1};
+    std::thread run([&] { outcome = static_cast<int>(mig::reconfigure(*session, "all-1g.10gb", "failed", o, hooks())); });
+    ASSERT_TRUE(eventually([&] { return event_log().find("(pods team-a/on-gpu-1)") != std::string::npos; })) << event_log();
+    EXPECT_EQ(reboots.load(), 0) << "no reboot while GPU 1 is in use";
+    set_pods({});
+    run.join();
+    EXPECT_EQ(outcome.load(), static_cast<int>(mig::Outcome::rebooting)) << event_log();
     EXPECT_EQ(reboots.load(), 1);
+    EXPECT_EQ(layout()[1], "7x1g.10gb") << "GPU 1 changed before the reboot";
     EXPECT_EQ(state_log().back(), "rebooting");
     EXPECT_THAT(event_log(), HasSubstr("Warning MigConfigRebooting: GPU 2 (NVIDIA A100-SXM4-80GB): the MIG mode change is "
                                        "pending a GPU reset"));

@@ -26,6 +26,7 @@
 #include "support/fake_pod_resources.h"
 #include "support/process.h"
 #include "support/files.h"
+#include "support/expect.h"
 
 namespace kgpu::test {
 namespace {
@@ -212,15 +213,6 @@ private:
     int port_;
 };
 
-bool eventually(const std::function<bool()>& ok, int seconds) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-    while (std::chrono::steady_clock::now() < deadline) {
-        if (ok()) return true;
-        std::this_thread::sleep_for(std::chrono::milliseconds(250));
-    }
-    return ok();
-}
-
 // What Grafana sends for a multi-value variable with every value selected: a regex alternation.
 std::string all_values_regex(const std::set<std::string>& values) {
     std::string out = "(";
@@ -272,7 +264,7 @@ TEST(Dashboard, EveryPanelAndAlertHasDataFromARealPrometheusScrapingASimulatedNo
     ChildProcess mps({KGPU_BINARY, "mps-control-daemon", "--config-file", mps_config, "--nvml-library",
                       KGPU_SIM_LIBRARY, "--mps-root", mps_root, "--mps-control-binary", KGPU_MPS_CONTROL_SIM},
                      {{"KGPU_SIM_NODE", kSource + "/sim/nodes/dgx-h100.yaml"}, {"KGPU_SIM_EVENTS", events}});
-    ASSERT_TRUE(eventually([&] { return ::access((mps_root + "/.ready").c_str(), F_OK) == 0 || !mps.running(); }, 60) &&
+    ASSERT_TRUE(eventually([&] { return ::access((mps_root + "/.ready").c_str(), F_OK) == 0 || !mps.running(); }, std::chrono::seconds(60), std::chrono::milliseconds(250)) &&
                 mps.running())
         << mps.err();
 
@@ -289,7 +281,7 @@ TEST(Dashboard, EveryPanelAndAlertHasDataFromARealPrometheusScrapingASimulatedNo
         const std::string err = exporter.err();
         if (std::regex_search(err, m, std::regex("listening on 127\\.0\\.0\\.1:([0-9]+)"))) port = std::stoi(m[1]);
         return port != 0 || !exporter.running();
-    }, 60) && port != 0) << exporter.err();
+    }, std::chrono::seconds(60), std::chrono::milliseconds(250)) && port != 0) << exporter.err();
 
     // Prometheus as the ServiceMonitor configures it: job kgpu-exporter, the node's name as `node`,
     // the exporter's pod labels kept (honor_labels), the alert rules evaluated every second.
@@ -307,7 +299,7 @@ TEST(Dashboard, EveryPanelAndAlertHasDataFromARealPrometheusScrapingASimulatedNo
     ASSERT_TRUE(eventually([&] {
         auto r = p.query("kgpu_gpu_xid_events_total{gpu=\"2\"} == 0");
         return r.is_array() && !r.empty();
-    }, 120)) << "Prometheus never scraped the exporter; its log:\n" << prom.err();
+    }, std::chrono::seconds(120), std::chrono::milliseconds(250))) << "Prometheus never scraped the exporter; its log:\n" << prom.err();
     std::ofstream(events, std::ios::app) << "xid 2 48\nxid 1 13\nlost 5\nfail 4 nvmlDeviceGetPowerUsage UNKNOWN\n";
     // Enough scrapes for the rate windows, and every fault visible.
     ASSERT_TRUE(eventually([&] {
@@ -318,7 +310,7 @@ TEST(Dashboard, EveryPanelAndAlertHasDataFromARealPrometheusScrapingASimulatedNo
         auto mps_up = p.query("kgpu_mps_daemon_up == 1");
         return lost.is_array() && !lost.empty() && pods.is_array() && !pods.empty() && samples.is_array() &&
                !samples.empty() && errors.is_array() && !errors.empty() && mps_up.is_array() && !mps_up.empty();
-    }, 120)) << "Prometheus never had the faults; its log:\n" << prom.err() << "\nexporter:\n" << exporter.err();
+    }, std::chrono::seconds(120), std::chrono::milliseconds(250))) << "Prometheus never had the faults; its log:\n" << prom.err() << "\nexporter:\n" << exporter.err();
 
     // The dashboard's variables, resolved as Grafana does (label_values), in order.
     const auto dash = nlohmann::json::parse(slurp(kDashboard));
@@ -375,7 +367,7 @@ TEST(Dashboard, EveryPanelAndAlertHasDataFromARealPrometheusScrapingASimulatedNo
         const auto answer = p.get("/api/v1/alerts");
         for (const auto& a : answer["data"]["alerts"]) alerts.emplace(a["labels"]["alertname"].get<std::string>(), a["labels"]);
         return std::all_of(expected.begin(), expected.end(), [&](const std::string& n) { return alerts.contains(n); });
-    }, 60)) << p.get("/api/v1/alerts").dump(1) << "\nXID counters: " << p.query("kgpu_gpu_xid_events_total").dump()
+    }, std::chrono::seconds(60), std::chrono::milliseconds(250))) << p.get("/api/v1/alerts").dump(1) << "\nXID counters: " << p.query("kgpu_gpu_xid_events_total").dump()
             << "\nlast XIDs: " << p.query("kgpu_gpu_last_xid").dump() << "\nrules: " << p.get("/api/v1/rules").dump();
     auto labels_of = [&](const std::string& name) {
         std::vector<nlohmann::json> out;

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "support/process.h"
+#include "support/expect.h"
 
 namespace {
 
@@ -17,19 +18,11 @@ using namespace std::chrono_literals;
 using kgpu::test::ChildProcess;
 using kgpu::test::run_process;
 using kgpu::test::TempDir;
+using kgpu::test::eventually;
 using ::testing::HasSubstr;
 
 const std::string kSim = KGPU_SIM_LIBRARY;
 const std::string kNode = std::string(KGPU_SOURCE_DIR) + "/sim/nodes/dgx-h100.yaml";
-
-bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds limit = 10s) {
-    const auto end = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < end) {
-        if (pred()) return true;
-        std::this_thread::sleep_for(20ms);
-    }
-    return pred();
-}
 
 // mount(2) in a private mount namespace (unshare -m), so the test needs root but changes nothing
 // outside; skipped where that is not allowed.

@@ -24,6 +24,7 @@
 #include "mps/mps.h"
 #include "mps/supervisor.h"
 #include "support/process.h"
+#include "support/expect.h"
 
 namespace kgpu::mps {
 namespace {
@@ -32,6 +33,7 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
+using kgpu::test::eventually;
 
 const std::string kStandIn = KGPU_MPS_CONTROL_SIM;
 
@@ -40,15 +42,6 @@ std::vector<std::string> lines(const fs::path& p) {
     std::ifstream in(p);
     for (std::string l; std::getline(in, l);) out.push_back(l);
     return out;
-}
-
-bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds limit = 5s) {
-    const auto end = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < end) {
-        if (pred()) return true;
-        std::this_thread::sleep_for(10ms);
-    }
-    return pred();
 }
 
 // Gone: no such process, or a zombie (reaped here when it is ours).

@@ -30,6 +30,7 @@
 #include "parity/sysfs.h"
 #include "support/fake_kubelet.h"
 #include "support/process.h"
+#include "support/expect.h"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -37,6 +38,7 @@ using kgpu::parity::Flat;
 using kgpu::test::ChildProcess;
 using kgpu::test::FakeKubelet;
 using kgpu::test::TempDir;
+using kgpu::test::eventually;
 
 namespace {
 
@@ -51,15 +53,6 @@ struct Case {
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.fixture << "/" << c.name; }
-
-bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 30s) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-        if (pred()) return true;
-        std::this_thread::sleep_for(10ms);
-    }
-    return pred();
-}
 
 // One plugin with its fake kubelet.
 struct Side {
@@ -322,7 +315,7 @@ void PrintTo(const BadCase& c, std::ostream* os) { *os << c.name; }
 
 // "exit N" once the plugin exited, "serving" once it registered a resource.
 std::string outcome(Side& s) {
-    const bool settled = eventually([&] { return !s.plugin->running() || !s.kubelet->resources().empty(); });
+    const bool settled = eventually([&] { return !s.plugin->running() || !s.kubelet->resources().empty(); }, 30s);
     if (!settled) return "neither exited nor registered";
     if (!s.kubelet->resources().empty()) return "serving";
     return "exit " + std::to_string(s.plugin->wait(0));

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "nvml/nvml_abi.h"
+#include "support/expect.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -22,6 +23,8 @@
 #include <thread>
 
 namespace simtest {
+
+using kgpu::test::eventually;
 
 inline void* library() {
     static void* h = [] {
@@ -120,16 +123,6 @@ private:
     int saved_ = -1;
     std::string path_;
 };
-
-// Polls pred every 10 ms until it holds or the (generous) deadline passes.
-inline bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds limit = std::chrono::seconds(2)) {
-    auto end = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < end) {
-        if (pred()) return true;
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return pred();
-}
 
 class SimTest : public ::testing::Test {
 protected:
