@@ -192,15 +192,8 @@ int run_config_manager(const ConfigManagerFlags& f) {
     std::condition_variable cv;
     std::optional<std::string> seen;  // the label's latest value
     bool fresh = false;
-    kube::NodeWatch::Options wo;
-    wo.node = s.node_name;
-    const auto idle = std::chrono::duration_cast<std::chrono::milliseconds>(wo.watch_timeout) + std::chrono::seconds(60);
-    kube::NodeWatch watch(
-        [api](std::string_view path) { return api->request("GET", path); },
-        [api, idle](std::string_view path, const std::function<bool(std::string_view)>& on_body, const std::atomic<bool>& stop) {
-            return api->stream(path, on_body, stop, idle);
-        },
-        wo,
+    auto watch = kube::watch_node(
+        api, s.node_name,
         [&](const nlohmann::json& node) {
             // No Node (deleted, or a wrong NODE_NAME): nothing to apply, as NVIDIA's waits.
             const auto label = kube::label_of(node, s.source.node_label);
@@ -216,7 +209,7 @@ int run_config_manager(const ConfigManagerFlags& f) {
               api->config().server);
     if (s.oneshot) {
         // One list, as NVIDIA's init container: the label as it is now.
-        auto st = watch.list();
+        auto st = watch->list();
         std::optional<std::string> label;
         {
             std::lock_guard lk(mu);
@@ -233,7 +226,7 @@ int run_config_manager(const ConfigManagerFlags& f) {
         }
         return 0;
     }
-    watch.start();
+    watch->start();
     for (;;) {
         std::optional<std::string> label;
         {
@@ -251,7 +244,7 @@ int run_config_manager(const ConfigManagerFlags& f) {
         timespec zero{0, 0};
         if (const int sig = sigtimedwait(&mask, nullptr, &zero); sig > 0) {
             log::info("config-manager: {}: stopping", strsignal(sig));
-            watch.stop();
+            watch->stop();
             return 0;
         }
     }

@@ -149,15 +149,8 @@ int run_mig_manager(const MigManagerFlags& f) {
     events.start();
 
     Shared shared;
-    kube::NodeWatch::Options wo;
-    wo.node = f.node_name;
-    const auto idle = std::chrono::duration_cast<std::chrono::milliseconds>(wo.watch_timeout) + std::chrono::seconds(60);
-    kube::NodeWatch watch(
-        [api](std::string_view path) { return api->request("GET", path); },
-        [api, idle](std::string_view path, const std::function<bool(std::string_view)>& on_body, const std::atomic<bool>& stop) {
-            return api->stream(path, on_body, stop, idle);
-        },
-        wo,
+    auto watch = kube::watch_node(
+        api, f.node_name,
         [&](const nlohmann::json& node) {
             const auto value = kube::label_of(node, mig::kConfigLabel);
             if (!value) return;  // deleted, or not a Node: nothing to apply
@@ -246,7 +239,7 @@ int run_mig_manager(const MigManagerFlags& f) {
 
     log::info("mig-manager: following node {}'s label {} through {}; configs from {}", f.node_name, mig::kConfigLabel,
               api->config().server, mo.config_file);
-    watch.start();
+    watch->start();
     bool first = true;
     std::optional<std::string> cut_short;  // the config of a run a new label value interrupted
     auto last_retry = std::chrono::steady_clock::now();
@@ -298,10 +291,10 @@ int run_mig_manager(const MigManagerFlags& f) {
         if (st.created + st.updated + st.failed + st.rate_limited + st.queue_full >= events_recorded) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    watch.request_stop();
+    watch->request_stop();
     events.request_stop();
     events.stop();
-    watch.stop();
+    watch->stop();
     return 0;
 }
 

@@ -786,14 +786,8 @@ void Plugin::start_node_reporting() {
     events_->start();
     if (!by_label) return;
     label_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    kube::NodeWatch::Options wo;
-    wo.node = opts_.node_name;
-    const auto idle = std::chrono::duration_cast<std::chrono::milliseconds>(wo.watch_timeout) + std::chrono::seconds(60);
-    watch_ = std::make_unique<kube::NodeWatch>(
-        [api = api_](std::string_view path) { return api->request("GET", path); },
-        [api = api_, idle](std::string_view path, const std::function<bool(std::string_view)>& on_body,
-                           const std::atomic<bool>& stop) { return api->stream(path, on_body, stop, idle); },
-        wo,
+    watch_ = kube::watch_node(
+        api_, opts_.node_name,
         [this, key = opts_.config_source.node_label](const nlohmann::json& node) {
             // No Node (deleted, or not found by a list): keep the config the last one named.
             const auto label = kube::label_of(node, key);

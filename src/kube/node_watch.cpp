@@ -217,4 +217,16 @@ void NodeWatch::run() {
     }
 }
 
+std::unique_ptr<NodeWatch> watch_node(std::shared_ptr<Client> api, const std::string& node, NodeWatch::OnNode on_node) {
+    NodeWatch::Options wo;
+    wo.node = node;
+    const auto idle = std::chrono::duration_cast<std::chrono::milliseconds>(wo.watch_timeout) + std::chrono::seconds(60);
+    return std::make_unique<NodeWatch>(
+        [api](std::string_view path) { return api->request("GET", path); },
+        [api, idle](std::string_view path, const std::function<bool(std::string_view)>& on_body, const std::atomic<bool>& stop) {
+            return api->stream(path, on_body, stop, idle);
+        },
+        wo, std::move(on_node));
+}
+
 }  // namespace kgpu::kube

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -101,5 +102,9 @@ private:
     std::mt19937 jitter_{std::random_device{}()};
     std::thread thread_;
 };
+
+// A NodeWatch of `node` through `api`: the list and each watch are `api`'s requests, a watch
+// ends at the server's timeoutSeconds, and one silent for a minute past that is cut. Not started.
+std::unique_ptr<NodeWatch> watch_node(std::shared_ptr<Client> api, const std::string& node, NodeWatch::OnNode on_node);
 
 }  // namespace kgpu::kube

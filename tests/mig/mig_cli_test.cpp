@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <fstream>
 
+#include "mig_configs.h"
 #include "support/files.h"
 #include "support/process.h"
 
@@ -17,36 +18,11 @@ namespace {
 
 using ::testing::HasSubstr;
 
-const char* kConfig = R"(version: v1
-mig-configs:
-  all-disabled:
-    - devices: all
-      mig-enabled: false
-  all-1g.10gb:
-    - device-filter: ["0x233010DE", "0x20B210DE", "0x20B510DE"]
-      devices: all
-      mig-enabled: true
-      mig-devices:
-        "1g.10gb": 7
-  all-balanced:
-    - device-filter: ["0x233010DE", "0x20B210DE", "0x20B510DE"]
-      devices: all
-      mig-enabled: true
-      mig-devices: {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
-  two-3g:
-    - devices: [2, 3]
-      mig-enabled: true
-      mig-devices: {"3g.40gb": 2}
-  too-much:
-    - devices: [0]
-      mig-enabled: true
-      mig-devices: {"3g.40gb": 2, "1g.10gb": 1}
-)";
 
 class MigCli : public ::testing::Test {
 protected:
     TempDir dir;
-    std::string config = dir.write("config.yaml", kConfig);
+    std::string config = dir.write("config.yaml", kMigConfigs);
     std::string events = dir.write("events", "");
 
     std::map<std::string, std::string> env() const {

@@ -16,6 +16,7 @@
 #include "mig/manager.h"
 #include "mig/node.h"
 #include "nvml/library.h"
+#include "mig_configs.h"
 #include "support/expect.h"
 #include "support/process.h"
 
@@ -29,27 +30,11 @@ using ::testing::Not;
 using kgpu::test::eventually;
 namespace fs = std::filesystem;
 
-const char* kConfig = R"(version: v1
-mig-configs:
-  all-disabled:
-    - devices: all
-      mig-enabled: false
-  all-1g.10gb:
-    - device-filter: ["0x233010DE", "0x20B210DE", "0x20B510DE"]
-      devices: all
-      mig-enabled: true
-      mig-devices:
-        "1g.10gb": 7
-  too-much:
-    - devices: [0]
-      mig-enabled: true
-      mig-devices: {"3g.40gb": 2, "1g.10gb": 1}
-)";
 
 class MigManager : public ::testing::Test {
 protected:
     TempDir dir;
-    std::string config = dir.write("config.yaml", kConfig);
+    std::string config = dir.write("config.yaml", kMigConfigs);
     std::string events = dir.write("events", "");
     std::string paused = dir.path() + "/mig-manager/paused-gpus";
     std::optional<nvml::Session> session;
