@@ -304,3 +304,45 @@ TEST_F(MigManager, AModeChangeOnlyARebootAppliesIsFailedOrRebootingNeverPending)
 
 }  // namespace
 }  // namespace kgpu::test
+
+namespace kgpu::test {
+namespace {
+
+// Bad flags are refused before anything starts (exit 2, naming the flag and what is expected);
+// a missing API server configuration is exit 1 naming what is missing.
+TEST(MigManagerCli, BadInputIsRefusedNamingTheFlag) {
+    TempDir dir;
+    const std::string config = dir.write("config.yaml", kMigConfigs);
+    const std::map<std::string, std::string> env = {{"KGPU_SIM_NODE", std::string(KGPU_SOURCE_DIR) + "/sim/nodes/a100-mig.yaml"},
+                                                    {"KGPU_SIM_EVENTS", dir.write("events", "")},
+                                                    {"NODE_NAME", ""}, {"CONFIG_FILE", ""}, {"DEFAULT_CONFIG_FILE", ""},
+                                                    {"KUBECONFIG", ""}, {"KUBERNETES_SERVICE_HOST", ""}};
+    auto mm = [&](std::vector<std::string> args) {
+        std::vector<std::string> argv = {KGPU_BINARY, "mig-manager", "--nvml-library", KGPU_SIM_LIBRARY};
+        argv.insert(argv.end(), args.begin(), args.end());
+        return run_process(argv, env);
+    };
+    auto r = mm({"-f", config});
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_THAT(r.err, HasSubstr("invalid -n <node-name> flag: must not be empty string"));
+    r = mm({"-n", "Node_1", "-f", config});
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_THAT(r.err, HasSubstr("Node_1"));
+    r = mm({"-n", "node-1"});
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_THAT(r.err, HasSubstr("-f <config-file> is required"));
+    r = mm({"-n", "node-1", "-f", config, "--process-timeout", "0s"});
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_THAT(r.err, HasSubstr("--process-timeout / KGPU_MIG_PROCESS_TIMEOUT '0s': expected a duration above zero"));
+    r = mm({"-n", "node-1", "-f", config, "--with-reboot=maybe"});
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_THAT(r.err, HasSubstr("--with-reboot / WITH_REBOOT"));
+    // Everything right but no API server to ask.
+    r = mm({"-n", "node-1", "-f", config});
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("kgpu mig-manager: "));
+    EXPECT_THAT(r.err, HasSubstr("KUBERNETES_SERVICE_HOST"));
+}
+
+}  // namespace
+}  // namespace kgpu::test
