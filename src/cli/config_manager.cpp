@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/log.h"
+#include "common/process.h"
 #include "common/strings.h"
 #include "deviceplugin/config.h"
 #include "deviceplugin/config_source.h"
@@ -182,11 +183,7 @@ int run_config_manager(const ConfigManagerFlags& f) {
     }
     auto api = std::make_shared<kube::Client>(std::move(*config), std::chrono::seconds(10));
 
-    sigset_t mask;
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGTERM);
-    sigaddset(&mask, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+    const sigset_t mask = process::block_signals({SIGTERM, SIGINT});
 
     std::mutex mu;
     std::condition_variable cv;

@@ -15,6 +15,7 @@
 
 #include "common/files.h"
 #include "common/log.h"
+#include "common/process.h"
 #include "common/strings.h"
 #include "deviceplugin/config.h"
 #include "inventory/discovery.h"
@@ -566,10 +567,8 @@ int run_labels(const LabelsOptions& opts) {
 
     // In the loop SIGHUP reloads the config file and SIGTERM, SIGINT and SIGQUIT stop, as in GFD.
     // They are blocked before NVML starts any thread, so only sigtimedwait sees them.
-    sigset_t mask;
-    sigemptyset(&mask);
-    for (int sig : {SIGHUP, SIGINT, SIGTERM, SIGQUIT}) sigaddset(&mask, sig);
-    if (!s.oneshot) pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+    const sigset_t mask = s.oneshot ? process::signal_set({SIGHUP, SIGINT, SIGTERM, SIGQUIT})
+                                    : process::block_signals({SIGHUP, SIGINT, SIGTERM, SIGQUIT});
 
     bool first = true;
     std::vector<std::string> last_warnings;

@@ -121,11 +121,7 @@ int run_mig_manager(const MigManagerFlags& f) {
 
     // Blocked before any thread starts (NVML's own included), so each one inherits the mask and
     // SIGTERM reaches the loop below, which ends the run cleanly.
-    sigset_t mask;
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGTERM);
-    sigaddset(&mask, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+    const sigset_t mask = process::block_signals({SIGTERM, SIGINT});
     auto session = open_nvml(f.nvml);
     if (!session) {
         std::cerr << "kgpu mig-manager: " << session.error().message << "\n";

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "common/log.h"
+#include "common/process.h"
 #include "deviceplugin/config.h"
 #include "deviceplugin/mps.h"
 #include "deviceplugin/resources.h"
@@ -139,10 +140,7 @@ int run_mps_control_daemon(const MpsControlDaemonFlags& f) {
     }
     // Blocked before any thread starts (NVML's library may start its own), so every thread
     // inherits the mask and only mps::run's signalfd sees these signals.
-    sigset_t mask;
-    sigemptyset(&mask);
-    for (int sig : {SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGCHLD}) sigaddset(&mask, sig);
-    pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+    process::block_signals({SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGCHLD});
     auto session = open_nvml(f.nvml);
     if (!session) {
         std::cerr << "kgpu mps-control-daemon: " << session.error().message << "\n";

@@ -157,4 +157,17 @@ Result<Completed> run(const RunOptions& opts) {
     return done;
 }
 
+sigset_t signal_set(std::initializer_list<int> signals) {
+    sigset_t set;
+    sigemptyset(&set);
+    for (int sig : signals) sigaddset(&set, sig);
+    return set;
+}
+
+sigset_t block_signals(std::initializer_list<int> signals) {
+    sigset_t set = signal_set(signals);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    return set;
+}
+
 }  // namespace kgpu::process

@@ -3,7 +3,10 @@
 // long-running children with their output in log files; this is the short-lived case.
 #pragma once
 
+#include <signal.h>
+
 #include <chrono>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <vector>
@@ -38,6 +41,13 @@ Result<Completed> run(const RunOptions& opts);
 // this process's environment without the keys of `set` and `unset`, then `set`'s entries.
 std::vector<std::string> child_environment(const std::map<std::string, std::string>& set,
                                            const std::vector<std::string>& unset = {});
+// The set of `signals`.
+sigset_t signal_set(std::initializer_list<int> signals);
+// Blocks `signals` in the calling thread and returns their set. Called before any thread starts
+// (NVML's library may start its own), every thread inherits the mask and only the caller's
+// signalfd or sigtimedwait sees them.
+sigset_t block_signals(std::initializer_list<int> signals);
+
 // A waitpid() status as an exit code: the exit status, 128 + the signal, or -1.
 int exit_code_of(int wait_status);
 

@@ -21,6 +21,7 @@
 #include "common/files.h"
 #include "common/log.h"
 #include "common/memory.h"
+#include "common/process.h"
 #include "deviceplugin/allocate.h"
 #include "deviceplugin/allocator.h"
 #include "deviceplugin/cdi_refresh.h"
@@ -877,14 +878,8 @@ void Plugin::release_pages() {
 }
 
 int Plugin::run() {
-    sigset_t mask;
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGTERM);
-    sigaddset(&mask, SIGINT);
-    sigaddset(&mask, SIGHUP);
-    // Blocked before any thread starts (the Event recorder's below), so every thread inherits the
-    // mask and only the signalfd sees these signals.
-    pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+    // Blocked before any thread starts (the Event recorder's below): only the signalfd sees them.
+    const sigset_t mask = process::block_signals({SIGTERM, SIGINT, SIGHUP});
 
     // The API server first: with a config directory the config is the one the node label names,
     // and everything below (the device-plugin directory, the sockets) follows that config.

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "common/process.h"
 #include "exporter/exposition.h"
 
 namespace kgpu::exporter {
@@ -87,11 +88,7 @@ HttpResponse route(const HttpRequest& req, const Collector& collector, std::chro
 int run_exporter(const ExporterOptions& options, const std::function<Result<nvml::Session>()>& open_nvml) {
     // Blocked before NVML (whose library may start threads) and before our threads, so every
     // thread inherits the mask and only the signalfd sees these signals.
-    sigset_t mask;
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGTERM);
-    sigaddset(&mask, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+    const sigset_t mask = process::block_signals({SIGTERM, SIGINT});
     int sfd = ::signalfd(-1, &mask, SFD_CLOEXEC);
     if (sfd < 0) {
         log::error("exporter: signalfd: {}", std::strerror(errno));
