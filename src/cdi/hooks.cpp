@@ -69,4 +69,60 @@ std::optional<nlohmann::ordered_json> HookCreator::create(std::string_view name,
     return j;
 }
 
+namespace {
+
+bool chainable_name(std::string_view n) {
+    return n == kChmod || std::find(kDefaultHooks.begin(), kDefaultHooks.end(), n) != kDefaultHooks.end();
+}
+
+// Where the hook's name is in its argv (1, or 2 after `hook`), or 0 when the hook is not one
+// `chain` can take.
+size_t step_at(const nlohmann::ordered_json& h) {
+    if (!h.is_object() || h.size() != 4 || h.value("hookName", "") != "createContainer" || !h.contains("path") ||
+        !h["path"].is_string() || !h.contains("env") || !h["env"].is_array())
+        return 0;
+    const auto args = h.find("args");
+    if (args == h.end() || !args->is_array() || args->size() < 2) return 0;
+    for (const auto& a : *args)
+        if (!a.is_string() || a.get<std::string>() == kChainSeparator) return 0;
+    const std::string base = fs::path(h["path"].get<std::string>()).filename().string();
+    const size_t at = (base == "kgpu" || base == "nvidia-ctk") ? 2 : 1;
+    if (at == 2 && (*args)[1] != "hook") return 0;
+    if (args->size() <= at || !chainable_name((*args)[at].get<std::string>())) return 0;
+    return at;
+}
+
+}  // namespace
+
+nlohmann::ordered_json chain_hooks(const nlohmann::ordered_json& hooks) {
+    if (!hooks.is_array()) return hooks;
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < hooks.size();) {
+        const size_t at = step_at(hooks[i]);
+        size_t end = i + 1;
+        if (at != 0)
+            while (end < hooks.size() && step_at(hooks[end]) == at && hooks[end]["path"] == hooks[i]["path"] &&
+                   hooks[end]["env"] == hooks[i]["env"] && hooks[end]["args"][0] == hooks[i]["args"][0])
+                ++end;
+        if (end - i < 2) {
+            out.push_back(hooks[i]);
+            i = end;
+            continue;
+        }
+        nlohmann::ordered_json chained = hooks[i];
+        auto& args = chained["args"];
+        args = nlohmann::ordered_json::array();
+        for (size_t k = 0; k < at; ++k) args.push_back(hooks[i]["args"][k]);
+        args.push_back(kChain);
+        for (size_t j = i; j < end; ++j) {
+            if (j > i) args.push_back(kChainSeparator);
+            const auto& a = hooks[j]["args"];
+            for (size_t k = at; k < a.size(); ++k) args.push_back(a[k]);
+        }
+        out.push_back(std::move(chained));
+        i = end;
+    }
+    return out;
+}
+
 }  // namespace kgpu::cdi

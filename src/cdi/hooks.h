@@ -22,6 +22,11 @@ inline constexpr std::string_view kUpdateLdcache = "update-ldcache";
 inline constexpr std::string_view kDisableDeviceNodeModification = "disable-device-node-modification";
 inline constexpr std::string_view kUpdateApplicationProfile = "update-application-profile";
 inline constexpr std::string_view kChmod = "chmod";  // off unless enabled (deprecated upstream)
+// kgpu's own: several of the hooks above in one exec (`kgpu hook chain <hook> [args] + <hook>
+// [args] ...`). Only kgpu's runtime writes it, and only when the hooks' binary is kgpu itself:
+// CDI specs other runtimes read keep NVIDIA's one hook per step.
+inline constexpr std::string_view kChain = "chain";
+inline constexpr std::string_view kChainSeparator = "+";
 // Those a spec gets by default, in nvidia-ctk's order.
 inline constexpr std::array<std::string_view, 5> kDefaultHooks = {
     kCreateSymlinks, kEnableCudaCompat, kUpdateLdcache, kDisableDeviceNodeModification, kUpdateApplicationProfile};
@@ -60,5 +65,14 @@ public:
 private:
     HookOptions o_;
 };
+
+// `hooks` (a containerEdits "hooks" array) with each run of two or more consecutive
+// createContainer hooks that share path and env, and whose argv is a known hook's (as
+// HookCreator writes it), replaced by one `chain` hook that runs their steps in order: argv
+// [<prefix>, chain, <hook 1> <args>, +, <hook 2> <args>, ...], where <prefix> is the hooks' own
+// (argv[0], and `hook` for a binary named kgpu or nvidia-ctk). A hook with other keys (timeout),
+// an argument that is the separator itself, or another hook name is left as it is.
+// Each container start then pays for one exec of kgpu instead of one per step (issue #26).
+nlohmann::ordered_json chain_hooks(const nlohmann::ordered_json& hooks);
 
 }  // namespace kgpu::cdi

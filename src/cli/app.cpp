@@ -47,7 +47,7 @@ std::string_view base_name(const char* argv0) {
 
 // The hooks' names: no kgpu subcommand and no runc command is spelled like one of them.
 bool is_hook_name(std::string_view s) {
-    return s == cdi::kChmod || std::ranges::find(cdi::kDefaultHooks, s) != cdi::kDefaultHooks.end();
+    return s == cdi::kChmod || s == cdi::kChain || std::ranges::find(cdi::kDefaultHooks, s) != cdi::kDefaultHooks.end();
 }
 
 // The index of the first word after kgpu's global options (`--log-level LEVEL`): the
@@ -162,6 +162,12 @@ int run(int argc, char** argv) {
     if (invoked_as == "nvidia-smi") return run_smi_argv({argv + 1, argv + argc});
     if (invoked_as == "nvidia-cdi-hook") return run_hook_argv("nvidia-cdi-hook", {argv + 1, argv + argc});
     if (argc > 1 && std::string_view(argv[1]) == "hook") return run_hook_argv("kgpu hook", {argv + 2, argv + argc});
+    // Behind kgpu's global options (which no hook reads), still the hooks' own parser.
+    if (argc > 2 && std::string_view(argv[1]).starts_with("--log-level")) {
+        const std::vector<std::string> words(argv, argv + argc);
+        if (const std::size_t w = command_word(words); w < words.size() && words[w] == "hook")
+            return run_hook_argv("kgpu hook", {words.begin() + static_cast<std::ptrdiff_t>(w) + 1, words.end()});
+    }
 
     gpr_set_log_function(grpc_log_line);
 

@@ -2,6 +2,14 @@
 
 #include <iostream>
 
+#include <algorithm>
+#include <memory>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "cdi/hooks.h"
+#include "common/error.h"
 #include "toolkit/hooks.h"
 
 namespace kgpu::cli {
@@ -47,6 +55,12 @@ void add_hooks(CLI::App& parent, HookOptions& o) {
     ch->add_option("--mode", o.mode, "The mode, in octal (e.g. 755)");
     add_container_spec(*ch, o);
 
+    // Parsed by run_chain (its steps are hooks of their own); here for --help.
+    parent.add_subcommand(std::string(cdi::kChain), "Several of these hooks in one exec: <hook> [args] + <hook> [args] ... "
+                                                    "(kgpu's runtime writes it when the hooks' binary is kgpu)")
+        ->allow_extras()
+        ->prefix_command();
+
     parent.add_flag("--debug,-d", o.debug, "Accepted for nvidia-cdi-hook compatibility");
     parent.add_flag("--quiet", o.quiet, "Accepted for nvidia-cdi-hook compatibility");
     parent.require_subcommand(1);
@@ -56,6 +70,35 @@ int report(std::string_view hook, const Status& st) {
     if (st) return 0;
     std::cerr << "kgpu hook " << hook << ": " << st.error().message << "\n";
     return 1;
+}
+
+// chmod --mode as an octal mode; nullopt (after saying why) when it is not one.
+std::optional<unsigned> chmod_mode(const std::string& text) {
+    try {
+        size_t used = 0;
+        const unsigned long mode = std::stoul(text, &used, 8);
+        if (used == text.size() && mode <= 07777) return static_cast<unsigned>(mode);
+    } catch (const std::exception&) {
+    }
+    std::cerr << "kgpu hook chmod: --mode '" << text << "': expected an octal mode such as 755\n";
+    return std::nullopt;
+}
+
+int run_chain(const std::string& program, const std::vector<std::string>& args);
+
+// One hook's step in the container's root.
+Status run_step(const std::string& name, const HookOptions& o, const std::string& root) {
+    if (name == "update-ldcache") return toolkit::update_ldcache(root, {o.folders, o.ldconfig_path});
+    if (name == "create-symlinks") return toolkit::create_symlinks(root, o.links);
+    if (name == "enable-cuda-compat") return toolkit::enable_cuda_compat(root, {o.host_driver_version, o.host_cuda_version, o.compat_dir});
+    if (name == "disable-device-node-modification") return toolkit::disable_device_node_modification(root, o.params_path);
+    if (name == "update-application-profile") return toolkit::update_application_profile(root);
+    if (name == "chmod") {
+        auto mode = chmod_mode(o.mode);
+        if (!mode) return fail(Code::invalid_argument, "--mode '{}': expected an octal mode such as 755", o.mode);
+        return toolkit::chmod_paths(root, o.paths, *mode);
+    }
+    return fail(Code::invalid_argument, "unknown hook '{}'", name);
 }
 
 }  // namespace
@@ -70,36 +113,101 @@ int run_hook(CLI::App& hook_cmd, const HookOptions& o) {
     auto* chosen = hook_cmd.get_subcommands().empty() ? nullptr : hook_cmd.get_subcommands().front();
     if (!chosen) return 2;
     const std::string name = chosen->get_name();
+    if (name == cdi::kChain) return run_chain("kgpu hook", chosen->remaining());
+    if (name == "chmod" && !chmod_mode(o.mode)) return 2;
     auto root = toolkit::load_container_root(o.container_spec);
     if (!root) return report(name, std::unexpected(root.error()));
-    if (name == "update-ldcache") return report(name, toolkit::update_ldcache(*root, {o.folders, o.ldconfig_path}));
-    if (name == "create-symlinks") return report(name, toolkit::create_symlinks(*root, o.links));
-    if (name == "enable-cuda-compat")
-        return report(name, toolkit::enable_cuda_compat(*root, {o.host_driver_version, o.host_cuda_version, o.compat_dir}));
-    if (name == "disable-device-node-modification")
-        return report(name, toolkit::disable_device_node_modification(*root, o.params_path));
-    if (name == "update-application-profile") return report(name, toolkit::update_application_profile(*root));
-    if (name == "chmod") {
-        unsigned mode = 0;
-        try {
-            size_t used = 0;
-            mode = static_cast<unsigned>(std::stoul(o.mode, &used, 8));
-            if (used != o.mode.size() || mode > 07777) throw std::invalid_argument("range");
-        } catch (const std::exception&) {
-            std::cerr << "kgpu hook chmod: --mode '" << o.mode << "': expected an octal mode such as 755\n";
-            return 2;
-        }
-        return report(name, toolkit::chmod_paths(*root, o.paths, mode));
-    }
-    return 2;
+    return report(name, run_step(name, o, *root));
 }
 
+namespace {
+
+std::unique_ptr<CLI::App> hook_parser(const std::string& program, HookOptions& o) {
+    auto app = std::make_unique<CLI::App>(program == "nvidia-cdi-hook" ? "nvidia-cdi-hook (kgpu): createContainer hooks for CDI specs"
+                                                                       : "kgpu hook: createContainer hooks for CDI specs");
+    app->name(program == "nvidia-cdi-hook" ? program : "kgpu hook");
+    add_hooks(*app, o);
+    return app;
+}
+
+// `chain [--container-spec FILE] <hook> [args] + <hook> [args] ...`: every step parsed first (a
+// bad one refuses the lot, nothing done), the container state read once, then the steps in
+// order; the first that fails ends the chain, naming its position and hook.
+int run_chain(const std::string& program, const std::vector<std::string>& args) {
+    const std::string me = program == "nvidia-cdi-hook" ? "nvidia-cdi-hook chain" : "kgpu hook chain";
+    size_t i = 0;
+    std::string container_spec;
+    if (i < args.size() && (args[i] == "--help" || args[i] == "-h")) {
+        std::cout << "Usage: " << me << " [--container-spec FILE] <hook> [args] [+ <hook> [args]]...\n"
+                  << "Runs several hooks in one exec, in order, on one read of the container's state (kgpu's runtime "
+                     "writes it when the hooks' binary is kgpu).\n";
+        return 0;
+    }
+    if (i < args.size() && args[i].starts_with("--container-spec=")) {
+        container_spec = args[i].substr(std::string_view("--container-spec=").size());
+        ++i;
+    } else if (i + 1 < args.size() && args[i] == "--container-spec") {
+        container_spec = args[i + 1];
+        i += 2;
+    }
+    std::vector<std::vector<std::string>> steps(1);
+    for (; i < args.size(); ++i) {
+        if (args[i] == cdi::kChainSeparator) steps.emplace_back();
+        else steps.back().push_back(args[i]);
+    }
+    struct Step {
+        std::string name;
+        HookOptions options;
+    };
+    std::vector<Step> parsed;
+    for (size_t n = 0; n < steps.size(); ++n) {
+        const std::string where = fmt::format("{}: step {}", me, n + 1);
+        const bool known = !steps[n].empty() && (steps[n].front() == cdi::kChmod ||
+                                                 std::find(cdi::kDefaultHooks.begin(), cdi::kDefaultHooks.end(), steps[n].front()) !=
+                                                     cdi::kDefaultHooks.end());
+        if (!known) {
+            std::cerr << where << ": expected a hook's name (create-symlinks, enable-cuda-compat, update-ldcache, "
+                      << "disable-device-node-modification, update-application-profile, chmod)"
+                      << (steps[n].empty() ? ", found nothing" : ", found '" + steps[n].front() + "'") << "\n";
+            return 2;
+        }
+        Step s;
+        auto app = hook_parser(program, s.options);
+        std::vector<std::string> reversed(steps[n].rbegin(), steps[n].rend());
+        try {
+            app->parse(reversed);
+        } catch (const CLI::ParseError& e) {
+            std::cerr << where << " (" << steps[n].front() << "): " << e.what() << "\n";
+            return 2;
+        }
+        if (!s.options.container_spec.empty()) {
+            std::cerr << where << ": --container-spec goes before the first hook, once for the chain\n";
+            return 2;
+        }
+        s.name = app->get_subcommands().front()->get_name();
+        if (s.name == "chmod" && !chmod_mode(s.options.mode)) return 2;
+        parsed.push_back(std::move(s));
+    }
+    auto root = toolkit::load_container_root(container_spec);
+    if (!root) return report("chain", std::unexpected(root.error()));
+    for (size_t n = 0; n < parsed.size(); ++n)
+        if (auto st = run_step(parsed[n].name, parsed[n].options, *root); !st) {
+            std::cerr << me << ": step " << n + 1 << " (" << parsed[n].name << "): " << st.error().message << "\n";
+            return 1;
+        }
+    return 0;
+}
+
+}  // namespace
+
 int run_hook_argv(const std::string& program, const std::vector<std::string>& args) {
+    // nvidia-cdi-hook's global flags may come first; they change nothing here.
+    size_t first = 0;
+    while (first < args.size() && (args[first] == "--debug" || args[first] == "-d" || args[first] == "--quiet")) ++first;
+    if (first < args.size() && args[first] == cdi::kChain) return run_chain(program, {args.begin() + first + 1, args.end()});
     HookOptions o;
-    CLI::App app{program == "nvidia-cdi-hook" ? "nvidia-cdi-hook (kgpu): createContainer hooks for CDI specs"
-                                              : "kgpu hook: createContainer hooks for CDI specs"};
-    app.name(program == "nvidia-cdi-hook" ? program : "kgpu hook");
-    add_hooks(app, o);
+    auto parser = hook_parser(program, o);
+    CLI::App& app = *parser;
     std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11's vector form takes them reversed
     try {
         app.parse(reversed);

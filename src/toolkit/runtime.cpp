@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cdi/hooks.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "common/strings.h"
@@ -198,6 +199,9 @@ Result<std::optional<Modified>> modify_spec(std::string_view text, const Runtime
     eo.capabilities = request->capabilities;
     auto edits = container_edits(*node, *sel, eo);
     if (!edits) return std::unexpected(edits.error());
+    const size_t steps = edits->value("hooks", nlohmann::ordered_json::array()).size();
+    if (options.chain_hooks && edits->contains("hooks")) (*edits)["hooks"] = cdi::chain_hooks((*edits)["hooks"]);
+    const size_t hooks = edits->value("hooks", nlohmann::ordered_json::array()).size();
     if (auto st = apply_container_edits(*spec, *edits); !st) return std::unexpected(st.error());
     auto out = dump_spec(*spec);
     if (!out) return std::unexpected(out.error());
@@ -214,11 +218,11 @@ Result<std::optional<Modified>> modify_spec(std::string_view text, const Runtime
     m.text = std::move(*out);
     m.nvml_ms = ms(t_edit - t_nvml);
     m.edit_ms = ms(t_done - t_edit);
-    m.summary = fmt::format("injected {} (requested by {}: {}; capabilities {}): {} device nodes, {} mounts, {} hooks{}",
+    m.summary = fmt::format("injected {} (requested by {}: {}; capabilities {}): {} device nodes, {} mounts, {} hooks{}{}",
                             fmt::join(names, ","), to_string(request->source), fmt::join(request->devices, ","),
                             fmt::join(caps, ","), edits->value("deviceNodes", nlohmann::ordered_json::array()).size(),
                             edits->value("mounts", nlohmann::ordered_json::array()).size(),
-                            edits->value("hooks", nlohmann::ordered_json::array()).size(),
+                            hooks, hooks == steps ? std::string() : fmt::format(" ({} steps chained)", steps),
                             removed.empty() ? std::string() : "; " + removed_note);
     return std::optional<Modified>{std::move(m)};
 }
@@ -367,6 +371,7 @@ int edit_bundle(const RuncArgs& a, const RuntimeConfig& config, const std::strin
     }
     ModifyOptions mo;
     mo.hook_path = resolve_hook_path(config, self);
+    mo.chain_hooks = !self.empty() && same_file(mo.hook_path, self);
     mo.refuse_gpus = refuse_gpus;
     std::vector<std::string> notes;
     Result<std::optional<Modified>> modified = fail(Code::internal, "not run");

@@ -49,6 +49,9 @@ struct ModifyOptions {
     // (the config `kgpu runtime install` recorded is missing: its security settings are unknown,
     // so `config` should then accept every way of asking). Containers without a GPU run.
     std::string refuse_gpus = {};
+    // The hooks' binary is kgpu itself: the createContainer hooks go into the spec as one
+    // `chain` hook (cdi::chain_hooks), one exec per container start instead of one per step.
+    bool chain_hooks = false;
 };
 
 struct Modified {

@@ -403,3 +403,51 @@ TEST(CdiStale, EglPlatformLibrariesKeepTheirOwnVersions) {
     EXPECT_EQ(r.missing, (std::vector<std::string>{"/usr/lib64/libnvidia-egl-wayland.so.1.1.17",
                                                    "/usr/lib64/libnvidia-egl-wayland2.so.1.0.0"}));
 }
+
+// Issue #26: kgpu's runtime hands runc one `chain` hook instead of one exec per step when the
+// hooks' binary is kgpu; what cannot be chained (another path, env or key, a lone hook, an
+// argument that is the separator) stays as it is, in order.
+TEST(CdiHooks, ConsecutiveHooksOfOneBinaryBecomeOneChain) {
+    cdi::HookOptions o;
+    o.path = "/usr/local/kgpu/nvidia-cdi-hook";
+    const cdi::HookCreator hooks(o);
+    ojson in = ojson::array({*hooks.create(cdi::kCreateSymlinks, {"libcuda.so.1::/usr/lib64/libcuda.so"}),
+                             *hooks.create(cdi::kEnableCudaCompat, {"--host-driver-version=550.54.15"}),
+                             *hooks.create(cdi::kUpdateLdcache, {"/usr/lib64"}),
+                             *hooks.create(cdi::kDisableDeviceNodeModification)});
+    ojson out = cdi::chain_hooks(in);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0]["hookName"], "createContainer");
+    EXPECT_EQ(out[0]["path"], o.path);
+    EXPECT_EQ(out[0]["env"], in[0]["env"]);
+    EXPECT_EQ(out[0]["args"], ojson::array({"nvidia-cdi-hook", "chain", "create-symlinks", "--link", "libcuda.so.1::/usr/lib64/libcuda.so",
+                                            "+", "enable-cuda-compat", "--host-driver-version=550.54.15", "+", "update-ldcache",
+                                            "--folder", "/usr/lib64", "+", "disable-device-node-modification"}));
+
+    // `kgpu hook <name>`: the chain keeps the `hook` word.
+    o.path = "/usr/local/kgpu/kgpu";
+    const cdi::HookCreator kgpu(o);
+    out = cdi::chain_hooks(ojson::array({*kgpu.create(cdi::kUpdateLdcache, {"/usr/lib64"}), *kgpu.create(cdi::kUpdateApplicationProfile)}));
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0]["args"], ojson::array({"kgpu", "hook", "chain", "update-ldcache", "--folder", "/usr/lib64", "+",
+                                            "update-application-profile"}));
+
+    // What breaks a run: a hook with a timeout, another binary, another env, a "+" argument.
+    ojson timed = *kgpu.create(cdi::kDisableDeviceNodeModification);
+    timed["timeout"] = 5;
+    ojson other = *hooks.create(cdi::kUpdateApplicationProfile);  // nvidia-cdi-hook, not kgpu
+    ojson debug = *kgpu.create(cdi::kUpdateApplicationProfile);
+    debug["env"] = ojson::array({"NVIDIA_CTK_DEBUG=true"});
+    ojson plus = *kgpu.create(cdi::kUpdateLdcache, {"+"});
+    const ojson a = *kgpu.create(cdi::kEnableCudaCompat, {"--host-driver-version=550.54.15"});
+    const ojson b = *kgpu.create(cdi::kDisableDeviceNodeModification);
+    ojson mixed = ojson::array({a, b, timed, a, other, debug, plus, b});
+    out = cdi::chain_hooks(mixed);
+    ASSERT_EQ(out.size(), 7u);
+    EXPECT_EQ(out[0]["args"], ojson::array({"kgpu", "hook", "chain", "enable-cuda-compat", "--host-driver-version=550.54.15", "+",
+                                            "disable-device-node-modification"}));
+    for (size_t i = 1; i < out.size(); ++i) EXPECT_EQ(out[i], mixed[i + 1]) << i;
+    // Nothing to chain: the same array.
+    EXPECT_EQ(cdi::chain_hooks(ojson::array({a})), ojson::array({a}));
+    EXPECT_EQ(cdi::chain_hooks(ojson::array()), ojson::array());
+}

@@ -404,7 +404,12 @@ TEST(KubeE2E, GpuPods) {
     EXPECT_THAT(two.env, HasSubstr("NVIDIA_VISIBLE_DEVICES=void\n")) << two.raw;
     EXPECT_THAT(two.env, HasSubstr("NVIDIA_CTK_LIBCUDA_DIR=")) << two.raw;
     // kgpu's runtime did the create (its log), not plain runc.
-    EXPECT_THAT(slurp(host_path(c, "/var/log/kgpu-container-runtime.log")), HasSubstr(c.container_id("default", "gpu-2", "cuda")));
+    const std::string runtime_log = slurp(host_path(c, "/var/log/kgpu-container-runtime.log"));
+    EXPECT_THAT(runtime_log, HasSubstr(c.container_id("default", "gpu-2", "cuda")));
+    // Its hooks ran as one `chain` exec (issue #26): the installed nvidia-cdi-hook is kgpu.
+    EXPECT_THAT(runtime_log, ::testing::ContainsRegex("/" + c.container_id("default", "gpu-2", "cuda") +
+                                                      "/config.json: injected .* 1 hooks \\([0-9]+ steps chained\\)"))
+        << runtime_log;
 
     // No GPU asked for, NVIDIA_VISIBLE_DEVICES=all set by the pod: no GPU (the secure settings
     // runtime install writes: the variable is not believed from an unprivileged container).

@@ -170,6 +170,81 @@ TEST_F(Runtime, NvidiaCdiHookIsKgpusHook) {
     EXPECT_NE(unknown.exit_code, 0);
 }
 
+// Issue #26: with kgpu as the hooks' binary the runtime writes one `chain` hook (one exec per
+// container start), holding the steps it writes as separate hooks for any other binary, in order.
+TEST_F(Runtime, HooksAreOneChainWhenTheHookBinaryIsKgpu) {
+    spec({std::string("NVIDIA_VISIBLE_DEVICES=") + kGpu3});
+    ASSERT_EQ(create().exit_code, 0);
+    const auto apart = nlohmann::json::parse(slurp(dir.path() + "/runc.config.json"))["hooks"]["createContainer"];
+    ASSERT_GT(apart.size(), 1u);  // /usr/local/kgpu/nvidia-cdi-hook is not this binary
+    std::vector<std::string> expected = {"nvidia-cdi-hook", "chain"};
+    for (size_t i = 0; i < apart.size(); ++i) {
+        if (i > 0) expected.push_back("+");
+        for (size_t k = 1; k < apart[i]["args"].size(); ++k) expected.push_back(apart[i]["args"][k]);
+    }
+
+    std::string text = slurp(config);
+    text.replace(text.find("/usr/local/kgpu/nvidia-cdi-hook"), 31, bin + "/nvidia-cdi-hook");
+    dir.write("rt.toml", text + "log-file = \"" + dir.path() + "/rt.log\"\n");
+    spec({std::string("NVIDIA_VISIBLE_DEVICES=") + kGpu3});
+    auto r = create();
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto chained = nlohmann::json::parse(slurp(dir.path() + "/runc.config.json"))["hooks"]["createContainer"];
+    ASSERT_EQ(chained.size(), 1u) << chained.dump();
+    EXPECT_EQ(chained[0]["path"], bin + "/nvidia-cdi-hook");
+    EXPECT_EQ(chained[0]["args"].get<std::vector<std::string>>(), expected);
+    EXPECT_EQ(chained[0]["env"], apart[0]["env"]);
+    EXPECT_THAT(slurp(dir.path() + "/rt.log"), HasSubstr("1 hooks (" + std::to_string(apart.size()) + " steps chained)"));
+}
+
+// `chain`: every step parsed before any runs, the state read once, steps in order, the first
+// failure ends it naming its position; under either name and behind kgpu's global flags.
+TEST_F(Runtime, ChainRunsItsStepsInOrderAndRefusesABadStepBeforeAnyRuns) {
+    spec({});
+    fs::create_directories(bundle + "/rootfs/d");
+    const std::string state = dir.write("state.json", "{\"bundle\":\"" + bundle + "\"}");
+    const std::string hook = bin + "/nvidia-cdi-hook";
+    const std::string root = bundle + "/rootfs";
+    auto ok = run_process({hook, "chain", "--container-spec", state, "create-symlinks", "--link", "a::/x", "+", "chmod", "--mode", "700",
+                           "--path", "/d", "+", "create-symlinks", "--link", "b::/y"});
+    ASSERT_EQ(ok.exit_code, 0) << ok.err;
+    EXPECT_EQ(fs::read_symlink(root + "/x"), "a");
+    EXPECT_EQ(fs::read_symlink(root + "/y"), "b");
+    EXPECT_EQ(fs::status(root + "/d").permissions(), fs::perms::owner_all);
+
+    // Refused while parsing: nothing done (exit 2), the step named.
+    for (const auto& [tail, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+             {{"+", "no-such-hook"}, "step 2: expected a hook's name"},
+             {{"+", "chmod", "--mode", "9z", "--path", "/d"}, "--mode '9z'"},
+             {{"+", "create-symlinks", "--link", "c::/w", "--container-spec", state}, "step 2: --container-spec goes before the first hook"},
+             {{"+"}, "step 2: expected a hook's name"},
+             {{"+", "update-ldcache", "--no-such-flag"}, "step 2 (update-ldcache)"}}) {
+        std::vector<std::string> argv = {hook, "chain", "--container-spec", state, "create-symlinks", "--link", "c::/z"};
+        argv.insert(argv.end(), tail.begin(), tail.end());
+        auto r = run_process(argv);
+        EXPECT_EQ(r.exit_code, 2) << says;
+        EXPECT_THAT(r.err, HasSubstr(says));
+        EXPECT_FALSE(fs::is_symlink(root + "/z")) << says;
+    }
+    // Failing while running: the steps before it stay done, the ones after never run (exit 1).
+    auto bad = run_process({KGPU_BINARY, "hook", "chain", "--container-spec", state, "create-symlinks", "--link", "e::/e", "+",
+                            "create-symlinks", "--link", "no-separator", "+", "create-symlinks", "--link", "f::/f"});
+    EXPECT_EQ(bad.exit_code, 1);
+    EXPECT_THAT(bad.err, HasSubstr("kgpu hook chain: step 2 (create-symlinks): create-symlinks: --link 'no-separator'"));
+    EXPECT_TRUE(fs::is_symlink(root + "/e"));
+    EXPECT_FALSE(fs::is_symlink(root + "/f"));
+    // Behind kgpu's global flags (the main parser) and nvidia-cdi-hook's.
+    auto g = run_process({KGPU_BINARY, "--log-level", "debug", "hook", "chain", "--container-spec", state, "create-symlinks", "--link",
+                          "g::/g", "+", "create-symlinks", "--link", "h::/h"});
+    EXPECT_EQ(g.exit_code, 0) << g.err;
+    EXPECT_EQ(fs::read_symlink(root + "/h"), "h");
+    auto d = run_process({hook, "--debug", "chain", "--container-spec=" + state, "create-symlinks", "--link", "i::/i"});
+    EXPECT_EQ(d.exit_code, 0) << d.err;
+    EXPECT_EQ(fs::read_symlink(root + "/i"), "i");
+    auto help = run_process({KGPU_BINARY, "hook", "--help"});
+    EXPECT_THAT(help.out, HasSubstr("chain"));
+}
+
 TEST_F(Runtime, NvidiaSmiSeesOnlyTheDevRootsGpus) {
     TempDir devroot;
     devroot.write("dev/nvidia3", "");
