@@ -342,9 +342,20 @@ Status update_ldcache(const std::string& root, const LdcacheOptions& o) {
     // ldconfig runs in the container's root: a dynamically linked one would load the loader and
     // libc the image puts at its interpreter's path, as root. glibc's ldconfig is static.
     {
-        auto image = files::read(fd_path(ld_fd.get()));
-        if (!image) return std::unexpected(image.error().context("update-ldcache: host ldconfig " + ldconfig));
-        auto interp = elf::read_interpreter(*image, ldconfig);
+        // The headers are in the first pages of any linker's output: read those, and the whole
+        // file only when a program header or PT_INTERP lies beyond them (each container start
+        // runs this: ldconfig is about 1 MiB).
+        std::string image(64 * 1024, '\0');
+        const ssize_t got = ::pread(ld_fd.get(), image.data(), image.size(), 0);
+        if (got < 0) return fail(Code::io, "update-ldcache: host ldconfig {}: {}", ldconfig, std::strerror(errno));
+        const bool whole = static_cast<size_t>(got) < image.size();
+        image.resize(static_cast<size_t>(got));
+        auto interp = elf::read_interpreter(image, ldconfig);
+        if (!interp && interp.error().code == Code::parse && !whole) {
+            auto all = files::read(fd_path(ld_fd.get()));
+            if (!all) return std::unexpected(all.error().context("update-ldcache: host ldconfig " + ldconfig));
+            interp = elf::read_interpreter(*all, ldconfig);
+        }
         if (interp)
             return fail(Code::invalid_argument,
                         "update-ldcache: host ldconfig {} is dynamically linked (interpreter {}): run in the container's root "
