@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "common/duration.h"
 #include "common/strings.h"
 #include "deviceplugin/plugin.h"
 #include "kube/api_stats.h"
@@ -159,7 +160,7 @@ int run_device_plugin(const DevicePluginFlags& f) {
               set_flag(flags.device_id_strategy, f.device_id_strategy, "--device-id-strategy",
                        &dp::parse_device_id_strategy) &&
               set_flag(flags.health_recovery_period, f.health_recovery_period, "--health-recovery-period",
-                       &dp::parse_duration) &&
+                       &parse_duration) &&
               set_flag(flags.shared_allocation_policy, f.shared_devices_allocation_policy,
                        "--shared-devices-allocation-policy", &dp::parse_shared_allocation_policy) &&
               set_flag(flags.gdrcopy_enabled, f.gdrcopy_enabled, "--gdrcopy-enabled", &dp::parse_bool) &&

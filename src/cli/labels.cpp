@@ -13,6 +13,7 @@
 #include <iostream>
 #include <set>
 
+#include "common/duration.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "common/process.h"
@@ -335,7 +336,7 @@ int wait_signal(const sigset_t& mask, std::optional<std::chrono::milliseconds> t
 
 std::string describe_interval(std::optional<std::chrono::milliseconds> i) {
     if (!i) return "infinite";
-    if (i->count() % 1000 == 0) return dp::format_duration(std::chrono::duration_cast<std::chrono::seconds>(*i));
+    if (i->count() % 1000 == 0) return format_duration(std::chrono::duration_cast<std::chrono::seconds>(*i));
     return fmt::format("{}ms", i->count());
 }
 

@@ -16,6 +16,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "common/duration.h"
 #include "common/log.h"
 #include "common/process.h"
 #include "common/strings.h"
@@ -106,7 +107,7 @@ int run_mig_manager(const MigManagerFlags& f) {
         if (!b) return usage("--with-reboot / WITH_REBOOT: " + b.error().message);
         mo.with_reboot = *b;
     }
-    auto timeout = deviceplugin::parse_duration(f.process_timeout);
+    auto timeout = parse_duration(f.process_timeout);
     if (!timeout || timeout->count() <= 0)
         return usage(fmt::format("--process-timeout / KGPU_MIG_PROCESS_TIMEOUT '{}': expected a duration above zero (30s, 5m)",
                                  f.process_timeout));

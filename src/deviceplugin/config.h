@@ -100,6 +100,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/duration.h"
 #include "common/error.h"
 
 namespace kgpu::deviceplugin {
@@ -136,11 +137,9 @@ std::string qualify_resource_name(std::string_view name);
 Result<std::vector<DeviceListStrategy>> parse_device_list_strategies(std::string_view csv);
 // Go's strconv.ParseBool spellings: 1 t T TRUE true True, 0 f F FALSE false False.
 Result<bool> parse_bool(std::string_view text);
-// "1s", "30s", "5m", "1h", or a sequence such as "1h30m" / "1m30s". Units s, m, h; whole
-// numbers only; "0s" is allowed here (callers decide minimums). Errors: invalid_argument.
-Result<std::chrono::seconds> parse_duration(std::string_view text);
-// The shortest spelling parse_duration reads back: 300s -> "5m", 90s -> "1m30s", 0s -> "0s".
-std::string format_duration(std::chrono::seconds d);
+// The config file's durations (common/duration.h).
+using ::kgpu::format_duration;
+using ::kgpu::parse_duration;
 // IMEX channel IDs as NVIDIA accepts them: [] or [0]. `csv` is a comma list ("0"); blanks
 // trimmed, empty items skipped. Errors: invalid_argument naming the list.
 Result<std::vector<unsigned>> parse_imex_channel_ids(std::string_view csv);

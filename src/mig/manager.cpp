@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/duration.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "deviceplugin/paused.h"
@@ -17,11 +18,6 @@
 namespace kgpu::mig {
 
 namespace {
-
-std::string seconds_of(std::chrono::milliseconds d) {
-    const auto s = std::chrono::duration_cast<std::chrono::seconds>(d).count();
-    return s % 60 == 0 && s >= 60 ? fmt::format("{}m", s / 60) : fmt::format("{}s", s);
-}
 
 // The paused-GPUs file: written whole (atomically) or removed.
 class Pause {
@@ -189,10 +185,10 @@ Outcome reconfigure(const nvml::Session& session, const std::string& selected, c
         if (std::chrono::steady_clock::now() >= deadline)
             return failed(fmt::format("still in use after {}: {}{}{}; once they are gone, set the label to another value "
                                       "and back (the same value is no change), or restart the MIG manager",
-                                      seconds_of(o.process_timeout), fmt::join(busy_why, "; "), resets.empty() ? "" : "; and ",
+                                      format_duration(std::chrono::duration_cast<std::chrono::seconds>(o.process_timeout)), fmt::join(busy_why, "; "), resets.empty() ? "" : "; and ",
                                       fmt::join(resets, "; ")));
         const std::string waiting = fmt::format("MIG config '{}' waits for {} to be free (up to {})", selected,
-                                                fmt::join(busy_why, "; "), seconds_of(o.process_timeout));
+                                                fmt::join(busy_why, "; "), format_duration(std::chrono::duration_cast<std::chrono::seconds>(o.process_timeout)));
         if (waiting != waiting_said) {
             log::info("mig-manager: {}", waiting);
             hooks.event("Normal", kReasonWaiting, waiting);
