@@ -1,20 +1,30 @@
-// The container runtime's budget (issue #17): `create` through kgpu-container-runtime adds at most
-// 5 ms p50 over runc alone on the same bundle, on the simulated dgx-h100. Root only (runc).
+// The container runtime's budget (issues #17, #26): `create` through kgpu-container-runtime against
+// runc alone and against NVIDIA's runtime on the same bundle, on the simulated dgx-h100. Root only
+// (runc).
 //
 //   build/release/bench/kgpu_container_runtime_e2e [iterations]
 //
-// Bundles: a busybox rootfs and a fake driver root (mknod'ed nodes, the simulator as the
-// driver's libnvidia-ml). Interleaved per iteration, each create followed by `runc delete -f`
-// (not timed):
+// Bundles: a busybox rootfs (with an empty /etc, as images have) and a fake driver root
+// (mknod'ed nodes, the simulator as the driver's libnvidia-ml). Interleaved per iteration, each
+// create followed by `runc delete -f` and the rootfs's linker cache files removed (not timed):
 //   runc, plain          runc create on the bundle as the kubelet wrote it (no GPU request)
 //   kgpu, plain          kgpu-container-runtime create on it (pass-through: reads config.json)
 //   runc, edited         runc create on the bundle kgpu would produce for one GPU (nodes, mounts,
-//                        hooks: the hooks run inside runc's create)
+//                        hooks: the hooks run inside runc's create); kgpu is the hooks' binary, so
+//                        they are one `chain` hook
+//   runc, edited apart   the same spec with one hook per step (NVIDIA's form): the chain's gain
 //   kgpu, one GPU        kgpu-container-runtime create on the original bundle with
 //                        NVIDIA_VISIBLE_DEVICES=<uuid>: NVML, the edit, the write, then runc
+// With NVIDIA's binaries in $KGPU_SHARED_DIR/peers/nvidia (default <source>/../shared), also:
+//   nvidia, plain        nvidia-container-runtime v1.20 (cdi mode) create on the plain bundle
+//   nvidia, one GPU      the same on the GPU bundle: the device from a CDI spec prepared before the
+//                        run (`kgpu cdi generate`, NVIDIA's nvidia-cdi-hook as the hooks' binary:
+//                        the spec nvidia-ctk writes for this root, tests/parity), NVIDIA's hooks
 // The wrapper's cost is (kgpu, one GPU) - (runc, edited) and (kgpu, plain) - (runc, plain), as wall
 // time and as CPU time (user + system of the process, which is kgpu and then the runc it execs):
-// on a busy machine the wall figures carry the wait for a CPU, the CPU figures do not.
+// on a busy machine the wall figures carry the wait for a CPU, the CPU figures do not. The hooks'
+// CPU is in neither CPU figure: runc runs them from the container's init, which outlives
+// `runc create` (so the chain's gain shows in wall time only).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -32,19 +42,16 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "support/files.h"
 #include "support/process.h"
 
 namespace fs = std::filesystem;
+using kgpu::test::slurp;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-std::string slurp(const std::string& p) {
-    std::ifstream in(p);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
 
 struct Timing {
     double wall = -1, cpu = -1;  // ms; cpu: user + system of the process (kgpu, then the runc it execs)
@@ -111,6 +118,7 @@ int main(int argc, char** argv) {
     auto bundle = [&](const std::string& name, const std::string& extra_env) {
         const std::string b = bundles + "/" + name;
         fs::create_directories(b + "/rootfs/bin");
+        fs::create_directories(b + "/rootfs/etc");
         fs::copy_file("/bin/busybox", b + "/rootfs/bin/busybox");
         kgpu::test::run_process({"/usr/sbin/runc", "spec", "--bundle", b});
         std::string s = slurp(b + "/config.json");
@@ -135,11 +143,82 @@ int main(int argc, char** argv) {
         }
         timed({"/usr/sbin/runc", "delete", "-f", "warmup"}, {});
     }
+    // The same edit with one hook per step: the chain split at its separators.
+    const std::string apart = bundle("apart", "");
+    {
+        auto spec = nlohmann::json::parse(slurp(edited + "/config.json"));
+        nlohmann::json split = nlohmann::json::array();
+        for (const auto& h : spec["hooks"]["createContainer"]) {
+            const auto& args = h["args"];
+            size_t at = 0;
+            while (at < args.size() && args[at] != "chain") ++at;
+            if (at == args.size()) {
+                split.push_back(h);
+                continue;
+            }
+            nlohmann::json one = h;
+            one["args"] = nlohmann::json(std::vector<nlohmann::json>(args.begin(), args.begin() + static_cast<std::ptrdiff_t>(at)));
+            for (size_t i = at + 1; i <= args.size(); ++i) {
+                if (i == args.size() || args[i] == "+") {
+                    split.push_back(one);
+                    one["args"] = nlohmann::json(std::vector<nlohmann::json>(args.begin(), args.begin() + static_cast<std::ptrdiff_t>(at)));
+                } else {
+                    one["args"].push_back(args[i]);
+                }
+            }
+        }
+        std::printf("hooks in kgpu's edit: %zu (steps: %zu)\n", spec["hooks"]["createContainer"].size(), split.size());
+        spec["hooks"]["createContainer"] = split;
+        std::ofstream(apart + "/config.json") << spec.dump();
+    }
+    // NVIDIA's runtime, when its binaries are there.
+    const std::string peers = [] {
+        const char* d = std::getenv("KGPU_SHARED_DIR");
+        return (d ? std::string(d) : std::string(KGPU_SOURCE_DIR) + "/../shared") + "/peers/nvidia";
+    }();
+    const bool nvidia = fs::exists(peers + "/nvidia-container-runtime.xz") && fs::exists(peers + "/nvidia-cdi-hook.xz");
+    std::vector<std::string> nv_env;
+    const std::string nv_gpu = bundle("nvgpu", "NVIDIA_VISIBLE_DEVICES=GPU-2fbe396f-df9c-d5a1-4b31-c1658bb71f80");
+    if (nvidia) {
+        for (const char* n : {"nvidia-container-runtime", "nvidia-cdi-hook"}) {
+            const std::string out = bin + "/nv-" + n;
+            if (kgpu::test::run_process({"/bin/sh", "-c", "xz -dc " + peers + "/" + n + ".xz > " + out + " && chmod 755 " + out}).exit_code != 0) {
+                std::fprintf(stderr, "cannot unpack %s/%s.xz\n", peers.c_str(), n);
+                return 1;
+            }
+        }
+        fs::create_directories(dir.path() + "/cdi");
+        auto gen = kgpu::test::run_process({KGPU_BINARY, "cdi", "generate", "--driver-root", drv, "--nvml-library",
+                                            drv + "/usr/lib64/libnvidia-ml.so.550.54.15", "--nvidia-cdi-hook-path",
+                                            bin + "/nv-nvidia-cdi-hook", "--format", "json", "--output", dir.path() + "/cdi/nvidia.json"},
+                                           {{"KGPU_SIM_NODE", std::string(KGPU_SOURCE_DIR) + "/sim/nodes/dgx-h100.yaml"}});
+        if (gen.exit_code != 0) {
+            std::fprintf(stderr, "kgpu cdi generate failed: %s\n", gen.err.c_str());
+            return 1;
+        }
+        dir.write("xdg/nvidia-container-runtime/config.toml",
+                  "accept-nvidia-visible-devices-envvar-when-unprivileged = true\n"
+                  "[nvidia-container-runtime]\nlog-level = \"error\"\nmode = \"cdi\"\nruntimes = [\"/usr/sbin/runc\"]\n"
+                  "[nvidia-container-runtime.modes.cdi]\ndefault-kind = \"nvidia.com/gpu\"\nspec-dirs = [\"" + dir.path() + "/cdi\"]\n");
+        nv_env = {"XDG_CONFIG_HOME=" + dir.path() + "/xdg"};
+    } else {
+        std::printf("no NVIDIA binaries in %s: kgpu and runc only\n", peers.c_str());
+    }
+    const std::string nv_gpu_original = slurp(nv_gpu + "/config.json");
+
     struct Series {
         std::vector<double> wall, cpu;
-    } runc_plain, kgpu_plain, runc_edited, kgpu_gpu;
-    auto once = [&](Series& out, const std::vector<std::string>& create) {
-        Timing t = timed(create, env);
+    } runc_plain, kgpu_plain, runc_edited, runc_apart, kgpu_gpu, nv_plain, nv_one;
+    // Each create starts from an image without a linker cache of its own (the hooks write one).
+    auto fresh_rootfs = [&](const std::string& b) {
+        std::error_code ec;
+        fs::remove_all(b + "/rootfs/etc", ec);
+        fs::create_directories(b + "/rootfs/etc");
+    };
+    auto once = [&](Series& out, const std::vector<std::string>& create, const std::vector<std::string>& e) {
+        const std::string b = create[create.size() - 2];
+        fresh_rootfs(b);
+        Timing t = timed(create, e);
         if (t.wall >= 0) {
             out.wall.push_back(t.wall);
             out.cpu.push_back(t.cpu);
@@ -147,21 +226,36 @@ int main(int argc, char** argv) {
         timed({"/usr/sbin/runc", "delete", "-f", create.back()}, {});
     };
     for (int i = 0; i < n; ++i) {
-        once(runc_plain, {"/usr/sbin/runc", "create", "--bundle", plain, "b1"});
-        once(kgpu_plain, {bin + "/kgpu-container-runtime", "create", "--bundle", plain, "b2"});
-        once(runc_edited, {"/usr/sbin/runc", "create", "--bundle", edited, "b3"});
+        once(runc_plain, {"/usr/sbin/runc", "create", "--bundle", plain, "b1"}, env);
+        once(kgpu_plain, {bin + "/kgpu-container-runtime", "create", "--bundle", plain, "b2"}, env);
+        once(runc_edited, {"/usr/sbin/runc", "create", "--bundle", edited, "b3"}, env);
+        once(runc_apart, {"/usr/sbin/runc", "create", "--bundle", apart, "b5"}, env);
         std::ofstream(gpu + "/config.json") << gpu_original;
-        once(kgpu_gpu, {bin + "/kgpu-container-runtime", "create", "--bundle", gpu, "b4"});
+        once(kgpu_gpu, {bin + "/kgpu-container-runtime", "create", "--bundle", gpu, "b4"}, env);
+        if (nvidia) {
+            once(nv_plain, {bin + "/nv-nvidia-container-runtime", "create", "--bundle", plain, "b6"}, nv_env);
+            std::ofstream(nv_gpu + "/config.json") << nv_gpu_original;
+            once(nv_one, {bin + "/nv-nvidia-container-runtime", "create", "--bundle", nv_gpu, "b7"}, nv_env);
+        }
     }
     fs::remove_all(bundles);
+    double load[3] = {0, 0, 0};
+    if (::getloadavg(load, 3) < 1) load[0] = -1;
+    std::printf("load average at the end: %.2f\n", load[0]);
     for (auto [label, pick] : {std::pair{"wall", &Series::wall}, std::pair{"cpu", &Series::cpu}}) {
-        std::printf("create %s, median of %d (ms): runc plain %.2f | kgpu plain %.2f | runc edited %.2f | kgpu one GPU %.2f\n",
-                    label, n, median(runc_plain.*pick), median(kgpu_plain.*pick), median(runc_edited.*pick),
-                    median(kgpu_gpu.*pick));
-        std::printf("  kgpu's own cost (%s): %.2f ms with a GPU (budget 5 ms), %.2f ms without\n", label,
-                    median(kgpu_gpu.*pick) - median(runc_edited.*pick), median(kgpu_plain.*pick) - median(runc_plain.*pick));
+        auto m = [&](const Series& x) { return median(x.*pick); };
+        std::printf("create %s, median of %d (ms): runc plain %.2f | kgpu plain %.2f | runc edited %.2f | runc edited apart %.2f | "
+                    "kgpu one GPU %.2f",
+                    label, n, m(runc_plain), m(kgpu_plain), m(runc_edited), m(runc_apart), m(kgpu_gpu));
+        if (nvidia) std::printf(" | nvidia plain %.2f | nvidia one GPU %.2f", m(nv_plain), m(nv_one));
+        std::printf("\n  kgpu's own cost (%s): %.2f ms with a GPU, %.2f ms without\n", label, m(kgpu_gpu) - m(runc_edited),
+                    m(kgpu_plain) - m(runc_plain));
+        std::printf("  the hooks as one chain (%s): %.2f ms less than one exec per step\n", label, m(runc_apart) - m(runc_edited));
+        std::printf("  one GPU over plain runc (%s): kgpu %+.2f ms (%.2fx)", label, m(kgpu_gpu) - m(runc_plain), m(kgpu_gpu) / m(runc_plain));
+        if (nvidia)
+            std::printf(", nvidia %+.2f ms (%.2fx); kgpu / nvidia %.2fx; without a GPU kgpu / nvidia %.2fx", m(nv_one) - m(runc_plain),
+                        m(nv_one) / m(runc_plain), m(kgpu_gpu) / m(nv_one), m(kgpu_plain) / m(nv_plain));
+        std::printf("\n");
     }
-    std::printf("whole GPU injection (edit + nodes, mounts and hooks inside runc), wall: %.2f ms over plain runc\n",
-                median(kgpu_gpu.wall) - median(runc_plain.wall));
     return 0;
 }

@@ -64,13 +64,6 @@ void save_state(const State& s) {
     fs::rename(tmp, state_file());
 }
 
-std::string slurp(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
 RunResult run(const std::vector<std::string>& argv, std::chrono::seconds timeout, const std::map<std::string, std::string>& env) {
     std::vector<std::string> full = {"/usr/bin/timeout", "--kill-after=5", std::to_string(timeout.count())};
     full.insert(full.end(), argv.begin(), argv.end());

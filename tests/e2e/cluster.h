@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include "support/files.h"
 #include "support/process.h"
 
 namespace kgpu::e2e {
@@ -40,7 +41,7 @@ std::string state_file();
 bool load_state(State& s, std::string& error);
 void save_state(const State& s);
 
-std::string slurp(const std::string& path);
+using ::kgpu::test::slurp;  // support/files.h
 // Runs argv (argv[0] an absolute path) with extra environment variables, killed after `timeout`.
 RunResult run(const std::vector<std::string>& argv, std::chrono::seconds timeout = std::chrono::seconds(60),
               const std::map<std::string, std::string>& env = {});

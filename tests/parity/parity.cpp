@@ -15,13 +15,6 @@ namespace fs = std::filesystem;
 
 namespace kgpu::parity {
 
-std::string slurp(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
 std::string peers_dir() {
     const char* shared = std::getenv("KGPU_SHARED_DIR");
     const std::string base = shared && *shared ? std::string(shared) : std::string(KGPU_SOURCE_DIR) + "/../shared";

@@ -26,6 +26,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/files.h"
+
 namespace kgpu::parity {
 
 // $KGPU_SHARED_DIR/peers/nvidia, default <repo>/../shared/peers/nvidia (it may not exist).
@@ -90,6 +92,6 @@ void expect_parity(const std::string& compared, const std::string& case_name, co
 std::vector<std::string> in_namespace(const std::vector<std::pair<std::string, std::string>>& binds,
                                       const std::vector<std::string>& argv);
 
-std::string slurp(const std::string& path);
+using ::kgpu::test::slurp;  // support/files.h
 
 }  // namespace kgpu::parity
