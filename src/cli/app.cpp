@@ -280,8 +280,8 @@ int run(int argc, char** argv) {
     if (mount_shm_cmd->parsed()) return run_mps_mount_shm(mps_flags);
     if (app.got_subcommand("mps-control-daemon")) return run_mps_control_daemon(mps_flags);
     if (app.got_subcommand("smi")) return run_smi(smi_opts);
-    // Reached only behind a global flag (`kgpu --log-level debug hook ...`): the fast paths above
-    // take the plain spellings.
+    // Not reached from a command line (the fast paths above take every spelling); kept so the
+    // parser's `hook` never falls through to "no subcommand".
     if (app.got_subcommand("hook")) return run_hook(*hook_cmd, hook_opts);
     if (app.got_subcommand("container-runtime")) return run_container_runtime(container_runtime_cmd->remaining());
     return 2;

@@ -72,15 +72,15 @@ int report(std::string_view hook, const Status& st) {
     return 1;
 }
 
-// chmod --mode as an octal mode; nullopt (after saying why) when it is not one.
-std::optional<unsigned> chmod_mode(const std::string& text) {
+// chmod --mode as an octal mode; nullopt (after saying why, as `who`) when it is not one.
+std::optional<unsigned> chmod_mode(const std::string& text, std::string_view who = "kgpu hook chmod") {
     try {
         size_t used = 0;
         const unsigned long mode = std::stoul(text, &used, 8);
         if (used == text.size() && mode <= 07777) return static_cast<unsigned>(mode);
     } catch (const std::exception&) {
     }
-    std::cerr << "kgpu hook chmod: --mode '" << text << "': expected an octal mode such as 755\n";
+    std::cerr << who << ": --mode '" << text << "': expected an octal mode such as 755\n";
     return std::nullopt;
 }
 
@@ -176,6 +176,10 @@ int run_chain(const std::string& program, const std::vector<std::string>& args) 
         std::vector<std::string> reversed(steps[n].rbegin(), steps[n].rend());
         try {
             app->parse(reversed);
+        } catch (const CLI::CallForHelp&) {
+            const auto chosen = app->get_subcommands();
+            std::cout << (chosen.empty() ? app->help() : chosen.front()->help());
+            return 0;
         } catch (const CLI::ParseError& e) {
             std::cerr << where << " (" << steps[n].front() << "): " << e.what() << "\n";
             return 2;
@@ -185,7 +189,7 @@ int run_chain(const std::string& program, const std::vector<std::string>& args) 
             return 2;
         }
         s.name = app->get_subcommands().front()->get_name();
-        if (s.name == "chmod" && !chmod_mode(s.options.mode)) return 2;
+        if (s.name == "chmod" && !chmod_mode(s.options.mode, where + " (chmod)")) return 2;
         parsed.push_back(std::move(s));
     }
     auto root = toolkit::load_container_root(container_spec);

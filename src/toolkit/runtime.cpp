@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -111,6 +112,27 @@ private:
     std::optional<inventory::Node> node_;
 };
 
+// The CDI hooks of `hooks` that the spec's hooks.<hookName> does not hold yet, compared in the OCI
+// form apply_container_edits writes (path, args, env, timeout).
+nlohmann::ordered_json hooks_not_in(const nlohmann::ordered_json& spec, const nlohmann::ordered_json& hooks) {
+    if (!hooks.is_array()) return hooks;
+    const auto all = spec.find("hooks");
+    if (all == spec.end() || !all->is_object()) return hooks;
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (const auto& h : hooks) {
+        const auto list = h.is_object() ? all->find(h.value("hookName", std::string())) : all->end();
+        if (list == all->end() || !list->is_array()) {
+            out.push_back(h);
+            continue;
+        }
+        nlohmann::ordered_json oci;
+        for (const char* key : {"path", "args", "env", "timeout"})
+            if (auto v = h.find(key); v != h.end()) oci[key] = *v;
+        if (std::find(list->begin(), list->end(), oci) == list->end()) out.push_back(h);
+    }
+    return out;
+}
+
 }  // namespace
 
 std::unique_ptr<NodeSource> nvml_node_source(const RuntimeConfig& config) { return std::make_unique<NvmlNodeSource>(config); }
@@ -199,6 +221,11 @@ Result<std::optional<Modified>> modify_spec(std::string_view text, const Runtime
     eo.capabilities = request->capabilities;
     auto edits = container_edits(*node, *sel, eo);
     if (!edits) return std::unexpected(edits.error());
+    if (options.chain_hooks && edits->contains("hooks")) {
+        // Hooks the spec already holds (containerd applied the same CDI device's edits, with the
+        // same hooks' binary) are skipped by the edit; chained, they would not match and run twice.
+        (*edits)["hooks"] = hooks_not_in(*spec, (*edits)["hooks"]);
+    }
     const size_t steps = edits->value("hooks", nlohmann::ordered_json::array()).size();
     if (options.chain_hooks && edits->contains("hooks")) (*edits)["hooks"] = cdi::chain_hooks((*edits)["hooks"]);
     const size_t hooks = edits->value("hooks", nlohmann::ordered_json::array()).size();

@@ -439,11 +439,15 @@ TEST(CdiHooks, ConsecutiveHooksOfOneBinaryBecomeOneChain) {
     ojson debug = *kgpu.create(cdi::kUpdateApplicationProfile);
     debug["env"] = ojson::array({"NVIDIA_CTK_DEBUG=true"});
     ojson plus = *kgpu.create(cdi::kUpdateLdcache, {"+"});
+    ojson prestart = *kgpu.create(cdi::kUpdateApplicationProfile);
+    prestart["hookName"] = "prestart";
+    ojson unknown = *kgpu.create(cdi::kUpdateApplicationProfile);
+    unknown["args"][2] = "no-such-hook";
     const ojson a = *kgpu.create(cdi::kEnableCudaCompat, {"--host-driver-version=550.54.15"});
     const ojson b = *kgpu.create(cdi::kDisableDeviceNodeModification);
-    ojson mixed = ojson::array({a, b, timed, a, other, debug, plus, b});
+    ojson mixed = ojson::array({a, b, timed, a, other, debug, plus, b, prestart, a, unknown, b});
     out = cdi::chain_hooks(mixed);
-    ASSERT_EQ(out.size(), 7u);
+    ASSERT_EQ(out.size(), 11u);
     EXPECT_EQ(out[0]["args"], ojson::array({"kgpu", "hook", "chain", "enable-cuda-compat", "--host-driver-version=550.54.15", "+",
                                             "disable-device-node-modification"}));
     for (size_t i = 1; i < out.size(); ++i) EXPECT_EQ(out[i], mixed[i + 1]) << i;

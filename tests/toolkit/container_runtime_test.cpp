@@ -205,17 +205,18 @@ TEST_F(Runtime, ChainRunsItsStepsInOrderAndRefusesABadStepBeforeAnyRuns) {
     const std::string state = dir.write("state.json", "{\"bundle\":\"" + bundle + "\"}");
     const std::string hook = bin + "/nvidia-cdi-hook";
     const std::string root = bundle + "/rootfs";
+    // In order: the third step replaces the first one's link.
     auto ok = run_process({hook, "chain", "--container-spec", state, "create-symlinks", "--link", "a::/x", "+", "chmod", "--mode", "700",
-                           "--path", "/d", "+", "create-symlinks", "--link", "b::/y"});
+                           "--path", "/d", "+", "create-symlinks", "--link", "b::/x", "--link", "b::/y"});
     ASSERT_EQ(ok.exit_code, 0) << ok.err;
-    EXPECT_EQ(fs::read_symlink(root + "/x"), "a");
+    EXPECT_EQ(fs::read_symlink(root + "/x"), "b");
     EXPECT_EQ(fs::read_symlink(root + "/y"), "b");
     EXPECT_EQ(fs::status(root + "/d").permissions(), fs::perms::owner_all);
 
     // Refused while parsing: nothing done (exit 2), the step named.
     for (const auto& [tail, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
              {{"+", "no-such-hook"}, "step 2: expected a hook's name"},
-             {{"+", "chmod", "--mode", "9z", "--path", "/d"}, "--mode '9z'"},
+             {{"+", "chmod", "--mode", "9z", "--path", "/d"}, "step 2 (chmod): --mode '9z'"},
              {{"+", "create-symlinks", "--link", "c::/w", "--container-spec", state}, "step 2: --container-spec goes before the first hook"},
              {{"+"}, "step 2: expected a hook's name"},
              {{"+", "update-ldcache", "--no-such-flag"}, "step 2 (update-ldcache)"}}) {

@@ -230,3 +230,38 @@ TEST_F(Modify, DeepNestingIsAnErrorNotACrash) {
 }
 
 }  // namespace
+
+// Issue #26: chained, the edit's hooks would not match those containerd already put in the spec
+// (the same CDI device's edits, the same hooks' binary), so the steps would run twice; they are
+// left out before chaining, as the edit skips them unchained.
+TEST_F(Modify, HooksTheSpecAlreadyHoldsAreNotChainedAgain) {
+    const std::string request = "NVIDIA_VISIBLE_DEVICES=GPU-2fbe396f-df9c-d5a1-4b31-c1658bb71f80";
+    ModifyOptions apart{"/usr/local/kgpu/nvidia-cdi-hook"};
+    auto once = modify_spec(spec_with_env({request}), config, apart, nodes, log);
+    ASSERT_TRUE(once && *once) << (once ? "" : once.error().message);
+    const ojson applied = ojson::parse((*once)->text);
+    const ojson separate = applied["hooks"]["createContainer"];
+    ASSERT_GT(separate.size(), 1u);
+
+    ModifyOptions chained{"/usr/local/kgpu/nvidia-cdi-hook"};
+    chained.chain_hooks = true;
+    // A spec that already holds them (and still asks for the GPU): nothing is added.
+    ojson holding = ojson::parse(spec_with_env({request}));
+    holding["hooks"]["createContainer"] = separate;
+    auto again = modify_spec(holding.dump(), config, chained, nodes, log);
+    ASSERT_TRUE(again && *again) << (again ? "" : again.error().message);
+    EXPECT_EQ(ojson::parse((*again)->text)["hooks"]["createContainer"], separate);
+    // A spec that holds all but the last: only that one is added (a chain of one is the hook itself).
+    ojson most = holding;
+    most["hooks"]["createContainer"].erase(most["hooks"]["createContainer"].size() - 1);
+    auto rest = modify_spec(most.dump(), config, chained, nodes, log);
+    ASSERT_TRUE(rest && *rest);
+    EXPECT_EQ(ojson::parse((*rest)->text)["hooks"]["createContainer"], separate);
+    // A spec without them: one chain.
+    auto fresh = modify_spec(spec_with_env({request}), config, chained, nodes, log);
+    ASSERT_TRUE(fresh && *fresh);
+    const ojson one = ojson::parse((*fresh)->text)["hooks"]["createContainer"];
+    ASSERT_EQ(one.size(), 1u);
+    EXPECT_EQ(one[0]["args"][1], "chain");
+    EXPECT_THAT((*fresh)->summary, HasSubstr("1 hooks (" + std::to_string(separate.size()) + " steps chained)"));
+}
