@@ -273,6 +273,7 @@ TEST_F(CompatTest, GpuDirectAndImexChannelsInAllocate) {
         EXPECT_EQ(v.exit_code, 0) << v.out << v.err;
         break;
     }
+    stop();  // before `cdi` and `root` go
 }
 
 // The directory is the node's (/var/run/cdi): a plugin removes only extra specs it wrote, and,
@@ -307,6 +308,7 @@ TEST_F(CompatTest, ExtraSpecsNotWrittenByKgpuAreLeftAlone) {
     EXPECT_EQ(slurp(gds), foreign);
     EXPECT_EQ(slurp(imex), foreign);
     EXPECT_TRUE(fs::exists(nvidias));
+    stop();  // before `cdi` goes
 }
 
 // Issue #23 items 2 and 3, end to end: a config written for migStrategy mixed (a MIG resource in

@@ -118,6 +118,14 @@ protected:
         if (HasFailure() && plugin_) std::cerr << "---- plugin stderr ----\n" << plugin_->err();
         kubelet_.reset();
     }
+    // Stops the plugin (SIGTERM) and waits for it: a test whose CDI directory is a local TempDir
+    // calls it before that directory goes, or the plugin may write its spec into a path the
+    // test already removed (and leave it in /tmp).
+    void stop() {
+        if (!plugin_ || !plugin_->running()) return;
+        plugin_->signal(SIGTERM);
+        EXPECT_EQ(plugin_->wait(10000), 0);
+    }
     // Starts the plugin on `node` and loads its IDs (after the events already in the file).
     void start(const std::string& node, std::vector<std::string> extra = {},
                std::map<std::string, std::string> env = {}) {
