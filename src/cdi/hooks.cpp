@@ -69,11 +69,11 @@ std::optional<nlohmann::ordered_json> HookCreator::create(std::string_view name,
     return j;
 }
 
-namespace {
-
-bool chainable_name(std::string_view n) {
-    return n == kChmod || std::find(kDefaultHooks.begin(), kDefaultHooks.end(), n) != kDefaultHooks.end();
+bool is_hook_name(std::string_view name) {
+    return name == kChmod || std::find(kDefaultHooks.begin(), kDefaultHooks.end(), name) != kDefaultHooks.end();
 }
+
+namespace {
 
 // Where the hook's name is in its argv (1, or 2 after `hook`), or 0 when the hook is not one
 // `chain` can take.
@@ -88,7 +88,7 @@ size_t step_at(const nlohmann::ordered_json& h) {
     const std::string base = fs::path(h["path"].get<std::string>()).filename().string();
     const size_t at = (base == "kgpu" || base == "nvidia-ctk") ? 2 : 1;
     if (at == 2 && (*args)[1] != "hook") return 0;
-    if (args->size() <= at || !chainable_name((*args)[at].get<std::string>())) return 0;
+    if (args->size() <= at || !is_hook_name((*args)[at].get<std::string>())) return 0;
     return at;
 }
 

@@ -22,6 +22,8 @@ inline constexpr std::string_view kUpdateLdcache = "update-ldcache";
 inline constexpr std::string_view kDisableDeviceNodeModification = "disable-device-node-modification";
 inline constexpr std::string_view kUpdateApplicationProfile = "update-application-profile";
 inline constexpr std::string_view kChmod = "chmod";  // off unless enabled (deprecated upstream)
+// Whether `name` is one of the hooks above (what a spec's argv may name; `chain` is not one).
+bool is_hook_name(std::string_view name);
 // kgpu's own: several of the hooks above in one exec (`kgpu hook chain <hook> [args] + <hook>
 // [args] ...`). Only kgpu's runtime writes it, and only when the hooks' binary is kgpu itself:
 // CDI specs other runtimes read keep NVIDIA's one hook per step.

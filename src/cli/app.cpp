@@ -47,7 +47,7 @@ std::string_view base_name(const char* argv0) {
 
 // The hooks' names: no kgpu subcommand and no runc command is spelled like one of them.
 bool is_hook_name(std::string_view s) {
-    return s == cdi::kChmod || s == cdi::kChain || std::ranges::find(cdi::kDefaultHooks, s) != cdi::kDefaultHooks.end();
+    return s == cdi::kChain || cdi::is_hook_name(s);
 }
 
 // The index of the first word after kgpu's global options (`--log-level LEVEL`): the

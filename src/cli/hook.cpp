@@ -2,7 +2,6 @@
 
 #include <iostream>
 
-#include <algorithm>
 #include <memory>
 #include <optional>
 
@@ -162,10 +161,7 @@ int run_chain(const std::string& program, const std::vector<std::string>& args) 
     std::vector<Step> parsed;
     for (size_t n = 0; n < steps.size(); ++n) {
         const std::string where = fmt::format("{}: step {}", me, n + 1);
-        const bool known = !steps[n].empty() && (steps[n].front() == cdi::kChmod ||
-                                                 std::find(cdi::kDefaultHooks.begin(), cdi::kDefaultHooks.end(), steps[n].front()) !=
-                                                     cdi::kDefaultHooks.end());
-        if (!known) {
+        if (steps[n].empty() || !cdi::is_hook_name(steps[n].front())) {
             std::cerr << where << ": expected a hook's name (create-symlinks, enable-cuda-compat, update-ldcache, "
                       << "disable-device-node-modification, update-application-profile, chmod)"
                       << (steps[n].empty() ? ", found nothing" : ", found '" + steps[n].front() + "'") << "\n";

@@ -165,6 +165,17 @@ Status apply_mounts(ojson& spec, const ojson& mounts) {
     return {};
 }
 
+}  // namespace
+
+ojson oci_hook(const ojson& cdi_hook) {
+    ojson out;
+    for (const char* key : {"path", "args", "env", "timeout"})
+        if (auto v = cdi_hook.find(key); v != cdi_hook.end()) out[key] = *v;
+    return out;
+}
+
+namespace {
+
 Status apply_hooks(ojson& spec, const ojson& hooks) {
     if (!hooks.is_array()) return bad("container edits: hooks is not an array");
     if (hooks.empty()) return {};
@@ -180,11 +191,7 @@ Status apply_hooks(ojson& spec, const ojson& hooks) {
         if (path == h.end() || !path->is_string() || path->get_ref<const std::string&>().empty() ||
             path->get_ref<const std::string&>().front() != '/')
             return fail(Code::invalid_argument, "container edits: {} hook without an absolute path", name);
-        ojson out;
-        out["path"] = *path;
-        if (auto a = h.find("args"); a != h.end()) out["args"] = *a;
-        if (auto e = h.find("env"); e != h.end()) out["env"] = *e;
-        if (auto t = h.find("timeout"); t != h.end()) out["timeout"] = *t;
+        ojson out = oci_hook(h);
         ojson* list = array_at(*all, name.c_str());
         if (!list) return fail(Code::invalid_argument, "config.json: hooks.{} is not an array", name);
         if (std::find(list->begin(), list->end(), out) == list->end()) list->push_back(std::move(out));

@@ -37,6 +37,10 @@ inline constexpr std::string_view kLegacyHookNames[] = {"nvidia-container-runtim
 // the wrong type is left to the low-level runtime to refuse.
 std::vector<std::string> remove_legacy_hooks(nlohmann::ordered_json& spec);
 
+// A CDI hook ({hookName, path, args, env, timeout}) as the OCI spec's hooks.<hookName> holds it
+// (path, args, env, timeout: the keys it has), unchecked.
+nlohmann::ordered_json oci_hook(const nlohmann::ordered_json& cdi_hook);
+
 // Applies `edits` (a CDI containerEdits object) to `spec` in place. Errors (invalid_argument):
 // the spec has a field of the wrong type where an edit goes (e.g. `mounts` not an array), or an
 // edit is malformed (a device node without a path, a character device without major/minor,

@@ -113,7 +113,7 @@ private:
 };
 
 // The CDI hooks of `hooks` that the spec's hooks.<hookName> does not hold yet, compared in the OCI
-// form apply_container_edits writes (path, args, env, timeout).
+// form apply_container_edits writes (oci_hook).
 nlohmann::ordered_json hooks_not_in(const nlohmann::ordered_json& spec, const nlohmann::ordered_json& hooks) {
     if (!hooks.is_array()) return hooks;
     const auto all = spec.find("hooks");
@@ -125,10 +125,7 @@ nlohmann::ordered_json hooks_not_in(const nlohmann::ordered_json& spec, const nl
             out.push_back(h);
             continue;
         }
-        nlohmann::ordered_json oci;
-        for (const char* key : {"path", "args", "env", "timeout"})
-            if (auto v = h.find(key); v != h.end()) oci[key] = *v;
-        if (std::find(list->begin(), list->end(), oci) == list->end()) out.push_back(h);
+        if (std::find(list->begin(), list->end(), oci_hook(h)) == list->end()) out.push_back(h);
     }
     return out;
 }
@@ -221,14 +218,20 @@ Result<std::optional<Modified>> modify_spec(std::string_view text, const Runtime
     eo.capabilities = request->capabilities;
     auto edits = container_edits(*node, *sel, eo);
     if (!edits) return std::unexpected(edits.error());
-    if (options.chain_hooks && edits->contains("hooks")) {
-        // Hooks the spec already holds (containerd applied the same CDI device's edits, with the
-        // same hooks' binary) are skipped by the edit; chained, they would not match and run twice.
-        (*edits)["hooks"] = hooks_not_in(*spec, (*edits)["hooks"]);
+    size_t steps = 0, hooks = 0;
+    if (auto h = edits->find("hooks"); h != edits->end()) {
+        if (options.chain_hooks) {
+            // Hooks the spec already holds (containerd applied the same CDI device's edits, with
+            // the same hooks' binary) are skipped by the edit; chained, they would not match and
+            // run twice.
+            *h = hooks_not_in(*spec, *h);
+            steps = h->size();
+            *h = cdi::chain_hooks(*h);
+        } else {
+            steps = h->size();
+        }
+        hooks = h->size();
     }
-    const size_t steps = edits->value("hooks", nlohmann::ordered_json::array()).size();
-    if (options.chain_hooks && edits->contains("hooks")) (*edits)["hooks"] = cdi::chain_hooks((*edits)["hooks"]);
-    const size_t hooks = edits->value("hooks", nlohmann::ordered_json::array()).size();
     if (auto st = apply_container_edits(*spec, *edits); !st) return std::unexpected(st.error());
     auto out = dump_spec(*spec);
     if (!out) return std::unexpected(out.error());
