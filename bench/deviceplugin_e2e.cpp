@@ -11,12 +11,20 @@
 // kubelet that behaves like v1.26: process start ->
 // registered with health known, SIGTERM -> exit, health change -> ListAndWatch while the kubelet
 // never answers Register, and NVIDIA's plugin going away -> kgpu serving again, both orders.
+// With env KGPU_NVIDIA_PLUGIN naming NVIDIA's nvidia-device-plugin binary (root), NVIDIA's plugin
+// answers the same Allocate and GetPreferredAllocation calls in the same run, and the medians and
+// RSS are printed as kgpu / NVIDIA ratios:
+//
+//   xz -dc ../shared/peers/nvidia/nvidia-device-plugin.xz > /tmp/nvidia-device-plugin
+//   chmod +x /tmp/nvidia-device-plugin
+//   KGPU_NVIDIA_PLUGIN=/tmp/nvidia-device-plugin build/release/bench/kgpu_deviceplugin_e2e
 #include <signal.h>
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -35,11 +43,13 @@ namespace {
 
 double us(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
-void report(const std::string& what, std::vector<double> v) {
+// Prints the percentiles of `v`; returns the median.
+double report(const std::string& what, std::vector<double> v) {
     std::sort(v.begin(), v.end());
     auto pct = [&](double p) { return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))]; };
     std::printf("%-52s n=%-5zu p50=%9.1f us  p99=%9.1f us  max=%9.1f us\n", what.c_str(), v.size(), pct(0.5), pct(0.99),
                 v.back());
+    return pct(0.5);
 }
 
 // Milliseconds, for the lifecycle figures (few samples: median and max).
@@ -82,10 +92,32 @@ struct Plugin {
         argv.insert(argv.end(), extra.begin(), extra.end());
         const auto t0 = Clock::now();
         process = std::make_unique<kgpu::test::ChildProcess>(
-            argv, std::map<std::string, std::string>{{"KGPU_SIM_NODE", node}, {"KGPU_SIM_EVENTS", events}});
+            kgpu::test::under_profiler(argv), std::map<std::string, std::string>{{"KGPU_SIM_NODE", node}, {"KGPU_SIM_EVENTS", events}});
         if (!kubelet->wait_registered(resource, 1, 20s) ||
             !kubelet->wait_devices(resource, [&](const auto& d) { return d.size() == count; }, 20s)) {
             std::cerr << resource << " not registered with " << count << " devices\n" << process->err();
+            return false;
+        }
+        registered_ms = us(Clock::now() - t0) / 1000.0;
+        return true;
+    }
+    // NVIDIA's nvidia-device-plugin `binary` on `node` with its defaults. It serves on the fixed
+    // path /var/lib/kubelet/device-plugins, so it runs in a mount namespace of its own where that
+    // path is the fake kubelet's directory (root only), with the simulator as its libnvidia-ml.so.1.
+    bool start_nvidia(const std::string& binary, const std::string& node, size_t count) {
+        kubelet = std::make_unique<kgpu::test::FakeKubelet>(dir.path());
+        if (!kubelet->start()) return false;
+        const std::string script = "mount -t tmpfs none /var/lib && mkdir -p /var/lib/kubelet/device-plugins && "
+                                   "mount --bind '" + dir.path() + "' /var/lib/kubelet/device-plugins && exec '" +
+                                   binary + "' --kubelet-socket /var/lib/kubelet/device-plugins/kubelet.sock";
+        const auto t0 = Clock::now();
+        process = std::make_unique<kgpu::test::ChildProcess>(
+            std::vector<std::string>{"/usr/bin/unshare", "-m", "/bin/sh", "-c", script},
+            std::map<std::string, std::string>{
+                {"KGPU_SIM_NODE", node}, {"LD_LIBRARY_PATH", std::filesystem::path(KGPU_SIM_LIBRARY).parent_path().string()}});
+        if (!kubelet->wait_registered("nvidia.com/gpu", 1, 30s) ||
+            !kubelet->wait_devices("nvidia.com/gpu", [&](const auto& d) { return d.size() == count; }, 30s)) {
+            std::cerr << "NVIDIA's plugin: nvidia.com/gpu not registered with " << count << " devices\n" << process->err();
             return false;
         }
         registered_ms = us(Clock::now() - t0) / 1000.0;
@@ -107,9 +139,13 @@ std::vector<std::string> ids_of(kgpu::test::FakeKubelet& k, const std::string& r
     return ids;
 }
 
+struct Medians {
+    double allocate = 0, prefer = 0;
+};
+
 // Allocate (one device) and GetPreferredAllocation (`size` of all) latency, and the size of one
-// ListAndWatch message, for `resource`.
-bool measure(Plugin& p, const std::string& label, const std::string& resource, int size) {
+// ListAndWatch message, for `resource`; the medians into `medians` when given.
+bool measure(Plugin& p, const std::string& label, const std::string& resource, int size, Medians* medians = nullptr) {
     auto& k = *p.kubelet;
     const auto ids = ids_of(k, resource);
     std::printf("%-52s %zu devices, %zu bytes\n", (label + ": ListAndWatch message").c_str(), ids.size(),
@@ -121,15 +157,16 @@ bool measure(Plugin& p, const std::string& label, const std::string& resource, i
         if (!k.allocate(resource, {{ids[static_cast<size_t>(i) % ids.size()]}}, &resp).ok()) return false;
         alloc.push_back(us(Clock::now() - s));
     }
-    report(label + ": Allocate (1 device)", alloc);
+    const double alloc_p50 = report(label + ": Allocate (1 device)", alloc);
     for (int i = 0; i < 2000; ++i) {
         std::vector<std::string> out;
         auto s = Clock::now();
         if (!k.prefer(resource, ids, {}, size, &out).ok()) return false;
         prefer.push_back(us(Clock::now() - s));
     }
-    report(label + ": GetPreferredAllocation (" + std::to_string(size) + " of " + std::to_string(ids.size()) + ")",
-           prefer);
+    const double prefer_p50 = report(
+        label + ": GetPreferredAllocation (" + std::to_string(size) + " of " + std::to_string(ids.size()) + ")", prefer);
+    if (medians) *medians = {alloc_p50, prefer_p50};
     return true;
 }
 
@@ -264,10 +301,31 @@ int main(int argc, char** argv) {
         // start-up code (common/memory.h); one more round of calls brings back what serving runs.
         std::this_thread::sleep_for(12s);
         std::printf("%-52s %ld KiB\n", "plugin RSS settled (12 s idle)", rss_kib(p.process->pid()));
-        if (!measure(p, "whole GPUs, settled", "nvidia.com/gpu", static_cast<int>(ids.size() / 2))) return 1;
-        std::printf("%-52s %ld KiB\n", "plugin RSS settled, after 2000+2000 more calls", rss_kib(p.process->pid()));
+        Medians ours;
+        if (!measure(p, "whole GPUs, settled", "nvidia.com/gpu", static_cast<int>(ids.size() / 2), &ours)) return 1;
+        const long our_rss = rss_kib(p.process->pid());
+        std::printf("%-52s %ld KiB\n", "plugin RSS settled, after 2000+2000 more calls", our_rss);
+        const auto idle_from = Clock::now();
+        // NVIDIA's plugin (env KGPU_NVIDIA_PLUGIN: its nvidia-device-plugin binary, v0.18.2 in
+        // ../shared/peers/nvidia, unpacked) on the same node with the same calls, while kgpu idles;
+        // the ratios compare kgpu's second round with NVIDIA's second round.
+        if (const char* nvidia = std::getenv("KGPU_NVIDIA_PLUGIN"); nvidia && *nvidia) {
+            Plugin q;
+            if (!q.start_nvidia(nvidia, node, 8)) return 1;
+            std::printf("%-52s %.1f ms\n", "NVIDIA's plugin: registered after start", q.registered_ms);
+            Medians theirs;
+            if (!measure(q, "NVIDIA's plugin: whole GPUs", "nvidia.com/gpu", static_cast<int>(ids.size() / 2)) ||
+                !measure(q, "NVIDIA's plugin: whole GPUs, again", "nvidia.com/gpu", static_cast<int>(ids.size() / 2),
+                         &theirs))
+                return 1;
+            const long their_rss = rss_kib(q.process->pid());
+            std::printf("%-52s %ld KiB\n", "NVIDIA's plugin: RSS after 4000+4000 calls", their_rss);
+            std::printf("%-52s Allocate p50 %.2fx, GetPreferredAllocation p50 %.2fx, RSS %.2fx\n", "kgpu / NVIDIA's plugin",
+                        ours.allocate / theirs.allocate, ours.prefer / theirs.prefer,
+                        static_cast<double>(our_rss) / static_cast<double>(their_rss));
+        }
         // Grown by more than 1 MiB since: given back again at the next minute's check.
-        std::this_thread::sleep_for(65s);
+        std::this_thread::sleep_until(idle_from + 65s);
         std::printf("%-52s %ld KiB\n", "plugin RSS a minute after those calls", rss_kib(p.process->pid()));
 
         std::vector<double> xid;

@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
     {
         auto argv1 = common;
         argv1.insert(argv1.end(), {"--collect-interval", "1000", "--log-level", "info"});
-        ChildProcess p(argv1, {{"KGPU_SIM_NODE", node}});
+        ChildProcess p(kgpu::test::under_profiler(argv1), {{"KGPU_SIM_NODE", node}});
         const int port = start_port(p);
         if (!port) {
             std::cerr << "exporter did not start\n" << p.err();

@@ -28,6 +28,16 @@ RunResult run_process(const std::vector<std::string>& argv, const std::map<std::
     return r;
 }
 
+std::vector<std::string> under_profiler(std::vector<std::string> argv) {
+    const char* profiler = std::getenv("KGPU_BENCH_PROFILER");
+    if (!profiler || !*profiler) return argv;
+    std::vector<std::string> words;
+    std::istringstream in(profiler);
+    for (std::string w; in >> w;) words.push_back(w);
+    words.insert(words.end(), argv.begin(), argv.end());
+    return words;
+}
+
 ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
     std::string tmpl = (std::filesystem::temp_directory_path() / "kgpu-child-XXXXXX").string();
     if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");

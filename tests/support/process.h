@@ -16,6 +16,12 @@ struct RunResult {
 
 RunResult run_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {});
 
+// `argv` behind the words of env KGPU_BENCH_PROFILER (split at spaces, the first a path, as
+// ChildProcess does not search PATH; `argv` as it is when unset):
+// the benches start the process they measure through this, so that scripts/function-order can run
+// it under a profiler.
+std::vector<std::string> under_profiler(std::vector<std::string> argv);
+
 // A program running in the background (a server under test). Its stdout and stderr go to files;
 // the destructor kills it (SIGKILL) if it is still running.
 class ChildProcess {
