@@ -72,4 +72,13 @@ std::size_t resident_bytes() {
     return n == 2 ? resident * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)) : 0;
 }
 
+Released release_own_pages() {
+    Released r;
+    r.before = resident_bytes();
+    release_readonly_pages(true, {});
+    trim_heap();
+    r.after = resident_bytes();
+    return r;
+}
+
 }  // namespace kgpu::memory

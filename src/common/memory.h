@@ -3,7 +3,8 @@
 // A loaded object's read-only segments (code, read-only data, the symbol and relocation tables
 // only the loader read) are never written, so their resident pages are the file's: dropping them
 // from the process (MADV_DONTNEED) loses nothing, and what runs again is faulted back from the
-// page cache, 64 KiB at a time. Start-up code (command line, config parsing, discovery, the gRPC
+// page cache, 64-128 KiB around each fault (the kernel's fault-around; the kgpu binary keeps what
+// its serving processes run together for that reason: src/function-order.txt). Start-up code (command line, config parsing, discovery, the gRPC
 // server's setup) otherwise stays in the RSS for good. The writable segment, and with it the
 // relocated RELRO data, is never touched. One side effect: a page the kernel or a debugger
 // rewrote to hold a breakpoint (a uprobe of an eBPF tracer, a gdb breakpoint) is dropped with the
@@ -27,5 +28,13 @@ void trim_heap();
 
 // This process's resident set (/proc/self/statm), in bytes; 0 when it cannot be read.
 std::size_t resident_bytes();
+
+// What a settled long-running process gives back: the pages of its own code and read-only data
+// (release_readonly_pages of the main executable) and its free heap (trim_heap). Returns the
+// resident set before and after.
+struct Released {
+    std::size_t before = 0, after = 0;
+};
+Released release_own_pages();
 
 }  // namespace kgpu::memory

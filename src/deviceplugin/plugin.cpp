@@ -141,7 +141,8 @@ private:
     int mig_fd_ = -1;                 // eventfd: the health thread saw a MIG configuration change
     // 10 s after the control loop last did something (serving started, a reload, a label or MIG
     // change), the pages of code and read-only data that start-up brought in go back to the
-    // kernel (common/memory.h); what serving runs is faulted back on its next call. Later, when
+    // kernel (common/memory.h); what serving runs is faulted back on its next call (its functions
+    // lie together: src/function-order.txt). Later, when
     // the resident set has grown by kRegrown since (a burst of Allocate calls brings back the
     // gRPC path's pages and their arenas), once more, checked at most once a minute.
     static constexpr std::chrono::seconds kSettle{10};
@@ -868,13 +869,11 @@ std::chrono::milliseconds Plugin::next_timeout() const {
 
 void Plugin::release_pages() {
     release_at_.reset();
-    const std::size_t before = memory::resident_bytes();
-    memory::release_readonly_pages(true, {});
-    memory::trim_heap();
-    rss_released_ = memory::resident_bytes();
+    const auto r = memory::release_own_pages();
+    rss_released_ = r.after;
     rss_checked_ = Clock::now();
     log::debug("settled: resident set {} -> {} KiB (pages of code and read-only data, free heap given back)",
-               before / 1024, rss_released_ / 1024);
+               r.before / 1024, r.after / 1024);
 }
 
 int Plugin::run() {
