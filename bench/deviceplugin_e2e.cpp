@@ -12,8 +12,8 @@
 // registered with health known, SIGTERM -> exit, health change -> ListAndWatch while the kubelet
 // never answers Register, and NVIDIA's plugin going away -> kgpu serving again, both orders.
 // With env KGPU_NVIDIA_PLUGIN naming NVIDIA's nvidia-device-plugin binary (root), NVIDIA's plugin
-// answers the same Allocate and GetPreferredAllocation calls in the same run, and the medians and
-// RSS are printed as kgpu / NVIDIA ratios:
+// answers the same Allocate and GetPreferredAllocation calls in the same run, the two plugins'
+// calls taking turns in blocks of 100, and the medians and RSS are printed as kgpu / NVIDIA ratios:
 //
 //   xz -dc ../shared/peers/nvidia/nvidia-device-plugin.xz > /tmp/nvidia-device-plugin
 //   chmod +x /tmp/nvidia-device-plugin
@@ -143,31 +143,57 @@ struct Medians {
     double allocate = 0, prefer = 0;
 };
 
+// One plugin measured by measure_together, with its label and, after, its medians.
+struct Measured {
+    Plugin* plugin;
+    std::string label;
+    Medians medians;
+};
+
 // Allocate (one device) and GetPreferredAllocation (`size` of all) latency, and the size of one
-// ListAndWatch message, for `resource`; the medians into `medians` when given.
-bool measure(Plugin& p, const std::string& label, const std::string& resource, int size, Medians* medians = nullptr) {
-    auto& k = *p.kubelet;
-    const auto ids = ids_of(k, resource);
-    std::printf("%-52s %zu devices, %zu bytes\n", (label + ": ListAndWatch message").c_str(), ids.size(),
-                k.last_message_bytes(resource));
-    std::vector<double> alloc, prefer;
-    for (int i = 0; i < 2000; ++i) {
-        v1beta1::AllocateResponse resp;
-        auto s = Clock::now();
-        if (!k.allocate(resource, {{ids[static_cast<size_t>(i) % ids.size()]}}, &resp).ok()) return false;
-        alloc.push_back(us(Clock::now() - s));
+// ListAndWatch message, for `resource` of each plugin of `plugins`, their calls taking turns in
+// blocks of 100, so that what else the machine does falls on all alike. (Blocks, not single calls:
+// after each of its own calls NVIDIA's Go plugin keeps a core busy for a while, which single
+// turns would charge to the next plugin's call.)
+bool measure_together(std::vector<Measured>& plugins, const std::string& resource, int size) {
+    std::vector<std::vector<std::string>> ids;
+    for (auto& m : plugins) {
+        ids.push_back(ids_of(*m.plugin->kubelet, resource));
+        std::printf("%-52s %zu devices, %zu bytes\n", (m.label + ": ListAndWatch message").c_str(), ids.back().size(),
+                    m.plugin->kubelet->last_message_bytes(resource));
     }
-    const double alloc_p50 = report(label + ": Allocate (1 device)", alloc);
-    for (int i = 0; i < 2000; ++i) {
-        std::vector<std::string> out;
-        auto s = Clock::now();
-        if (!k.prefer(resource, ids, {}, size, &out).ok()) return false;
-        prefer.push_back(us(Clock::now() - s));
+    constexpr int kCalls = 2000, kBlock = 100;
+    std::vector<std::vector<double>> alloc(plugins.size()), prefer(plugins.size());
+    for (int b = 0; b < kCalls; b += kBlock)
+        for (size_t p = 0; p < plugins.size(); ++p)
+            for (int i = b; i < b + kBlock; ++i) {
+                v1beta1::AllocateResponse resp;
+                auto s = Clock::now();
+                if (!plugins[p].plugin->kubelet->allocate(resource, {{ids[p][static_cast<size_t>(i) % ids[p].size()]}}, &resp).ok())
+                    return false;
+                alloc[p].push_back(us(Clock::now() - s));
+            }
+    for (int b = 0; b < kCalls; b += kBlock)
+        for (size_t p = 0; p < plugins.size(); ++p)
+            for (int i = b; i < b + kBlock; ++i) {
+                std::vector<std::string> out;
+                auto s = Clock::now();
+                if (!plugins[p].plugin->kubelet->prefer(resource, ids[p], {}, size, &out).ok()) return false;
+                prefer[p].push_back(us(Clock::now() - s));
+            }
+    for (size_t p = 0; p < plugins.size(); ++p) {
+        plugins[p].medians.allocate = report(plugins[p].label + ": Allocate (1 device)", alloc[p]);
+        plugins[p].medians.prefer =
+            report(plugins[p].label + ": GetPreferredAllocation (" + std::to_string(size) + " of " +
+                       std::to_string(ids[p].size()) + ")",
+                   prefer[p]);
     }
-    const double prefer_p50 = report(
-        label + ": GetPreferredAllocation (" + std::to_string(size) + " of " + std::to_string(ids.size()) + ")", prefer);
-    if (medians) *medians = {alloc_p50, prefer_p50};
     return true;
+}
+
+bool measure(Plugin& p, const std::string& label, const std::string& resource, int size) {
+    std::vector<Measured> one{{&p, label, {}}};
+    return measure_together(one, resource, size);
 }
 
 bool running_for(kgpu::test::ChildProcess& p, std::chrono::milliseconds timeout) {
@@ -301,31 +327,26 @@ int main(int argc, char** argv) {
         // start-up code (common/memory.h); one more round of calls brings back what serving runs.
         std::this_thread::sleep_for(12s);
         std::printf("%-52s %ld KiB\n", "plugin RSS settled (12 s idle)", rss_kib(p.process->pid()));
-        Medians ours;
-        if (!measure(p, "whole GPUs, settled", "nvidia.com/gpu", static_cast<int>(ids.size() / 2), &ours)) return 1;
-        const long our_rss = rss_kib(p.process->pid());
-        std::printf("%-52s %ld KiB\n", "plugin RSS settled, after 2000+2000 more calls", our_rss);
-        const auto idle_from = Clock::now();
+        if (!measure(p, "whole GPUs, settled", "nvidia.com/gpu", static_cast<int>(ids.size() / 2))) return 1;
+        std::printf("%-52s %ld KiB\n", "plugin RSS settled, after 2000+2000 more calls", rss_kib(p.process->pid()));
         // NVIDIA's plugin (env KGPU_NVIDIA_PLUGIN: its nvidia-device-plugin binary, v0.18.2 in
-        // ../shared/peers/nvidia, unpacked) on the same node with the same calls, while kgpu idles;
-        // the ratios compare kgpu's second round with NVIDIA's second round.
+        // ../shared/peers/nvidia, unpacked) on the same node: a first round of calls of its own,
+        // then a round where the two plugins' calls take turns; the ratios are of that round.
         if (const char* nvidia = std::getenv("KGPU_NVIDIA_PLUGIN"); nvidia && *nvidia) {
             Plugin q;
             if (!q.start_nvidia(nvidia, node, 8)) return 1;
             std::printf("%-52s %.1f ms\n", "NVIDIA's plugin: registered after start", q.registered_ms);
-            Medians theirs;
-            if (!measure(q, "NVIDIA's plugin: whole GPUs", "nvidia.com/gpu", static_cast<int>(ids.size() / 2)) ||
-                !measure(q, "NVIDIA's plugin: whole GPUs, again", "nvidia.com/gpu", static_cast<int>(ids.size() / 2),
-                         &theirs))
-                return 1;
-            const long their_rss = rss_kib(q.process->pid());
-            std::printf("%-52s %ld KiB\n", "NVIDIA's plugin: RSS after 4000+4000 calls", their_rss);
+            if (!measure(q, "NVIDIA's plugin: whole GPUs", "nvidia.com/gpu", static_cast<int>(ids.size() / 2))) return 1;
+            std::vector<Measured> both{{&p, "kgpu, turns with NVIDIA's", {}}, {&q, "NVIDIA's, turns with kgpu", {}}};
+            if (!measure_together(both, "nvidia.com/gpu", static_cast<int>(ids.size() / 2))) return 1;
+            const long ours = rss_kib(p.process->pid()), theirs = rss_kib(q.process->pid());
+            std::printf("%-52s kgpu %ld KiB, NVIDIA's %ld KiB\n", "RSS after 6000+6000 / 4000+4000 calls", ours, theirs);
             std::printf("%-52s Allocate p50 %.2fx, GetPreferredAllocation p50 %.2fx, RSS %.2fx\n", "kgpu / NVIDIA's plugin",
-                        ours.allocate / theirs.allocate, ours.prefer / theirs.prefer,
-                        static_cast<double>(our_rss) / static_cast<double>(their_rss));
+                        both[0].medians.allocate / both[1].medians.allocate, both[0].medians.prefer / both[1].medians.prefer,
+                        static_cast<double>(ours) / static_cast<double>(theirs));
         }
         // Grown by more than 1 MiB since: given back again at the next minute's check.
-        std::this_thread::sleep_until(idle_from + 65s);
+        std::this_thread::sleep_for(65s);
         std::printf("%-52s %ld KiB\n", "plugin RSS a minute after those calls", rss_kib(p.process->pid()));
 
         std::vector<double> xid;
