@@ -138,6 +138,7 @@ Result<Completed> run(const RunOptions& opts) {
         for (nfds_t i = 0; r > 0 && i < n; ++i) {
             if (!fds[i].revents) continue;
             if (which[i] == 0) {
+                const SigpipeBlocked quiet;  // a child that exited unread: EPIPE, not the end of this process
                 ssize_t w = ::write(in_w.fd, opts.stdin_text.data() + written, opts.stdin_text.size() - written);
                 if (w > 0) written += static_cast<size_t>(w);
                 if ((w < 0 && errno != EAGAIN && errno != EINTR) || written == opts.stdin_text.size()) in_w.reset();
@@ -155,6 +156,26 @@ Result<Completed> run(const RunOptions& opts) {
         }
     }
     return done;
+}
+
+SigpipeBlocked::SigpipeBlocked() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+}
+
+SigpipeBlocked::~SigpipeBlocked() {
+    sigset_t pending;
+    sigpending(&pending);
+    if (!was_pending_ && sigismember(&pending, SIGPIPE) == 1) {
+        const timespec none{};
+        while (sigtimedwait(&pipe_, nullptr, &none) < 0 && errno == EINTR) {
+        }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
 }
 
 sigset_t signal_set(std::initializer_list<int> signals) {

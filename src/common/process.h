@@ -29,7 +29,9 @@ struct Completed {
 };
 
 // Runs argv to completion. The child starts with an empty signal mask and default SIGPIPE
-// (a caller blocking signals for a signalfd must not pass that on). Its output is read until the
+// (a caller blocking signals for a signalfd must not pass that on). A child that exits without
+// reading all of opts.stdin_text (an MPS control binary that fails at once) is no harm to the
+// caller: the write fails with EPIPE under SigpipeBlocked. Its output is read until the
 // program has exited and its pipes are closed; a descendant that keeps them open (a daemon that
 // forgot to let go of them) is not waited for beyond 200 ms after the program exits.
 // Errors: invalid_argument for an empty argv; io when the pipes or fork fail; timeout when it
@@ -43,6 +45,22 @@ std::vector<std::string> child_environment(const std::map<std::string, std::stri
                                            const std::vector<std::string>& unset = {});
 // The set of `signals`.
 sigset_t signal_set(std::initializer_list<int> signals);
+
+// While it lives, SIGPIPE is blocked on the calling thread, and one raised meanwhile (a write(2)
+// to a pipe or socket whose reader has gone raises it on the writing thread; OpenSSL writes this
+// way) is taken off before it is unblocked: such a write just fails with EPIPE instead of the
+// default action ending the whole process. One already pending before is left pending.
+class SigpipeBlocked {
+public:
+    SigpipeBlocked();
+    ~SigpipeBlocked();
+    SigpipeBlocked(const SigpipeBlocked&) = delete;
+    SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+
+private:
+    sigset_t pipe_{}, old_{};
+    bool was_pending_ = false;
+};
 // Blocks `signals` in the calling thread and returns their set. Called before any thread starts
 // (NVML's library may start its own), every thread inherits the mask and only the caller's
 // signalfd or sigtimedwait sees them.

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "common/files.h"
+#include "common/process.h"
 #include "common/strings.h"
 #include "kube/api_stats.h"
 
@@ -297,44 +298,6 @@ Status Client::open(Conn& c, std::string_view method, std::string_view path, std
     return {};
 }
 
-namespace {
-
-// OpenSSL writes to the socket with write(2): a write to a connection the API server has reset
-// after an earlier write already failed raises SIGPIPE, whose default action ends the whole
-// process (the device plugin, kgpu labels; only the exporter's server blocks it). While a request
-// runs, SIGPIPE is blocked on its thread, and one raised meanwhile is taken off before it is
-// unblocked, so such a write just fails with EPIPE (SIGPIPE from a write goes to the writing
-// thread). The test's fake API server died of exactly this before it blocked it too.
-class SigpipeBlocked {
-public:
-    SigpipeBlocked() {
-        sigemptyset(&pipe_);
-        sigaddset(&pipe_, SIGPIPE);
-        pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
-        sigset_t pending;
-        sigpending(&pending);
-        was_pending_ = sigismember(&pending, SIGPIPE) == 1;
-    }
-    ~SigpipeBlocked() {
-        sigset_t pending;
-        sigpending(&pending);
-        if (!was_pending_ && sigismember(&pending, SIGPIPE) == 1) {
-            const timespec none{};
-            while (sigtimedwait(&pipe_, nullptr, &none) < 0 && errno == EINTR) {
-            }
-        }
-        pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-    }
-    SigpipeBlocked(const SigpipeBlocked&) = delete;
-    SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
-
-private:
-    sigset_t pipe_{}, old_{};
-    bool was_pending_ = false;
-};
-
-}  // namespace
-
 // Every request counted once, by its answer's code or its failure's kind (ApiStats).
 Result<Response> Client::counted(std::string_view method, std::string_view kind, Result<Response> r) {
     if (r) ApiStats::global().answer(method, r->status);
@@ -345,7 +308,11 @@ Result<Response> Client::counted(std::string_view method, std::string_view kind,
 Result<Response> Client::request(std::string_view method, std::string_view path, std::string_view body,
                                  std::string_view content_type) {
     std::string_view kind;
-    SigpipeBlocked no_sigpipe;
+    // OpenSSL writes to the socket with write(2): a write to a connection the API server has
+    // reset after an earlier write already failed raises SIGPIPE, whose default action ends the
+    // whole process (the device plugin, kgpu labels; only the exporter's server blocks it). The
+    // test's fake API server died of exactly this before it blocked it too.
+    const process::SigpipeBlocked no_sigpipe;
     auto r = request_once(method, path, body, content_type, kind);
     exporter::tls_release_pages();  // what OpenSSL brought in for this request (tls.h)
     return counted(method, kind, std::move(r));
@@ -399,7 +366,7 @@ Result<Response> Client::request_once(std::string_view method, std::string_view 
 Result<Response> Client::stream(std::string_view path, const std::function<bool(std::string_view)>& on_body,
                                 const std::atomic<bool>& stop, std::chrono::milliseconds idle) {
     std::string_view kind;
-    SigpipeBlocked no_sigpipe;
+    const process::SigpipeBlocked no_sigpipe;
     bool answered = false;  // counted by its code when the answer's head came (a watch lasts minutes)
     auto r = stream_once(path, on_body, stop, idle, kind, answered);
     exporter::tls_release_pages();

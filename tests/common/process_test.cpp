@@ -1,0 +1,58 @@
+// process::run against children that do not behave: one that exits without reading its stdin.
+#include <gtest/gtest.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+
+#include "common/process.h"
+
+namespace {
+
+using namespace kgpu;
+
+// The supervisor hands an MPS control binary its command on stdin; one that fails at once leaves
+// the pipe without a reader. The write must fail with EPIPE, not raise SIGPIPE (whose default
+// action would end the device plugin): 1 MiB does not fit in a pipe, so writing goes on after the
+// child has gone.
+TEST(ProcessRun, AChildThatExitsWithoutReadingItsInputDoesNotEndTheCaller) {
+    struct sigaction dfl {}, old {};
+    dfl.sa_handler = SIG_DFL;
+    ASSERT_EQ(::sigaction(SIGPIPE, &dfl, &old), 0);  // as in the kgpu binary: SIGPIPE's default action
+    process::RunOptions opts;
+    opts.argv = {"/bin/sh", "-c", "exec 0<&-; exit 3"};
+    opts.stdin_text = std::string(1 << 20, 'x');
+    auto done = process::run(opts);
+    ::sigaction(SIGPIPE, &old, nullptr);
+    ASSERT_TRUE(done.has_value()) << done.error().message;
+    EXPECT_EQ(done->exit_code, 3);
+    sigset_t pending;
+    sigpending(&pending);
+    EXPECT_EQ(sigismember(&pending, SIGPIPE), 0) << "a SIGPIPE was left pending";
+}
+
+// The guard itself: a write to a pipe without a reader fails with EPIPE while it lives, and the
+// signal mask is what it was afterwards.
+TEST(ProcessRun, SigpipeBlockedTurnsTheSignalIntoEpipe) {
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    ::close(fds[0]);
+    sigset_t before, after;
+    pthread_sigmask(SIG_SETMASK, nullptr, &before);
+    {
+        const process::SigpipeBlocked quiet;
+        errno = 0;
+        EXPECT_EQ(::write(fds[1], "x", 1), -1);
+        EXPECT_EQ(errno, EPIPE);
+    }
+    ::close(fds[1]);
+    pthread_sigmask(SIG_SETMASK, nullptr, &after);
+    EXPECT_EQ(sigismember(&before, SIGPIPE), sigismember(&after, SIGPIPE));
+    sigset_t pending;
+    sigpending(&pending);
+    EXPECT_EQ(sigismember(&pending, SIGPIPE), 0);
+}
+
+}  // namespace
