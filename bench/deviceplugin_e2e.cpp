@@ -347,7 +347,7 @@ int main(int argc, char** argv) {
         }
         // Grown by more than 1 MiB since: given back again at the next minute's check.
         std::this_thread::sleep_for(65s);
-        std::printf("%-52s %ld KiB\n", "plugin RSS a minute after those calls", rss_kib(p.process->pid()));
+        std::printf("%-52s %ld KiB\n", "plugin RSS a minute after its last calls", rss_kib(p.process->pid()));
 
         std::vector<double> xid;
         for (size_t g = 0; g < ids.size(); ++g) {
