@@ -12,30 +12,19 @@
 #include <optional>
 #include <string_view>
 
+#include "common/fd.h"
+
 extern char** environ;
 
 namespace kgpu::process {
 
 namespace {
 
-struct Fd {
-    int fd = -1;
-    Fd() = default;
-    explicit Fd(int f) : fd(f) {}
-    Fd(const Fd&) = delete;
-    Fd& operator=(const Fd&) = delete;
-    ~Fd() { reset(); }
-    void reset() {
-        if (fd >= 0) ::close(fd);
-        fd = -1;
-    }
-};
-
 bool make_pipe(Fd& read_end, Fd& write_end) {
     int p[2];
     if (::pipe2(p, O_CLOEXEC) != 0) return false;
-    read_end.fd = p[0];
-    write_end.fd = p[1];
+    read_end.reset(p[0]);
+    write_end.reset(p[1]);
     return true;
 }
 
@@ -67,7 +56,12 @@ Result<Completed> run(const RunOptions& opts) {
 
     // Everything the child needs is built before fork: in a threaded process only
     // async-signal-safe calls are allowed between fork and exec.
-    std::vector<std::string> env_strings = child_environment(opts.set_env);
+    std::vector<std::string> env_strings;
+    if (opts.inherit_env) {
+        env_strings = child_environment(opts.set_env);
+    } else {
+        for (const auto& [k, v] : opts.set_env) env_strings.push_back(k + "=" + v);
+    }
     std::vector<char*> envp, argv;
     for (auto& s : env_strings) envp.push_back(s.data());
     envp.push_back(nullptr);
@@ -75,6 +69,7 @@ Result<Completed> run(const RunOptions& opts) {
     for (auto& s : argv_copy) argv.push_back(s.data());
     argv.push_back(nullptr);
     const std::string exec_failed = "exec " + program + " failed: ";
+    const std::string chroot_failed = "chroot " + opts.root + " failed: ";
 
     Fd in_r, in_w, out_r, out_w, err_r, err_w;
     if (!make_pipe(in_r, in_w) || !make_pipe(out_r, out_w) || !make_pipe(err_r, err_w))
@@ -87,9 +82,15 @@ Result<Completed> run(const RunOptions& opts) {
         sigemptyset(&none);
         ::sigprocmask(SIG_SETMASK, &none, nullptr);
         ::signal(SIGPIPE, SIG_DFL);
-        ::dup2(in_r.fd, STDIN_FILENO);
-        ::dup2(out_w.fd, STDOUT_FILENO);
-        ::dup2(err_w.fd, STDERR_FILENO);
+        ::dup2(in_r.get(), STDIN_FILENO);
+        ::dup2(out_w.get(), STDOUT_FILENO);
+        ::dup2(err_w.get(), STDERR_FILENO);
+        if (!opts.root.empty() && (::chroot(opts.root.c_str()) != 0 || ::chdir("/") != 0)) {
+            const char* why = std::strerror(errno);
+            [[maybe_unused]] auto a = ::write(STDERR_FILENO, chroot_failed.data(), chroot_failed.size());
+            [[maybe_unused]] auto b = ::write(STDERR_FILENO, why, std::strlen(why));
+            ::_exit(126);
+        }
         ::execve(argv[0], argv.data(), envp.data());
         const char* why = std::strerror(errno);
         [[maybe_unused]] auto a = ::write(STDERR_FILENO, exec_failed.data(), exec_failed.size());
@@ -99,7 +100,7 @@ Result<Completed> run(const RunOptions& opts) {
     in_r.reset();
     out_w.reset();
     err_w.reset();
-    ::fcntl(in_w.fd, F_SETFL, O_NONBLOCK);
+    ::fcntl(in_w.get(), F_SETFL, O_NONBLOCK);
 
     Completed done;
     size_t written = 0;
@@ -118,7 +119,7 @@ Result<Completed> run(const RunOptions& opts) {
                 done.exit_code = r == pid ? exit_code_of(status) : -1;
             }
         }
-        if (reaped && out_r.fd < 0 && err_r.fd < 0) break;
+        if (reaped && out_r.get() < 0 && err_r.get() < 0) break;
         if (reaped && clock::now() - *exited_at > std::chrono::milliseconds(200)) break;
         if (!reaped && clock::now() >= deadline) {
             ::kill(pid, SIGKILL);
@@ -129,9 +130,9 @@ Result<Completed> run(const RunOptions& opts) {
         pollfd fds[3];
         nfds_t n = 0;
         int which[3];
-        if (out_r.fd >= 0) fds[n] = {out_r.fd, POLLIN, 0}, which[n++] = 1;
-        if (err_r.fd >= 0) fds[n] = {err_r.fd, POLLIN, 0}, which[n++] = 2;
-        if (in_w.fd >= 0) fds[n] = {in_w.fd, POLLOUT, 0}, which[n++] = 0;
+        if (out_r.get() >= 0) fds[n] = {out_r.get(), POLLIN, 0}, which[n++] = 1;
+        if (err_r.get() >= 0) fds[n] = {err_r.get(), POLLIN, 0}, which[n++] = 2;
+        if (in_w.get() >= 0) fds[n] = {in_w.get(), POLLOUT, 0}, which[n++] = 0;
         // Short waits: the child's exit is noticed by waitpid above, not by an event here.
         int r = n == 0 ? (::usleep(5000), 0) : ::poll(fds, n, 10);
         if (r < 0 && errno != EINTR) break;
@@ -139,14 +140,14 @@ Result<Completed> run(const RunOptions& opts) {
             if (!fds[i].revents) continue;
             if (which[i] == 0) {
                 const SigpipeBlocked quiet;  // a child that exited unread: EPIPE, not the end of this process
-                ssize_t w = ::write(in_w.fd, opts.stdin_text.data() + written, opts.stdin_text.size() - written);
+                ssize_t w = ::write(in_w.get(), opts.stdin_text.data() + written, opts.stdin_text.size() - written);
                 if (w > 0) written += static_cast<size_t>(w);
                 if ((w < 0 && errno != EAGAIN && errno != EINTR) || written == opts.stdin_text.size()) in_w.reset();
                 continue;
             }
             Fd& src = which[i] == 1 ? out_r : err_r;
             std::string& dst = which[i] == 1 ? done.out : done.err;
-            ssize_t got = ::read(src.fd, buf, sizeof buf);
+            ssize_t got = ::read(src.get(), buf, sizeof buf);
             if (got > 0) {
                 size_t keep = std::min(static_cast<size_t>(got), opts.max_output - std::min(opts.max_output, dst.size()));
                 dst.append(buf, keep);

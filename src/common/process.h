@@ -18,7 +18,10 @@ namespace kgpu::process {
 struct RunOptions {
     std::vector<std::string> argv;               // argv[0] is the program's path (no PATH search)
     std::map<std::string, std::string> set_env;  // added to (or replacing in) this process's environment
+    bool inherit_env = true;                     // false: set_env is the child's whole environment
     std::string stdin_text;                      // written to its stdin, which is then closed
+    std::string root;                            // non-empty: the child chroots here (and chdirs to
+                                                 // "/") before exec; argv[0] is then a path inside it
     std::chrono::milliseconds timeout{5000};
     size_t max_output = 1 << 20;                 // per stream; the rest is read and dropped
 };
@@ -36,7 +39,8 @@ struct Completed {
 // forgot to let go of them) is not waited for beyond 200 ms after the program exits.
 // Errors: invalid_argument for an empty argv; io when the pipes or fork fail; timeout when it
 // runs longer than opts.timeout (it is then killed with SIGKILL and reaped; the message names
-// the program). An exec failure is exit code 127 with the reason on `err`.
+// the program). An exec failure is exit code 127 with the reason on `err`; a chroot failure
+// (opts.root) exit code 126 with the reason on `err`.
 Result<Completed> run(const RunOptions& opts);
 
 // What run() and src/demo's Child both need before fork (nothing after fork may allocate):

@@ -11,18 +11,9 @@
 #include <cstring>
 #include <regex>
 
+#include "common/fd.h"
+
 namespace kgpu::demo {
-
-namespace {
-
-struct Fd {
-    int fd = -1;
-    ~Fd() {
-        if (fd >= 0) ::close(fd);
-    }
-};
-
-}  // namespace
 
 Result<HttpResponse> http_get(const std::string& host, int port, const std::string& path,
                               std::chrono::milliseconds timeout, size_t max_bytes) {
@@ -47,22 +38,22 @@ Result<HttpResponse> http_get(const std::string& host, int port, const std::stri
     addr.sin_port = htons(static_cast<uint16_t>(port));
     if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1)
         return fail(Code::invalid_argument, "{}: not an IPv4 address", host);
-    Fd s{::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)};
-    if (s.fd < 0) return fail(Code::io, "socket: {}", std::strerror(errno));
-    if (::connect(s.fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 && errno != EINPROGRESS)
+    Fd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (s.get() < 0) return fail(Code::io, "socket: {}", std::strerror(errno));
+    if (::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 && errno != EINPROGRESS)
         return fail(Code::io, "connecting to {}:{}: {}", host, port, std::strerror(errno));
-    if (!wait_for(s.fd, POLLOUT)) return fail(Code::timeout, "connecting to {}:{}: timed out", host, port);
+    if (!wait_for(s.get(), POLLOUT)) return fail(Code::timeout, "connecting to {}:{}: timed out", host, port);
     int err = 0;
     socklen_t len = sizeof err;
-    ::getsockopt(s.fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    ::getsockopt(s.get(), SOL_SOCKET, SO_ERROR, &err, &len);
     if (err != 0) return fail(Code::io, "connecting to {}:{}: {}", host, port, std::strerror(err));
 
     const std::string req = "GET " + path + " HTTP/1.0\r\nHost: " + host + ":" + std::to_string(port) +
                             "\r\nConnection: close\r\nAccept: text/plain\r\n\r\n";
     size_t sent = 0;
     while (sent < req.size()) {
-        if (!wait_for(s.fd, POLLOUT)) return fail(Code::timeout, "sending to {}:{}: timed out", host, port);
-        ssize_t n = ::send(s.fd, req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
+        if (!wait_for(s.get(), POLLOUT)) return fail(Code::timeout, "sending to {}:{}: timed out", host, port);
+        ssize_t n = ::send(s.get(), req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
         if (n < 0 && errno != EAGAIN && errno != EINTR)
             return fail(Code::io, "sending to {}:{}: {}", host, port, std::strerror(errno));
         if (n > 0) sent += static_cast<size_t>(n);
@@ -70,8 +61,8 @@ Result<HttpResponse> http_get(const std::string& host, int port, const std::stri
     std::string raw;
     char buf[16384];
     while (true) {
-        if (!wait_for(s.fd, POLLIN)) return fail(Code::timeout, "reading from {}:{}: timed out", host, port);
-        ssize_t n = ::recv(s.fd, buf, sizeof buf, 0);
+        if (!wait_for(s.get(), POLLIN)) return fail(Code::timeout, "reading from {}:{}: timed out", host, port);
+        ssize_t n = ::recv(s.get(), buf, sizeof buf, 0);
         if (n == 0) break;
         if (n < 0) {
             if (errno == EAGAIN || errno == EINTR) continue;

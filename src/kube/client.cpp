@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "common/fd.h"
 #include "common/files.h"
 #include "common/process.h"
 #include "common/strings.h"
@@ -108,12 +109,6 @@ std::string scalar(const YAML::Node& n, const char* key) {
     return v && v.IsScalar() ? v.Scalar() : std::string();
 }
 
-struct Fd {
-    int fd = -1;
-    ~Fd() {
-        if (fd >= 0) ::close(fd);
-    }
-};
 
 }  // namespace
 
@@ -258,21 +253,20 @@ Status Client::open(Conn& c, std::string_view method, std::string_view path, std
     tv.tv_sec = static_cast<time_t>(timeout_.count() / 1000);
     tv.tv_usec = static_cast<suseconds_t>((timeout_.count() % 1000) * 1000);
     for (addrinfo* a = found; a; a = a->ai_next) {
-        Fd s;
-        s.fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-        if (s.fd < 0) continue;
+        Fd s(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
+        if (s.get() < 0) continue;
         // Blocking I/O bounded by the timeout (connect() honours SO_SNDTIMEO on Linux).
-        ::setsockopt(s.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-        ::setsockopt(s.fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-        if (::connect(s.fd, a->ai_addr, a->ai_addrlen) == 0) {
-            std::swap(c.sock.fd, s.fd);
+        ::setsockopt(s.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        ::setsockopt(s.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+        if (::connect(s.get(), a->ai_addr, a->ai_addrlen) == 0) {
+            c.sock = std::move(s);
             break;
         }
         connect_error = errno == EINPROGRESS ? "timed out" : std::strerror(errno);
     }
-    if (c.sock.fd < 0) return fail(Code::unavailable, "{}: connect: {}", what, connect_error);
+    if (c.sock.get() < 0) return fail(Code::unavailable, "{}: connect: {}", what, connect_error);
     kind = "tls";
-    auto tls = exporter::tls_connect(c.sock.fd, config_.tls);
+    auto tls = exporter::tls_connect(c.sock.get(), config_.tls);
     if (!tls) return fail(tls.error().code, "{}: {}", what, tls.error().message);
     c.tls = std::move(*tls);
 
@@ -385,7 +379,7 @@ Result<Response> Client::stream_once(std::string_view path, const std::function<
     if (auto st = open(c, "GET", path, {}, {}, what, kind); !st) return std::unexpected(st.error());
     // From now on reads wake up every 500 ms to look at `stop` and the idle deadline.
     timeval tv{0, 500000};
-    ::setsockopt(c.sock.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ::setsockopt(c.sock.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     auto last = std::chrono::steady_clock::now();
     bool touched = true;  // OpenSSL ran since the last tls_release_pages()
     bool full = true;     // the last read filled the buffer: OpenSSL may hold more of the record
@@ -403,7 +397,7 @@ Result<Response> Client::stream_once(std::string_view path, const std::function<
         // buffer; OpenSSL reads no further ahead): the 500 ms wake-up stays out of OpenSSL, so
         // the pages tls_release_pages() gave back stay out of the RSS between events.
         auto io = exporter::TlsStream::Io::want_read;
-        pollfd p{c.sock.fd, POLLIN, 0};
+        pollfd p{c.sock.get(), POLLIN, 0};
         if (full || ::poll(&p, 1, 500) != 0) io = c.tls->read(buf, sizeof buf, n);
         full = io == exporter::TlsStream::Io::ok && n == sizeof buf;
         std::string decoded;

@@ -5,7 +5,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -21,6 +20,7 @@
 
 #include "common/elf.h"
 #include "common/files.h"
+#include "common/process.h"
 #include "doctor/devchar.h"
 #include "runtime/containerd.h"
 #include "toolkit/dbus.h"
@@ -93,40 +93,21 @@ Result<fs::path> host_path(const InstallOptions& o, const std::string& p) {
 // Runs `<dir>/kgpu --version` inside the host's root: proof the binary runs there with the
 // host's own libraries.
 Result<std::string> run_on_host(const fs::path& host_root, const std::string& binary) {
-    int pipefd[2];
-    if (::pipe2(pipefd, O_CLOEXEC) != 0) return fail(Code::io, "pipe: {}", std::strerror(errno));
-    pid_t pid = ::fork();
-    if (pid < 0) return fail(Code::io, "fork: {}", std::strerror(errno));
-    if (pid == 0) {
-        ::dup2(pipefd[1], STDOUT_FILENO);
-        ::dup2(pipefd[1], STDERR_FILENO);
-        if (host_root != "/" && (::chroot(host_root.c_str()) != 0 || ::chdir("/") != 0)) {
-            std::string msg = fmt::format("chroot {}: {}", host_root.string(), std::strerror(errno));
-            (void)!::write(STDOUT_FILENO, msg.data(), msg.size());
-            ::_exit(126);
-        }
-        const char* argv[] = {"kgpu", "--version", nullptr};
-        const char* envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", nullptr};
-        ::execve(binary.c_str(), const_cast<char* const*>(argv), const_cast<char* const*>(envp));
-        std::string msg = fmt::format("exec {}: {}", binary, std::strerror(errno));
-        (void)!::write(STDOUT_FILENO, msg.data(), msg.size());
-        ::_exit(127);
-    }
-    ::close(pipefd[1]);
-    std::string out;
-    char buf[4096];
-    for (ssize_t n; (n = ::read(pipefd[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR);)
-        if (n > 0) out.append(buf, static_cast<size_t>(n));
-    ::close(pipefd[0]);
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0) {
-        // ECHILD (SIGCHLD ignored: the kernel reaped it) leaves no status, which is no success.
-        if (errno != EINTR) return fail(Code::io, "waiting for the installed {} --version: {}", binary, std::strerror(errno));
-    }
+    process::RunOptions ro;
+    ro.argv = {binary, "--version"};
+    ro.set_env = {{"PATH", "/usr/sbin:/usr/bin:/sbin:/bin"}};
+    ro.inherit_env = false;  // not the installer's LD_LIBRARY_PATH and the like: the host's own libraries
+    if (host_root != "/") ro.root = host_root.string();
+    ro.timeout = std::chrono::seconds(30);
+    auto done = process::run(ro);
+    if (!done) return std::unexpected(done.error().context("running the installed kgpu --version"));
+    std::string out = done->out + done->err;
     while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return out;
+    if (done->exit_code == 0) return out;
     return fail(Code::not_supported, "the installed {} does not run on this host ({}): {}", binary,
-                WIFEXITED(status) ? fmt::format("exit status {}", WEXITSTATUS(status)) : "killed", out);
+                done->exit_code > 128 ? fmt::format("killed by signal {}", done->exit_code - 128)
+                                      : fmt::format("exit status {}", done->exit_code),
+                out);
 }
 
 std::string join_path(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }

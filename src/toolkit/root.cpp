@@ -18,18 +18,6 @@
 
 namespace kgpu::toolkit {
 
-Fd::~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-}
-
-Fd& Fd::operator=(Fd&& o) noexcept {
-    if (this != &o) {
-        if (fd_ >= 0) ::close(fd_);
-        fd_ = o.release();
-    }
-    return *this;
-}
-
 std::string fd_path(int fd) { return fmt::format("/proc/self/fd/{}", fd); }
 
 std::string random_suffix() {

@@ -1,13 +1,18 @@
-// process::run against children that do not behave: one that exits without reading its stdin.
+// process::run against children that do not behave (one that exits without reading its stdin), in
+// a root of their own, and with an environment of only what is given.
 #include <gtest/gtest.h>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <string>
 
+#include <gmock/gmock.h>
+
 #include "common/process.h"
+#include "support/process.h"
 
 namespace {
 
@@ -53,6 +58,50 @@ TEST(ProcessRun, SigpipeBlockedTurnsTheSignalIntoEpipe) {
     sigset_t pending;
     sigpending(&pending);
     EXPECT_EQ(sigismember(&pending, SIGPIPE), 0);
+}
+
+// RunOptions::root: the program is found, and runs, inside the root. glibc's ldconfig is static,
+// so a root with nothing but it runs it; the host's /sbin/ldconfig is no path in an empty root.
+TEST(ProcessRun, AProgramRunsInTheRootItIsGiven) {
+    if (::geteuid() != 0) GTEST_SKIP() << "chroot needs root";
+    test::TempDir root;
+    std::filesystem::copy_file("/sbin/ldconfig", root.path() + "/ldconfig");
+    process::RunOptions opts;
+    opts.root = root.path();
+    opts.argv = {"/ldconfig", "--version"};
+    auto done = process::run(opts);
+    ASSERT_TRUE(done.has_value()) << done.error().message;
+    EXPECT_EQ(done->exit_code, 0) << done->err;
+    EXPECT_THAT(done->out, ::testing::HasSubstr("ldconfig"));
+
+    opts.argv = {"/sbin/ldconfig", "--version"};
+    done = process::run(opts);
+    ASSERT_TRUE(done.has_value()) << done.error().message;
+    EXPECT_EQ(done->exit_code, 127);
+    EXPECT_THAT(done->err, ::testing::HasSubstr("exec /sbin/ldconfig failed"));
+
+    opts.root = root.path() + "/missing";
+    done = process::run(opts);
+    ASSERT_TRUE(done.has_value()) << done.error().message;
+    EXPECT_EQ(done->exit_code, 126);
+    EXPECT_THAT(done->err, ::testing::HasSubstr("chroot " + opts.root + " failed"));
+}
+
+// inherit_env = false: the child sees set_env and nothing of the caller's environment.
+TEST(ProcessRun, WithoutInheritingTheChildSeesOnlyWhatIsSet) {
+    ::setenv("KGPU_PROCESS_TEST_CALLER", "1", 1);
+    process::RunOptions opts;
+    opts.argv = {"/usr/bin/env"};
+    opts.set_env = {{"A", "1"}, {"B", "two"}};
+    opts.inherit_env = false;
+    auto done = process::run(opts);
+    ASSERT_TRUE(done.has_value()) << done.error().message;
+    EXPECT_EQ(done->out, "A=1\nB=two\n");
+    opts.inherit_env = true;
+    done = process::run(opts);
+    ASSERT_TRUE(done.has_value()) << done.error().message;
+    EXPECT_THAT(done->out, ::testing::HasSubstr("KGPU_PROCESS_TEST_CALLER=1"));
+    ::unsetenv("KGPU_PROCESS_TEST_CALLER");
 }
 
 }  // namespace
