@@ -81,4 +81,21 @@ Released release_own_pages() {
     return r;
 }
 
+Settler::Clock::time_point Settler::due() const {
+    if (release_at_) return *release_at_;
+    if (checked_) return *checked_ + policy_.check;
+    return Clock::time_point::max();
+}
+
+std::optional<Released> Settler::poll(Clock::time_point now) {
+    if (now < due()) return std::nullopt;
+    const bool settled = release_at_.has_value();
+    checked_ = now;
+    if (!settled && resident_bytes() <= released_ + policy_.regrown) return std::nullopt;
+    release_at_.reset();
+    const Released r = release_own_pages();
+    released_ = r.after;
+    return r;
+}
+
 }  // namespace kgpu::memory

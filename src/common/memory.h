@@ -11,8 +11,10 @@
 // rest, so such probes in these objects do not survive the call.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <initializer_list>
+#include <optional>
 #include <string_view>
 
 namespace kgpu::memory {
@@ -36,5 +38,36 @@ struct Released {
     std::size_t before = 0, after = 0;
 };
 Released release_own_pages();
+
+// When a long-running process gives its pages back (release_own_pages): `settle` after it last
+// did something (start-up, serving started, a reload), and after that, checked at most once per
+// `check`, whenever its resident set has grown by more than `regrown` since the last release (a
+// burst of calls brings its serving path's pages and malloc arenas back). The device plugin's and
+// the exporter's loops both follow it: they call busy() when they do something, wait no longer
+// than due(), and call poll() when they wake.
+class Settler {
+public:
+    using Clock = std::chrono::steady_clock;
+    struct Policy {
+        std::chrono::milliseconds settle{std::chrono::seconds(10)};
+        std::size_t regrown = 1u << 20;
+        std::chrono::milliseconds check{std::chrono::minutes(1)};
+    };
+    Settler() = default;
+    explicit Settler(Policy p) : policy_(p) {}
+
+    // Something happened: give the pages back `settle` from now (not before).
+    void busy(Clock::time_point now = Clock::now()) { release_at_ = now + policy_.settle; }
+    // When poll() has something to do next; Clock::time_point::max() before the first busy().
+    Clock::time_point due() const;
+    // Gives the pages back when due (settled, or grown by `regrown` at a check) and says how much.
+    std::optional<Released> poll(Clock::time_point now = Clock::now());
+
+private:
+    Policy policy_;
+    std::optional<Clock::time_point> release_at_;
+    std::optional<Clock::time_point> checked_;  // the last release or regrowth check
+    std::size_t released_ = 0;                   // the resident set after the last release
+};
 
 }  // namespace kgpu::memory

@@ -18,6 +18,7 @@
 #include <optional>
 #include <set>
 
+#include "common/fd.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "common/memory.h"
@@ -133,25 +134,22 @@ private:
     void read_paused();
 
     PluginOptions opts_;
+    // eventfd: the health thread saw a MIG configuration change. Before served_: it outlives the
+    // health thread.
+    Fd mig_fd_;
     std::optional<Served> served_;
     bool nvml_failed_logged_ = false;
     Clock::time_point next_init_{};
     std::set<std::string> reported_;  // warnings already logged ("reported once")
     std::set<std::string> unknown_warned_;  // "<file>\n<key>" of the unknown keys warned about
-    int mig_fd_ = -1;                 // eventfd: the health thread saw a MIG configuration change
     // 10 s after the control loop last did something (serving started, a reload, a label or MIG
     // change), the pages of code and read-only data that start-up brought in go back to the
-    // kernel (common/memory.h); what serving runs is faulted back on its next call (its functions
-    // lie together: src/function-order.txt). Later, when
-    // the resident set has grown by kRegrown since (a burst of Allocate calls brings back the
-    // gRPC path's pages and their arenas), once more, checked at most once a minute.
-    static constexpr std::chrono::seconds kSettle{10};
-    static constexpr std::size_t kRegrown = 1u << 20;
-    std::optional<Clock::time_point> release_at_;
-    Clock::time_point rss_checked_{};
-    std::size_t rss_released_ = 0;  // the resident set after the last release
-    void release_pages();
-    void release_later() { release_at_ = Clock::now() + kSettle; }
+    // kernel; what serving runs is faulted back on its next call (its functions lie together:
+    // src/function-order.txt). Later, once more whenever a burst of Allocate calls has brought
+    // back the gRPC path's pages and arenas (memory::Settler's policy).
+    memory::Settler settler_;
+    void maybe_release_pages();
+    void release_later() { settler_.busy(); }
 
     // Guards served_->entries (structure and states) and health_ against the health thread and
     // the gRPC handlers.
@@ -164,11 +162,12 @@ private:
     // Its queue never waits for the API server, so the health thread calls it under mu_.
     std::unique_ptr<kube::EventRecorder> events_;
     // The API server (start_node_reporting), the watch of this Node for the config label, and
-    // what it saw: label_fd_ (eventfd) wakes the control loop, which reads label_seen_.
+    // what it saw: label_fd_ (eventfd) wakes the control loop, which reads label_seen_ (declared
+    // before the watch: its callback writes it until the watch is gone).
+    Fd label_fd_;
     std::shared_ptr<kube::Client> api_;
     std::unique_ptr<kube::NodeWatch> watch_;
     bool watch_started_ = false;
-    int label_fd_ = -1;
     std::mutex label_mu_;
     std::optional<std::string> label_seen_;  // guarded by label_mu_
     std::string label_applied_;              // control thread only
@@ -486,7 +485,7 @@ Status Plugin::apply(const Config& cfg, Trigger trigger) {
             opts_.probe_interval,
             [this](unsigned) {
                 const std::uint64_t one = 1;
-                if (mig_fd_ >= 0) (void)!::write(mig_fd_, &one, sizeof one);
+                if (mig_fd_) (void)!::write(mig_fd_.get(), &one, sizeof one);
             },
             opts_.idle_probe_interval);
         served_->health->start();
@@ -787,7 +786,11 @@ void Plugin::start_node_reporting() {
         std::move(o));
     events_->start();
     if (!by_label) return;
-    label_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    label_fd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!label_fd_) {
+        log::error("the config label {} is not watched: eventfd: {}", opts_.config_source.node_label, std::strerror(errno));
+        return;
+    }
     watch_ = kube::watch_node(
         api_, opts_.node_name,
         [this, key = opts_.config_source.node_label](const nlohmann::json& node) {
@@ -801,7 +804,7 @@ void Plugin::start_node_reporting() {
                 label_seen_ = value;
             }
             const std::uint64_t one = 1;
-            (void)!::write(label_fd_, &one, sizeof one);
+            (void)!::write(label_fd_.get(), &one, sizeof one);
         });
 }
 
@@ -863,17 +866,15 @@ std::chrono::milliseconds Plugin::next_timeout() const {
     if (served_)
         for (const auto& e : served_->entries)
             if (!e->server->running()) soonest = std::min(soonest, now + opts_.init_retry);
-    if (served_ && release_at_) soonest = std::min(soonest, *release_at_);
+    if (served_) soonest = std::min(soonest, settler_.due());
     return std::max(milliseconds(0), duration_cast<milliseconds>(soonest - now));
 }
 
-void Plugin::release_pages() {
-    release_at_.reset();
-    const auto r = memory::release_own_pages();
-    rss_released_ = r.after;
-    rss_checked_ = Clock::now();
+void Plugin::maybe_release_pages() {
+    const auto r = settler_.poll();
+    if (!r) return;
     log::debug("settled: resident set {} -> {} KiB (pages of code and read-only data, free heap given back)",
-               r.before / 1024, r.after / 1024);
+               r->before / 1024, r->after / 1024);
 }
 
 int Plugin::run() {
@@ -890,8 +891,19 @@ int Plugin::run() {
     for (const auto& w : cfg.warnings) log::warn("{}", w);
     warn_unknown_keys(cfg);
 
-    int sfd = ::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-    mig_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    // Without the signalfd SIGTERM would stay blocked for good; without the eventfd a MIG
+    // change would go unseen. Neither failure is left to show later.
+    const Fd sfd_owner(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
+    if (!sfd_owner) {
+        log::error("signalfd for SIGTERM, SIGINT and SIGHUP: {}", std::strerror(errno));
+        return 1;
+    }
+    const int sfd = sfd_owner.get();
+    mig_fd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!mig_fd_) {
+        log::error("eventfd for MIG configuration changes: {}", std::strerror(errno));
+        return 1;
+    }
 
     // The kubelet makes its device-plugin directory when it starts; the plugin never does (run by
     // hand on a host without a kubelet it would leave a kubelet directory behind, issue #23). It
@@ -914,9 +926,6 @@ int Plugin::run() {
                     if (si.ssi_signo != SIGHUP) stop = true;  // SIGHUP: the config is read when serving starts
                 if (stop) {
                     log::info("signal {}: stopping", si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT");
-                    ::close(sfd);
-                    if (mig_fd_ >= 0) ::close(mig_fd_);
-                    mig_fd_ = -1;
                     return 0;
                 }
             }
@@ -924,11 +933,16 @@ int Plugin::run() {
         }
         log::info("{} exists now: starting", cfg.device_plugin_path);
     }
-    int ifd = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+    const Fd ifd_owner(::inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
+    if (!ifd_owner) {
+        log::error("inotify for {}: {}", cfg.device_plugin_path, std::strerror(errno));
+        return 1;
+    }
+    const int ifd = ifd_owner.get();
     std::set<std::string> watched;
     for (const auto& dir : {fs::path(cfg.device_plugin_path), fs::path(cfg.kubelet_socket_path()).parent_path()}) {
         if (watched.contains(dir.string())) continue;
-        const int wd = ifd < 0 ? -1 : ::inotify_add_watch(ifd, dir.c_str(), IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM);
+        const int wd = ::inotify_add_watch(ifd, dir.c_str(), IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM);
         if (wd < 0) {
             log::error("cannot watch {}: {}", dir.string(), std::strerror(errno));
             return 1;
@@ -983,13 +997,8 @@ int Plugin::run() {
         if (joined) {
             if (watch_) watch_->stop();
             if (events_) events_->stop();
-            if (label_fd_ >= 0) ::close(label_fd_);  // after the watch: its callback writes it
-            label_fd_ = -1;
+            label_fd_.reset();  // after the watch: its callback writes it
         }
-        ::close(ifd);
-        ::close(sfd);
-        if (mig_fd_ >= 0) ::close(mig_fd_);
-        mig_fd_ = -1;
         if (!joined) {
             // The health thread is inside nvmlEventSetWait, which nothing can interrupt: end the
             // process now (its sockets are removed and its streams ended) instead of waiting out
@@ -1005,16 +1014,16 @@ int Plugin::run() {
     release_later();
 
     for (;;) {
-        pollfd fds[4] = {{sfd, POLLIN, 0}, {ifd, POLLIN, 0}, {mig_fd_, POLLIN, 0}, {label_fd_, POLLIN, 0}};
-        int n = ::poll(fds, label_fd_ >= 0 ? 4 : 3, static_cast<int>(next_timeout().count()));
+        pollfd fds[4] = {{sfd, POLLIN, 0}, {ifd, POLLIN, 0}, {mig_fd_.get(), POLLIN, 0}, {label_fd_.get(), POLLIN, 0}};
+        int n = ::poll(fds, label_fd_ ? 4 : 3, static_cast<int>(next_timeout().count()));
         // What makes the loop work (not the kubelet's checkpoint writes in the inotify'd directory).
-        if (n > 0 && ((fds[0].revents | fds[2].revents) & POLLIN || (label_fd_ >= 0 && (fds[3].revents & POLLIN))))
+        if (n > 0 && ((fds[0].revents | fds[2].revents) & POLLIN || (label_fd_ && (fds[3].revents & POLLIN))))
             release_later();
         maybe_start_watch();  // a second config in the directory (a ConfigMap edit) starts the watch
         watch_paused(ifd);    // the paused-GPUs file's directory, once it exists
-        if (label_fd_ >= 0 && (fds[3].revents & POLLIN)) {
+        if (label_fd_ && (fds[3].revents & POLLIN)) {
             std::uint64_t count = 0;
-            (void)!::read(label_fd_, &count, sizeof count);
+            (void)!::read(label_fd_.get(), &count, sizeof count);
             std::optional<std::string> seen;
             {
                 std::lock_guard lk(label_mu_);
@@ -1037,7 +1046,7 @@ int Plugin::run() {
         if (fds[1].revents & POLLIN) handle_inotify(ifd);
         if (fds[2].revents & POLLIN) {
             std::uint64_t count = 0;
-            (void)!::read(mig_fd_, &count, sizeof count);
+            (void)!::read(mig_fd_.get(), &count, sizeof count);
             if (served_) {
                 log::info("MIG configuration changed: rediscovering the node");
                 if (auto st = apply(opts_.config, Trigger::node_change); !st)
@@ -1050,12 +1059,7 @@ int Plugin::run() {
         }
         if (served_) start_servers();
         if (served_) cdi_refresh_.poll(served_->node, opts_.config);
-        if (served_ && release_at_ && Clock::now() >= *release_at_) {
-            release_pages();
-        } else if (served_ && !release_at_ && Clock::now() - rss_checked_ >= std::chrono::minutes(1)) {
-            rss_checked_ = Clock::now();
-            if (memory::resident_bytes() > rss_released_ + kRegrown) release_pages();
-        }
+        if (served_) maybe_release_pages();
     }
     return finish(1);
 }

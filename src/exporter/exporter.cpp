@@ -13,6 +13,7 @@
 #include <cstring>
 #include <optional>
 
+#include "common/fd.h"
 #include "common/log.h"
 #include "common/memory.h"
 #include "common/process.h"
@@ -94,8 +95,8 @@ int run_exporter(const ExporterOptions& options, const std::function<Result<nvml
     // Blocked before NVML (whose library may start threads) and before our threads, so every
     // thread inherits the mask and only the signalfd sees these signals.
     const sigset_t mask = process::block_signals({SIGTERM, SIGINT});
-    int sfd = ::signalfd(-1, &mask, SFD_CLOEXEC);
-    if (sfd < 0) {
+    const Fd sfd(::signalfd(-1, &mask, SFD_CLOEXEC));
+    if (!sfd) {
         log::error("exporter: signalfd: {}", std::strerror(errno));
         return 1;
     }
@@ -105,7 +106,6 @@ int run_exporter(const ExporterOptions& options, const std::function<Result<nvml
     auto session = open_nvml();
     if (!session) {
         log::error("exporter: {}", session.error().message);
-        ::close(sfd);
         return 1;
     }
     Collector collector(std::move(*session), options.collector);
@@ -113,7 +113,6 @@ int run_exporter(const ExporterOptions& options, const std::function<Result<nvml
     auto server = HttpServer::start(options.http, [&collector](const HttpRequest& r) { return route(r, collector); });
     if (!server) {
         log::error("exporter: {}", server.error().message);
-        ::close(sfd);
         return 1;
     }
     collector.set_http_stats([s = server->get()] { return s->stats(); });
@@ -123,16 +122,15 @@ int run_exporter(const ExporterOptions& options, const std::function<Result<nvml
     // 10 s after start the pages of code and read-only data that start-up brought in (flags,
     // discovery, the server's setup, the first passes' one-time work) and the free heap go back
     // to the kernel; collection and serving fault back what they run, which lies together in the
-    // binary (src/function-order.txt). Then, checked once a minute, again whenever the resident
-    // set has grown by more than 1 MiB since (a burst of scrapes, a flood of connections).
-    using Clock = std::chrono::steady_clock;
-    constexpr std::size_t kRegrown = 1u << 20;
-    auto next_release = Clock::now() + std::chrono::seconds(10);
-    std::optional<std::size_t> released;  // the resident set after the last release
+    // binary (src/function-order.txt). Later, again whenever a burst of scrapes or a flood of
+    // connections has grown the resident set (memory::Settler's policy).
+    using Clock = memory::Settler::Clock;
+    memory::Settler settler;
+    settler.busy();
     int code = 0;
     for (;;) {
-        const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_release - Clock::now());
-        pollfd pfd{sfd, POLLIN, 0};
+        const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(settler.due() - Clock::now());
+        pollfd pfd{sfd.get(), POLLIN, 0};
         const int ready = ::poll(&pfd, 1, static_cast<int>(std::max<std::int64_t>(0, wait.count())));
         if (ready < 0 && errno == EINTR) continue;
         if (ready < 0) {
@@ -141,17 +139,13 @@ int run_exporter(const ExporterOptions& options, const std::function<Result<nvml
             break;
         }
         if (ready == 0) {
-            if (!released || memory::resident_bytes() > *released + kRegrown) {
-                const auto r = memory::release_own_pages();
-                released = r.after;
+            if (const auto r = settler.poll())
                 log::debug("exporter: resident set {} -> {} KiB (pages of code and read-only data, free heap given back)",
-                           r.before / 1024, r.after / 1024);
-            }
-            next_release = Clock::now() + std::chrono::minutes(1);
+                           r->before / 1024, r->after / 1024);
             continue;
         }
         signalfd_siginfo si{};
-        ssize_t n = ::read(sfd, &si, sizeof si);
+        ssize_t n = ::read(sfd.get(), &si, sizeof si);
         if (n == static_cast<ssize_t>(sizeof si)) {
             log::info("exporter: {}: stopping", si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT");
             break;
@@ -163,7 +157,6 @@ int run_exporter(const ExporterOptions& options, const std::function<Result<nvml
     }
     collector.stop();  // first: its passes read the server's counters
     server->reset();
-    ::close(sfd);
     return code;
 }
 

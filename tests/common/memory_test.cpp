@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -87,4 +88,36 @@ TEST(Memory, OnlyTheNamedLibrariesAndTheResidentSetIsRead) {
     EXPECT_EQ(kgpu::memory::release_readonly_pages(false, {"/no-such-library.so.0"}), 0u);
     EXPECT_GT(kgpu::memory::resident_bytes(), 0u);
     kgpu::memory::trim_heap();
+}
+
+// The release policy in time given by the test: nothing before the first busy(), a release
+// `settle` after it, then at each `check` only when the resident set grew by more than `regrown`.
+TEST(Settler, ReleasesOnceSettledAndThenOnlyWhenTheResidentSetGrew) {
+    using namespace std::chrono_literals;
+    using kgpu::memory::Settler;
+    Settler s(Settler::Policy{.settle = 10s, .regrown = 16u << 20, .check = 60s});
+    const auto t0 = Settler::Clock::now();
+    EXPECT_EQ(s.due(), Settler::Clock::time_point::max());
+    EXPECT_FALSE(s.poll(t0 + 1h));
+
+    s.busy(t0);
+    EXPECT_EQ(s.due(), t0 + 10s);
+    EXPECT_FALSE(s.poll(t0 + 9s));
+    s.busy(t0 + 5s);  // busy again: the settling starts over
+    EXPECT_FALSE(s.poll(t0 + 10s));
+    const auto first = s.poll(t0 + 15s);
+    ASSERT_TRUE(first);
+    EXPECT_GT(first->before, 0u);
+
+    EXPECT_EQ(s.due(), t0 + 15s + 60s);
+    EXPECT_FALSE(s.poll(t0 + 74s));
+    EXPECT_FALSE(s.poll(t0 + 75s)) << "released at a check though the resident set did not grow by 16 MiB";
+    EXPECT_EQ(s.due(), t0 + 135s) << "a check that found no growth waits a whole period again";
+
+    std::vector<char> grown(48u << 20);
+    std::memset(grown.data(), 1, grown.size());
+    const auto second = s.poll(t0 + 135s);
+    ASSERT_TRUE(second);
+    EXPECT_GT(second->before, first->after + (16u << 20));
+    EXPECT_EQ(grown[grown.size() / 2], 1);
 }
