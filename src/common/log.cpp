@@ -8,6 +8,8 @@
 
 #include <fmt/chrono.h>
 
+#include "common/log_once.h"
+
 namespace kgpu::log {
 namespace {
 std::atomic<Level> g_level{Level::info};
@@ -72,6 +74,18 @@ void write(Level l, std::string_view message) {
         p += n;
         left -= static_cast<size_t>(n);
     }
+}
+
+bool Once::first(std::string_view key) {
+    std::lock_guard lk(mu_);
+    if (seen_.size() >= limit_ || seen_.contains(key)) return false;
+    seen_.emplace(key);
+    return true;
+}
+
+void Once::forget(std::string_view key) {
+    std::lock_guard lk(mu_);
+    if (auto it = seen_.find(key); it != seen_.end()) seen_.erase(it);
 }
 
 }  // namespace kgpu::log

@@ -21,6 +21,7 @@
 #include "common/fd.h"
 #include "common/files.h"
 #include "common/log.h"
+#include "common/log_once.h"
 #include "common/memory.h"
 #include "common/process.h"
 #include "deviceplugin/allocate.h"
@@ -140,8 +141,8 @@ private:
     std::optional<Served> served_;
     bool nvml_failed_logged_ = false;
     Clock::time_point next_init_{};
-    std::set<std::string> reported_;  // warnings already logged ("reported once")
-    std::set<std::string> unknown_warned_;  // "<file>\n<key>" of the unknown keys warned about
+    log::Once reported_;  // warnings already logged ("reported once")
+    log::Once unknown_warned_{4096};  // "<file>\n<key>" of the unknown keys warned about
     // 10 s after the control loop last did something (serving started, a reload, a label or MIG
     // change), the pages of code and read-only data that start-up brought in go back to the
     // kernel; what serving runs is faulted back on its next call (its functions lie together:
@@ -171,7 +172,7 @@ private:
     std::mutex label_mu_;
     std::optional<std::string> label_seen_;  // guarded by label_mu_
     std::string label_applied_;              // control thread only
-    std::set<std::string> config_warned_;    // config-source warnings already logged
+    log::Once config_warned_;                // config-source warnings already logged
     int paused_wd_ = -1;                     // the paused-GPUs file's directory in the inotify set
     std::set<int> main_wds_;                 // the device-plugin directories' watches
     std::set<std::string> paused_;           // GPU UUIDs paused for a MIG change; guarded by mu_
@@ -258,7 +259,7 @@ void Plugin::watch_mps(const Config& cfg, const std::vector<std::string>& names)
         auto found = mps::find_control_binary(opts_.mps_control_binary, cfg.nvidia_driver_root);
         if (found) {
             binary = *found;
-        } else if (reported_.insert("mps-binary:" + found.error().message).second) {
+        } else if (reported_.first("mps-binary:" + found.error().message)) {
             log::error("MPS: {}; the MPS resources stay Unhealthy", found.error().message);
         }
     }
@@ -383,9 +384,9 @@ Status Plugin::apply(const Config& cfg, Trigger trigger) {
     if (!extras) return std::unexpected(extras.error());
     warnings.insert(warnings.end(), extras->begin(), extras->end());
     for (const auto& w : warnings)
-        if (reported_.insert(w).second) log::warn("{}", w);
+        if (reported_.first(w)) log::warn("{}", w);
     log::info("{}", describe_resources(*resources, cfg));
-    if (resources->empty() && reported_.insert("no-resources").second)
+    if (resources->empty() && reported_.first("no-resources"))
         log::warn("no GPUs to serve on this node: serving no resource (run `kgpu doctor` if this is unexpected)");
 
     // What the servers, the registration and the health monitor are built on: a change restarts
@@ -609,7 +610,7 @@ void Plugin::on_config_label(const std::string& value) {
         return;
     }
     for (const auto& w : choice->warnings)
-        if (config_warned_.insert(w).second) log::warn("{}", w);
+        if (config_warned_.first(w)) log::warn("{}", w);
     if (choice->path != opts_.config_file) {
         log::info("config '{}' ({}): applying {}", choice->name, choice->why,
                   choice->path.empty() ? std::string("the built-in defaults") : choice->path);
@@ -624,7 +625,7 @@ void Plugin::on_config_label(const std::string& value) {
         if (valid_label_value(choice->name)) {
             events_->label(kConfigStateLabel, choice->name);
             label_applied_ = choice->name;
-        } else if (config_warned_.insert("state:" + choice->name).second) {
+        } else if (config_warned_.first("state:" + choice->name)) {
             log::warn("config '{}' applied, but its name is not a label value: {} is not set", choice->name, kConfigStateLabel);
         }
     }
@@ -664,7 +665,7 @@ int Plugin::choose_initial_config() {
         return 2;
     }
     for (const auto& w : choice->warnings)
-        if (config_warned_.insert(w).second) log::warn("{}", w);
+        if (config_warned_.first(w)) log::warn("{}", w);
     log::info("config '{}' ({}): {}", choice->name, choice->why,
               choice->path.empty() ? std::string("the built-in defaults") : choice->path);
     opts_.config_file = choice->path;
@@ -685,7 +686,7 @@ int Plugin::choose_initial_config() {
 
 void Plugin::warn_unknown_keys(const Config& cfg) {
     for (const auto& k : cfg.unknown_keys)
-        if (unknown_warned_.insert(k.source + "\n" + k.key).second) log::warn("{}", unknown_key_warning(k));
+        if (unknown_warned_.first(k.source + "\n" + k.key)) log::warn("{}", unknown_key_warning(k));
 }
 
 // Events in the device-plugin directory (and kubelet.sock's): our socket deleted (the kubelet
@@ -815,7 +816,7 @@ void Plugin::watch_paused(int ifd) {
     if (!fs::is_directory(dir, ec)) return;
     paused_wd_ = ::inotify_add_watch(ifd, dir.c_str(), IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM | IN_CLOSE_WRITE);
     if (paused_wd_ < 0) {
-        if (reported_.insert("paused-watch").second)
+        if (reported_.first("paused-watch"))
             log::warn("cannot watch {} for GPUs paused for a MIG change: {}", dir.string(), std::strerror(errno));
         return;
     }

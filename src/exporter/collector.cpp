@@ -15,6 +15,7 @@
 #include <re2/re2.h>
 
 #include "common/log.h"
+#include "common/log_once.h"
 #include "exporter/catalogue.h"
 #include "exporter/exposition.h"
 #include "exporter/kube_status.h"
@@ -268,7 +269,8 @@ struct Collector::Impl {
     mutable std::mutex snap_mu;
     std::shared_ptr<const Snapshot> snap;
     std::function<HttpServerStats()> http_stats;  // set before the thread starts
-    std::set<std::string> status_problems;        // kube API status files' problems, logged once
+    log::Once status_problems;                    // kube API status files' problems, logged once
+    log::Once mps_problems;                       // MPS status files' problems, logged once
     std::string attribution_problem;  // guarded by snap_mu; "" while pod attribution works
     void set_attribution_problem(std::string p) {
         std::lock_guard lk(snap_mu);
@@ -858,7 +860,11 @@ struct Collector::Impl {
             }
         }
         if (!options.mps_root.empty()) {
-            for (const auto& st : mps::read_statuses(mps::Root{options.mps_root})) {
+            std::vector<std::string> problems;
+            const auto statuses = mps::read_statuses(mps::Root{options.mps_root}, &problems);
+            for (const auto& p : problems)
+                if (mps_problems.first(p)) log::warn("exporter: MPS: {} (logged once; the file is left out)", p);
+            for (const auto& st : statuses) {
                 LabelSet l;
                 l.add("resource", st.resource);
                 add(Metric::mps_daemon_up, l, st.state == mps::DaemonState::running ? 1.0 : 0.0);
@@ -899,7 +905,7 @@ struct Collector::Impl {
                 }
             }
             for (const auto& p : problems)
-                if (status_problems.size() < 256 && status_problems.insert(p).second)
+                if (status_problems.first(p))
                     log::warn("exporter: kube API status: {} (logged once; the file is left out)", p);
         }
         if (podres_up) {

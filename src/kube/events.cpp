@@ -194,7 +194,7 @@ bool EventRecorder::take_token(std::chrono::system_clock::time_point now) {
 }
 
 void EventRecorder::failed_once(const std::string& kind, const std::string& message) {
-    if (logged_.emplace(kind, true).second) {
+    if (logged_.first(kind)) {
         log::warn("node events: {} (logged once for this kind of failure; kgpu keeps serving)", message);
     } else {
         log::debug("node events: {}", message);

@@ -31,6 +31,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/log_once.h"
 #include "kube/http.h"
 
 namespace kgpu::kube {
@@ -138,7 +139,7 @@ private:
     double tokens_ = 0;
     std::optional<std::chrono::system_clock::time_point> tokens_at_;
     long long last_name_ns_ = 0;
-    std::map<std::string, bool> logged_;  // failure kinds logged once
+    log::Once logged_;  // failure kinds logged once
     std::map<std::string, std::string> unwritten_;  // annotations whose PATCH failed
     std::chrono::steady_clock::time_point retry_at_{};
     std::chrono::milliseconds retry_backoff_{0};

@@ -100,7 +100,7 @@ std::string NodeWatch::resource_version() const {
 }
 
 void NodeWatch::failed_once(const std::string& kind, const std::string& message) {
-    if (logged_.insert(kind).second) {
+    if (logged_.first(kind)) {
         log::warn("node watch: {} (logged once for this kind of failure; retrying with backoff)", message);
     } else {
         log::debug("node watch: {}", message);

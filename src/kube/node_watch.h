@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/log_once.h"
 #include "kube/http.h"
 
 namespace kgpu::kube {
@@ -98,7 +99,7 @@ private:
     mutable std::mutex mu_;  // rv_ and the wait
     std::condition_variable cv_;
     std::string rv_;
-    std::set<std::string> logged_;
+    log::Once logged_;  // failure kinds logged once
     std::mt19937 jitter_{std::random_device{}()};
     std::thread thread_;
 };

@@ -290,7 +290,7 @@ std::optional<DaemonState> parse_state(std::string_view s) {
 
 }  // namespace
 
-std::vector<DaemonStatus> read_statuses(const Root& root) {
+std::vector<DaemonStatus> read_statuses(const Root& root, std::vector<std::string>* problems) {
     std::vector<DaemonStatus> out;
     std::error_code ec;
     for (auto it = fs::recursive_directory_iterator(root.dir, ec); !ec && it != fs::recursive_directory_iterator();
@@ -317,7 +317,8 @@ std::vector<DaemonStatus> read_statuses(const Root& root) {
                 st.state = DaemonState::restarting;
             out.push_back(std::move(st));
         } catch (const std::exception& e) {
-            log::warn("MPS: {}: not a status file kgpu wrote: {}", it->path().string(), e.what());
+            if (problems)
+                problems->push_back(fmt::format("{}: not a status file kgpu wrote: {}", it->path().string(), e.what()));
         }
     }
     std::sort(out.begin(), out.end(), [](const DaemonStatus& a, const DaemonStatus& b) { return a.resource < b.resource; });

@@ -112,8 +112,10 @@ private:
 // What the supervisors of a node wrote: every <root>/<resource>/status.json (resource names of one
 // or two levels, "nvidia.com/gpu"), sorted by resource. A daemon whose status says running but
 // whose .started is gone counts as restarting (its supervisor died with it). Files that do not
-// parse are skipped with a warning. Errors: none (a missing root is an empty list).
-std::vector<DaemonStatus> read_statuses(const Root& root);
+// parse are skipped; what is wrong with each (naming the file) goes to `problems` when given
+// (the exporter reads these on every pass and logs each problem once). Errors: none (a missing
+// root is an empty list).
+std::vector<DaemonStatus> read_statuses(const Root& root, std::vector<std::string>* problems = nullptr);
 
 // Runs the supervisor until SIGTERM, SIGINT or SIGQUIT (returns false) or SIGHUP (returns true:
 // the caller reloads its configuration and calls again). On SIGHUP `reload_ok`, when given, is

@@ -991,6 +991,28 @@ TEST(Collector, KubeApiCountsFromTheStatusFilesOfKgpusOtherProcesses) {
         EXPECT_NE(all.find(what), std::string::npos) << what << "\n" << all;
 }
 
+// The MPS daemons' status files are read on every pass: one that kgpu did not write (or that was
+// cut short) is left out and said once, not on every pass; the good one's series stay.
+TEST(Collector, AnMpsStatusFileThatDoesNotParseIsLoggedOnceAndLeftOut) {
+    test::TempDir dir;
+    CollectorOptions o = options();
+    o.mps_root = dir.path() + "/mps";
+    dir.write("mps/nvidia.com/gpu/status.json", R"({"resource":"nvidia.com/gpu","state":"stopped","restarts":2})");
+    dir.write("mps/nvidia.com/bad/status.json", "{\"resource\": ");
+    Collector c(sim_session("t4x4.yaml"), o);
+    ::testing::internal::CaptureStderr();
+    ParsedMetrics m;
+    for (int pass = 0; pass < 3; ++pass) m = collect(c);
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(m.value("kgpu_mps_daemon_up", {{"resource", "nvidia.com/gpu"}}), 0.0);
+    EXPECT_EQ(m.value("kgpu_mps_daemon_restarts_total", {{"resource", "nvidia.com/gpu"}}), 2.0);
+    EXPECT_EQ(m.find("kgpu_mps_daemon_up").size(), 1u);
+    std::size_t said = 0;
+    for (std::size_t at = 0; (at = err.find("nvidia.com/bad/status.json: not a status file", at)) != std::string::npos; ++at)
+        ++said;
+    EXPECT_EQ(said, 1u) << err;
+}
+
 TEST(Snapshot, GzipIsMadeOnceAndShared) {
     Snapshot s(std::string(10000, 'a'), std::chrono::steady_clock::now());
     auto a = s.gzip(), b = s.gzip();

@@ -330,8 +330,13 @@ TEST_F(MpsSupervisor, OneDaemonPerResourceAndOnlyTheDeadOneRestarts) {
     // A status that says running without .started: its supervisor died with the daemon.
     fs::remove(opts.root.started_file("nvidia.com/b"));
     EXPECT_EQ(read_statuses(opts.root).at(1).state, DaemonState::restarting);
-    files::write_atomic(opts.root.resource_dir("nvidia.com/c") / "status.json", "{not json");
+    fs::create_directories(opts.root.resource_dir("nvidia.com/c"));
+    ASSERT_TRUE(files::write_atomic(opts.root.resource_dir("nvidia.com/c") / "status.json", "{not json").has_value());
     EXPECT_EQ(read_statuses(opts.root).size(), 2u);
+    std::vector<std::string> problems;
+    EXPECT_EQ(read_statuses(opts.root, &problems).size(), 2u);
+    ASSERT_EQ(problems.size(), 1u);
+    EXPECT_THAT(problems[0], HasSubstr("nvidia.com/c/status.json: not a status file kgpu wrote"));
     ASSERT_TRUE(tick_until(sup, [&] { return fs::exists(opts.root.started_file("nvidia.com/a")); }));
     EXPECT_EQ(sup.status()[1].restarts, 0u);
     EXPECT_EQ(pid_of("nvidia.com/b"), b);
