@@ -10,6 +10,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/grpc_error.h"
 #include "common/log.h"
 
 namespace kgpu::deviceplugin {
@@ -356,8 +357,8 @@ Status register_with_kubelet(const std::string& kubelet_socket, const std::strin
     v1beta1::Empty resp;
     grpc::Status st = stub->Register(&ctx, req, &resp);
     if (!st.ok())
-        return fail(Code::unavailable, "registering {} with the kubelet at {}: {} ({})", resource_name, kubelet_socket,
-                    st.error_message(), static_cast<int>(st.error_code()));
+        return fail(grpc_error::code_of(st.error_code()), "registering {} with the kubelet at {}: {}", resource_name,
+                    kubelet_socket, grpc_error::describe(st));
     return {};
 }
 

@@ -4,6 +4,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/grpc_error.h"
 #include "deviceplugin_v1beta1.grpc.pb.h"
 #include "podresources_v1.grpc.pb.h"
 
@@ -28,8 +29,8 @@ Result<std::string> probe_device_plugin(const std::filesystem::path& socket, int
     v1beta1::DevicePluginOptions opts;
     grpc::Status st = stub->GetDevicePluginOptions(&ctx, req, &opts);
     if (!st.ok())
-        return fail(Code::unavailable, "{}: GetDevicePluginOptions failed: {} (gRPC code {})", socket.string(),
-                    st.error_message(), static_cast<int>(st.error_code()));
+        return fail(grpc_error::code_of(st.error_code()), "{}: GetDevicePluginOptions failed: {}", socket.string(),
+                    grpc_error::describe(st));
     return fmt::format("{}: GetDevicePluginOptions answered (pre_start_required={}, get_preferred_allocation_available={})",
                        socket.string(), opts.pre_start_required(), opts.get_preferred_allocation_available());
 }
@@ -42,8 +43,7 @@ Result<PodResourcesSummary> probe_pod_resources(const std::filesystem::path& soc
     v1::ListPodResourcesResponse resp;
     grpc::Status st = stub->List(&ctx, req, &resp);
     if (!st.ok())
-        return fail(Code::unavailable, "{}: List failed: {} (gRPC code {})", socket.string(), st.error_message(),
-                    static_cast<int>(st.error_code()));
+        return fail(grpc_error::code_of(st.error_code()), "{}: List failed: {}", socket.string(), grpc_error::describe(st));
     PodResourcesSummary s;
     s.pods = static_cast<size_t>(resp.pod_resources_size());
     for (const auto& pod : resp.pod_resources())
@@ -69,8 +69,8 @@ Result<std::map<std::string, std::string>> probe_device_list(const std::filesyst
     v1beta1::ListAndWatchResponse resp;
     if (!reader->Read(&resp)) {
         grpc::Status st = reader->Finish();
-        return fail(Code::unavailable, "{}: ListAndWatch sent no device list: {} (gRPC code {})", socket.string(),
-                    st.error_message(), static_cast<int>(st.error_code()));
+        return fail(grpc_error::code_of(st.error_code()), "{}: ListAndWatch sent no device list: {}", socket.string(),
+                    grpc_error::describe(st));
     }
     ctx.TryCancel();
     (void)reader->Finish();
@@ -91,8 +91,8 @@ Result<std::map<std::string, std::set<std::string>>> probe_allocatable(const std
         // The kubelet answers "PodResources API GetAllocatableResources disabled" with the gate off.
         const bool absent = st.error_code() == grpc::StatusCode::UNIMPLEMENTED ||
                             st.error_message().find("disabled") != std::string::npos;
-        return fail(absent ? Code::not_supported : Code::unavailable, "{}: GetAllocatableResources failed: {} (gRPC code {})",
-                    socket.string(), st.error_message(), static_cast<int>(st.error_code()));
+        return fail(absent ? Code::not_supported : grpc_error::code_of(st.error_code()),
+                    "{}: GetAllocatableResources failed: {}", socket.string(), grpc_error::describe(st));
     }
     std::map<std::string, std::set<std::string>> out;
     for (const auto& d : resp.devices()) out[d.resource_name()].insert(d.device_ids().begin(), d.device_ids().end());

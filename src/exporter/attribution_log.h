@@ -41,13 +41,4 @@ private:
     std::string last_;
 };
 
-// "UNAVAILABLE" for grpc::StatusCode 14 (messages name the code; some statuses carry no text).
-inline std::string_view grpc_code_name(int code) {
-    static constexpr std::string_view names[] = {
-        "OK",        "CANCELLED",         "UNKNOWN",        "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-        "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",
-        "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
-    return code >= 0 && code < static_cast<int>(std::size(names)) ? names[code] : "gRPC error";
-}
-
 }  // namespace kgpu::exporter::detail

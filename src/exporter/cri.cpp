@@ -4,6 +4,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/grpc_error.h"
 #include "cri_runtime_v1.grpc.pb.h"
 #include "exporter/attribution.h"
 #include "exporter/attribution_log.h"
@@ -58,16 +59,11 @@ namespace {
 
 // A failed CRI call as an Error naming the method and the socket.
 std::unexpected<Error> cri_failure(std::string_view method, const std::string& path, const grpc::Status& st) {
-    const auto c = st.error_code();
-    const Code code = c == grpc::StatusCode::DEADLINE_EXCEEDED   ? Code::timeout
-                      : c == grpc::StatusCode::UNIMPLEMENTED     ? Code::not_supported
-                      : c == grpc::StatusCode::PERMISSION_DENIED ? Code::no_permission
-                                                                 : Code::unavailable;
-    const char* hint = c == grpc::StatusCode::UNIMPLEMENTED
+    const char* hint = st.error_code() == grpc::StatusCode::UNIMPLEMENTED
                            ? " (the runtime does not serve CRI runtime.v1: is its CRI plugin disabled?)"
                            : "";
-    return fail(code, "CRI {} on {} failed: {}{}{}{}", method, path, detail::grpc_code_name(static_cast<int>(c)),
-                st.error_message().empty() ? "" : ": ", st.error_message(), hint);
+    return fail(grpc_error::code_of(st.error_code()), "CRI {} on {} failed: {}{}", method, path, grpc_error::describe(st),
+                hint);
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include <grpcpp/impl/client_unary_call.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 
+#include "common/grpc_error.h"
 #include "common/log.h"
 #include "exporter/attribution.h"
 #include "exporter/attribution_log.h"
@@ -26,16 +27,6 @@
 
 namespace kgpu::exporter {
 namespace {
-
-Code code_of(grpc::StatusCode c) {
-    switch (c) {
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return Code::timeout;
-    case grpc::StatusCode::UNIMPLEMENTED: return Code::not_supported;
-    case grpc::StatusCode::PERMISSION_DENIED:
-    case grpc::StatusCode::UNAUTHENTICATED: return Code::no_permission;
-    default: return Code::unavailable;
-    }
-}
 
 std::string_view failure_kind(grpc::StatusCode c) {
     switch (c) {
@@ -508,10 +499,9 @@ Result<PodResourcesMap> PodResourcesClient::list(const inventory::Node& node) {
                                im.options.max_message_bytes >> 20);
         else if (c == grpc::StatusCode::UNIMPLEMENTED)
             what = " (the socket does not serve the PodResources v1 API)";
-        auto err = Error::make(c == grpc::StatusCode::RESOURCE_EXHAUSTED ? Code::parse : code_of(c),
-                               "PodResources List on {} failed: {}{}{}{}; pod labels are left out until it answers",
-                               im.path, detail::grpc_code_name(static_cast<int>(c)),
-                               st.error_message().empty() ? "" : ": ", st.error_message(), what);
+        auto err = Error::make(c == grpc::StatusCode::RESOURCE_EXHAUSTED ? Code::parse : grpc_error::code_of(c),
+                               "PodResources List on {} failed: {}{}; pod labels are left out until it answers",
+                               im.path, grpc_error::describe(st), what);
         im.failures.failed(err.message);
         return std::unexpected(err);
     }
