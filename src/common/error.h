@@ -8,6 +8,7 @@
 #include <expected>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include <fmt/format.h>
@@ -43,9 +44,30 @@ struct Error {
     [[nodiscard]] Error context(std::string_view what) const;
 };
 
+// std::expected with [[nodiscard]] (libstdc++ 12's is not): a call whose Result is dropped does
+// not compile (-Werror), so an error cannot be ignored by accident. One meant to be ignored is
+// cast to void with a comment saying why.
 template <class T>
-using Result = std::expected<T, Error>;
-using Status = std::expected<void, Error>;
+class [[nodiscard]] Result : public std::expected<T, Error> {
+    using Base = std::expected<T, Error>;
+
+public:
+    using Base::Base;
+    Result(const Base& b) : Base(b) {}
+    Result(Base&& b) : Base(std::move(b)) {}
+
+    // Against a value or an unexpected: std::expected's own comparison, taken exactly (through the
+    // base class it would tie with the reversed form, which clang rejects as ambiguous).
+    template <class U>
+        requires(!std::is_base_of_v<Base, U>)
+    friend bool operator==(const Result& r, const U& v) {
+        return static_cast<const Base&>(r) == v;
+    }
+    friend bool operator==(const Result& a, const Result& b) {
+        return static_cast<const Base&>(a) == static_cast<const Base&>(b);
+    }
+};
+using Status = Result<void>;
 
 template <class... Args>
 [[nodiscard]] std::unexpected<Error> fail(Code code, fmt::format_string<Args...> format, Args&&... args) {
