@@ -114,7 +114,7 @@ int run_checks(DoctorCliOptions& opts) {
 
 int run_doctor(DoctorCliOptions& opts) {
     if (opts.cmd->got_subcommand("compat")) {
-        auto a = doctor::compat::answer(opts.compat);
+        auto a = inventory::compat::answer(opts.compat);
         auto& out = a.exit_code == 2 ? std::cerr : std::cout;
         for (const auto& l : a.lines) out << (a.exit_code == 2 ? "kgpu doctor compat: " : "") << l << "\n";
         return a.exit_code;

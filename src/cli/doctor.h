@@ -7,7 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/nvml_options.h"
-#include "doctor/compat.h"
+#include "inventory/cuda_compat.h"
 #include "doctor/doctor.h"
 #include "doctor/pending.h"
 
@@ -17,7 +17,7 @@ struct DoctorCliOptions {
     NvmlOptions nvml;
     doctor::Options checks;
     bool json = false;
-    doctor::compat::Query compat;
+    inventory::compat::Query compat;
     doctor::pending::Inputs pending;
     bool pending_json = false;
     std::string pending_node_name;  // --node-name: the node this host is ("" = $NODE_NAME, else the host name)

@@ -19,17 +19,17 @@
 #include "common/files.h"
 #include "common/strings.h"
 #include "deviceplugin/config.h"
-#include "doctor/compat.h"
-#include "doctor/devchar.h"
 #include "doctor/grpc_probe.h"
 #include "doctor/host.h"
 #include "doctor/kube_api.h"
 #include "kube/client.h"
 #include "nvml/xid.h"
+#include "inventory/cuda_compat.h"
 #include "inventory/discovery.h"
 #include "inventory/pci.h"
 #include "nvml/error.h"
 #include "nvml/library.h"
+#include "toolkit/devchar.h"
 
 namespace kgpu::doctor {
 
@@ -363,8 +363,8 @@ void check_device_nodes(State& s, CheckResult& r) {
 
 void check_dev_char(State& s, CheckResult& r) {
     const fs::path dev_root = s.opt.driver_root.empty() ? fs::path("/") : fs::path(s.opt.driver_root);
-    auto links = nvidia_dev_char_links(s.root, dev_root);
-    if (links.empty() && dev_root != "/") links = nvidia_dev_char_links(s.root, "/");
+    auto links = toolkit::nvidia_dev_char_links(s.root, dev_root);
+    if (links.empty() && dev_root != "/") links = toolkit::nvidia_dev_char_links(s.root, "/");
     if (links.empty()) {
         note(r, "no NVIDIA character device under {}", s.host("/dev").string());
         set(r, Status::skipped);
@@ -372,8 +372,8 @@ void check_dev_char(State& s, CheckResult& r) {
     }
     std::vector<std::string> missing, wrong;
     for (const auto& l : links) {
-        if (l.state == DevCharLink::State::missing) missing.push_back(fmt::format("{} ({})", l.link, l.node));
-        if (l.state == DevCharLink::State::wrong) wrong.push_back(fmt::format("{} (not {})", l.link, l.node));
+        if (l.state == toolkit::DevCharLink::State::missing) missing.push_back(fmt::format("{} ({})", l.link, l.node));
+        if (l.state == toolkit::DevCharLink::State::wrong) wrong.push_back(fmt::format("{} (not {})", l.link, l.node));
     }
     note(r, "{} NVIDIA device node(s), {} with a /dev/char link", links.size(), links.size() - missing.size() - wrong.size());
     for (const auto& m : missing) note(r, "missing: {}", m);
@@ -629,13 +629,13 @@ void check_cuda_compat(State& s, CheckResult& r) {
          n.cuda_version_string(), n.cuda_version_string());
     for (const auto& g : n.gpus) {
         if (g.lost || g.uuid.empty()) continue;
-        compat::Cc cc{g.cc_major, g.cc_minor};
-        std::string arch = compat::architecture(cc);
-        if (cc < compat::min_cc(12)) {
+        inventory::compat::Cc cc{g.cc_major, g.cc_minor};
+        std::string arch = inventory::compat::architecture(cc);
+        if (cc < inventory::compat::min_cc(12)) {
             note(r, "GPU {}: {} compute capability {} ({}): CUDA 12 and 13 images have no kernel for it", g.index, g.name, cc.str(), arch);
             set(r, Status::warn, "Use CUDA 11.x images on this GPU (`kgpu doctor compat --cuda <v> --compute-capability "
                                  "<cc>` answers per image).");
-        } else if (cc < compat::min_cc(13)) {
+        } else if (cc < inventory::compat::min_cc(13)) {
             note(r, "GPU {}: {} compute capability {} ({}): CUDA 13 images have no kernel for it (\"no kernel image is "
                  "available\")", g.index, g.name, cc.str(), arch);
             set(r, Status::warn, "Use CUDA 12.x (or older) images on this GPU.");

@@ -21,9 +21,9 @@
 #include "common/elf.h"
 #include "common/files.h"
 #include "common/process.h"
-#include "doctor/devchar.h"
 #include "runtime/containerd.h"
 #include "toolkit/dbus.h"
+#include "toolkit/devchar.h"
 
 namespace kgpu::toolkit {
 
@@ -476,9 +476,9 @@ Result<InstallReport> install(const InstallOptions& o) {
     // container's output after containerd went away may never reach its log).
     if (o.dev_char_links) {
         const fs::path dev_root = o.runtime.dev_root.empty() ? fs::path(o.runtime.driver_root) : fs::path(o.runtime.dev_root);
-        auto made = doctor::create_dev_char_links(o.host_root, dev_root);
+        auto made = create_dev_char_links(o.host_root, dev_root);
         if (!made) return std::unexpected(made.error());
-        const auto all = doctor::nvidia_dev_char_links(o.host_root, dev_root);
+        const auto all = nvidia_dev_char_links(o.host_root, dev_root);
         say(all.empty()     ? "no NVIDIA device nodes: no /dev/char links to create"
             : made->empty() ? fmt::format("unchanged: /dev/char links for {} NVIDIA device nodes", all.size())
                             : fmt::format("created {} /dev/char links", made->size()));

@@ -13,7 +13,7 @@
 //   3. writes the container runtime's config (toolkit/config.h);
 //   4. points containerd's `nvidia` runtime at <install-dir>/kgpu-container-runtime
 //      (src/runtime, as `kgpu runtime configure --kgpu-runtime`);
-//   5. creates the /dev/char links of the NVIDIA device nodes (doctor/devchar.h);
+//   5. creates the /dev/char links of the NVIDIA device nodes (toolkit/devchar.h);
 //   6. restarts containerd, only when its config changed, by the chosen mode, and waits for it
 //      to serve its socket again (last: the init container's output after containerd went away
 //      may be lost).

@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "common/strings.h"
-#include "doctor/compat.h"
+#include "inventory/cuda_compat.h"
 
 namespace kgpu::toolkit {
 
@@ -148,28 +148,28 @@ std::string explain(const Unmet& u, const NodeProperties& node) {
     msg += ". ";
 
     // The fix, from the first failed cuda>= constraint (the usual case), else by property.
-    std::optional<doctor::compat::Cuda> wanted;
+    std::optional<inventory::compat::Cuda> wanted;
     for (const auto& f : u.failed) {
         std::string_view t = f;
         if (strings::lower(t.substr(0, 4)) != "cuda") continue;
         auto at = t.find_first_of("0123456789");
         if (at == std::string_view::npos) continue;
-        if (auto c = doctor::compat::parse_cuda(t.substr(at))) {
+        if (auto c = inventory::compat::parse_cuda(t.substr(at))) {
             wanted = c;
             break;
         }
     }
-    auto newest = doctor::compat::newest_cuda(node.driver);
+    auto newest = inventory::compat::newest_cuda(node.driver);
     if (wanted) {
-        auto min = doctor::compat::min_driver(*wanted);
+        auto min = inventory::compat::min_driver(*wanted);
         if (min)
             msg += fmt::format("CUDA {} needs NVIDIA driver >= {}: upgrade this node's driver, ", wanted->str(), *min);
         else
             msg += fmt::format("CUDA {} is not a CUDA release kgpu knows: check the image, or ", wanted->str());
         msg += fmt::format("run an image built for CUDA {} or older, or schedule the pod on a node with a newer driver",
                            newest ? newest->str() : node.cuda);
-        if (auto compat = doctor::compat::minor_compat_driver(wanted->major);
-            compat && doctor::compat::compare_driver(node.driver, *compat) >= 0)
+        if (auto compat = inventory::compat::minor_compat_driver(wanted->major);
+            compat && inventory::compat::compare_driver(node.driver, *compat) >= 0)
             msg += fmt::format("; this driver runs CUDA {}.x applications through minor-version compatibility, so if the "
                                "application needs no newer driver feature, NVIDIA_DISABLE_REQUIRE=true skips the check",
                                wanted->major);

@@ -17,7 +17,7 @@
 #include "common/elf.h"
 #include "doctor/doctor.h"
 #include "doctor/kube_api.h"
-#include "doctor/devchar.h"
+#include "toolkit/devchar.h"
 #include "doctor/host.h"
 #include "fake_host.h"
 #include "support/fake_device_plugin.h"
@@ -629,7 +629,7 @@ TEST(DoctorChecks, DevCharLinksForTheNvidiaNodes) {
     EXPECT_THAT(c.evidence, HasSubstr("missing: /dev/char/511:1 (/dev/nvidia-caps/nvidia-cap1)"));
     EXPECT_THAT(c.fix, HasSubstr("kgpu runtime install"));
     // What `kgpu runtime install` creates, and what udev creates (relative links), both count.
-    auto created = kgpu::doctor::create_dev_char_links(host.root());
+    auto created = kgpu::toolkit::create_dev_char_links(host.root());
     ASSERT_TRUE(created) << created.error().message;
     EXPECT_EQ(created->size(), 6u);
     std::filesystem::remove(host.path("/dev/char/195:0"));

@@ -2,9 +2,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "doctor/compat.h"
+#include "inventory/cuda_compat.h"
 
-using namespace kgpu::doctor::compat;
+using namespace kgpu::inventory::compat;
 using ::testing::HasSubstr;
 
 namespace {

@@ -1,4 +1,4 @@
-#include "doctor/compat.h"
+#include "inventory/cuda_compat.h"
 
 #include <algorithm>
 #include <charconv>
@@ -7,7 +7,7 @@
 
 #include "common/strings.h"
 
-namespace kgpu::doctor::compat {
+namespace kgpu::inventory::compat {
 
 namespace {
 
@@ -268,4 +268,4 @@ Answer answer(const Query& q) {
     return a;
 }
 
-}  // namespace kgpu::doctor::compat
+}  // namespace kgpu::inventory::compat

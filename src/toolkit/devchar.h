@@ -11,7 +11,7 @@
 
 #include "common/error.h"
 
-namespace kgpu::doctor {
+namespace kgpu::toolkit {
 
 struct DevCharLink {
     std::string node;    // host path of the device node, "/dev/nvidia0" (under the dev root)
@@ -29,4 +29,4 @@ std::vector<DevCharLink> nvidia_dev_char_links(const std::filesystem::path& root
 // and points elsewhere is left alone. Returns the links created. Errors name the path.
 Result<std::vector<std::string>> create_dev_char_links(const std::filesystem::path& root, const std::filesystem::path& dev_root = "/");
 
-}  // namespace kgpu::doctor
+}  // namespace kgpu::toolkit

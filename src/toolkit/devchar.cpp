@@ -1,4 +1,4 @@
-#include "doctor/devchar.h"
+#include "toolkit/devchar.h"
 
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -11,7 +11,7 @@
 
 #include "common/files.h"
 
-namespace kgpu::doctor {
+namespace kgpu::toolkit {
 
 namespace fs = std::filesystem;
 
@@ -71,4 +71,4 @@ Result<std::vector<std::string>> create_dev_char_links(const fs::path& root, con
     return created;
 }
 
-}  // namespace kgpu::doctor
+}  // namespace kgpu::toolkit

@@ -1,6 +1,8 @@
 // Workload compatibility questions answered from the tables of facts/diagnostics.md, kept here as
 // data in one place: the minimum driver per CUDA release, minor-version compatibility, compute
-// capabilities by architecture and GPU, and what CUDA 12 and 13 dropped.
+// capabilities by architecture and GPU, and what CUDA 12 and 13 dropped. Facts about drivers and
+// GPUs, so they live with the node model: `kgpu doctor compat`, the doctor's checks and the
+// container runtime's NVIDIA_REQUIRE_CUDA refusal read the same table.
 #pragma once
 
 #include <optional>
@@ -8,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-namespace kgpu::doctor::compat {
+namespace kgpu::inventory::compat {
 
 struct Cuda {
     int major = 0, minor = 0;
@@ -63,4 +65,4 @@ struct Answer {
 };
 Answer answer(const Query& q);
 
-}  // namespace kgpu::doctor::compat
+}  // namespace kgpu::inventory::compat
