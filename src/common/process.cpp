@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <cstring>
 #include <optional>
@@ -19,6 +20,33 @@ extern char** environ;
 namespace kgpu::process {
 
 namespace {
+
+// In the child between fork and exec: `prefix` and "errno <n>" to stderr with async-signal-safe
+// calls only (strerror may take locale locks that another thread of the caller held at fork).
+void write_failure(const std::string& prefix, int err) {
+    char digits[16];
+    int n = 0;
+    unsigned v = err < 0 ? 0u : static_cast<unsigned>(err);
+    do {
+        digits[n++] = static_cast<char>('0' + v % 10);
+        v /= 10;
+    } while (v != 0 && n < 16);
+    char out[32] = "errno ";
+    int len = 6;
+    while (n > 0) out[len++] = digits[--n];
+    [[maybe_unused]] auto a = ::write(STDERR_FILENO, prefix.data(), prefix.size());
+    [[maybe_unused]] auto b = ::write(STDERR_FILENO, out, static_cast<size_t>(len));
+}
+
+// In the caller, once the child is gone: "<prefix>errno <n>" said in words.
+void explain_failure(std::string& err, const std::string& prefix) {
+    const std::string head = prefix + "errno ";
+    if (!err.starts_with(head)) return;
+    int e = 0;
+    const auto [end, ec] = std::from_chars(err.data() + head.size(), err.data() + err.size(), e);
+    if (ec != std::errc() || end != err.data() + err.size()) return;
+    err = prefix + std::strerror(e);
+}
 
 bool make_pipe(Fd& read_end, Fd& write_end) {
     int p[2];
@@ -86,15 +114,11 @@ Result<Completed> run(const RunOptions& opts) {
         ::dup2(out_w.get(), STDOUT_FILENO);
         ::dup2(err_w.get(), STDERR_FILENO);
         if (!opts.root.empty() && (::chroot(opts.root.c_str()) != 0 || ::chdir("/") != 0)) {
-            const char* why = std::strerror(errno);
-            [[maybe_unused]] auto a = ::write(STDERR_FILENO, chroot_failed.data(), chroot_failed.size());
-            [[maybe_unused]] auto b = ::write(STDERR_FILENO, why, std::strlen(why));
+            write_failure(chroot_failed, errno);
             ::_exit(126);
         }
         ::execve(argv[0], argv.data(), envp.data());
-        const char* why = std::strerror(errno);
-        [[maybe_unused]] auto a = ::write(STDERR_FILENO, exec_failed.data(), exec_failed.size());
-        [[maybe_unused]] auto b = ::write(STDERR_FILENO, why, std::strlen(why));
+        write_failure(exec_failed, errno);
         ::_exit(127);
     }
     in_r.reset();
@@ -156,6 +180,8 @@ Result<Completed> run(const RunOptions& opts) {
             }
         }
     }
+    if (done.exit_code == 126) explain_failure(done.err, chroot_failed);
+    if (done.exit_code == 127) explain_failure(done.err, exec_failed);
     return done;
 }
 

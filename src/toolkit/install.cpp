@@ -101,13 +101,13 @@ Result<std::string> run_on_host(const fs::path& host_root, const std::string& bi
     ro.timeout = std::chrono::seconds(30);
     auto done = process::run(ro);
     if (!done) return std::unexpected(done.error().context("running the installed kgpu --version"));
-    std::string out = done->out + done->err;
+    std::string out = done->out;
+    if (!out.empty() && !done->err.empty() && out.back() != '\n') out += '\n';
+    out += done->err;
     while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
     if (done->exit_code == 0) return out;
-    return fail(Code::not_supported, "the installed {} does not run on this host ({}): {}", binary,
-                done->exit_code > 128 ? fmt::format("killed by signal {}", done->exit_code - 128)
-                                      : fmt::format("exit status {}", done->exit_code),
-                out);
+    return fail(Code::not_supported, "the installed {} does not run on this host (exit code {}{}): {}", binary,
+                done->exit_code, done->exit_code > 128 ? ", or killed by a signal" : "", out);
 }
 
 std::string join_path(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }

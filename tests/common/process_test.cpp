@@ -78,13 +78,13 @@ TEST(ProcessRun, AProgramRunsInTheRootItIsGiven) {
     done = process::run(opts);
     ASSERT_TRUE(done.has_value()) << done.error().message;
     EXPECT_EQ(done->exit_code, 127);
-    EXPECT_THAT(done->err, ::testing::HasSubstr("exec /sbin/ldconfig failed"));
+    EXPECT_EQ(done->err, "exec /sbin/ldconfig failed: No such file or directory");
 
     opts.root = root.path() + "/missing";
     done = process::run(opts);
     ASSERT_TRUE(done.has_value()) << done.error().message;
     EXPECT_EQ(done->exit_code, 126);
-    EXPECT_THAT(done->err, ::testing::HasSubstr("chroot " + opts.root + " failed"));
+    EXPECT_EQ(done->err, "chroot " + opts.root + " failed: No such file or directory");
 }
 
 // inherit_env = false: the child sees set_env and nothing of the caller's environment.
