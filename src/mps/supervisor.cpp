@@ -160,6 +160,12 @@ void Supervisor::tick() {
                     continue;
                 }
                 const char state = process_state(pid);
+                // Died between the waitpid above and this look: a zombie of ours is reaped here and
+                // said as what it is (the message must not depend on that race).
+                if (state == 'Z' && ::waitpid(pid, &wst, WNOHANG) == pid) {
+                    went_down(s, fmt::format("the control daemon (pid {}) exited", pid));
+                    continue;
+                }
                 if (state == 0 || state == 'Z' || state == 'X') {
                     went_down(s, fmt::format("the control daemon (pid {}) is gone", pid));
                     continue;
