@@ -1,6 +1,7 @@
-// An owned file descriptor: closed when its owner goes, whichever way the owner's function ends.
-// The one such type in kgpu (the hooks' RootDir, process::run's pipes, the plugin's and the
-// exporter's signalfd and eventfds, the HTTP clients' sockets).
+// An owned file descriptor: closed when its owner goes, whichever way the owner's function ends
+// (the hooks' RootDir, process::run's pipes, the plugin's and the exporter's signalfd and eventfds,
+// the HTTP clients' sockets). exporter/http.cpp's Socket and toolkit/dbus.cpp's Conn still close
+// their own: not yet moved to it.
 #pragma once
 
 #include <unistd.h>

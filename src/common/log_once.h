@@ -15,7 +15,8 @@ namespace kgpu::log {
 // What a long-running loop logs once: a problem it meets on every pass (a file it cannot use, an
 // unknown config key, a failing API request) is logged when first met, not on each pass. Keys are
 // the caller's (often the message itself). At most `limit` keys are kept: input nobody checked
-// (a message with a changing part) must not grow it for good; past that nothing new is logged.
+// (a message with a changing part) must not grow it for good; past that nothing new is logged, so
+// an owner whose keys include free text sets a limit well above what it expects.
 // Thread-safe.
 class Once {
 public:

@@ -43,8 +43,9 @@ Released release_own_pages();
 // did something (start-up, serving started, a reload), and after that, checked at most once per
 // `check`, whenever its resident set has grown by more than `regrown` since the last release (a
 // burst of calls brings its serving path's pages and malloc arenas back). The device plugin's and
-// the exporter's loops both follow it: they call busy() when they do something, wait no longer
-// than due(), and call poll() when they wake.
+// the exporter's loops both follow it: they call busy() at start and when their configuration
+// changes (the plugin: serving started, a reload, a label or MIG change), wait no longer than
+// due(), and call poll() when they wake.
 class Settler {
 public:
     using Clock = std::chrono::steady_clock;

@@ -141,7 +141,7 @@ private:
     std::optional<Served> served_;
     bool nvml_failed_logged_ = false;
     Clock::time_point next_init_{};
-    log::Once reported_;  // warnings already logged ("reported once")
+    log::Once reported_{4096};  // warnings already logged ("reported once")
     log::Once unknown_warned_{4096};  // "<file>\n<key>" of the unknown keys warned about
     // 10 s after the control loop last did something (serving started, a reload, a label or MIG
     // change), the pages of code and read-only data that start-up brought in go back to the
@@ -163,16 +163,16 @@ private:
     // Its queue never waits for the API server, so the health thread calls it under mu_.
     std::unique_ptr<kube::EventRecorder> events_;
     // The API server (start_node_reporting), the watch of this Node for the config label, and
-    // what it saw: label_fd_ (eventfd) wakes the control loop, which reads label_seen_ (declared
-    // before the watch: its callback writes it until the watch is gone).
+    // what it saw: label_fd_ (eventfd) wakes the control loop, which reads label_seen_ (these
+    // three are declared before the watch: its callback uses them until the watch is gone).
     Fd label_fd_;
+    std::mutex label_mu_;
+    std::optional<std::string> label_seen_;  // guarded by label_mu_
     std::shared_ptr<kube::Client> api_;
     std::unique_ptr<kube::NodeWatch> watch_;
     bool watch_started_ = false;
-    std::mutex label_mu_;
-    std::optional<std::string> label_seen_;  // guarded by label_mu_
     std::string label_applied_;              // control thread only
-    log::Once config_warned_;                // config-source warnings already logged
+    log::Once config_warned_{4096};          // config-source warnings already logged
     int paused_wd_ = -1;                     // the paused-GPUs file's directory in the inotify set
     std::set<int> main_wds_;                 // the device-plugin directories' watches
     std::set<std::string> paused_;           // GPU UUIDs paused for a MIG change; guarded by mu_
