@@ -1,9 +1,10 @@
 #include "cli/device_plugin.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
-#include <tuple>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -16,87 +17,35 @@ namespace kgpu::cli {
 
 namespace dp = kgpu::deviceplugin;
 
+void add_setting_flags(CLI::App& cmd, dp::OptionText& text, std::initializer_list<std::string_view> only) {
+    const dp::Config defaults;
+    dp::for_each_option([&](const dp::OptionNames& names, auto codec, auto field, auto, auto text_field, auto) {
+        using Codec = decltype(codec);
+        if (names.flags.empty()) return;
+        if (only.size() != 0 && std::find(only.begin(), only.end(), names.field) == only.end()) return;
+        constexpr bool boolean = std::is_same_v<typename Codec::type, bool>;
+        auto* opt = cmd.add_option(std::string(names.flags), text.*text_field,
+                                   dp::option_help(names, dp::option::shown(defaults.*field), boolean));
+        if constexpr (Codec::list) opt->delimiter(',');
+        if constexpr (boolean) opt->expected(0, 1)->default_str("true");
+    });
+}
+
 CLI::App* add_device_plugin_command(CLI::App& app, DevicePluginFlags& f) {
     auto* cmd = app.add_subcommand("device-plugin", "Serve nvidia.com/gpu to the kubelet (device plugin API v1beta1)");
-    cmd->add_option("--mig-strategy", f.mig_strategy, "none, single or mixed [env MIG_STRATEGY]");
-    cmd->add_option("--fail-on-init-error", f.fail_on_init_error,
-                    "Exit when NVML cannot start (true) or keep running without GPUs (false) [env FAIL_ON_INIT_ERROR]")
-        ->expected(0, 1)
-        ->default_str("true");
-    cmd->add_option("--nvidia-driver-root,--driver-root", f.nvidia_driver_root,
-                    "Root of the driver installation [env NVIDIA_DRIVER_ROOT]");
-    cmd->add_option("--nvidia-dev-root,--dev-root", f.nvidia_dev_root,
-                    "Root under which /dev/nvidia* are found (default: the driver root) [env NVIDIA_DEV_ROOT]");
-    cmd->add_option("--pass-device-specs", f.pass_device_specs, "Return DeviceSpecs in Allocate (default false; the bare flag means true, as shown) [env PASS_DEVICE_SPECS]")
-        ->expected(0, 1)
-        ->default_str("true");
-    cmd->add_option("--device-list-strategy", f.device_list_strategy,
-                    "envvar, volume-mounts, cdi-annotations, cdi-cri (several: comma list or repeat) "
-                    "[env DEVICE_LIST_STRATEGY]")
-        ->delimiter(',');
-    cmd->add_option("--device-id-strategy", f.device_id_strategy, "uuid or index [env DEVICE_ID_STRATEGY]");
-    cmd->add_option("--cdi-annotation-prefix", f.cdi_annotation_prefix, "[env CDI_ANNOTATION_PREFIX]");
-    cmd->add_option("--kubelet-socket", f.kubelet_socket,
-                    "Kubelet registration socket (default: <device-plugin-path>/kubelet.sock) [env KUBELET_SOCKET]");
+    add_setting_flags(*cmd, f.options);
     cmd->add_option("--config-file", f.config_file, "YAML config (version: v1) [env CONFIG_FILE]");
-    cmd->add_option("--device-plugin-path", f.device_plugin_path,
-                    "Kubelet device-plugin directory (default /var/lib/kubelet/device-plugins)");
-    cmd->add_option("--nvml-library", f.nvml_library, "Path of libnvidia-ml.so.1 [env KGPU_NVML_LIBRARY]")
-        ->envname("KGPU_NVML_LIBRARY");
-    cmd->add_option("--cdi-spec-dir", f.cdi_spec_dir, "Where the CDI spec is written (default /var/run/cdi)");
-    cmd->add_option("--proc-root", f.proc_root,
-                    "Where the host's /proc is, for the MIG capability files passed with --pass-device-specs "
-                    "(default /proc) [env KGPU_PROC_ROOT]");
-    cmd->add_option("--shared-devices-allocation-policy", f.shared_devices_allocation_policy,
-                    "How preferred allocation picks time-sliced replicas: distributed (spread over GPUs, default) or "
-                    "packed (fill one GPU first) [env SHARED_DEVICES_ALLOCATION_POLICY]");
     cmd->add_option("--health-recovery-period", f.health_recovery_period,
                     "Quiet period before a device recovers from a recoverable XID: 1s, 30s, 5m (default 5m)");
-    cmd->add_option("--mps-root", f.mps_root,
-                    "Host directory for MPS pipes and shared memory (sharing.mps; default /run/nvidia/mps) [env MPS_ROOT]");
     cmd->add_option("--mps-control-binary", f.mps_control_binary,
                     "The nvidia-cuda-mps-control that asks the MPS daemons whether they answer (default: searched in "
                     "usr/bin, usr/sbin, bin, sbin under the driver root)")
         ->envname("KGPU_MPS_CONTROL");
-    for (auto [name, field, what, env] :
-         {std::tuple{"--gdrcopy-enabled", &f.gdrcopy_enabled, "GDRCopy", "GDRCOPY_ENABLED"},
-          std::tuple{"--gds-enabled", &f.gds_enabled, "GPUDirect Storage", "GDS_ENABLED"},
-          std::tuple{"--mofed-enabled", &f.mofed_enabled, "MOFED (InfiniBand)", "MOFED_ENABLED"}})
-        cmd->add_option(name, *field,
-                        fmt::format("Start containers that get a device with {} support (default false; the bare "
-                                    "flag means true) [env {}]",
-                                    what, env))
-            ->expected(0, 1)
-            ->default_str("true");
-    cmd->add_option("--device-discovery-strategy", f.device_discovery_strategy,
-                    "auto, nvml or tegra; kgpu always discovers through NVML [env DEVICE_DISCOVERY_STRATEGY]");
     cmd->add_option("--imex-channel-ids", f.imex_channel_ids,
                     "IMEX channels to hand every container: empty or 0 [env IMEX_CHANNEL_IDS]");
     cmd->add_option("--imex-required", f.imex_required,
                     "Fail the start when a requested IMEX channel is missing (default false; the bare flag means "
                     "true) [env IMEX_REQUIRED]")
-        ->expected(0, 1)
-        ->default_str("true");
-    cmd->add_option("--nvidia-cdi-hook-path,--nvidia-ctk-path", f.nvidia_cdi_hook_path,
-                    "Hook binary named in the CDI specs the plugin writes (default /usr/bin/nvidia-cdi-hook) [env "
-                    "NVIDIA_CDI_HOOK_PATH, NVIDIA_CTK_PATH]");
-    cmd->add_option("--driver-root-ctr-path,--container-driver-root", f.container_driver_root,
-                    "Accepted for NVIDIA compatibility; kgpu reads the driver at --nvidia-driver-root (a warning says "
-                    "so when this differs) [env DRIVER_ROOT_CTR_PATH, CONTAINER_DRIVER_ROOT]");
-    cmd->add_option("--cdi-feature-flags", f.cdi_feature_flags,
-                    "Feature flags for CDI spec generation (NVIDIA v0.20's nvcdi flags); accepted and ignored with a "
-                    "warning: kgpu's CDI generation has none [env CDI_FEATURE_FLAGS]")
-        ->delimiter(',');
-    cmd->add_option("--cdi-disable-hooks", f.cdi_disable_hooks,
-                    "Hooks to leave out of the CDI spec the plugin writes (create-symlinks, enable-cuda-compat, "
-                    "update-ldcache, disable-device-node-modification, update-application-profile), or all "
-                    "[env CDI_DISABLE_HOOKS]")
-        ->delimiter(',');
-    cmd->add_option("--apply-resource-naming,--apply-resource-patterns", f.apply_resource_naming,
-                    "Apply kgpu's resource naming extensions, which NVIDIA v0.14-v0.20 ignore with a warning: the "
-                    "config file's resources.gpus / resources.mig names, and sharing's per-resource rename and "
-                    "devices subsets (default false; the bare flag means true) [env KGPU_APPLY_RESOURCE_NAMING, "
-                    "KGPU_APPLY_RESOURCE_PATTERNS]")
         ->expected(0, 1)
         ->default_str("true");
     cmd->add_option("--mig-paused-gpus-file", f.mig_paused_gpus_file,
@@ -154,49 +103,16 @@ bool set_flag(std::optional<T>& out, const std::optional<std::string>& text, con
 
 int run_device_plugin(const DevicePluginFlags& f) {
     dp::Overrides flags;
-    bool ok = set_flag(flags.mig_strategy, f.mig_strategy, "--mig-strategy", &dp::parse_mig_strategy) &&
-              set_flag(flags.fail_on_init_error, f.fail_on_init_error, "--fail-on-init-error", &dp::parse_bool) &&
-              set_flag(flags.pass_device_specs, f.pass_device_specs, "--pass-device-specs", &dp::parse_bool) &&
-              set_flag(flags.device_id_strategy, f.device_id_strategy, "--device-id-strategy",
-                       &dp::parse_device_id_strategy) &&
-              set_flag(flags.health_recovery_period, f.health_recovery_period, "--health-recovery-period",
-                       &parse_duration) &&
-              set_flag(flags.shared_allocation_policy, f.shared_devices_allocation_policy,
-                       "--shared-devices-allocation-policy", &dp::parse_shared_allocation_policy) &&
-              set_flag(flags.gdrcopy_enabled, f.gdrcopy_enabled, "--gdrcopy-enabled", &dp::parse_bool) &&
-              set_flag(flags.gds_enabled, f.gds_enabled, "--gds-enabled", &dp::parse_bool) &&
-              set_flag(flags.mofed_enabled, f.mofed_enabled, "--mofed-enabled", &dp::parse_bool) &&
-              set_flag(flags.device_discovery_strategy, f.device_discovery_strategy, "--device-discovery-strategy",
-                       &dp::parse_device_discovery_strategy) &&
-              set_flag(flags.imex_channel_ids, f.imex_channel_ids, "--imex-channel-ids", &dp::parse_imex_channel_ids) &&
-              set_flag(flags.imex_required, f.imex_required, "--imex-required", &dp::parse_bool) &&
-              set_flag(flags.apply_resource_naming, f.apply_resource_naming, "--apply-resource-naming",
-                       &dp::parse_bool);
-    if (!ok) return 2;
-    if (!f.device_list_strategy.empty()) {
-        std::string csv;
-        for (const auto& s : f.device_list_strategy) csv += (csv.empty() ? "" : ",") + s;
-        auto v = dp::parse_device_list_strategies(csv);
-        if (!v) {
-            std::cerr << "kgpu device-plugin: --device-list-strategy: " << v.error().message << "\n";
-            return 2;
-        }
-        flags.device_list_strategy = *v;
+    if (auto st = dp::parse_option_text(f.options, flags); !st) {
+        std::cerr << "kgpu device-plugin: " << st.error().message << "\n";
+        return 2;
     }
-    flags.nvidia_driver_root = f.nvidia_driver_root;
-    flags.nvidia_dev_root = f.nvidia_dev_root;
-    flags.cdi_annotation_prefix = f.cdi_annotation_prefix;
-    flags.kubelet_socket = f.kubelet_socket;
+    bool ok = set_flag(flags.health_recovery_period, f.health_recovery_period, "--health-recovery-period",
+                       &parse_duration) &&
+              set_flag(flags.imex_channel_ids, f.imex_channel_ids, "--imex-channel-ids", &dp::parse_imex_channel_ids) &&
+              set_flag(flags.imex_required, f.imex_required, "--imex-required", &dp::parse_bool);
+    if (!ok) return 2;
     flags.config_file = f.config_file;
-    flags.device_plugin_path = f.device_plugin_path;
-    flags.nvml_library = f.nvml_library;
-    flags.cdi_spec_dir = f.cdi_spec_dir;
-    flags.proc_root = f.proc_root;
-    flags.mps_root = f.mps_root;
-    flags.nvidia_ctk_path = f.nvidia_cdi_hook_path;
-    flags.container_driver_root = f.container_driver_root;
-    if (!f.cdi_feature_flags.empty()) flags.cdi_feature_flags = f.cdi_feature_flags;
-    if (!f.cdi_disable_hooks.empty()) flags.cdi_disabled_hooks = f.cdi_disable_hooks;
 
     auto env = dp::from_env([](const char* name) { return std::getenv(name); });
     if (!env) {

@@ -1,5 +1,7 @@
 #include "cli/mps_control_daemon.h"
 
+#include "cli/device_plugin.h"
+
 #include <signal.h>
 
 #include <cstdlib>
@@ -26,7 +28,7 @@ CLI::App* add_mps_control_daemon_command(CLI::App& app, MpsControlDaemonFlags& f
     add_nvml_options(*cmd, f.nvml);
     cmd->add_option("--config-file", f.config_file,
                     "The device plugin's YAML config (its sharing.mps section says what to share) [env CONFIG_FILE]");
-    cmd->add_option("--mig-strategy", f.mig_strategy, "none, single or mixed, as the device plugin's [env MIG_STRATEGY]");
+    add_setting_flags(*cmd, f.options, {"mig_strategy"});  // NVIDIA's daemon takes only this one
     cmd->add_option("--mps-root", f.mps_root,
                     "Where the per-resource pipe and log directories, .started/.ready and shm are (the host directory, "
                     "mounted at the same path)")
@@ -76,13 +78,9 @@ std::expected<Plan, int> make_plan(const MpsControlDaemonFlags& f, const nvml::S
         return std::unexpected(2);
     }
     dp::Overrides flags;
-    if (f.mig_strategy) {
-        auto m = dp::parse_mig_strategy(*f.mig_strategy);
-        if (!m) {
-            std::cerr << "kgpu mps-control-daemon: --mig-strategy: " << m.error().message << "\n";
-            return std::unexpected(2);
-        }
-        flags.mig_strategy = *m;
+    if (auto st = dp::parse_option_text(f.options, flags); !st) {
+        std::cerr << "kgpu mps-control-daemon: " << st.error().message << "\n";
+        return std::unexpected(2);
     }
     const std::string config_file = f.config_file.value_or(env->config_file.value_or(""));
     dp::Config base;

@@ -10,13 +10,14 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/nvml_options.h"
+#include "deviceplugin/config.h"
 
 namespace kgpu::cli {
 
 struct MpsControlDaemonFlags {
     NvmlOptions nvml;
     std::optional<std::string> config_file;   // --config-file, CONFIG_FILE
-    std::optional<std::string> mig_strategy;  // --mig-strategy, MIG_STRATEGY
+    deviceplugin::OptionText options;         // --mig-strategy (the settings table's; env MIG_STRATEGY)
     std::string mps_root = "/run/nvidia/mps"; // --mps-root, MPS_ROOT
     std::string control_binary;               // --mps-control-binary, KGPU_MPS_CONTROL
     std::string meminfo = "/proc/meminfo";    // mount-shm --meminfo

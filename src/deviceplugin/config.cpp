@@ -14,37 +14,6 @@
 
 namespace kgpu::deviceplugin {
 
-std::string_view to_string(MigStrategy s) {
-    switch (s) {
-        case MigStrategy::none: return "none";
-        case MigStrategy::single: return "single";
-        case MigStrategy::mixed: return "mixed";
-    }
-    return "none";
-}
-
-std::string_view to_string(DeviceListStrategy s) {
-    switch (s) {
-        case DeviceListStrategy::envvar: return "envvar";
-        case DeviceListStrategy::volume_mounts: return "volume-mounts";
-        case DeviceListStrategy::cdi_annotations: return "cdi-annotations";
-        case DeviceListStrategy::cdi_cri: return "cdi-cri";
-    }
-    return "envvar";
-}
-
-std::string_view to_string(DeviceIdStrategy s) {
-    switch (s) {
-        case DeviceIdStrategy::uuid: return "uuid";
-        case DeviceIdStrategy::index: return "index";
-    }
-    return "uuid";
-}
-
-std::string_view to_string(SharedAllocationPolicy s) {
-    return s == SharedAllocationPolicy::packed ? "packed" : "distributed";
-}
-
 std::string_view to_string(XidClass c) {
     switch (c) {
         case XidClass::ignored: return "ignored";
@@ -52,147 +21,6 @@ std::string_view to_string(XidClass c) {
         case XidClass::reset: return "reset";
     }
     return "reset";
-}
-
-Result<MigStrategy> parse_mig_strategy(std::string_view text) {
-    for (auto s : {MigStrategy::none, MigStrategy::single, MigStrategy::mixed})
-        if (text == to_string(s)) return s;
-    return fail(Code::invalid_argument, "invalid MIG strategy '{}' (expected none, single or mixed)", text);
-}
-
-Result<DeviceIdStrategy> parse_device_id_strategy(std::string_view text) {
-    for (auto s : {DeviceIdStrategy::uuid, DeviceIdStrategy::index})
-        if (text == to_string(s)) return s;
-    return fail(Code::invalid_argument, "invalid device ID strategy '{}' (expected uuid or index)", text);
-}
-
-Result<DeviceListStrategy> parse_device_list_strategy(std::string_view text) {
-    for (auto s : {DeviceListStrategy::envvar, DeviceListStrategy::volume_mounts,
-                   DeviceListStrategy::cdi_annotations, DeviceListStrategy::cdi_cri})
-        if (text == to_string(s)) return s;
-    return fail(Code::invalid_argument,
-                "invalid device list strategy '{}' (expected envvar, volume-mounts, cdi-annotations or cdi-cri)",
-                text);
-}
-
-Result<SharedAllocationPolicy> parse_shared_allocation_policy(std::string_view text) {
-    for (auto s : {SharedAllocationPolicy::distributed, SharedAllocationPolicy::packed})
-        if (text == to_string(s)) return s;
-    return fail(Code::invalid_argument, "invalid shared devices allocation policy '{}' (expected distributed or packed)",
-                text);
-}
-
-std::string qualify_resource_name(std::string_view name) {
-    // As NVIDIA's plugin (NewResourceName): every name is under nvidia.com/, so another domain
-    // ends up with two '/' and is refused by validate_resource_name.
-    if (name.starts_with("nvidia.com/")) return std::string(name);
-    return "nvidia.com/" + std::string(name);
-}
-
-Status validate_resource_name(std::string_view full) {
-    if (full.starts_with("nvidia.com/") && full.find('/', 11) != std::string_view::npos)
-        return fail(Code::invalid_argument,
-                    "resource name '{}': only nvidia.com/ resources are served (a name is put under nvidia.com/ "
-                    "unless it starts with it, as NVIDIA's plugin does)",
-                    full.substr(11));
-    const auto slash = full.find('/');
-    if (slash == std::string_view::npos || full.find('/', slash + 1) != std::string_view::npos)
-        return fail(Code::invalid_argument, "resource name '{}' must look like <domain>/<name>", full);
-    const std::string_view domain = full.substr(0, slash), name = full.substr(slash + 1);
-    auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); };
-    auto lower_alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
-    if (domain.empty() || domain.size() > 253)
-        return fail(Code::invalid_argument, "resource name '{}': the domain must be 1..253 characters", full);
-    for (std::string_view label : strings::split(domain, '.')) {
-        if (label.empty() || label.size() > 63 || !lower_alnum(label.front()) || !lower_alnum(label.back()) ||
-            !std::all_of(label.begin(), label.end(), [&](char c) { return lower_alnum(c) || c == '-'; }))
-            return fail(Code::invalid_argument,
-                        "resource name '{}': the domain '{}' is not a DNS subdomain (lower-case letters, digits, "
-                        "'-' and '.', each part starting and ending with a letter or digit)",
-                        full, domain);
-    }
-    if (name.empty() || name.size() > 63)
-        return fail(Code::invalid_argument, "resource name '{}': the part after '/' has {} characters (expected 1..63)",
-                    full, name.size());
-    if (!alnum(name.front()) || !alnum(name.back()) ||
-        !std::all_of(name.begin(), name.end(), [&](char c) { return alnum(c) || c == '-' || c == '_' || c == '.'; }))
-        return fail(Code::invalid_argument,
-                    "resource name '{}': the part after '/' may hold only letters, digits, '-', '_' and '.', and "
-                    "must start and end with a letter or digit",
-                    full);
-    return {};
-}
-
-Result<std::vector<DeviceListStrategy>> parse_device_list_strategies(std::string_view csv) {
-    std::vector<DeviceListStrategy> out;
-    for (std::string_view item : strings::split(csv, ',')) {
-        item = strings::trim(item);
-        if (item.empty()) continue;
-        auto s = parse_device_list_strategy(item);
-        if (!s) return std::unexpected(s.error());
-        if (std::find(out.begin(), out.end(), *s) == out.end()) out.push_back(*s);
-    }
-    if (out.empty()) return fail(Code::invalid_argument, "empty device list strategy");
-    return out;
-}
-
-Result<bool> parse_bool(std::string_view text) {
-    for (std::string_view t : {"1", "t", "T", "TRUE", "true", "True"})
-        if (text == t) return true;
-    for (std::string_view f : {"0", "f", "F", "FALSE", "false", "False"})
-        if (text == f) return false;
-    return fail(Code::invalid_argument, "invalid boolean '{}' (expected true or false)", text);
-}
-
-namespace {
-
-Result<unsigned> parse_xid(std::string_view token) {
-    unsigned v = 0;
-    auto [ptr, ec] = std::from_chars(token.data(), token.data() + token.size(), v);
-    if (ec != std::errc{} || ptr != token.data() + token.size() || v < 1 || v > 65535)
-        return fail(Code::invalid_argument, "invalid XID '{}' (expected a number 1..65535)", token);
-    return v;
-}
-
-}  // namespace
-
-Result<std::set<unsigned>> parse_xid_list(std::string_view csv) {
-    std::set<unsigned> out;
-    for (std::string_view item : strings::split(csv, ',')) {
-        item = strings::trim(item);
-        if (item.empty()) continue;
-        auto x = parse_xid(item);
-        if (!x) return std::unexpected(x.error());
-        out.insert(*x);
-    }
-    return out;
-}
-
-Status validate_imex_channel_ids(const std::vector<unsigned>& ids) {
-    if (ids.empty() || (ids.size() == 1 && ids[0] == 0)) return {};
-    return fail(Code::invalid_argument, "invalid IMEX channel IDs [{}] (expected [] or [0], as NVIDIA's plugin)",
-                fmt::join(ids, ", "));
-}
-
-Result<std::vector<unsigned>> parse_imex_channel_ids(std::string_view csv) {
-    std::vector<unsigned> out;
-    for (std::string_view item : strings::split(csv, ',')) {
-        item = strings::trim(item);
-        if (item.empty()) continue;
-        unsigned v = 0;
-        auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-        if (ec != std::errc{} || ptr != item.data() + item.size())
-            return fail(Code::invalid_argument, "invalid IMEX channel ID '{}' (expected a number)", item);
-        out.push_back(v);
-    }
-    if (auto st = validate_imex_channel_ids(out); !st) return std::unexpected(st.error());
-    return out;
-}
-
-Result<std::string> parse_device_discovery_strategy(std::string_view text) {
-    for (std::string_view s : {"auto", "nvml", "tegra"})
-        if (text == s) return std::string(text);
-    return fail(Code::invalid_argument, "invalid device discovery strategy '{}' (expected auto, nvml or tegra)", text);
 }
 
 XidClass HealthConfig::classify(unsigned xid) const {
@@ -245,7 +73,7 @@ public:
 
     // Checks that `node` is a map; keys not in `allowed` are recorded in unknown() (NVIDIA's
     // parser ignores them, so they are not errors here) and the callers skip them.
-    void expect_map(const YAML::Node& node, const std::string& path, std::initializer_list<std::string_view> allowed) const {
+    void expect_map(const YAML::Node& node, const std::string& path, const std::vector<std::string_view>& allowed) const {
         if (node.IsNull()) return;  // "flags:" with nothing under it: an empty block
         if (!node.IsMap()) error(node, path, "expected a map");
         for (const auto& kv : node) {
@@ -312,46 +140,6 @@ private:
     mutable std::vector<UnknownKey> unknown_;  // what expect_map() found, in file order
 };
 
-void parse_plugin(const Walker& w, const YAML::Node& node, Config& c) {
-    const std::string path = "flags.plugin";
-    w.expect_map(node, path,
-                 {"passDeviceSpecs", "deviceListStrategy", "deviceIDStrategy", "cdiAnnotationPrefix",
-                  "sharedDevicesAllocationPolicy", "nvidiaCTKPath", "containerDriverRoot"});
-    for (const auto& kv : node) {
-        const std::string key = kv.first.as<std::string>();
-        const std::string p = Walker::join(path, key);
-        const YAML::Node& v = kv.second;
-        if (Walker::unset(v)) continue;
-        if (key == "passDeviceSpecs") {
-            c.pass_device_specs = w.boolean(v, p);
-        } else if (key == "deviceListStrategy") {
-            if (v.IsSequence()) {
-                if (v.size() == 0) w.error(v, p, "expected at least one strategy");
-                std::vector<DeviceListStrategy> list;
-                for (const auto& item : v) {
-                    auto s = w.value<DeviceListStrategy>(item, p, parse_device_list_strategy);
-                    if (std::find(list.begin(), list.end(), s) == list.end()) list.push_back(s);
-                }
-                c.device_list_strategy = std::move(list);
-            } else {
-                c.device_list_strategy = w.value<std::vector<DeviceListStrategy>>(v, p, parse_device_list_strategies);
-            }
-        } else if (key == "deviceIDStrategy") {
-            c.device_id_strategy = w.value<DeviceIdStrategy>(v, p, parse_device_id_strategy);
-        } else if (key == "cdiAnnotationPrefix") {
-            c.cdi_annotation_prefix = w.scalar(v, p);
-        } else if (key == "sharedDevicesAllocationPolicy") {
-            c.shared_allocation_policy = w.value<SharedAllocationPolicy>(v, p, parse_shared_allocation_policy);
-        } else if (key == "nvidiaCTKPath") {
-            c.nvidia_ctk_path = w.scalar(v, p);
-            if (!c.nvidia_ctk_path.empty() && c.nvidia_ctk_path.front() != '/')
-                w.error(v, p, fmt::format("expected an absolute path, got '{}'", c.nvidia_ctk_path));
-        } else if (key == "containerDriverRoot") {
-            c.container_driver_root = w.scalar(v, p);
-        }
-    }
-}
-
 GfdFlags parse_gfd(const Walker& w, const YAML::Node& node) {
     const std::string path = "flags.gfd";
     w.expect_map(node, path, {"oneshot", "noTimestamp", "sleepInterval", "outputFile", "machineTypeFile"});
@@ -370,38 +158,78 @@ GfdFlags parse_gfd(const Walker& w, const YAML::Node& node) {
     return g;
 }
 
-void parse_flags(const Walker& w, const YAML::Node& node, Config& c) {
-    const std::string path = "flags";
-    w.expect_map(node, path,
-                 {"migStrategy", "failOnInitError", "nvidiaDriverRoot", "nvidiaDevRoot", "plugin", "gfd", "mpsRoot",
-                  "gdrcopyEnabled", "gdsEnabled", "mofedEnabled", "useNodeFeatureAPI", "deviceDiscoveryStrategy",
-                  "devicePluginPath", "kubeletSocket", "nvmlLibrary", "cdiSpecDir", "procRoot",
-                  "applyResourceNaming", "applyResourcePatterns"});
+// A table setting's value in the file: its codec's text, or the YAML type the codec asks for.
+template <class Codec>
+typename Codec::type read_option(const Walker& w, const YAML::Node& v, const std::string& p, Codec) {
+    return w.value<typename Codec::type>(v, p, &Codec::parse);
+}
+bool read_option(const Walker& w, const YAML::Node& v, const std::string& p, option::Bool) { return w.boolean(v, p); }
+std::optional<bool> read_option(const Walker& w, const YAML::Node& v, const std::string& p, option::MaybeBool) {
+    return w.boolean(v, p);
+}
+std::vector<DeviceListStrategy> read_option(const Walker& w, const YAML::Node& v, const std::string& p,
+                                            option::DeviceLists) {
+    if (!v.IsSequence()) return w.value<std::vector<DeviceListStrategy>>(v, p, parse_device_list_strategies);
+    if (v.size() == 0) w.error(v, p, "expected at least one strategy");
+    std::vector<DeviceListStrategy> list;
+    for (const auto& item : v) {
+        auto s = w.value<DeviceListStrategy>(item, p, parse_device_list_strategy);
+        if (std::find(list.begin(), list.end(), s) == list.end()) list.push_back(s);
+    }
+    return list;
+}
+
+// The keys allowed directly under `section` ("flags", "flags.plugin"), in table order: the
+// table's keys there and the names of its subsections ("plugin"), then the `extra` subsections
+// the table has no keys of, after the table's subsections.
+std::vector<std::string_view> section_keys(std::string_view section, std::initializer_list<std::string_view> extra) {
+    std::vector<std::string_view> out;
+    size_t after_subsections = 0;
+    for_each_option([&](const OptionNames& names, auto...) {
+        for (std::string_view key : strings::split(names.keys, ',')) {
+            if (key.size() <= section.size() || !key.starts_with(section) || key[section.size()] != '.') continue;
+            key.remove_prefix(section.size() + 1);
+            const bool subsection = key.find('.') != std::string_view::npos;
+            key = key.substr(0, key.find('.'));
+            if (std::find(out.begin(), out.end(), key) != out.end()) continue;
+            out.push_back(key);
+            if (subsection) after_subsections = out.size();
+        }
+    });
+    for (std::string_view key : extra)
+        if (std::find(out.begin(), out.end(), key) == out.end())
+            out.insert(out.begin() + static_cast<std::ptrdiff_t>(after_subsections++), key);
+    return out;
+}
+
+// Sets the table setting whose file key is `path`; false when none has it.
+bool read_table_key(const Walker& w, const YAML::Node& v, const std::string& path, Config& c) {
+    bool found = false;
+    for_each_option([&](const OptionNames& names, auto codec, auto field, auto...) {
+        if (found) return;
+        for (std::string_view key : strings::split(names.keys, ','))
+            if (key == path) {
+                c.*field = read_option(w, v, path, codec);
+                found = true;
+                return;
+            }
+    });
+    return found;
+}
+
+// A section of `flags:` ("flags", "flags.plugin"): the table's keys and `subsections` it has no
+// keys of (flags.gfd, parse_gfd).
+void parse_flag_section(const Walker& w, const YAML::Node& node, const std::string& path, Config& c,
+                        std::initializer_list<std::string_view> subsections) {
+    w.expect_map(node, path, section_keys(path, subsections));
     for (const auto& kv : node) {
         const std::string key = kv.first.as<std::string>();
         const std::string p = Walker::join(path, key);
         const YAML::Node& v = kv.second;
         if (Walker::unset(v)) continue;
-        if (key == "migStrategy") c.mig_strategy = w.value<MigStrategy>(v, p, parse_mig_strategy);
-        else if (key == "failOnInitError") c.fail_on_init_error = w.boolean(v, p);
-        else if (key == "nvidiaDriverRoot") c.nvidia_driver_root = w.scalar(v, p);
-        else if (key == "nvidiaDevRoot") c.nvidia_dev_root = w.scalar(v, p);
-        else if (key == "plugin") parse_plugin(w, v, c);
-        else if (key == "gfd") c.gfd = parse_gfd(w, v);
-        else if (key == "mpsRoot") c.mps_root = w.scalar(v, p);
-        else if (key == "gdrcopyEnabled") c.gdrcopy_enabled = w.boolean(v, p);
-        else if (key == "gdsEnabled") c.gds_enabled = w.boolean(v, p);
-        else if (key == "mofedEnabled") c.mofed_enabled = w.boolean(v, p);
-        else if (key == "useNodeFeatureAPI") c.use_node_feature_api = w.boolean(v, p);
-        else if (key == "deviceDiscoveryStrategy")
-            c.device_discovery_strategy = w.value<std::string>(v, p, parse_device_discovery_strategy);
-        else if (key == "devicePluginPath") c.device_plugin_path = w.scalar(v, p);
-        else if (key == "kubeletSocket") c.kubelet_socket = w.scalar(v, p);
-        else if (key == "nvmlLibrary") c.nvml_library = w.scalar(v, p);
-        else if (key == "cdiSpecDir") c.cdi_spec_dir = w.scalar(v, p);
-        else if (key == "procRoot") c.proc_root = w.scalar(v, p);
-        // applyResourcePatterns: its name from before it also covered sharing's rename / devices.
-        else if (key == "applyResourceNaming" || key == "applyResourcePatterns") c.apply_resource_naming = w.boolean(v, p);
+        if (path == "flags" && key == "plugin") parse_flag_section(w, v, p, c, {});
+        else if (path == "flags" && key == "gfd") c.gfd = parse_gfd(w, v);
+        else read_table_key(w, v, p, c);
     }
 }
 
@@ -598,7 +426,7 @@ Result<Config> parse_config(std::string_view yaml_text, std::string_view source)
             w.error(version, "version", fmt::format("expected v1, got '{}'", version.Scalar()));
         for (const auto& kv : root) {
             const std::string key = kv.first.as<std::string>();
-            if (key == "flags") parse_flags(w, kv.second, c);
+            if (key == "flags") parse_flag_section(w, kv.second, "flags", c, {"plugin", "gfd"});
             else if (key == "health") parse_health(w, kv.second, c);
             else if (key == "resources") parse_resources(w, kv.second, c);
             else if (key == "sharing") parse_sharing(w, kv.second, c);
@@ -646,47 +474,35 @@ Result<Overrides> from_env(const std::function<const char*(const char*)>& getenv
     auto wrap = [](const char* name, const Error& e) {
         return std::unexpected(Error::make(Code::invalid_argument, "environment variable {}: {}", name, e.message));
     };
-#define KGPU_ENV_PARSED(NAME, FIELD, PARSER)         \
-    if (auto v = get(NAME)) {                        \
-        auto r = PARSER(strings::trim(*v));          \
-        if (!r) return wrap(NAME, r.error());        \
-        o.FIELD = *r;                                \
+    Status status;
+    for_each_option([&](const OptionNames& names, auto codec, auto, auto override_field, auto...) {
+        using Codec = decltype(codec);
+        if (!status || names.env.empty()) return;
+        for (std::string_view name : strings::split(names.env, ',')) {
+            const std::string var(name);
+            auto v = get(var.c_str());
+            if (!v) continue;
+            auto r = Codec::parse(Codec::trim ? strings::trim(*v) : std::string_view(*v));
+            if (!r) {
+                status = wrap(var.c_str(), r.error());
+                return;
+            }
+            o.*override_field = std::move(*r);
+            return;  // the first variable set wins
+        }
+    });
+    if (!status) return std::unexpected(status.error());
+    if (auto v = get("IMEX_CHANNEL_IDS")) {
+        auto r = parse_imex_channel_ids(strings::trim(*v));
+        if (!r) return wrap("IMEX_CHANNEL_IDS", r.error());
+        o.imex_channel_ids = *r;
     }
-    KGPU_ENV_PARSED("MIG_STRATEGY", mig_strategy, parse_mig_strategy)
-    KGPU_ENV_PARSED("FAIL_ON_INIT_ERROR", fail_on_init_error, parse_bool)
-    KGPU_ENV_PARSED("PASS_DEVICE_SPECS", pass_device_specs, parse_bool)
-    KGPU_ENV_PARSED("DEVICE_LIST_STRATEGY", device_list_strategy, parse_device_list_strategies)
-    KGPU_ENV_PARSED("DEVICE_ID_STRATEGY", device_id_strategy, parse_device_id_strategy)
-    KGPU_ENV_PARSED("SHARED_DEVICES_ALLOCATION_POLICY", shared_allocation_policy, parse_shared_allocation_policy)
-    KGPU_ENV_PARSED("GDRCOPY_ENABLED", gdrcopy_enabled, parse_bool)
-    KGPU_ENV_PARSED("GDS_ENABLED", gds_enabled, parse_bool)
-    KGPU_ENV_PARSED("MOFED_ENABLED", mofed_enabled, parse_bool)
-    KGPU_ENV_PARSED("DEVICE_DISCOVERY_STRATEGY", device_discovery_strategy, parse_device_discovery_strategy)
-    KGPU_ENV_PARSED("IMEX_CHANNEL_IDS", imex_channel_ids, parse_imex_channel_ids)
-    KGPU_ENV_PARSED("IMEX_REQUIRED", imex_required, parse_bool)
-    KGPU_ENV_PARSED("KGPU_APPLY_RESOURCE_PATTERNS", apply_resource_naming, parse_bool)  // the older name
-    KGPU_ENV_PARSED("KGPU_APPLY_RESOURCE_NAMING", apply_resource_naming, parse_bool)    // wins over it
-#undef KGPU_ENV_PARSED
-    if (auto v = get("MPS_ROOT")) o.mps_root = *v;
-    // NVIDIA reads the first spelling, then the second.
-    if (auto v = get("NVIDIA_CDI_HOOK_PATH")) o.nvidia_ctk_path = *v;
-    else if (auto v2 = get("NVIDIA_CTK_PATH")) o.nvidia_ctk_path = *v2;
-    if (auto v = get("DRIVER_ROOT_CTR_PATH")) o.container_driver_root = *v;
-    else if (auto v2 = get("CONTAINER_DRIVER_ROOT")) o.container_driver_root = *v2;
-    if (auto v = get("NVIDIA_DRIVER_ROOT")) o.nvidia_driver_root = *v;
-    auto list = [](std::string_view v) {
-        std::vector<std::string> out;
-        for (std::string_view item : strings::split(v, ','))
-            if (item = strings::trim(item); !item.empty()) out.emplace_back(item);
-        return out;
-    };
-    if (auto v = get("CDI_FEATURE_FLAGS")) o.cdi_feature_flags = list(*v);
-    if (auto v = get("CDI_DISABLE_HOOKS")) o.cdi_disabled_hooks = list(*v);
-    if (auto v = get("NVIDIA_DEV_ROOT")) o.nvidia_dev_root = *v;
-    if (auto v = get("CDI_ANNOTATION_PREFIX")) o.cdi_annotation_prefix = *v;
-    if (auto v = get("KUBELET_SOCKET")) o.kubelet_socket = *v;
+    if (auto v = get("IMEX_REQUIRED")) {
+        auto r = parse_bool(strings::trim(*v));
+        if (!r) return wrap("IMEX_REQUIRED", r.error());
+        o.imex_required = *r;
+    }
     if (auto v = get("CONFIG_FILE")) o.config_file = *v;
-    if (auto v = get("KGPU_PROC_ROOT")) o.proc_root = *v;
 
     if (auto v = get("DP_DISABLE_HEALTHCHECKS")) {
         const std::string t = strings::lower(strings::trim(*v));
@@ -720,32 +536,11 @@ Result<Overrides> from_env(const std::function<const char*(const char*)>& getenv
 namespace {
 
 void apply(Config& c, const Overrides& o) {
-    if (o.mig_strategy) c.mig_strategy = *o.mig_strategy;
-    if (o.fail_on_init_error) c.fail_on_init_error = *o.fail_on_init_error;
-    if (o.nvidia_driver_root) c.nvidia_driver_root = *o.nvidia_driver_root;
-    if (o.nvidia_dev_root) c.nvidia_dev_root = *o.nvidia_dev_root;
-    if (o.pass_device_specs) c.pass_device_specs = *o.pass_device_specs;
-    if (o.device_list_strategy) c.device_list_strategy = *o.device_list_strategy;
-    if (o.device_id_strategy) c.device_id_strategy = *o.device_id_strategy;
-    if (o.cdi_annotation_prefix) c.cdi_annotation_prefix = *o.cdi_annotation_prefix;
-    if (o.device_plugin_path) c.device_plugin_path = *o.device_plugin_path;
-    if (o.kubelet_socket) c.kubelet_socket = *o.kubelet_socket;
-    if (o.nvml_library) c.nvml_library = *o.nvml_library;
-    if (o.cdi_spec_dir) c.cdi_spec_dir = *o.cdi_spec_dir;
-    if (o.proc_root) c.proc_root = *o.proc_root;
-    if (o.shared_allocation_policy) c.shared_allocation_policy = *o.shared_allocation_policy;
-    if (o.mps_root) c.mps_root = *o.mps_root;
-    if (o.gdrcopy_enabled) c.gdrcopy_enabled = *o.gdrcopy_enabled;
-    if (o.gds_enabled) c.gds_enabled = *o.gds_enabled;
-    if (o.mofed_enabled) c.mofed_enabled = *o.mofed_enabled;
-    if (o.device_discovery_strategy) c.device_discovery_strategy = *o.device_discovery_strategy;
-    if (o.nvidia_ctk_path) c.nvidia_ctk_path = *o.nvidia_ctk_path;
-    if (o.container_driver_root) c.container_driver_root = *o.container_driver_root;
-    if (o.cdi_feature_flags) c.cdi_feature_flags = *o.cdi_feature_flags;
-    if (o.cdi_disabled_hooks) c.cdi_disabled_hooks = *o.cdi_disabled_hooks;
+    for_each_option([&](const OptionNames&, auto, auto field, auto override_field, auto...) {
+        if (o.*override_field) c.*field = *(o.*override_field);
+    });
     if (o.imex_channel_ids) c.imex.channel_ids = *o.imex_channel_ids;
     if (o.imex_required) c.imex.required = *o.imex_required;
-    if (o.apply_resource_naming) c.apply_resource_naming = *o.apply_resource_naming;
     if (o.health_disabled) c.health.disabled = *o.health_disabled;
     if (o.ignore_xids) c.health.ignored_xids.insert(o.ignore_xids->begin(), o.ignore_xids->end());
     if (o.enable_all_xids && *o.enable_all_xids) c.health.ignored_xids.clear();
@@ -945,33 +740,14 @@ Result<Config> resolve(Config base, const Overrides& env, const Overrides& flags
 }
 
 std::string describe(const Config& c) {
-    std::vector<std::string_view> strategies;
-    for (auto s : c.device_list_strategy) strategies.push_back(to_string(s));
     std::string out;
     auto line = [&](std::string_view key, const auto& value) { out += fmt::format("{}: {}\n", key, value); };
     line("configFile", c.config_file.empty() ? "(none)" : c.config_file);
-    line("flags.migStrategy", to_string(c.mig_strategy));
-    line("flags.failOnInitError", c.fail_on_init_error);
-    line("flags.nvidiaDriverRoot", c.nvidia_driver_root);
-    line("flags.nvidiaDevRoot", c.dev_root());
-    line("flags.devicePluginPath", c.device_plugin_path);
-    line("flags.kubeletSocket", c.kubelet_socket_path());
-    line("flags.nvmlLibrary", c.nvml_library.empty() ? "(libnvidia-ml.so.1 under the driver root)" : c.nvml_library);
-    line("flags.cdiSpecDir", c.cdi_spec_dir);
-    line("flags.procRoot", c.proc_root);
-    line("flags.plugin.passDeviceSpecs", c.pass_device_specs);
-    line("flags.plugin.deviceListStrategy", fmt::format("{}", fmt::join(strategies, ",")));
-    line("flags.plugin.deviceIDStrategy", to_string(c.device_id_strategy));
-    line("flags.plugin.cdiAnnotationPrefix", c.cdi_annotation_prefix);
-    line("flags.plugin.sharedDevicesAllocationPolicy", to_string(c.shared_allocation_policy));
-    line("flags.plugin.nvidiaCTKPath", c.nvidia_ctk_path.empty() ? fmt::format("({})", cdi::SpecOptions{}.hooks.path) : c.nvidia_ctk_path);
-    line("flags.mpsRoot", c.mps_root.empty() ? "(none)" : c.mps_root);
-    line("flags.gdrcopyEnabled", c.gdrcopy_enabled);
-    line("flags.gdsEnabled", c.gds_enabled);
-    line("flags.mofedEnabled", c.mofed_enabled);
-    line("flags.deviceDiscoveryStrategy", c.device_discovery_strategy);
-    line("flags.applyResourceNaming", c.apply_resource_naming);
-    line("cdiDisableHooks", fmt::format("[{}]", fmt::join(c.cdi_disabled_hooks, ",")));
+    for_each_option([&](const OptionNames& names, auto, auto field, auto, auto, auto show) {
+        const std::string_view key = names.keys.substr(0, names.keys.find(','));
+        if constexpr (std::is_same_v<decltype(show), std::nullptr_t>) line(key, option::shown(c.*field));
+        else line(key, show(c));
+    });
     line("health.disabled", c.health.disabled);
     line("health.ignoredXids", fmt::format("[{}]", fmt::join(c.health.ignored_xids, ",")));
     line("health.recoverableXids", fmt::format("[{}]", fmt::join(c.health.recoverable_xids, ",")));

@@ -102,53 +102,11 @@
 
 #include "common/duration.h"
 #include "common/error.h"
+#include "deviceplugin/options.h"
+#include "deviceplugin/values.h"
 
 namespace kgpu::deviceplugin {
 
-enum class MigStrategy { none, single, mixed };
-enum class DeviceListStrategy { envvar, volume_mounts, cdi_annotations, cdi_cri };
-enum class DeviceIdStrategy { uuid, index };
-// How GetPreferredAllocation picks replicas of time-sliced devices: spread over as many physical
-// devices as possible (distributed, the default) or fill the busiest one first (packed).
-enum class SharedAllocationPolicy { distributed, packed };
-
-// The spellings of the flags and the file: "none", "volume-mounts", "uuid", ...
-std::string_view to_string(MigStrategy s);
-std::string_view to_string(DeviceListStrategy s);
-std::string_view to_string(DeviceIdStrategy s);
-std::string_view to_string(SharedAllocationPolicy s);
-
-// Parsers for flag, env and file values. Errors: invalid_argument "invalid <what> 'x' (expected
-// a, b or c)"; callers add which flag, variable or key it was.
-Result<MigStrategy> parse_mig_strategy(std::string_view text);
-Result<DeviceIdStrategy> parse_device_id_strategy(std::string_view text);
-Result<DeviceListStrategy> parse_device_list_strategy(std::string_view text);
-Result<SharedAllocationPolicy> parse_shared_allocation_policy(std::string_view text);
-// Whether `name` is a valid extended resource name "<domain>/<name>": the domain a DNS subdomain
-// (lower-case letters, digits, '-' and '.', labels of 1..63, at most 253 in all) and the name
-// at most 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter
-// or digit. Errors: invalid_argument saying which rule the name breaks.
-Status validate_resource_name(std::string_view name);
-// NVIDIA's spelling rule for config names: "gpu" means "nvidia.com/gpu"; a name with a '/' is
-// kept as written.
-std::string qualify_resource_name(std::string_view name);
-// A comma-separated list ("envvar,cdi-cri"); blanks around items are trimmed, duplicates dropped
-// (first kept). Errors: an empty list or an unknown item.
-Result<std::vector<DeviceListStrategy>> parse_device_list_strategies(std::string_view csv);
-// Go's strconv.ParseBool spellings: 1 t T TRUE true True, 0 f F FALSE false False.
-Result<bool> parse_bool(std::string_view text);
-// The config file's durations (common/duration.h).
-using ::kgpu::format_duration;
-using ::kgpu::parse_duration;
-// IMEX channel IDs as NVIDIA accepts them: [] or [0]. `csv` is a comma list ("0"); blanks
-// trimmed, empty items skipped. Errors: invalid_argument naming the list.
-Result<std::vector<unsigned>> parse_imex_channel_ids(std::string_view csv);
-Status validate_imex_channel_ids(const std::vector<unsigned>& ids);
-// deviceDiscoveryStrategy: auto, nvml or tegra. Errors: invalid_argument.
-Result<std::string> parse_device_discovery_strategy(std::string_view text);
-// A comma-separated list of XIDs ("48,79"); blanks trimmed, empty items skipped.
-// Errors: a token that is not a decimal number in 1..65535.
-Result<std::set<unsigned>> parse_xid_list(std::string_view csv);
 
 // How the health checker treats an XID (facts/diagnostics.md "Recovery classes").
 enum class XidClass {
@@ -250,42 +208,12 @@ std::string unknown_key_error(const UnknownKey& k);
 std::string unknown_key_warning(const UnknownKey& k);
 
 struct Config {
-    MigStrategy mig_strategy = MigStrategy::none;
-    bool fail_on_init_error = true;
-    std::string nvidia_driver_root = "/";
-    std::string nvidia_dev_root;  // empty: the driver root (see dev_root())
-    bool pass_device_specs = false;
-    std::vector<DeviceListStrategy> device_list_strategy{DeviceListStrategy::envvar};
-    DeviceIdStrategy device_id_strategy = DeviceIdStrategy::uuid;
-    std::string cdi_annotation_prefix = "cdi.k8s.io/";
-    // kgpu's own.
-    std::string device_plugin_path = "/var/lib/kubelet/device-plugins";
-    std::string kubelet_socket;   // empty: <device_plugin_path>/kubelet.sock
-    std::string nvml_library;     // empty: libnvidia-ml.so.1 searched under the driver root
-    std::string cdi_spec_dir = "/var/run/cdi";
-    std::string proc_root = "/proc";  // the host's /proc: MIG capability files for device specs
-    SharedAllocationPolicy shared_allocation_policy = SharedAllocationPolicy::distributed;
-    // NVIDIA's, v0.15+.
-    // flags.mpsRoot / --mps-root / MPS_ROOT: the host directory of the MPS daemons' pipes and shm.
-    // NVIDIA's plugin has no default (its chart passes this one); kgpu's daemon uses the same.
-    std::string mps_root = "/run/nvidia/mps";
-    bool gdrcopy_enabled = false;                  // flags.gdrcopyEnabled
-    bool gds_enabled = false;                      // flags.gdsEnabled
-    bool mofed_enabled = false;                    // flags.mofedEnabled
-    std::string device_discovery_strategy = "auto";  // auto | nvml | tegra
-    std::optional<bool> use_node_feature_api;      // GFD's; set only when given
-    std::string nvidia_ctk_path;                   // the CDI hook binary; empty: src/cdi's default
-    std::string container_driver_root;             // set only when given
-    // NVIDIA v0.20's --cdi-feature-flags (none apply to kgpu: a warning) and --cdi-disable-hooks
-    // (hooks left out of the plugin's CDI spec; "all" for none). Flag or env only, as NVIDIA.
-    std::vector<std::string> cdi_feature_flags, cdi_disabled_hooks;
+    // NVIDIA's `flags:` settings and kgpu's flat ones (deviceplugin/options.h).
+#define KGPU_CONFIG_FIELD(field, Codec, dflt, keys, flags, env, help, shown) typename Codec::type field = dflt;
+    KGPU_DEVICE_PLUGIN_OPTIONS(KGPU_CONFIG_FIELD)
+#undef KGPU_CONFIG_FIELD
     std::optional<GfdFlags> gfd;                   // set when the file has flags.gfd
     Imex imex;
-    // kgpu's opt-in for its resource naming extensions, which NVIDIA v0.14-v0.20 ignore
-    // (DisableResourceNamingInConfig): resources.gpus / resources.mig, and sharing's per-resource
-    // rename and devices subsets. flags.applyResourceNaming / --apply-resource-naming /
-    // KGPU_APPLY_RESOURCE_NAMING (older spellings: ...Patterns / --apply-resource-patterns).
-    bool apply_resource_naming = false;
     HealthConfig health;
     ResourceNaming resources;
     Sharing sharing;
@@ -319,29 +247,11 @@ Result<Config> load_config_file(const std::string& path);
 
 // One optional value per setting; what is set wins over the layer below.
 struct Overrides {
-    std::optional<MigStrategy> mig_strategy;
-    std::optional<bool> fail_on_init_error;
-    std::optional<std::string> nvidia_driver_root;
-    std::optional<std::string> nvidia_dev_root;
-    std::optional<bool> pass_device_specs;
-    std::optional<std::vector<DeviceListStrategy>> device_list_strategy;
-    std::optional<DeviceIdStrategy> device_id_strategy;
-    std::optional<std::string> cdi_annotation_prefix;
-    std::optional<std::string> device_plugin_path;
-    std::optional<std::string> kubelet_socket;
-    std::optional<std::string> nvml_library;
-    std::optional<std::string> cdi_spec_dir;
-    std::optional<std::string> proc_root;
-    std::optional<SharedAllocationPolicy> shared_allocation_policy;
-    std::optional<std::string> mps_root;
-    std::optional<bool> gdrcopy_enabled, gds_enabled, mofed_enabled;
-    std::optional<std::string> device_discovery_strategy;
-    std::optional<std::string> nvidia_ctk_path;
-    std::optional<std::string> container_driver_root;
-    std::optional<std::vector<std::string>> cdi_feature_flags, cdi_disabled_hooks;
+#define KGPU_OVERRIDE_FIELD(field, Codec, dflt, keys, flags, env, help, shown) std::optional<typename Codec::type> field;
+    KGPU_DEVICE_PLUGIN_OPTIONS(KGPU_OVERRIDE_FIELD)
+#undef KGPU_OVERRIDE_FIELD
     std::optional<std::vector<unsigned>> imex_channel_ids;
     std::optional<bool> imex_required;
-    std::optional<bool> apply_resource_naming;
     // Not applied by resolve(): the CLI uses it to pick the file to load (flag > env).
     std::optional<std::string> config_file;
     // Health, as NVIDIA's DP_DISABLE_HEALTHCHECKS / DP_ENABLE_HEALTHCHECKS:
@@ -352,14 +262,28 @@ struct Overrides {
     std::optional<std::chrono::seconds> health_recovery_period;  // --health-recovery-period
 };
 
-// Reads MIG_STRATEGY, FAIL_ON_INIT_ERROR, NVIDIA_DRIVER_ROOT, NVIDIA_DEV_ROOT, PASS_DEVICE_SPECS,
-// DEVICE_LIST_STRATEGY (comma list), DEVICE_ID_STRATEGY, CDI_ANNOTATION_PREFIX, KUBELET_SOCKET,
-// CONFIG_FILE, KGPU_PROC_ROOT, SHARED_DEVICES_ALLOCATION_POLICY, MPS_ROOT, GDRCOPY_ENABLED,
-// GDS_ENABLED, MOFED_ENABLED, DEVICE_DISCOVERY_STRATEGY, NVIDIA_CDI_HOOK_PATH (or NVIDIA_CTK_PATH),
-// DRIVER_ROOT_CTR_PATH (or CONTAINER_DRIVER_ROOT), CDI_FEATURE_FLAGS and CDI_DISABLE_HOOKS (comma
-// lists), IMEX_CHANNEL_IDS (comma list), IMEX_REQUIRED,
-// KGPU_APPLY_RESOURCE_NAMING (or KGPU_APPLY_RESOURCE_PATTERNS), DP_DISABLE_HEALTHCHECKS ("all", "xids", or XIDs to ignore in
-// addition) and DP_ENABLE_HEALTHCHECKS ("all", or XIDs to stop ignoring; as in NVIDIA's
+// Calls f(names, Codec{}, &Config::field, &Overrides::field, &OptionText::field, shown) for each
+// setting of options.h, in table order.
+template <class F>
+void for_each_option(F&& f) {
+#define KGPU_VISIT_OPTION(field, Codec, dflt, keys, flags, env, help, shown) \
+    f(OptionNames{#field, keys, flags, env, help}, Codec{}, &Config::field, &Overrides::field, &OptionText::field, shown);
+    KGPU_DEVICE_PLUGIN_OPTIONS(KGPU_VISIT_OPTION)
+#undef KGPU_VISIT_OPTION
+}
+
+// The flag's help: the table's text, then, unless the text names its default, " (default X)" for
+// a default worth showing (a boolean's says that the bare flag means true), and " [env A, B]".
+std::string option_help(const OptionNames& names, std::string_view shown_default, bool boolean);
+
+// Parses the command line's text of each table setting into `out`. Errors: invalid_argument
+// "<flag>: <reason>" naming the flag's first spelling.
+Status parse_option_text(const OptionText& text, Overrides& out);
+
+// Reads every table setting's variables (options.h: MIG_STRATEGY, FAIL_ON_INIT_ERROR,
+// NVIDIA_DRIVER_ROOT, ...; of several spellings the first set wins), CONFIG_FILE,
+// IMEX_CHANNEL_IDS (comma list), IMEX_REQUIRED, DP_DISABLE_HEALTHCHECKS ("all", "xids", or XIDs to
+// ignore in addition) and DP_ENABLE_HEALTHCHECKS ("all", or XIDs to stop ignoring; as in NVIDIA's
 // plugin, "all" in DP_DISABLE_HEALTHCHECKS still wins).
 // Unset or empty variables are not set.
 // `getenv` is std::getenv in production, a map lookup in tests (may return nullptr).

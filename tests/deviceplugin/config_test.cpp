@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/strings.h"
+
 namespace kgpu::deviceplugin {
 namespace {
 
@@ -776,6 +778,79 @@ TEST(DevicePluginConfig, ParsersAndBooleans) {
               (std::vector{DeviceListStrategy::cdi_cri, DeviceListStrategy::envvar}));
     EXPECT_EQ(parse_xid_list(" 13, ,79"), (std::set<unsigned>{13, 79}));
     EXPECT_FALSE(parse_xid_list("0").has_value());
+}
+
+// A value other than the default, as a flag, variable or file would give it.
+std::string sample(option::Bool, bool dflt) { return dflt ? "false" : "true"; }
+std::string sample(option::MaybeBool, const std::optional<bool>&) { return "true"; }
+std::string sample(option::Mig, MigStrategy) { return "mixed"; }
+std::string sample(option::DeviceId, DeviceIdStrategy) { return "index"; }
+std::string sample(option::SharedPolicy, SharedAllocationPolicy) { return "packed"; }
+std::string sample(option::Discovery, const std::string&) { return "nvml"; }
+std::string sample(option::DeviceLists, const std::vector<DeviceListStrategy>&) { return "cdi-cri,envvar"; }
+std::string sample(option::Words, const std::vector<std::string>&) { return "a,b"; }
+template <class Codec>
+std::string sample(Codec, const std::string&) {
+    return "/sample/path/";
+}
+
+// The file's YAML for a dotted key: "flags.plugin.passDeviceSpecs" -> nested maps.
+std::string yaml_of(std::string_view key, const std::string& value) {
+    std::string out, indent;
+    size_t start = 0;
+    for (size_t dot; (dot = key.find('.', start)) != std::string_view::npos; start = dot + 1) {
+        out += indent + std::string(key.substr(start, dot - start)) + ":\n";
+        indent += "  ";
+    }
+    return "version: v1\n" + out + indent + std::string(key.substr(start)) + ": \"" + value + "\"\n";
+}
+
+// Every setting of the table is read from each layer it declares (each flag text, each variable,
+// each file key) and shown by describe() under its first key: a row added to options.h needs
+// nothing else to be configurable.
+TEST(DevicePluginOptions, EverySettingIsReadFromEachLayerItDeclares) {
+    const Config defaults;
+    int settings = 0;
+    for_each_option([&](const OptionNames& names, auto codec, auto field, auto override_field, auto text_field,
+                        auto shown) {
+        using Codec = decltype(codec);
+        ++settings;
+        SCOPED_TRACE(std::string(names.field));
+        const std::string text = sample(codec, defaults.*field);
+        auto expected = Codec::parse(text);
+        ASSERT_TRUE(expected.has_value()) << text;
+        ASSERT_NE(*expected, defaults.*field);
+        if (!names.flags.empty()) {
+            OptionText given;
+            if constexpr (Codec::list) (given.*text_field).push_back(text);
+            else given.*text_field = text;
+            Overrides flags;
+            ASSERT_TRUE(parse_option_text(given, flags).has_value());
+            EXPECT_EQ(flags.*override_field, *expected);
+            auto c = resolve(Config{}, Overrides{}, flags);
+            ASSERT_TRUE(c.has_value()) << c.error().message;
+            EXPECT_EQ((*c).*field, *expected);
+            if constexpr (std::is_same_v<decltype(shown), std::nullptr_t>) {
+                const std::string key(names.keys.substr(0, names.keys.find(',')));
+                EXPECT_NE(describe(*c).find(key + ": " + option::shown(*expected) + "\n"), std::string::npos)
+                    << describe(*c);
+            }
+        }
+        for (auto var : strings::split(names.env, ',')) {
+            if (var.empty()) continue;
+            auto o = from_env(env_of({{std::string(var), text}}));
+            ASSERT_TRUE(o.has_value()) << o.error().message;
+            EXPECT_EQ((*o).*override_field, *expected) << var;
+        }
+        for (auto key : strings::split(names.keys, ',')) {
+            if (!key.starts_with("flags.")) continue;
+            auto c = parse_config(yaml_of(key, text), "cfg.yaml");
+            ASSERT_TRUE(c.has_value()) << c.error().message;
+            EXPECT_EQ((*c).*field, *expected) << key;
+            EXPECT_TRUE(c->unknown_keys.empty()) << key;
+        }
+    });
+    EXPECT_GE(settings, 25);
 }
 
 TEST(DevicePluginConfig, DescribeListsEffectiveValues) {

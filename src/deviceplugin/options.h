@@ -1,0 +1,190 @@
+// The device plugin's settings table: every setting of NVIDIA's `flags:` section (and kgpu's
+// own flat settings) declared once, with its type, default, config-file key, flag spellings,
+// environment variables and help text. config.h generates Config's fields and Overrides' from it;
+// config.cpp reads the file's `flags:` / `flags.plugin:` keys, the environment, applies the layers
+// and describes the result from it; cli/device_plugin.cpp registers the flags from it. Adding a
+// setting is one line here plus its use.
+//
+// Columns of KGPU_DEVICE_PLUGIN_OPTIONS(X): X(field, Codec, default, keys, flags, env, help, shown)
+//   field    the member of Config (a value) and of Overrides / OptionText (optional)
+//   Codec    how text (a flag, a variable) and the file's value are read: option::Bool, Text, ...
+//   default  Config's default
+//   keys     comma list: the config-file key (dotted, under flags.) and older spellings of it; a
+//            name without "flags." is not read from the file and only names the setting in
+//            describe() (flag- and environment-only settings, as NVIDIA has them)
+//   flags    comma list of flag spellings (CLI11's), "" for none
+//   env      comma list of variables; the first one set (non-empty) wins, as NVIDIA's urfave/cli
+//   help     the flag's help; " (default X)" and " [env ...]" are added from the columns above
+//   shown    how describe() shows it: nullptr for the value itself, or a function of the Config
+//            (a derived default such as the device root)
+//
+// Precedence is flag > env > file > default (config.h).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "common/error.h"
+#include "deviceplugin/values.h"
+
+namespace kgpu::deviceplugin {
+
+struct Config;
+
+namespace option {
+
+// Each codec: `type` (the value), parse(text) for flags and variables (errors name neither: the
+// caller adds which flag or variable it was), `list` (a flag that may repeat and takes commas),
+// `trim` (blanks around a variable's value are dropped before parse).
+template <class T, Result<T> (*Parse)(std::string_view)>
+struct Parsed {
+    using type = T;
+    static constexpr bool list = false, trim = true;
+    static Result<T> parse(std::string_view text) { return Parse(text); }
+};
+using Bool = Parsed<bool, &parse_bool>;
+using Mig = Parsed<MigStrategy, &parse_mig_strategy>;
+using DeviceId = Parsed<DeviceIdStrategy, &parse_device_id_strategy>;
+using SharedPolicy = Parsed<SharedAllocationPolicy, &parse_shared_allocation_policy>;
+using Discovery = Parsed<std::string, &parse_device_discovery_strategy>;
+
+// A string taken as written (paths, prefixes).
+struct Text {
+    using type = std::string;
+    static constexpr bool list = false, trim = false;
+    static Result<std::string> parse(std::string_view text) { return std::string(text); }
+};
+// A path that must be absolute (or empty: the default).
+struct AbsolutePath {
+    using type = std::string;
+    static constexpr bool list = false, trim = false;
+    static Result<std::string> parse(std::string_view text);
+};
+// A boolean that stays unset unless given (settings kgpu only warns about).
+struct MaybeBool {
+    using type = std::optional<bool>;
+    static constexpr bool list = false, trim = true;
+    static Result<std::optional<bool>> parse(std::string_view text);
+};
+// A comma list of device list strategies; the file also takes a YAML list.
+struct DeviceLists {
+    using type = std::vector<DeviceListStrategy>;
+    static constexpr bool list = true, trim = true;
+    static Result<type> parse(std::string_view csv) { return parse_device_list_strategies(csv); }
+};
+// A comma list of words, blanks trimmed, empty items dropped.
+struct Words {
+    using type = std::vector<std::string>;
+    static constexpr bool list = true, trim = false;
+    static Result<type> parse(std::string_view csv);
+};
+
+// What a flag holds before it is parsed: the last value, or every value of a list flag.
+template <class Codec>
+using text_t = std::conditional_t<Codec::list, std::vector<std::string>, std::optional<std::string>>;
+
+// How describe() and the flags' help show a value: "true", "none", "envvar,cdi-cri", "[a,b]";
+// an empty string is "(none)", an unset optional "(not set)".
+std::string shown(bool v);
+std::string shown(const std::string& v);
+std::string shown(const std::optional<bool>& v);
+std::string shown(const std::vector<std::string>& v);
+std::string shown(const std::vector<DeviceListStrategy>& v);
+template <class Enum>
+    requires std::is_enum_v<Enum>
+std::string shown(Enum v) {
+    return std::string(to_string(v));
+}
+
+// describe()'s derived defaults.
+std::string shown_dev_root(const Config& c);
+std::string shown_kubelet_socket(const Config& c);
+std::string shown_nvml_library(const Config& c);
+std::string shown_cdi_hook_path(const Config& c);
+std::string shown_mps_root(const Config& c);
+
+}  // namespace option
+
+// clang-format off
+#define KGPU_DEVICE_PLUGIN_OPTIONS(X) \
+    X(mig_strategy, option::Mig, MigStrategy::none, "flags.migStrategy", "--mig-strategy", "MIG_STRATEGY", \
+      "none, single or mixed", nullptr) \
+    X(fail_on_init_error, option::Bool, true, "flags.failOnInitError", "--fail-on-init-error", "FAIL_ON_INIT_ERROR", \
+      "Exit when NVML cannot start (true) or keep running without GPUs (false)", nullptr) \
+    X(nvidia_driver_root, option::Text, "/", "flags.nvidiaDriverRoot", "--nvidia-driver-root,--driver-root", \
+      "NVIDIA_DRIVER_ROOT", "Root of the driver installation", nullptr) \
+    X(nvidia_dev_root, option::Text, "", "flags.nvidiaDevRoot", "--nvidia-dev-root,--dev-root", "NVIDIA_DEV_ROOT", \
+      "Root under which /dev/nvidia* are found (default: the driver root)", &option::shown_dev_root) \
+    X(pass_device_specs, option::Bool, false, "flags.plugin.passDeviceSpecs", "--pass-device-specs", \
+      "PASS_DEVICE_SPECS", "Return DeviceSpecs in Allocate", nullptr) \
+    X(device_list_strategy, option::DeviceLists, {DeviceListStrategy::envvar}, "flags.plugin.deviceListStrategy", \
+      "--device-list-strategy", "DEVICE_LIST_STRATEGY", \
+      "envvar, volume-mounts, cdi-annotations, cdi-cri (several: comma list or repeat)", nullptr) \
+    X(device_id_strategy, option::DeviceId, DeviceIdStrategy::uuid, "flags.plugin.deviceIDStrategy", \
+      "--device-id-strategy", "DEVICE_ID_STRATEGY", "uuid or index", nullptr) \
+    X(cdi_annotation_prefix, option::Text, "cdi.k8s.io/", "flags.plugin.cdiAnnotationPrefix", \
+      "--cdi-annotation-prefix", "CDI_ANNOTATION_PREFIX", "Prefix of the CDI annotations (cdi-annotations)", nullptr) \
+    X(shared_allocation_policy, option::SharedPolicy, SharedAllocationPolicy::distributed, \
+      "flags.plugin.sharedDevicesAllocationPolicy", "--shared-devices-allocation-policy", \
+      "SHARED_DEVICES_ALLOCATION_POLICY", \
+      "How preferred allocation picks time-sliced replicas: distributed (spread over GPUs) or packed (fill one GPU " \
+      "first)", nullptr) \
+    X(nvidia_ctk_path, option::AbsolutePath, "", "flags.plugin.nvidiaCTKPath", \
+      "--nvidia-cdi-hook-path,--nvidia-ctk-path", "NVIDIA_CDI_HOOK_PATH,NVIDIA_CTK_PATH", \
+      "Hook binary named in the CDI specs the plugin writes (default /usr/bin/nvidia-cdi-hook)", \
+      &option::shown_cdi_hook_path) \
+    X(container_driver_root, option::Text, "", "flags.plugin.containerDriverRoot", \
+      "--driver-root-ctr-path,--container-driver-root", "DRIVER_ROOT_CTR_PATH,CONTAINER_DRIVER_ROOT", \
+      "Accepted for NVIDIA compatibility; kgpu reads the driver at --nvidia-driver-root (a warning says so when " \
+      "this differs)", nullptr) \
+    X(mps_root, option::Text, "/run/nvidia/mps", "flags.mpsRoot", "--mps-root", "MPS_ROOT", \
+      "Host directory for MPS pipes and shared memory (sharing.mps)", &option::shown_mps_root) \
+    X(gdrcopy_enabled, option::Bool, false, "flags.gdrcopyEnabled", "--gdrcopy-enabled", "GDRCOPY_ENABLED", \
+      "Start containers that get a device with GDRCopy support", nullptr) \
+    X(gds_enabled, option::Bool, false, "flags.gdsEnabled", "--gds-enabled", "GDS_ENABLED", \
+      "Start containers that get a device with GPUDirect Storage support", nullptr) \
+    X(mofed_enabled, option::Bool, false, "flags.mofedEnabled", "--mofed-enabled", "MOFED_ENABLED", \
+      "Start containers that get a device with MOFED (InfiniBand) support", nullptr) \
+    X(use_node_feature_api, option::MaybeBool, std::nullopt, "flags.useNodeFeatureAPI", "", "", \
+      "gpu-feature-discovery's (NodeFeature objects); the device plugin warns and ignores it", nullptr) \
+    X(device_discovery_strategy, option::Discovery, "auto", "flags.deviceDiscoveryStrategy", \
+      "--device-discovery-strategy", "DEVICE_DISCOVERY_STRATEGY", \
+      "auto, nvml or tegra; kgpu always discovers through NVML", nullptr) \
+    X(device_plugin_path, option::Text, "/var/lib/kubelet/device-plugins", "flags.devicePluginPath", \
+      "--device-plugin-path", "", "Kubelet device-plugin directory", nullptr) \
+    X(kubelet_socket, option::Text, "", "flags.kubeletSocket", "--kubelet-socket", "KUBELET_SOCKET", \
+      "Kubelet registration socket (default: <device-plugin-path>/kubelet.sock)", &option::shown_kubelet_socket) \
+    X(nvml_library, option::Text, "", "flags.nvmlLibrary", "--nvml-library", "KGPU_NVML_LIBRARY", \
+      "Path of libnvidia-ml.so.1 (default: searched under the driver root)", &option::shown_nvml_library) \
+    X(cdi_spec_dir, option::Text, "/var/run/cdi", "flags.cdiSpecDir", "--cdi-spec-dir", "", \
+      "Where the CDI spec is written", nullptr) \
+    X(proc_root, option::Text, "/proc", "flags.procRoot", "--proc-root", "KGPU_PROC_ROOT", \
+      "Where the host's /proc is, for the MIG capability files passed with --pass-device-specs", nullptr) \
+    X(apply_resource_naming, option::Bool, false, "flags.applyResourceNaming,flags.applyResourcePatterns", \
+      "--apply-resource-naming,--apply-resource-patterns", "KGPU_APPLY_RESOURCE_NAMING,KGPU_APPLY_RESOURCE_PATTERNS", \
+      "Apply kgpu's resource naming extensions, which NVIDIA v0.14-v0.20 ignore with a warning: the config file's " \
+      "resources.gpus / resources.mig names, and sharing's per-resource rename and devices subsets", nullptr) \
+    X(cdi_feature_flags, option::Words, {}, "cdiFeatureFlags", "--cdi-feature-flags", "CDI_FEATURE_FLAGS", \
+      "Feature flags for CDI spec generation (NVIDIA v0.20's nvcdi flags); accepted and ignored with a warning: " \
+      "kgpu's CDI generation has none", nullptr) \
+    X(cdi_disabled_hooks, option::Words, {}, "cdiDisableHooks", "--cdi-disable-hooks", "CDI_DISABLE_HOOKS", \
+      "Hooks to leave out of the CDI spec the plugin writes (create-symlinks, enable-cuda-compat, update-ldcache, " \
+      "disable-device-node-modification, update-application-profile), or all", nullptr)
+// clang-format on
+
+// The spellings of one setting (the table's string columns).
+struct OptionNames {
+    std::string_view field, keys, flags, env, help;
+};
+
+// The text of each table setting as the command line gave it (parsed by parse_option_text).
+struct OptionText {
+#define KGPU_OPTION_TEXT(field, Codec, dflt, keys, flags, env, help, shown) option::text_t<Codec> field;
+    KGPU_DEVICE_PLUGIN_OPTIONS(KGPU_OPTION_TEXT)
+#undef KGPU_OPTION_TEXT
+};
+
+}  // namespace kgpu::deviceplugin
