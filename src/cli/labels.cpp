@@ -211,13 +211,32 @@ labels::Sharing sharing_of(const dp::Config& c) {
     return s;
 }
 
+// GFD's settings in the config file's flags, for those no flag or variable gave. A file without
+// them leaves the settings as the flags and defaults made them.
+void apply_file_flags(LabelsSettings& s, const dp::Config& cfg) {
+    auto open = [&](const char* name) { return !s.given.contains(name); };
+    if (open("fail_on_init_error")) s.fail_on_init_error = cfg.fail_on_init_error;
+    if (cfg.use_node_feature_api && open("use_node_feature_api")) s.use_node_feature_api = *cfg.use_node_feature_api;
+    if (!cfg.gfd) return;
+    const dp::GfdFlags& g = *cfg.gfd;
+    if (g.oneshot && open("oneshot")) s.oneshot = *g.oneshot;
+    if (g.no_timestamp && open("no_timestamp")) s.no_timestamp = *g.no_timestamp;
+    if (g.output_file && open("output_file")) s.output_file = *g.output_file;
+    if (g.machine_type_file && open("machine_type_file")) s.machine_type_file = *g.machine_type_file;
+    if (g.sleep_interval && open("sleep_interval")) {
+        if (g.sleep_interval->count() > 0) s.sleep_interval = std::chrono::milliseconds(*g.sleep_interval);
+        else s.warnings.push_back("flags.gfd.sleepInterval 0s is ignored: expected a positive duration");
+    }
+}
+
 // The options the config file gives (MIG strategy, sharing), with the flag's or env's MIG
-// strategy over the file's.
-Result<labels::Options> load_label_options(const LabelsSettings& s) {
+// strategy over the file's; the file's GFD flags go into `s` (apply_file_flags).
+Result<labels::Options> load_label_options(LabelsSettings& s) {
     labels::Options o;
     if (!s.config_file.empty()) {
         auto cfg = dp::load_config_file(s.config_file);
         if (!cfg) return std::unexpected(cfg.error());
+        apply_file_flags(s, *cfg);
         for (const auto& w : cfg->warnings) log::warn("labels: {}: {}", s.config_file, w);
         // Ignored as by GFD (NVIDIA's parser), once per load (start, SIGHUP).
         for (const auto& k : cfg->unknown_keys) log::warn("labels: {}", dp::unknown_key_warning(k));
@@ -345,26 +364,32 @@ std::string describe_interval(std::optional<std::chrono::milliseconds> i) {
 Result<LabelsSettings> resolve_labels_settings(const LabelsOptions& o,
                                                const std::function<const char*(const char*)>& getenv) {
     LabelsSettings s;
-    if (auto v = setting(o.output_file, "--output-file", getenv, {"GFD_OUTPUT_FILE"}); v.value) s.output_file = *v.value;
-    if (auto st = set_bool(s.oneshot, setting(o.oneshot, "--oneshot", getenv, {"GFD_ONESHOT"})); !st)
+    // A flag or variable given: the config file's value for it does not apply (apply_file_flags).
+    auto given = [&](const char* name, const Setting& v) {
+        if (v.value) s.given.insert(name);
+        return v;
+    };
+    if (auto v = given("output_file", setting(o.output_file, "--output-file", getenv, {"GFD_OUTPUT_FILE"})); v.value)
+        s.output_file = *v.value;
+    if (auto st = set_bool(s.oneshot, given("oneshot", setting(o.oneshot, "--oneshot", getenv, {"GFD_ONESHOT"}))); !st)
         return std::unexpected(st.error());
-    if (auto st = set_bool(s.no_timestamp, setting(o.no_timestamp, "--no-timestamp", getenv, {"GFD_NO_TIMESTAMP"})); !st)
+    if (auto st = set_bool(s.no_timestamp, given("no_timestamp", setting(o.no_timestamp, "--no-timestamp", getenv, {"GFD_NO_TIMESTAMP"}))); !st)
         return std::unexpected(st.error());
-    if (auto st = set_bool(s.fail_on_init_error, setting(o.fail_on_init_error, "--fail-on-init-error", getenv,
-                                                         {"GFD_FAIL_ON_INIT_ERROR", "FAIL_ON_INIT_ERROR"}));
+    if (auto st = set_bool(s.fail_on_init_error, given("fail_on_init_error", setting(o.fail_on_init_error, "--fail-on-init-error", getenv,
+                                                         {"GFD_FAIL_ON_INIT_ERROR", "FAIL_ON_INIT_ERROR"})));
         !st)
         return std::unexpected(st.error());
-    if (auto st = set_bool(s.use_node_feature_api, setting(o.use_node_feature_api, "--use-node-feature-api", getenv,
-                                                           {"GFD_USE_NODE_FEATURE_API", "USE_NODE_FEATURE_API"}));
+    if (auto st = set_bool(s.use_node_feature_api, given("use_node_feature_api", setting(o.use_node_feature_api, "--use-node-feature-api", getenv,
+                                                           {"GFD_USE_NODE_FEATURE_API", "USE_NODE_FEATURE_API"})));
         !st)
         return std::unexpected(st.error());
-    if (auto v = setting(o.sleep_interval, "--sleep-interval", getenv, {"GFD_SLEEP_INTERVAL"}); v.value) {
+    if (auto v = given("sleep_interval", setting(o.sleep_interval, "--sleep-interval", getenv, {"GFD_SLEEP_INTERVAL"})); v.value) {
         auto i = parse_interval(*v.value);
         if (!i) return fail(Code::invalid_argument, "{}: {}", v.source, i.error().message);
         s.sleep_interval = *i;
     }
     s.machine_type_file = (std::filesystem::path(o.sysfs_root) / "class/dmi/id/product_name").string();
-    if (auto v = setting(o.machine_type_file, "--machine-type-file", getenv, {"GFD_MACHINE_TYPE_FILE"}); v.value)
+    if (auto v = given("machine_type_file", setting(o.machine_type_file, "--machine-type-file", getenv, {"GFD_MACHINE_TYPE_FILE"})); v.value)
         s.machine_type_file = *v.value;
     if (auto v = setting(o.mig_strategy, "--mig-strategy", getenv, {"GFD_MIG_STRATEGY", "MIG_STRATEGY"}); v.value) {
         auto m = labels::parse_mig_strategy(*v.value);
@@ -509,7 +534,7 @@ void follow_config_label(LabelsSettings& s, kube::Client* api, labels::Options& 
     }
     log::info("labels: config '{}' ({})", choice->name, choice->why);
     chosen = true;
-    s.config_file = choice->path;
+    s = std::move(next);  // the chosen file, and its GFD flags
     options = std::move(*loaded);
 }
 
@@ -522,15 +547,15 @@ int run_labels(const LabelsOptions& opts) {
         return 2;
     }
     LabelsSettings& s = *settings;
-    for (const auto& w : s.warnings) log::warn("labels: {}", w);
-    if (s.use_node_feature_api)
-        log::warn("labels: --use-node-feature-api: kgpu writes the NFD feature file {}; NFD's worker publishes it",
-                  s.output_file);
     auto options = load_label_options(s);
     if (!options) {
         std::cerr << "kgpu labels: " << options.error().message << "\n";
         return 2;
     }
+    for (const auto& w : s.warnings) log::warn("labels: {}", w);
+    if (s.use_node_feature_api)
+        log::warn("labels: --use-node-feature-api: kgpu writes the NFD feature file {}; NFD's worker publishes it",
+                  s.output_file);
     // With --oneshot only the flag counts, not the container's variable: a one-off
     // `kubectl exec ... kgpu labels --oneshot` must not replace the running labels' counts.
     if (!s.oneshot || opts.kube_api_status_file) kube::publish_status_file(opts.kube_api_status_file, "labels");

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -64,6 +65,10 @@ struct LabelsSettings {
     deviceplugin::ConfigSource config_source;
     kube::RateLimit kube_limit;                     // --kube-api-qps, --kube-api-burst (GFD's defaults 5, 10)
     std::vector<std::string> warnings;              // accepted settings kgpu does not use, and why
+    // The settings a flag or variable gave ("oneshot", "sleep_interval", ...): the config file's
+    // flags (flags.failOnInitError, flags.useNodeFeatureAPI, flags.gfd.*) apply to the others,
+    // as GFD's NewConfig has a set flag win over the file.
+    std::set<std::string> given;
 };
 
 void add_labels_command(CLI::App& app, LabelsOptions& opts);

@@ -703,6 +703,31 @@ TEST(LabelsCli, ConfigFileSharingAndFlagPrecedence) {
     EXPECT_EQ(l["nvidia.com/gpu.product"], "NVIDIA-A100-SXM4-80GB-SHARED");
 }
 
+// GFD takes its own settings from the shared config file too (flags.failOnInitError,
+// flags.gfd.*), under what a flag or variable gives: a GFD ConfigMap keeps working.
+TEST(LabelsCli, ConfigFileGfdFlagsApplyUnderFlagsAndVariables) {
+    TempDir dir;
+    const std::string out = dir.path() + "/from-file";
+    const std::string cfg = dir.write("gfd.yaml", "version: v1\nflags:\n  failOnInitError: false\n  gfd:\n"
+                                                  "    oneshot: true\n    noTimestamp: true\n    outputFile: " +
+                                                      out + "\n");
+    // oneshot from the file: the process labels once and exits, into the file's output file,
+    // without a timestamp; NVML failing is not fatal (failOnInitError: false).
+    ChildProcess once({KGPU_BINARY, "labels", "--nvml-library", "/nonexistent/libnvidia-ml.so.1", "--sysfs-root",
+                       sysfs_root("t4x4"), "--config-file", cfg});
+    ASSERT_EQ(once.wait(20000), 0) << once.err();
+    auto l = parse(slurp(out));
+    EXPECT_EQ(l["nvidia.com/gpu.present"], "true");
+    EXPECT_FALSE(l.contains("nvidia.com/gfd.timestamp"));
+    // A flag or a variable wins over the file.
+    auto flag = run_process({KGPU_BINARY, "labels", "-o", "-", "--fail-on-init-error=true", "--nvml-library",
+                             "/nonexistent/libnvidia-ml.so.1", "--sysfs-root", sysfs_root("t4x4"), "--config-file", cfg});
+    EXPECT_EQ(flag.exit_code, 1) << flag.err;
+    auto env = labels("t4x4", {"--config-file", cfg, "--oneshot"}, {{"GFD_OUTPUT_FILE", "-"}, {"GFD_NO_TIMESTAMP", "false"}});
+    ASSERT_EQ(env.exit_code, 0) << env.err;
+    EXPECT_TRUE(parse(env.out).contains("nvidia.com/gfd.timestamp")) << env.out;
+}
+
 // A per-resource rename is dropped by GFD v0.14-v0.20 (DisableResourceNamingInConfig), so the
 // product keeps "-SHARED"; with kgpu's opt-in the plugin serves the new name and the suffix goes.
 TEST(LabelsCli, SharingRenameFollowsTheDevicePluginsOptIn) {
