@@ -183,19 +183,24 @@ void HealthMonitor::on_xid(size_t i, unsigned xid, unsigned gi, unsigned ci) {
     }
     // An instance-specific XID (not 79: the whole GPU fell off the bus) marks the matching MIG
     // devices only.
+    bool marked = false;
     if (gi != nvml::kNoInstance && xid != 79) {
-        bool any = false;
         for (auto& m : g.migs) {
             if (m.gi != gi || (ci != nvml::kNoInstance && m.ci != ci)) continue;
-            any = true;
+            marked = true;
             set_unhealthy(m.state, bad, fmt::format("{} on GPU instance {} compute instance {}", reason, gi, m.ci));
         }
-        if (any) return;
-        log::warn("{}: {} names GPU instance {} compute instance {}, which no advertised MIG device has: marking the "
-                  "whole GPU",
-                  g.state.label, what, gi, ci == nvml::kNoInstance ? std::string("(any)") : std::to_string(ci));
+        if (!marked)
+            log::warn("{}: {} names GPU instance {} compute instance {}, which no advertised MIG device has: marking "
+                      "the whole GPU",
+                      g.state.label, what, gi, ci == nvml::kNoInstance ? std::string("(any)") : std::to_string(ci));
     }
-    set_unhealthy(g.state, bad, std::move(reason));
+    if (!marked) set_unhealthy(g.state, bad, std::move(reason));
+    // What a reset has to clear (remapped rows, a recovery action) is read now, with the XID, not
+    // at the next probe: a reset done before that probe (within the probe interval, or a probe
+    // late on a busy node) would otherwise leave nothing seen pending, and the device would wait
+    // for a reset that already happened.
+    if (bad == Bad::reset) probe(i);
 }
 
 void HealthMonitor::maybe_recover(State& s, std::chrono::steady_clock::time_point now) {

@@ -64,4 +64,37 @@ TEST(HealthMonitor, ProbesOnTheSlowTimerWhileEverythingIsHealthyAndFastWhileSome
     ::unsetenv("KGPU_SIM_EVENTS");
 }
 
+// A reset right after a reset-class XID, before the next probe, still counts: the pending state
+// the XID left is read when the XID arrives. (KubeE2E.XidHealth once failed this way: a reset
+// ~0.5 s after XID 48 on a busy machine, no probe in between, and the GPU stayed Unhealthy.)
+TEST(HealthMonitor, AResetBeforeTheNextProbeStillCounts) {
+    kgpu::test::TempDir dir;
+    const std::string events = dir.path() + "/events";
+    std::ofstream(events).flush();
+    ::setenv("KGPU_SIM_NODE", (std::string(KGPU_SOURCE_DIR) + "/sim/nodes/t4x4.yaml").c_str(), 1);
+    ::setenv("KGPU_SIM_EVENTS", events.c_str(), 1);
+    auto lib = kgpu::nvml::Library::load({KGPU_SIM_LIBRARY, "/"});
+    ASSERT_TRUE(lib) << lib.error().message;
+    auto session = kgpu::nvml::Session::open(*lib);
+    ASSERT_TRUE(session) << session.error().message;
+    auto node = kgpu::inventory::discover(*session, {"/nonexistent-sysfs", false});
+    ASSERT_TRUE(node) << node.error().message;
+
+    std::atomic<int> unhealthy{-1};
+    auto on_change = [&](const std::vector<GpuHealth>& h) {
+        int n = 0;
+        for (const auto& g : h) n += g.healthy ? 0 : 1;
+        unhealthy = n;
+    };
+    // The first probe after start() comes 2 s later: the XID and the reset both land before it.
+    HealthMonitor monitor(*session, *node, HealthConfig{}, on_change, 2s, {}, 1h);
+    monitor.start();
+    std::ofstream(events, std::ios::app) << "xid 1 48\n";  // double-bit ECC: remapped rows pending
+    ASSERT_TRUE(eventually([&] { return unhealthy == 1; })) << "the XID event";
+    std::ofstream(events, std::ios::app) << "restore 1\n";  // the reset: nothing pending any more
+    EXPECT_TRUE(eventually([&] { return unhealthy == 0; }, 10s)) << "the reset went unseen";
+    monitor.stop();
+    ::unsetenv("KGPU_SIM_EVENTS");
+}
+
 }  // namespace
