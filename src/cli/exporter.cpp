@@ -20,41 +20,93 @@
 
 namespace kgpu::cli {
 
+namespace {
+
+using exporter::ExporterOptions;
+
+// The numeric flags: a whole number from 1 to `max`, in the unit the typed option's getter and
+// setter convert (dcgm-exporter's --collect-interval is milliseconds, the HTTP timeouts seconds).
+struct NumberFlag {
+    const char* names;
+    const char* env;  // nullptr: none
+    const char* help;
+    long max;
+    const char* what;  // "expected <what> between 1 and <max>"
+    long (*get)(const ExporterOptions&);
+    void (*set)(ExporterOptions&, long);
+};
+
+constexpr NumberFlag kNumberFlags[] = {
+    {"-c,--collect-interval", "DCGM_EXPORTER_INTERVAL", "Collection interval in milliseconds", 24L * 3600 * 1000,
+     "a number of milliseconds", [](const ExporterOptions& o) -> long { return o.collector.interval.count(); },
+     [](ExporterOptions& o, long v) { o.collector.interval = std::chrono::milliseconds(v); }},
+    {"--http-idle-timeout", nullptr, "Seconds before an idle HTTP connection is closed", 3600, "a number of seconds",
+     [](const ExporterOptions& o) -> long {
+         return std::chrono::duration_cast<std::chrono::seconds>(o.http.idle_timeout).count();
+     },
+     [](ExporterOptions& o, long v) { o.http.idle_timeout = std::chrono::seconds(v); }},
+    {"--http-request-timeout", nullptr,
+     "Seconds a client has to send a whole request head (from its first byte), and to take the answer", 3600,
+     "a number of seconds",
+     [](const ExporterOptions& o) -> long {
+         return std::chrono::duration_cast<std::chrono::seconds>(o.http.request_timeout).count();
+     },
+     [](ExporterOptions& o, long v) { o.http.request_timeout = std::chrono::seconds(v); }},
+    {"--http-max-connections", nullptr,
+     "Open HTTP connections; at the limit the oldest idle or slowest one makes room for a new one", 1000000, "a number",
+     [](const ExporterOptions& o) -> long { return o.http.connection_limit; },
+     [](ExporterOptions& o, long v) { o.http.connection_limit = static_cast<unsigned>(v); }},
+    {"--http-max-connections-per-client", nullptr,
+     "Open HTTP connections per client address (IPv6: per /64); beyond it the client's own oldest closes", 1000000,
+     "a number", [](const ExporterOptions& o) -> long { return o.http.peer_connection_limit; },
+     [](ExporterOptions& o, long v) { o.http.peer_connection_limit = static_cast<unsigned>(v); }},
+    {"--max-pods-per-gpu", "KGPU_EXPORTER_MAX_PODS_PER_GPU",
+     "With --kubernetes: containers that get series per GPU; more are counted in kgpu_exporter_pods_over_limit",
+     100000, "a number", [](const ExporterOptions& o) -> long { return o.collector.pod_resources.max_pods_per_gpu; },
+     [](ExporterOptions& o, long v) { o.collector.pod_resources.max_pods_per_gpu = static_cast<unsigned>(v); }},
+};
+
+// "--collect-interval" of "-c,--collect-interval".
+std::string_view long_name(std::string_view names) {
+    const auto at = names.find("--");
+    return names.substr(at, names.find(',', at) - at);
+}
+
+}  // namespace
+
 CLI::App* add_exporter_command(CLI::App& app, ExporterFlags& f) {
     auto* cmd = app.add_subcommand("exporter", "Serve GPU metrics for Prometheus (dcgm-exporter names, pod labels)");
-    cmd->add_option("-a,--address", f.address, "Listen address: host:port, :port or [ipv6]:port; port 0 picks one")
+    exporter::CollectorOptions& c = f.options.collector;
+    cmd->add_option("-a,--address", f.options.http.address, "Listen address: host:port, :port or [ipv6]:port; port 0 picks one")
         ->envname("DCGM_EXPORTER_LISTEN")
         ->capture_default_str();
-    cmd->add_option("-c,--collect-interval", f.collect_interval, "Collection interval in milliseconds")
-        ->envname("DCGM_EXPORTER_INTERVAL")
-        ->capture_default_str();
-    cmd->add_flag("-k,--kubernetes", f.kubernetes, "Add pod, namespace and container labels (PodResources + CRI)")
+    cmd->add_flag("-k,--kubernetes", c.kubernetes, "Add pod, namespace and container labels (PodResources + CRI)")
         ->envname("DCGM_EXPORTER_KUBERNETES");
-    cmd->add_option("--pod-resources-kubelet-socket", f.pod_resources_socket, "The kubelet's PodResources socket")
+    cmd->add_option("--pod-resources-kubelet-socket", c.pod_resources.socket, "The kubelet's PodResources socket")
         ->envname("DCGM_POD_RESOURCES_KUBELET_SOCKET")
         ->capture_default_str();
     cmd->add_flag("-n,--no-hostname", f.no_hostname, "Leave the Hostname label out")->envname("DCGM_EXPORTER_NO_HOSTNAME");
-    cmd->add_option("--hostname-label", f.hostname_label,
+    cmd->add_option("--hostname-label", c.hostname_label,
                     "Name of the host label: Hostname (dcgm-exporter 3.x) or hostname (newer)")
         ->envname("KGPU_EXPORTER_HOSTNAME_LABEL")
         ->capture_default_str();
-    cmd->add_option("--proc-root", f.proc_root, "Where the host's /proc is (for GPU processes' cgroups)")
+    cmd->add_option("--proc-root", c.proc_root, "Where the host's /proc is (for GPU processes' cgroups)")
         ->envname("KGPU_PROC_ROOT")
         ->capture_default_str();
-    cmd->add_option("--mps-root", f.mps_root,
+    cmd->add_option("--mps-root", c.mps_root,
                     "Where kgpu mps-control-daemon keeps the MPS daemons' status (kgpu_mps_* metrics; \"\": none)")
         ->envname("MPS_ROOT")
         ->capture_default_str();
-    cmd->add_option("--kube-api-status-dir", f.kube_api_status_dir,
+    cmd->add_option("--kube-api-status-dir", c.kube_api_status_dir,
                     "Where kgpu device-plugin, labels and config-manager keep their Kubernetes API counts "
                     "(--kube-api-status-file; kgpu_kube_api_*, kgpu_node_events_total; \"\": none)")
         ->envname("KGPU_KUBE_API_STATUS_DIR")
         ->capture_default_str();
-    cmd->add_option("--container-runtime-endpoint", f.container_runtime_endpoint,
+    cmd->add_option("--container-runtime-endpoint", c.cri_endpoint,
                     "CRI socket that names the pod of a container ID")
         ->envname("CONTAINER_RUNTIME_ENDPOINT")
         ->capture_default_str();
-    cmd->add_option("--resource-name,--nvidia-resource-names", f.resource_names,
+    cmd->add_option("--resource-name,--nvidia-resource-names", c.pod_resources.extra_resources,
                     "Extra resource names whose devices are GPUs (repeat or comma list), e.g. nvidia.com/a100")
         ->envname("NVIDIA_RESOURCE_NAMES")
         ->delimiter(',');
@@ -69,40 +121,33 @@ CLI::App* add_exporter_command(CLI::App& app, ExporterFlags& f) {
                     "ConfigMap and use -f); 'none' for none")
         ->envname("DCGM_EXPORTER_CONFIGMAP_DATA")
         ->capture_default_str();
-    cmd->add_flag("--replace-blanks-in-model-name,--rbmn", f.replace_blanks_in_model_name,
+    cmd->add_flag("--replace-blanks-in-model-name,--rbmn", c.replace_blanks_in_model_name,
                   "Replace the blanks in the modelName label with '-' (NVIDIA-H100-80GB-HBM3)")
         ->envname("DCGM_EXPORTER_REPLACE_BLANKS_IN_MODEL_NAME");
-    cmd->add_flag("--kubernetes-virtual-gpus", f.kubernetes_virtual_gpus,
+    cmd->add_flag("--kubernetes-virtual-gpus", c.kubernetes_virtual_gpus,
                   "With --kubernetes: a shared GPU gets one series per pod (with vgpu), and per-pod GPU_UTIL and "
                   "FB_USED from its processes")
         ->envname("KUBERNETES_VIRTUAL_GPUS");
-    cmd->add_flag("--kubernetes-enable-pod-uid", f.kubernetes_enable_pod_uid,
+    cmd->add_flag("--kubernetes-enable-pod-uid", c.kubernetes_pod_uid,
                   "With --kubernetes: add the pod_uid label (from the CRI runtime)")
         ->envname("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID");
-    cmd->add_flag("--kubernetes-enable-pod-labels", f.kubernetes_enable_pod_labels,
+    cmd->add_flag("--kubernetes-enable-pod-labels", c.kubernetes_pod_labels,
                   "With --kubernetes: add the pod's labels (from the CRI runtime's pod sandbox)")
         ->envname("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS");
-    cmd->add_option("--http-idle-timeout", f.http_idle_timeout, "Seconds before an idle HTTP connection is closed")
-        ->capture_default_str();
-    cmd->add_option("--http-request-timeout", f.http_request_timeout,
-                    "Seconds a client has to send a whole request head (from its first byte), and to take the answer")
-        ->capture_default_str();
-    cmd->add_option("--http-max-connections", f.http_max_connections,
-                    "Open HTTP connections; at the limit the oldest idle or slowest one makes room for a new one")
-        ->capture_default_str();
-    cmd->add_option("--http-max-connections-per-client", f.http_max_connections_per_client,
-                    "Open HTTP connections per client address (IPv6: per /64); beyond it the client's own oldest closes")
-        ->capture_default_str();
-    cmd->add_option("--web-config-file", f.web_config_file,
+    cmd->add_option("--web-config-file", f.options.http.web_config_file,
                     "TLS and basic auth: a web config file in Prometheus exporter-toolkit format (as dcgm-exporter)")
         ->envname("DCGM_EXPORTER_WEB_CONFIG_FILE");
-    cmd->add_option("--max-pods-per-gpu", f.max_pods_per_gpu,
-                    "With --kubernetes: containers that get series per GPU; more are counted in "
-                    "kgpu_exporter_pods_over_limit")
-        ->envname("KGPU_EXPORTER_MAX_PODS_PER_GPU")
-        ->capture_default_str();
+    // The numeric flags, from their table (text checked by run_exporter; defaults from exporter/).
+    const exporter::ExporterOptions defaults;
+    f.numbers.resize(std::size(kNumberFlags));
+    for (size_t i = 0; i < std::size(kNumberFlags); ++i) {
+        const NumberFlag& n = kNumberFlags[i];
+        f.numbers[i] = std::to_string(n.get(defaults));
+        auto* opt = cmd->add_option(n.names, f.numbers[i], n.help)->capture_default_str();
+        if (n.env) opt->envname(n.env);
+    }
     // dcgm-exporter's other flags (pkg/cmd/app.go of 4.5.3-4.8.2), with its aliases and env vars.
-    cmd->add_option("--kubernetes-pod-label-allowlist-regex", f.pod_label_allowlist,
+    cmd->add_option("--kubernetes-pod-label-allowlist-regex", c.pod_label_allowlist,
                     "With --kubernetes-enable-pod-labels: only pod labels whose name one of these regexes (RE2, "
                     "unanchored; repeat or comma list) matches; none: every label")
         ->envname("DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX")
@@ -299,7 +344,8 @@ int run_exporter(const ExporterFlags& f) {
     if (f.debug) log::set_level(log::Level::debug);
     log::debug("exporter: debug output is enabled");
 
-    exporter::ExporterOptions opts;
+    exporter::ExporterOptions opts = f.options;
+    const exporter::CollectorOptions& c = f.options.collector;
     auto devices = parse_devices(f.devices);
     if (!devices) return usage("--devices", devices.error().message);
     if (devices->kind == 'i' && devices->ids)
@@ -357,56 +403,32 @@ int run_exporter(const ExporterFlags& f) {
                 "DCGM's bind/unbind events; kgpu re-reads the node when a GPU is lost or answers again");
     if (f.enable_pprof) ignored("--enable-pprof", "", "Go's profiler; kgpu is not a Go program");
 
-    if (auto a = exporter::parse_listen_address(f.address); !a) return usage("--address", a.error().message);
-    opts.http.address = f.address;
-
-    long interval = 0;
-    if (!parse_positive(f.collect_interval, 24L * 3600 * 1000, interval))
-        return usage("--collect-interval",
-                     fmt::format("expected a number of milliseconds between 1 and 86400000, got '{}'", f.collect_interval));
-    opts.collector.interval = std::chrono::milliseconds(interval);
-
-    long idle = 0;
-    if (!parse_positive(f.http_idle_timeout, 3600, idle))
-        return usage("--http-idle-timeout",
-                     fmt::format("expected a number of seconds between 1 and 3600, got '{}'", f.http_idle_timeout));
-    opts.http.idle_timeout = std::chrono::seconds(idle);
-    long request = 0;
-    if (!parse_positive(f.http_request_timeout, 3600, request))
-        return usage("--http-request-timeout",
-                     fmt::format("expected a number of seconds between 1 and 3600, got '{}'", f.http_request_timeout));
-    opts.http.request_timeout = std::chrono::seconds(request);
-    long conns = 0, per_client = 0;
-    if (!parse_positive(f.http_max_connections, 1000000, conns))
-        return usage("--http-max-connections",
-                     fmt::format("expected a number between 1 and 1000000, got '{}'", f.http_max_connections));
-    if (!parse_positive(f.http_max_connections_per_client, 1000000, per_client))
-        return usage("--http-max-connections-per-client",
-                     fmt::format("expected a number between 1 and 1000000, got '{}'", f.http_max_connections_per_client));
-    opts.http.connection_limit = static_cast<unsigned>(conns);
-    opts.http.peer_connection_limit = static_cast<unsigned>(per_client);
-    opts.http.web_config_file = f.web_config_file;
-    if (!f.web_config_file.empty()) {
-        if (auto s = exporter::check_web_config(f.web_config_file); !s) return usage("--web-config-file", s.error().message);
+    if (auto a = exporter::parse_listen_address(opts.http.address); !a) return usage("--address", a.error().message);
+    for (size_t i = 0; i < std::size(kNumberFlags); ++i) {
+        const NumberFlag& n = kNumberFlags[i];
+        const std::string& text = i < f.numbers.size() ? f.numbers[i] : std::string();
+        long value = 0;
+        if (!parse_positive(text, n.max, value))
+            return usage(long_name(n.names), fmt::format("expected {} between 1 and {}, got '{}'", n.what, n.max, text));
+        n.set(opts, value);
     }
-    long pods = 0;
-    if (!parse_positive(f.max_pods_per_gpu, 100000, pods))
-        return usage("--max-pods-per-gpu", fmt::format("expected a number between 1 and 100000, got '{}'", f.max_pods_per_gpu));
-    opts.collector.pod_resources.max_pods_per_gpu = static_cast<unsigned>(pods);
+    if (!opts.http.web_config_file.empty()) {
+        if (auto s = exporter::check_web_config(opts.http.web_config_file); !s)
+            return usage("--web-config-file", s.error().message);
+    }
 
-    if (f.hostname_label != "Hostname" && f.hostname_label != "hostname")
-        return usage("--hostname-label", fmt::format("expected Hostname or hostname, got '{}'", f.hostname_label));
-    opts.collector.hostname_label = f.hostname_label;
+    if (c.hostname_label != "Hostname" && c.hostname_label != "hostname")
+        return usage("--hostname-label", fmt::format("expected Hostname or hostname, got '{}'", c.hostname_label));
     if (!f.no_hostname) opts.collector.hostname = host_name();
 
     if (!f.kubernetes_gpu_id_type.empty() && f.kubernetes_gpu_id_type != "uid" &&
         f.kubernetes_gpu_id_type != "device-name")
         return usage("--kubernetes-gpu-id-type",
                      fmt::format("expected uid or device-name, got '{}'", f.kubernetes_gpu_id_type));
-    if (f.pod_resources_socket.empty()) return usage("--pod-resources-kubelet-socket", "expected a socket path");
-    if (f.proc_root.empty()) return usage("--proc-root", "expected a directory");
-    if (f.container_runtime_endpoint.empty()) return usage("--container-runtime-endpoint", "expected a socket");
-    for (const auto& r : f.resource_names)
+    if (c.pod_resources.socket.empty()) return usage("--pod-resources-kubelet-socket", "expected a socket path");
+    if (c.proc_root.empty()) return usage("--proc-root", "expected a directory");
+    if (c.cri_endpoint.empty()) return usage("--container-runtime-endpoint", "expected a socket");
+    for (const auto& r : c.pod_resources.extra_resources)
         if (r.find('/') == std::string::npos)
             return usage("--resource-name", fmt::format("expected a resource name like nvidia.com/a100, got '{}'", r));
 
@@ -430,24 +452,12 @@ int run_exporter(const ExporterFlags& f) {
         if (!sel) return usage("--collectors", sel.error().message);
         opts.collector.counters = std::move(*sel);
     }
-    if (!f.pod_label_allowlist.empty() && !f.kubernetes_enable_pod_labels)
+    if (!c.pod_label_allowlist.empty() && !c.kubernetes_pod_labels)
         log::warn("exporter: --kubernetes-pod-label-allowlist-regex has no effect without --kubernetes-enable-pod-labels");
-    if (!f.kubernetes && (f.kubernetes_virtual_gpus || f.kubernetes_enable_pod_uid || f.kubernetes_enable_pod_labels))
+    if (!c.kubernetes && (c.kubernetes_virtual_gpus || c.kubernetes_pod_uid || c.kubernetes_pod_labels))
         log::warn("exporter: --kubernetes-virtual-gpus, --kubernetes-enable-pod-uid and --kubernetes-enable-pod-labels "
                   "have no effect without --kubernetes");
-    opts.collector.replace_blanks_in_model_name = f.replace_blanks_in_model_name;
-    opts.collector.kubernetes_virtual_gpus = f.kubernetes_virtual_gpus;
-    opts.collector.kubernetes_pod_uid = f.kubernetes_enable_pod_uid;
-    opts.collector.kubernetes_pod_labels = f.kubernetes_enable_pod_labels;
-    opts.collector.pod_label_allowlist = f.pod_label_allowlist;
     if (f.use_old_namespace) opts.collector.uuid_label = "uuid";
-    opts.collector.kubernetes = f.kubernetes;
-    opts.collector.pod_resources.socket = f.pod_resources_socket;
-    opts.collector.pod_resources.extra_resources = f.resource_names;
-    opts.collector.proc_root = f.proc_root;
-    opts.collector.mps_root = f.mps_root;
-    opts.collector.kube_api_status_dir = f.kube_api_status_dir;
-    opts.collector.cri_endpoint = f.container_runtime_endpoint;
     return exporter::run_exporter(opts, [&] { return open_nvml(f.nvml); });
 }
 

@@ -19,37 +19,23 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/nvml_options.h"
+#include "exporter/exporter.h"
 
 namespace kgpu::cli {
 
-// Raw flag text; validated in run_exporter so every error names its flag.
+// The exporter's flags. String, boolean and list flags are read straight into `options` (what
+// run_exporter hands exporter/), so their defaults are declared once, there; numeric flags are
+// kept as text (checked by run_exporter, each naming its flag) with the typed option's default.
 struct ExporterFlags {
-    std::string address = ":9400";
-    std::string collect_interval = "30000";
-    bool kubernetes = false;
-    std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
+    exporter::ExporterOptions options;
+    // The numeric flags' text, one per row of the table in exporter.cpp (--collect-interval,
+    // --http-idle-timeout, ...), set to the defaults when the command is added.
+    std::vector<std::string> numbers;
     bool no_hostname = false;
-    std::string hostname_label = "Hostname";
-    std::string proc_root = "/proc";
-    std::string mps_root = "/run/nvidia/mps";  // --mps-root, MPS_ROOT: kgpu_mps_* from its status files
-    std::string kube_api_status_dir;           // --kube-api-status-dir: kgpu_kube_api_* from its status files
-    std::string container_runtime_endpoint = "unix:///run/containerd/containerd.sock";
-    std::vector<std::string> resource_names;
     std::string kubernetes_gpu_id_type;  // accepted for dcgm-exporter compatibility
     std::string collectors;              // dcgm-exporter's counters CSV; empty: every metric
     std::string configmap_data = "none";  // dcgm-exporter's -m NAMESPACE:NAME: not read (a warning says why)
-    bool replace_blanks_in_model_name = false;
-    bool kubernetes_virtual_gpus = false;
-    bool kubernetes_enable_pod_uid = false;
-    bool kubernetes_enable_pod_labels = false;
-    std::string http_idle_timeout = "10";
-    std::string http_request_timeout = "10";
-    std::string http_max_connections = "1000";
-    std::string http_max_connections_per_client = "256";
-    std::string web_config_file;          // exporter-toolkit web config: TLS, basic auth
-    std::string max_pods_per_gpu = "64";  // containers attributed per GPU (--kubernetes)
     // dcgm-exporter's, acted on.
-    std::vector<std::string> pod_label_allowlist;  // RE2 patterns for pod label names
     bool debug = false;                            // log level debug
     std::string log_format = "text";               // text or json (log/slog's JSON keys)
     std::string devices = "f";                     // f, g, g:<ids>, i (i:<ids> is refused)
