@@ -55,6 +55,14 @@ public:
     using Base::Base;
     Result(const Base& b) : Base(b) {}
     Result(Base&& b) : Base(std::move(b)) {}
+    // A Result of another type does not convert: std::expected's value constructor would take it
+    // as a value (Result<bool> from a Result<int> would hold has_value(), not an error).
+    template <class U>
+        requires(!std::is_same_v<U, T>)
+    Result(const Result<U>&) = delete;
+    template <class U>
+        requires(!std::is_same_v<U, T>)
+    Result(Result<U>&&) = delete;
 
     // Against a value or an unexpected: std::expected's own comparison, taken exactly (through the
     // base class it would tie with the reversed form, which clang rejects as ambiguous).
