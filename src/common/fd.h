@@ -1,7 +1,6 @@
 // An owned file descriptor: closed when its owner goes, whichever way the owner's function ends
 // (the hooks' RootDir, process::run's pipes, the plugin's and the exporter's signalfd and eventfds,
-// the HTTP clients' sockets). exporter/http.cpp's Socket and toolkit/dbus.cpp's Conn still close
-// their own: not yet moved to it.
+// the HTTP clients' and the exporter's listening sockets, the D-Bus connection).
 #pragma once
 
 #include <unistd.h>

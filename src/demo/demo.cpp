@@ -912,11 +912,7 @@ int Demo::run_steps() {
     // SIGINT/SIGTERM/SIGHUP (a closed terminal) are read from a signalfd, blocked before any
     // thread exists so every thread (gRPC's included) inherits the mask; children get an empty
     // mask back (process.cpp).
-    sigset_t mask;
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGINT);
-    sigaddset(&mask, SIGTERM);
-    sigaddset(&mask, SIGHUP);
+    const sigset_t mask = process::signal_set({SIGINT, SIGTERM, SIGHUP});
     ::pthread_sigmask(SIG_BLOCK, &mask, &old_mask_);
     struct sigaction ign {};
     ign.sa_handler = SIG_IGN;

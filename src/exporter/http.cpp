@@ -40,7 +40,9 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "common/fd.h"
 #include "common/log.h"
+#include "common/process.h"
 #include "common/strings.h"
 #include "exporter/http_parse.h"
 #include "exporter/tls.h"
@@ -97,14 +99,6 @@ constexpr std::size_t kTurnBytes = 64 * 1024;
 constexpr std::uint64_t kListenId = 1, kWakeId = 2, kFirstConnId = 16;
 constexpr auto kLogAgainAfter = std::chrono::seconds(60);
 
-struct Socket {
-    int fd = -1;
-    ~Socket() {
-        if (fd >= 0) ::close(fd);
-    }
-    int release() { return std::exchange(fd, -1); }
-};
-
 std::string numeric(const sockaddr_storage& ss) {
     char host[INET6_ADDRSTRLEN] = {};
     if (ss.ss_family == AF_INET6) {
@@ -141,17 +135,16 @@ std::pair<std::string, std::string> peer_of(const sockaddr_storage& ss) {
 }
 
 Result<int> bind_one(const sockaddr* addr, socklen_t len, int family, unsigned backlog, bool dual_stack) {
-    Socket s;
-    s.fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (s.fd < 0) return fail(Code::io, "socket: {}", std::strerror(errno));
+    Fd s(::socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!s) return fail(Code::io, "socket: {}", std::strerror(errno));
     int one = 1;
-    ::setsockopt(s.fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    ::setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (family == AF_INET6) {
         int v6only = dual_stack ? 0 : 1;
-        ::setsockopt(s.fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof v6only);
+        ::setsockopt(s.get(), IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof v6only);
     }
-    if (::bind(s.fd, addr, len) != 0) return fail(Code::io, "bind: {}", std::strerror(errno));
-    if (::listen(s.fd, static_cast<int>(backlog)) != 0) return fail(Code::io, "listen: {}", std::strerror(errno));
+    if (::bind(s.get(), addr, len) != 0) return fail(Code::io, "bind: {}", std::strerror(errno));
+    if (::listen(s.get(), static_cast<int>(backlog)) != 0) return fail(Code::io, "listen: {}", std::strerror(errno));
     return s.release();
 }
 
@@ -1086,12 +1079,9 @@ struct HttpServer::Impl {
     // ---- the loop ------------------------------------------------------------------------------
 
     void run() {
-        // OpenSSL writes with write(2), which raises SIGPIPE when a client has gone: keep it
-        // pending on this thread (write then fails with EPIPE) instead of killing the process.
-        sigset_t pipe;
-        sigemptyset(&pipe);
-        sigaddset(&pipe, SIGPIPE);
-        pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+        // OpenSSL writes with write(2), which raises SIGPIPE when a client has gone: blocked on
+        // this thread, such a write fails with EPIPE instead of killing the process.
+        const process::SigpipeBlocked no_sigpipe;
         std::vector<epoll_event> events(256);
         while (!stopping) {
             int timeout_ms = 1000;

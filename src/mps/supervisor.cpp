@@ -14,8 +14,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/fd.h"
 #include "common/files.h"
 #include "common/log.h"
+#include "common/process.h"
 
 namespace kgpu::mps {
 
@@ -332,19 +334,13 @@ std::vector<DaemonStatus> read_statuses(const Root& root, std::vector<std::strin
 }
 
 Result<bool> run(Supervisor& supervisor, std::chrono::milliseconds watch_interval, const std::function<bool()>& reload_ok) {
-    sigset_t set;
-    sigemptyset(&set);
-    for (int sig : {SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGCHLD}) sigaddset(&set, sig);
-    if (::pthread_sigmask(SIG_BLOCK, &set, nullptr) != 0) return fail(Code::internal, "blocking signals failed");
-    int sfd = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (sfd < 0) return fail(Code::io, "signalfd: {}", std::strerror(errno));
-    if (auto st = supervisor.start(); !st) {
-        ::close(sfd);
-        return std::unexpected(st.error());
-    }
+    const sigset_t set = process::block_signals({SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGCHLD});
+    const Fd sfd(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
+    if (!sfd) return fail(Code::io, "signalfd: {}", std::strerror(errno));
+    if (auto st = supervisor.start(); !st) return std::unexpected(st.error());
     bool reload = false;
     for (;;) {
-        pollfd p{sfd, POLLIN, 0};
+        pollfd p{sfd.get(), POLLIN, 0};
         int r = ::poll(&p, 1, static_cast<int>(watch_interval.count()));
         if (r < 0 && errno != EINTR) {
             log::error("MPS: poll: {}", std::strerror(errno));
@@ -353,7 +349,7 @@ Result<bool> run(Supervisor& supervisor, std::chrono::milliseconds watch_interva
         bool quit = false;
         if (r > 0) {
             signalfd_siginfo si{};
-            while (::read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+            while (::read(sfd.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
                 if (si.ssi_signo == SIGCHLD) continue;
                 if (si.ssi_signo == SIGHUP && reload_ok && !reload_ok()) {
                     log::error("MPS: received signal {}: the new configuration is not valid; the daemons keep running on the "
@@ -371,7 +367,6 @@ Result<bool> run(Supervisor& supervisor, std::chrono::milliseconds watch_interva
         supervisor.tick();
     }
     supervisor.stop();
-    ::close(sfd);
     return reload;
 }
 

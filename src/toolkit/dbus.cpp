@@ -11,6 +11,8 @@
 
 #include <fmt/format.h>
 
+#include "common/fd.h"
+
 namespace kgpu::toolkit {
 
 namespace {
@@ -98,23 +100,20 @@ std::string first_string(const Reply& r) {
 
 class Conn {
 public:
-    ~Conn() {
-        if (fd_ >= 0) ::close(fd_);
-    }
     Status connect(const std::string& path) {
-        fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         sockaddr_un a{};
         a.sun_family = AF_UNIX;
         if (path.size() >= sizeof a.sun_path) return fail(Code::invalid_argument, "D-Bus socket path too long: {}", path);
         std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
-        if (fd_ < 0 || ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
+        fd_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+        if (!fd_ || ::connect(fd_.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
             return fail(errno == ENOENT ? Code::not_found : Code::unavailable, "D-Bus: cannot connect to {}: {}", path,
                         std::strerror(errno));
         return {};
     }
     Status send(std::string_view data) {
         while (!data.empty()) {
-            ssize_t n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+            ssize_t n = ::send(fd_.get(), data.data(), data.size(), MSG_NOSIGNAL);
             if (n < 0 && errno == EINTR) continue;
             if (n <= 0) return fail(Code::io, "D-Bus: write: {}", std::strerror(errno));
             data.remove_prefix(static_cast<size_t>(n));
@@ -125,10 +124,10 @@ public:
     Status fill(size_t need, std::chrono::steady_clock::time_point deadline) {
         while (buf_.size() < need) {
             const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
-            pollfd p{fd_, POLLIN, 0};
+            pollfd p{fd_.get(), POLLIN, 0};
             if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) return fail(Code::timeout, "D-Bus: no answer");
             char tmp[4096];
-            ssize_t n = ::recv(fd_, tmp, sizeof tmp, 0);
+            ssize_t n = ::recv(fd_.get(), tmp, sizeof tmp, 0);
             if (n < 0 && errno == EINTR) continue;
             if (n <= 0) return fail(Code::unavailable, "D-Bus: the bus closed the connection");
             buf_.append(tmp, static_cast<size_t>(n));
@@ -156,7 +155,7 @@ public:
     }
 
 private:
-    int fd_ = -1;
+    Fd fd_;
     std::string buf_;
 };
 

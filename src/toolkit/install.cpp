@@ -19,6 +19,7 @@
 #include <gnu/libc-version.h>
 
 #include "common/elf.h"
+#include "common/fd.h"
 #include "common/files.h"
 #include "common/process.h"
 #include "runtime/containerd.h"
@@ -288,20 +289,16 @@ std::optional<double> wait_for_new_server(const std::string& socket, const Socke
 }
 
 Result<int> socket_owner(const std::string& socket) {
-    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_un a{};
     a.sun_family = AF_UNIX;
     if (socket.size() >= sizeof a.sun_path) return fail(Code::invalid_argument, "socket path too long: {}", socket);
     std::memcpy(a.sun_path, socket.c_str(), socket.size() + 1);
-    if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-        int e = errno;
-        if (fd >= 0) ::close(fd);
-        return fail(Code::unavailable, "cannot connect to {} to find containerd: {}", socket, std::strerror(e));
-    }
+    Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd || ::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
+        return fail(Code::unavailable, "cannot connect to {} to find containerd: {}", socket, std::strerror(errno));
     ucred cred{};
     socklen_t len = sizeof cred;
-    int rc = ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len);
-    ::close(fd);
+    const int rc = ::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len);
     if (rc != 0 || cred.pid <= 0)
         return fail(Code::unavailable, "{}: the serving process is not visible from here (run with the host's PID namespace)",
                     socket);
