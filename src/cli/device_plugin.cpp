@@ -17,15 +17,17 @@ namespace kgpu::cli {
 
 namespace dp = kgpu::deviceplugin;
 
-void add_setting_flags(CLI::App& cmd, dp::OptionText& text, std::initializer_list<std::string_view> only) {
+void add_setting_flags(CLI::App& cmd, dp::OptionText& text, std::string_view taker) {
     const dp::Config defaults;
     dp::for_each_option([&](const dp::OptionNames& names, auto codec, auto field, auto, auto text_field, auto) {
         using Codec = decltype(codec);
-        if (names.flags.empty()) return;
-        if (only.size() != 0 && std::find(only.begin(), only.end(), names.field) == only.end()) return;
-        constexpr bool boolean = std::is_same_v<typename Codec::type, bool>;
+        using Type = typename Codec::type;
+        if (names.flags.empty() || !names.taken_by(taker)) return;
+        constexpr bool boolean = std::is_same_v<Type, bool> || std::is_same_v<Type, std::optional<bool>>;
+        std::string shown_default = dp::option::shown(defaults.*field);
+        if constexpr (std::is_same_v<Type, std::optional<bool>>) shown_default = "false";
         auto* opt = cmd.add_option(std::string(names.flags), text.*text_field,
-                                   dp::option_help(names, dp::option::shown(defaults.*field), boolean));
+                                   dp::option_help(names, shown_default, boolean, taker));
         if constexpr (Codec::list) opt->delimiter(',');
         if constexpr (boolean) opt->expected(0, 1)->default_str("true");
     });
@@ -33,7 +35,7 @@ void add_setting_flags(CLI::App& cmd, dp::OptionText& text, std::initializer_lis
 
 CLI::App* add_device_plugin_command(CLI::App& app, DevicePluginFlags& f) {
     auto* cmd = app.add_subcommand("device-plugin", "Serve nvidia.com/gpu to the kubelet (device plugin API v1beta1)");
-    add_setting_flags(*cmd, f.options);
+    add_setting_flags(*cmd, f.options, "plugin");
     cmd->add_option("--config-file", f.config_file, "YAML config (version: v1) [env CONFIG_FILE]");
     cmd->add_option("--health-recovery-period", f.health_recovery_period,
                     "Quiet period before a device recovers from a recoverable XID: 1s, 30s, 5m (default 5m)");

@@ -27,9 +27,9 @@ struct DevicePluginFlags {
 
 CLI::App* add_device_plugin_command(CLI::App& app, DevicePluginFlags& flags);
 
-// Registers the settings table's flags (deviceplugin/options.h) on `cmd`: every one that has a
-// flag, or those whose field `only` names (the MPS daemon takes --mig-strategy alone, as NVIDIA's).
-void add_setting_flags(CLI::App& cmd, deviceplugin::OptionText& text, std::initializer_list<std::string_view> only = {});
+// Registers the settings table's flags (deviceplugin/options.h) that `taker` takes on `cmd`:
+// plugin (kgpu device-plugin), gfd (kgpu labels) or mps (kgpu mps-control-daemon).
+void add_setting_flags(CLI::App& cmd, deviceplugin::OptionText& text, std::string_view taker);
 
 // Exit code: 0 clean stop (or --check-config ok), 1 runtime failure (NVML with
 // --fail-on-init-error=true), 2 bad flag, env var or config file.

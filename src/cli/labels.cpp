@@ -1,5 +1,7 @@
 #include "cli/labels.h"
 
+#include "cli/device_plugin.h"
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -51,27 +53,11 @@ void add_labels_command(CLI::App& app, LabelsOptions& opts) {
     cmd->add_option("--machine-type-file", opts.machine_type_file,
                     "File with the DMI product name for nvidia.com/gpu.machine "
                     "(default <sysfs-root>/class/dmi/id/product_name) [env GFD_MACHINE_TYPE_FILE]");
-    cmd->add_option("--mig-strategy", opts.mig_strategy,
-                    "none, single or mixed (default: the config file's, else none) [env GFD_MIG_STRATEGY, MIG_STRATEGY]");
-    cmd->add_option("--fail-on-init-error", opts.fail_on_init_error,
-                    "Exit 1 when NVML cannot start (true, default) or write the labels of a node without GPUs and "
-                    "retry (false) [env GFD_FAIL_ON_INIT_ERROR, FAIL_ON_INIT_ERROR]")
-        ->expected(0, 1)
-        ->default_str("true")
-        ->option_text("[=BOOL]");
+    // GFD's settings of the device plugin's config (--mig-strategy, --fail-on-init-error,
+    // --use-node-feature-api, --device-discovery-strategy, --driver-root-ctr-path): the settings table's.
+    add_setting_flags(*cmd, opts.options, "gfd");
     cmd->add_option("--config-file", opts.config_file,
-                    "The device plugin's config file (MIG strategy, sharing) [env GFD_CONFIG_FILE, CONFIG_FILE]");
-    cmd->add_option("--use-node-feature-api", opts.use_node_feature_api,
-                    "Accepted for GFD compatibility: kgpu always writes the feature file (true only logs a warning) "
-                    "[env GFD_USE_NODE_FEATURE_API, USE_NODE_FEATURE_API]")
-        ->expected(0, 1)
-        ->default_str("true")
-        ->option_text("[=BOOL]");
-    cmd->add_option("--device-discovery-strategy", opts.device_discovery_strategy,
-                    "auto or nvml (GFD's tegra and vfio are not supported) [env DEVICE_DISCOVERY_STRATEGY]");
-    cmd->add_option("--driver-root-ctr-path,--container-driver-root", opts.container_driver_root,
-                    "Accepted for GFD compatibility; kgpu reads the driver at --nvidia-driver-root (a warning says so "
-                    "when this differs) [env DRIVER_ROOT_CTR_PATH, CONTAINER_DRIVER_ROOT]");
+                    "The device plugin's config file (MIG strategy, sharing, GFD's flags) [env GFD_CONFIG_FILE, CONFIG_FILE]");
     cmd->add_option("--write-node-labels", opts.write_node_labels,
                     "Patch the labels onto this node's Node object through the API server (for clusters without "
                     "NFD); labels kgpu set earlier that no longer apply are removed, others are never touched. The "
@@ -211,11 +197,23 @@ labels::Sharing sharing_of(const dp::Config& c) {
     return s;
 }
 
-// GFD's settings in the config file's flags, for those no flag or variable gave. A file without
-// them leaves the settings as the flags and defaults made them.
+// GFD's settings in the config file's flags, for those no flag or variable gave; one the file
+// does not set is what the flags and defaults made it (as GFD builds its config afresh at each
+// load: a key removed before a SIGHUP no longer applies).
 void apply_file_flags(LabelsSettings& s, const dp::Config& cfg) {
+    if (s.without_file) {
+        const LabelsSettings& b = *s.without_file;
+        s.fail_on_init_error = b.fail_on_init_error;
+        s.use_node_feature_api = b.use_node_feature_api;
+        s.oneshot = b.oneshot;
+        s.no_timestamp = b.no_timestamp;
+        s.output_file = b.output_file;
+        s.machine_type_file = b.machine_type_file;
+        s.sleep_interval = b.sleep_interval;
+    }
     auto open = [&](const char* name) { return !s.given.contains(name); };
-    if (open("fail_on_init_error")) s.fail_on_init_error = cfg.fail_on_init_error;
+    if (cfg.file_keys.contains("flags.failOnInitError") && open("fail_on_init_error"))
+        s.fail_on_init_error = cfg.fail_on_init_error;
     if (cfg.use_node_feature_api && open("use_node_feature_api")) s.use_node_feature_api = *cfg.use_node_feature_api;
     if (!cfg.gfd) return;
     const dp::GfdFlags& g = *cfg.gfd;
@@ -225,7 +223,7 @@ void apply_file_flags(LabelsSettings& s, const dp::Config& cfg) {
     if (g.machine_type_file && open("machine_type_file")) s.machine_type_file = *g.machine_type_file;
     if (g.sleep_interval && open("sleep_interval")) {
         if (g.sleep_interval->count() > 0) s.sleep_interval = std::chrono::milliseconds(*g.sleep_interval);
-        else s.warnings.push_back("flags.gfd.sleepInterval 0s is ignored: expected a positive duration");
+        else log::warn("labels: {}: flags.gfd.sleepInterval 0s is ignored: expected a positive duration", cfg.config_file);
     }
 }
 
@@ -375,14 +373,18 @@ Result<LabelsSettings> resolve_labels_settings(const LabelsOptions& o,
         return std::unexpected(st.error());
     if (auto st = set_bool(s.no_timestamp, given("no_timestamp", setting(o.no_timestamp, "--no-timestamp", getenv, {"GFD_NO_TIMESTAMP"}))); !st)
         return std::unexpected(st.error());
-    if (auto st = set_bool(s.fail_on_init_error, given("fail_on_init_error", setting(o.fail_on_init_error, "--fail-on-init-error", getenv,
-                                                         {"GFD_FAIL_ON_INIT_ERROR", "FAIL_ON_INIT_ERROR"})));
-        !st)
-        return std::unexpected(st.error());
-    if (auto st = set_bool(s.use_node_feature_api, given("use_node_feature_api", setting(o.use_node_feature_api, "--use-node-feature-api", getenv,
-                                                           {"GFD_USE_NODE_FEATURE_API", "USE_NODE_FEATURE_API"})));
-        !st)
-        return std::unexpected(st.error());
+    // The table's GFD settings: flag over GFD's variables.
+    std::map<std::string, std::string> gfd_source;
+    auto gfd = dp::gfd_settings(o.options, getenv, &gfd_source);
+    if (!gfd) return std::unexpected(gfd.error());
+    if (gfd->fail_on_init_error) {
+        s.fail_on_init_error = *gfd->fail_on_init_error;
+        s.given.insert("fail_on_init_error");
+    }
+    if (gfd->use_node_feature_api && *gfd->use_node_feature_api) {
+        s.use_node_feature_api = **gfd->use_node_feature_api;
+        s.given.insert("use_node_feature_api");
+    }
     if (auto v = given("sleep_interval", setting(o.sleep_interval, "--sleep-interval", getenv, {"GFD_SLEEP_INTERVAL"})); v.value) {
         auto i = parse_interval(*v.value);
         if (!i) return fail(Code::invalid_argument, "{}: {}", v.source, i.error().message);
@@ -391,17 +393,14 @@ Result<LabelsSettings> resolve_labels_settings(const LabelsOptions& o,
     s.machine_type_file = (std::filesystem::path(o.sysfs_root) / "class/dmi/id/product_name").string();
     if (auto v = given("machine_type_file", setting(o.machine_type_file, "--machine-type-file", getenv, {"GFD_MACHINE_TYPE_FILE"})); v.value)
         s.machine_type_file = *v.value;
-    if (auto v = setting(o.mig_strategy, "--mig-strategy", getenv, {"GFD_MIG_STRATEGY", "MIG_STRATEGY"}); v.value) {
-        auto m = labels::parse_mig_strategy(*v.value);
-        if (!m) return fail(Code::invalid_argument, "{}: {}", v.source, m.error().message);
-        s.mig_strategy = *m;
-    }
+    if (gfd->mig_strategy) s.mig_strategy = *labels::parse_mig_strategy(dp::to_string(*gfd->mig_strategy));
     if (auto v = setting(o.config_file, "--config-file", getenv, {"GFD_CONFIG_FILE", "CONFIG_FILE"}); v.value)
         s.config_file = *v.value;
-    if (auto v = setting(o.device_discovery_strategy, "--device-discovery-strategy", getenv, {"DEVICE_DISCOVERY_STRATEGY"});
-        v.value && *v.value != "auto" && *v.value != "nvml")
-        return fail(Code::invalid_argument, "{} '{}': kgpu labels supports auto and nvml (not tegra or vfio)", v.source,
-                    *v.value);
+    if (gfd->device_discovery_strategy && *gfd->device_discovery_strategy != "auto" &&
+        *gfd->device_discovery_strategy != "nvml")
+        return fail(Code::invalid_argument,
+                    "{} '{}': kgpu labels supports auto and nvml (not tegra or vfio)",
+                    gfd_source["device_discovery_strategy"], *gfd->device_discovery_strategy);
     // GFD's Kubernetes client settings, checked like GFD checks them (a float, an integer): the
     // client's rate limit when kgpu talks to the API server (--write-node-labels, the config label).
     if (auto v = setting(o.kube_api_qps, "--kube-api-qps", getenv, {"KUBE_API_QPS"}); v.value) {
@@ -483,12 +482,12 @@ Result<LabelsSettings> resolve_labels_settings(const LabelsOptions& o,
                                          s.write_node_labels              ? " and patches the Node (--write-node-labels)"
                                          : s.config_source.srcdir.empty() ? " and talks to no API server"
                                                                           : " and reads only the Node's config label"));
-    if (auto v = setting(o.container_driver_root, "--driver-root-ctr-path", getenv,
-                         {"DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT"});
-        v.value && *v.value != o.nvml.driver_root)
-        s.warnings.push_back(fmt::format("{} '{}' ignored: kgpu reads the driver at --nvidia-driver-root ('{}'), so mount "
-                                         "the host's driver root at that same path in the container",
-                                         v.source, *v.value, o.nvml.driver_root));
+    if (gfd->container_driver_root && *gfd->container_driver_root != o.nvml.driver_root)
+        s.warnings.push_back(fmt::format("{} '{}' ignored: kgpu reads the driver at --nvidia-driver-root ('{}'), so "
+                                         "mount the host's driver root at that same path in the container",
+                                         gfd_source["container_driver_root"], *gfd->container_driver_root,
+                                         o.nvml.driver_root));
+    s.without_file = std::make_shared<const LabelsSettings>(s);
     return s;
 }
 

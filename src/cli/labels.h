@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -11,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/nvml_options.h"
+#include "deviceplugin/config.h"
 #include "deviceplugin/config_source.h"
 #include "kube/client.h"
 #include "labels/labels.h"
@@ -26,11 +28,10 @@ struct LabelsOptions {
     std::optional<std::string> no_timestamp;       // GFD_NO_TIMESTAMP
     std::optional<std::string> sleep_interval;     // GFD_SLEEP_INTERVAL
     std::optional<std::string> machine_type_file;  // GFD_MACHINE_TYPE_FILE
-    std::optional<std::string> mig_strategy;       // GFD_MIG_STRATEGY, MIG_STRATEGY
-    std::optional<std::string> fail_on_init_error; // GFD_FAIL_ON_INIT_ERROR, FAIL_ON_INIT_ERROR
+    // --mig-strategy, --fail-on-init-error, --use-node-feature-api, --device-discovery-strategy,
+    // --driver-root-ctr-path: the device plugin's settings table (deviceplugin/options.h, takers gfd).
+    deviceplugin::OptionText options;
     std::optional<std::string> config_file;        // GFD_CONFIG_FILE, CONFIG_FILE
-    std::optional<std::string> use_node_feature_api;       // GFD_USE_NODE_FEATURE_API, USE_NODE_FEATURE_API
-    std::optional<std::string> device_discovery_strategy;  // DEVICE_DISCOVERY_STRATEGY
     std::optional<std::string> write_node_labels;          // KGPU_WRITE_NODE_LABELS
     // Per-node configs by node label, as the device plugin's (CONFIG_FILE_SRCDIR, DEFAULT_CONFIG,
     // NODE_LABEL, FALLBACK_STRATEGIES).
@@ -38,8 +39,7 @@ struct LabelsOptions {
     // GFD v0.17+'s Kubernetes client and node flags (for its NodeFeature objects) and
     // --driver-root-ctr-path: accepted and checked. --kubeconfig and --node-name (NODE_NAME) are
     // used with --write-node-labels; otherwise a warning says they have no effect.
-    std::optional<std::string> kubeconfig, kube_api_qps, kube_api_burst, namespace_, node_name, pod_name,
-        container_driver_root;
+    std::optional<std::string> kubeconfig, kube_api_qps, kube_api_burst, namespace_, node_name, pod_name;
     std::optional<std::string> kube_api_status_file;  // KGPU_KUBE_API_STATUS_FILE
     std::string sysfs_root = "/sys";
 };
@@ -69,6 +69,8 @@ struct LabelsSettings {
     // flags (flags.failOnInitError, flags.useNodeFeatureAPI, flags.gfd.*) apply to the others,
     // as GFD's NewConfig has a set flag win over the file.
     std::set<std::string> given;
+    // These settings before any config file's (resolve_labels_settings sets it).
+    std::shared_ptr<const LabelsSettings> without_file;
 };
 
 void add_labels_command(CLI::App& app, LabelsOptions& opts);

@@ -28,7 +28,7 @@ CLI::App* add_mps_control_daemon_command(CLI::App& app, MpsControlDaemonFlags& f
     add_nvml_options(*cmd, f.nvml);
     cmd->add_option("--config-file", f.config_file,
                     "The device plugin's YAML config (its sharing.mps section says what to share) [env CONFIG_FILE]");
-    add_setting_flags(*cmd, f.options, {"mig_strategy"});  // NVIDIA's daemon takes only this one
+    add_setting_flags(*cmd, f.options, "mps");  // --mig-strategy, as NVIDIA's daemon
     cmd->add_option("--mps-root", f.mps_root,
                     "Where the per-resource pipe and log directories, .started/.ready and shm are (the host directory, "
                     "mounted at the same path)")

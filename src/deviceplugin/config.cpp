@@ -11,6 +11,7 @@
 #include "cdi/spec.h"
 #include "common/files.h"
 #include "common/strings.h"
+#include "common/yaml_walker.h"
 
 namespace kgpu::deviceplugin {
 
@@ -51,94 +52,18 @@ bool Config::all_cdi() const {
 bool Config::passes_device_specs() const { return pass_device_specs && !all_cdi(); }
 
 // ---------------------------------------------------------------------------------------------
-// The YAML walker. Every accessor checks the node's type and reports "<source>:<line>: key
-// '<path>': expected ..." so a typo points at its line.
+// The file's sections, read with common/yaml_walker.h (located errors; unknown keys collected).
 namespace {
 
-struct ParseError {
-    Error error;
-};
+using yaml::ParseError;
+using yaml::Walker;
 
-class Walker {
-public:
-    explicit Walker(std::string_view source) : source_(source) {}
-
-    const std::string& source() const { return source_; }
-
-    [[noreturn]] void error(const YAML::Node& node, const std::string& path, const std::string& what) const {
-        const YAML::Mark mark = node.Mark();
-        const int line = mark.line >= 0 ? mark.line + 1 : 0;
-        throw ParseError{Error::make(Code::parse, "{}:{}: key '{}': {}", source_, line, path, what)};
-    }
-
-    // Checks that `node` is a map; keys not in `allowed` are recorded in unknown() (NVIDIA's
-    // parser ignores them, so they are not errors here) and the callers skip them.
-    void expect_map(const YAML::Node& node, const std::string& path, const std::vector<std::string_view>& allowed) const {
-        if (node.IsNull()) return;  // "flags:" with nothing under it: an empty block
-        if (!node.IsMap()) error(node, path, "expected a map");
-        for (const auto& kv : node) {
-            const std::string key = kv.first.as<std::string>();
-            if (std::find(allowed.begin(), allowed.end(), key) == allowed.end())
-                unknown_.push_back(UnknownKey{source_, line_of(kv.first), join(path, key),
-                                              fmt::format("{}", fmt::join(allowed, ", "))});
-        }
-    }
-
-    std::vector<UnknownKey>& unknown() const { return unknown_; }
-
-    static std::string join(const std::string& path, std::string_view key) {
-        return path.empty() ? std::string(key) : path + "." + std::string(key);
-    }
-
-    // A key given as `key:` or `key: null`: NVIDIA's plugin reads it as not set.
-    static bool unset(const YAML::Node& node) { return !node || node.IsNull(); }
-
-    static int line_of(const YAML::Node& node) {
-        const int line = node.Mark().line;
-        return line >= 0 ? line + 1 : 0;
-    }
-
-    std::string scalar(const YAML::Node& node, const std::string& path, std::string_view what = "a string") const {
-        if (!node.IsScalar()) error(node, path, fmt::format("expected {}", what));
-        return node.Scalar();
-    }
-
-    bool boolean(const YAML::Node& node, const std::string& path) const {
-        bool v = false;
-        if (!node.IsScalar() || !YAML::convert<bool>::decode(node, v))
-            error(node, path, "expected a boolean (true or false)");
-        return v;
-    }
-
-    unsigned number(const YAML::Node& node, const std::string& path, unsigned min, unsigned max) const {
-        const std::string text = scalar(node, path, "a number");
-        unsigned v = 0;
-        auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-        if (ec != std::errc{} || ptr != text.data() + text.size() || v < min || v > max)
-            error(node, path, fmt::format("expected a number {}..{}, got '{}'", min, max, text));
-        return v;
-    }
-
-    std::set<unsigned> xids(const YAML::Node& node, const std::string& path) const {
-        if (!node.IsSequence()) error(node, path, "expected a list of XIDs");
-        std::set<unsigned> out;
-        for (const auto& item : node) out.insert(number(item, path, 1, 65535));
-        return out;
-    }
-
-    // Runs a Result-returning parser on a scalar and turns its error into a located one.
-    template <class T, class F>
-    T value(const YAML::Node& node, const std::string& path, F&& parse) const {
-        const std::string text = scalar(node, path);
-        auto r = parse(text);
-        if (!r) error(node, path, r.error().message);
-        return *r;
-    }
-
-private:
-    std::string source_;
-    mutable std::vector<UnknownKey> unknown_;  // what expect_map() found, in file order
-};
+std::set<unsigned> xids(const Walker& w, const YAML::Node& node, const std::string& path) {
+    if (!node.IsSequence()) w.error(node, path, "expected a list of XIDs");
+    std::set<unsigned> out;
+    for (const auto& item : node) out.insert(w.number(item, path, 1, 65535));
+    return out;
+}
 
 GfdFlags parse_gfd(const Walker& w, const YAML::Node& node) {
     const std::string path = "flags.gfd";
@@ -210,6 +135,7 @@ bool read_table_key(const Walker& w, const YAML::Node& v, const std::string& pat
         for (std::string_view key : strings::split(names.keys, ','))
             if (key == path) {
                 c.*field = read_option(w, v, path, codec);
+                c.file_keys.emplace(names.keys.substr(0, names.keys.find(',')));
                 found = true;
                 return;
             }
@@ -255,9 +181,9 @@ void parse_health(const Walker& w, const YAML::Node& node, Config& c) {
         const std::string p = Walker::join(path, key);
         const YAML::Node& v = kv.second;
         if (key == "disabled") c.health.disabled = w.boolean(v, p);
-        else if (key == "ignoredXids") c.health.ignored_xids = w.xids(v, p);
-        else if (key == "recoverableXids") c.health.recoverable_xids = w.xids(v, p);
-        else if (key == "resetXids") c.health.reset_xids = w.xids(v, p);
+        else if (key == "ignoredXids") c.health.ignored_xids = xids(w, v, p);
+        else if (key == "recoverableXids") c.health.recoverable_xids = xids(w, v, p);
+        else if (key == "resetXids") c.health.reset_xids = xids(w, v, p);
         else if (key == "recoveryPeriod") {
             auto d = w.value<std::chrono::seconds>(v, p, parse_duration);
             if (d < std::chrono::seconds(1)) w.error(v, p, "expected a duration of at least 1s");
@@ -412,7 +338,7 @@ void parse_sharing(const Walker& w, const YAML::Node& node, Config& c) {
 }  // namespace
 
 Result<Config> parse_config(std::string_view yaml_text, std::string_view source) {
-    Walker w(source);
+    Walker w(std::string(source), Walker::Unknown::collect);
     Config c;
     c.config_file = std::string(source);
     try {

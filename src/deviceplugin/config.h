@@ -94,6 +94,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -102,6 +103,7 @@
 
 #include "common/duration.h"
 #include "common/error.h"
+#include "common/unknown_key.h"
 #include "deviceplugin/options.h"
 #include "deviceplugin/values.h"
 
@@ -195,12 +197,7 @@ struct GfdFlags {
 };
 
 // A key the config file has that the schema does not know; ignored (see the top).
-struct UnknownKey {
-    std::string source;    // the file
-    int line = 0;          // 1-based, 0 when unknown
-    std::string key;       // dotted path: "flags.failOnInitErorr", "sharing.timeSlicing.resources[0].replica"
-    std::string expected;  // the keys allowed there, comma separated
-};
+using UnknownKey = yaml::UnknownKey;
 // "<file>:<line>: key '<key>': unknown key (expected one of: ...)": the error --check-config and
 // kgpu doctor report.
 std::string unknown_key_error(const UnknownKey& k);
@@ -209,7 +206,7 @@ std::string unknown_key_warning(const UnknownKey& k);
 
 struct Config {
     // NVIDIA's `flags:` settings and kgpu's flat ones (deviceplugin/options.h).
-#define KGPU_CONFIG_FIELD(field, Codec, dflt, keys, flags, env, help, shown) typename Codec::type field = dflt;
+#define KGPU_CONFIG_FIELD(field, Codec, dflt, ...) typename Codec::type field = dflt;
     KGPU_DEVICE_PLUGIN_OPTIONS(KGPU_CONFIG_FIELD)
 #undef KGPU_CONFIG_FIELD
     std::optional<GfdFlags> gfd;                   // set when the file has flags.gfd
@@ -218,8 +215,10 @@ struct Config {
     ResourceNaming resources;
     Sharing sharing;
 
-    // The file this came from (empty: none) and what loading it noticed but accepted.
+    // The file this came from (empty: none), the table keys it set ("flags.failOnInitError",
+    // under their first spelling), and what loading it noticed but accepted.
     std::string config_file;
+    std::set<std::string> file_keys;
     std::vector<std::string> warnings;
     // Keys of the file no schema version knows, in file order (not in `warnings`: whoever serves
     // warns about them, --check-config refuses them).
@@ -247,7 +246,7 @@ Result<Config> load_config_file(const std::string& path);
 
 // One optional value per setting; what is set wins over the layer below.
 struct Overrides {
-#define KGPU_OVERRIDE_FIELD(field, Codec, dflt, keys, flags, env, help, shown) std::optional<typename Codec::type> field;
+#define KGPU_OVERRIDE_FIELD(field, Codec, ...) std::optional<typename Codec::type> field;
     KGPU_DEVICE_PLUGIN_OPTIONS(KGPU_OVERRIDE_FIELD)
 #undef KGPU_OVERRIDE_FIELD
     std::optional<std::vector<unsigned>> imex_channel_ids;
@@ -266,19 +265,29 @@ struct Overrides {
 // setting of options.h, in table order.
 template <class F>
 void for_each_option(F&& f) {
-#define KGPU_VISIT_OPTION(field, Codec, dflt, keys, flags, env, help, shown) \
-    f(OptionNames{#field, keys, flags, env, help}, Codec{}, &Config::field, &Overrides::field, &OptionText::field, shown);
+#define KGPU_VISIT_OPTION(field, Codec, dflt, keys, flags, env, help, shown, takers, gfd_env)                      \
+    f(OptionNames{#field, keys, flags, env, help, takers, gfd_env}, Codec{}, &Config::field, &Overrides::field, \
+      &OptionText::field, shown);
     KGPU_DEVICE_PLUGIN_OPTIONS(KGPU_VISIT_OPTION)
 #undef KGPU_VISIT_OPTION
 }
 
 // The flag's help: the table's text, then, unless the text names its default, " (default X)" for
 // a default worth showing (a boolean's says that the bare flag means true), and " [env A, B]".
-std::string option_help(const OptionNames& names, std::string_view shown_default, bool boolean);
+// `taker` (plugin, gfd, mps) picks the variables named: gfd_env for gfd, env otherwise.
+std::string option_help(const OptionNames& names, std::string_view shown_default, bool boolean,
+                        std::string_view taker = "plugin");
 
 // Parses the command line's text of each table setting into `out`. Errors: invalid_argument
 // "<flag>: <reason>" naming the flag's first spelling.
 Status parse_option_text(const OptionText& text, Overrides& out);
+
+// The settings gpu-feature-discovery takes (takers "gfd"), as `kgpu labels` reads them: the flag's
+// text, else the first of GFD's variables set (gfd_env). `sources`, when given, gets where each
+// came from, by field ("--driver-root-ctr-path", "environment variable DRIVER_ROOT_CTR_PATH").
+// Errors: invalid_argument naming the flag or the variable.
+Result<Overrides> gfd_settings(const OptionText& text, const std::function<const char*(const char*)>& getenv,
+                               std::map<std::string, std::string>* sources = nullptr);
 
 // Reads every table setting's variables (options.h: MIG_STRATEGY, FAIL_ON_INIT_ERROR,
 // NVIDIA_DRIVER_ROOT, ...; of several spellings the first set wins), CONFIG_FILE,

@@ -1,5 +1,8 @@
 // The settings table's codecs, describe()'s derived defaults, and the flag text and help the CLI
 // takes from the table (options.h).
+#include <functional>
+#include <map>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -52,7 +55,13 @@ std::string shown_mps_root(const Config& c) { return c.mps_root.empty() ? "(none
 
 }  // namespace option
 
-std::string option_help(const OptionNames& names, std::string_view shown_default, bool boolean) {
+bool OptionNames::taken_by(std::string_view subcommand) const {
+    for (std::string_view t : strings::split(takers, ','))
+        if (t == subcommand) return true;
+    return false;
+}
+
+std::string option_help(const OptionNames& names, std::string_view shown_default, bool boolean, std::string_view taker) {
     std::string help(names.help);
     if (help.find("(default") != std::string::npos) {
     } else if (boolean) {
@@ -60,12 +69,46 @@ std::string option_help(const OptionNames& names, std::string_view shown_default
     } else if (!shown_default.empty() && shown_default != "(none)" && shown_default != "[]") {
         help += fmt::format(" (default {})", shown_default);
     }
-    if (!names.env.empty()) {
+    if (const std::string_view vars = taker == "gfd" ? names.gfd_env : names.env; !vars.empty()) {
         std::vector<std::string_view> env;
-        for (std::string_view v : strings::split(names.env, ',')) env.push_back(v);
+        for (std::string_view v : strings::split(vars, ',')) env.push_back(v);
         help += fmt::format(" [env {}]", fmt::join(env, ", "));
     }
     return help;
+}
+
+Result<Overrides> gfd_settings(const OptionText& text, const std::function<const char*(const char*)>& getenv,
+                               std::map<std::string, std::string>* sources) {
+    Overrides out;
+    if (auto st = parse_option_text(text, out); !st) return std::unexpected(st.error());
+    Status status;
+    for_each_option([&](const OptionNames& names, auto codec, auto, auto override_field, auto...) {
+        using Codec = decltype(codec);
+        if (!status) return;
+        if (!names.taken_by("gfd")) {
+            out.*override_field = std::nullopt;  // not GFD's: kgpu labels has no such flag
+            return;
+        }
+        if (out.*override_field) {  // the flag wins
+            if (sources) (*sources)[std::string(names.field)] = names.flags.substr(0, names.flags.find(','));
+            return;
+        }
+        for (std::string_view name : strings::split(names.gfd_env, ',')) {
+            const std::string var(name);
+            const char* v = getenv(var.c_str());
+            if (v == nullptr || *v == '\0') continue;
+            auto r = Codec::parse(Codec::trim ? strings::trim(v) : std::string_view(v));
+            if (!r) {
+                status = fail(Code::invalid_argument, "environment variable {}: {}", var, r.error().message);
+                return;
+            }
+            out.*override_field = std::move(*r);
+            if (sources) (*sources)[std::string(names.field)] = "environment variable " + var;
+            return;  // the first variable set wins
+        }
+    });
+    if (!status) return std::unexpected(status.error());
+    return out;
 }
 
 Status parse_option_text(const OptionText& text, Overrides& out) {

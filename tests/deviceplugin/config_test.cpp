@@ -842,6 +842,15 @@ TEST(DevicePluginOptions, EverySettingIsReadFromEachLayerItDeclares) {
             ASSERT_TRUE(o.has_value()) << o.error().message;
             EXPECT_EQ((*o).*override_field, *expected) << var;
         }
+        // gpu-feature-discovery's spellings of the settings kgpu labels shares (takers gfd).
+        for (auto var : strings::split(names.gfd_env, ',')) {
+            if (var.empty()) continue;
+            std::map<std::string, std::string> source;
+            auto o = gfd_settings(OptionText{}, env_of({{std::string(var), text}}), &source);
+            ASSERT_TRUE(o.has_value()) << o.error().message;
+            EXPECT_EQ((*o).*override_field, *expected) << var;
+            EXPECT_EQ(source[std::string(names.field)], "environment variable " + std::string(var));
+        }
         for (auto key : strings::split(names.keys, ',')) {
             if (!key.starts_with("flags.")) continue;
             auto c = parse_config(yaml_of(key, text), "cfg.yaml");
