@@ -48,6 +48,13 @@ struct Error {
 // not compile (-Werror), so an error cannot be ignored by accident. One meant to be ignored is
 // cast to void with a comment saying why.
 template <class T>
+class Result;
+template <class R>
+inline constexpr bool is_result_v = false;
+template <class T>
+inline constexpr bool is_result_v<Result<T>> = true;
+
+template <class T>
 class [[nodiscard]] Result : public std::expected<T, Error> {
     using Base = std::expected<T, Error>;
 
@@ -55,14 +62,12 @@ public:
     using Base::Base;
     Result(const Base& b) : Base(b) {}
     Result(Base&& b) : Base(std::move(b)) {}
-    // A Result of another type does not convert: std::expected's value constructor would take it
-    // as a value (Result<bool> from a Result<int> would hold has_value(), not an error).
+    // A Result of another type does not convert, however it is passed: std::expected's value
+    // constructor would take it as a value (Result<bool> from a Result<int> would hold
+    // has_value(), not the error).
     template <class U>
-        requires(!std::is_same_v<U, T>)
-    Result(const Result<U>&) = delete;
-    template <class U>
-        requires(!std::is_same_v<U, T>)
-    Result(Result<U>&&) = delete;
+        requires(is_result_v<std::remove_cvref_t<U>> && !std::is_same_v<std::remove_cvref_t<U>, Result>)
+    Result(U&&) = delete;
 
     // Against a value or an unexpected: std::expected's own comparison, taken exactly (through the
     // base class it would tie with the reversed form, which clang rejects as ambiguous).

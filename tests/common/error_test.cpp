@@ -11,6 +11,7 @@ namespace {
 // a Result<bool> made from a failed Result<int> would hold `false`, and the error would be lost.
 static_assert(!std::is_constructible_v<Result<bool>, Result<int>>);
 static_assert(!std::is_constructible_v<Result<bool>, const Result<int>&>);
+static_assert(!std::is_constructible_v<Result<bool>, Result<int>&>);
 static_assert(!std::is_convertible_v<Result<int>, Result<bool>>);
 static_assert(std::is_constructible_v<Result<int>, int>);
 static_assert(std::is_constructible_v<Result<int>, std::unexpected<Error>>);
