@@ -166,6 +166,7 @@ void HealthMonitor::on_xid(size_t i, unsigned xid, unsigned gi, unsigned ci) {
     std::string_view meaning = nvml::xid_meaning(xid);
     std::string what = meaning.empty() ? fmt::format("XID {}", xid) : fmt::format("XID {} ({})", xid, meaning);
     std::lock_guard lk(mu_);
+    if (i >= gpus_.size()) return;  // the node was read again since the event was taken
     Gpu& g = gpus_[i];
     if (cls == XidClass::ignored) {
         log::info("{}: {} ignored by the health policy", g.state.label, what);
@@ -184,23 +185,28 @@ void HealthMonitor::on_xid(size_t i, unsigned xid, unsigned gi, unsigned ci) {
     // An instance-specific XID (not 79: the whole GPU fell off the bus) marks the matching MIG
     // devices only.
     bool marked = false;
+    bool unseen = false;  // a state now waiting for a reset that no probe has looked at yet
     if (gi != nvml::kNoInstance && xid != 79) {
         for (auto& m : g.migs) {
             if (m.gi != gi || (ci != nvml::kNoInstance && m.ci != ci)) continue;
             marked = true;
             set_unhealthy(m.state, bad, fmt::format("{} on GPU instance {} compute instance {}", reason, gi, m.ci));
+            unseen |= !m.state.saw_pending && !m.state.saw_gone;
         }
         if (!marked)
             log::warn("{}: {} names GPU instance {} compute instance {}, which no advertised MIG device has: marking "
                       "the whole GPU",
                       g.state.label, what, gi, ci == nvml::kNoInstance ? std::string("(any)") : std::to_string(ci));
     }
-    if (!marked) set_unhealthy(g.state, bad, std::move(reason));
+    if (!marked) {
+        set_unhealthy(g.state, bad, std::move(reason));
+        unseen = !g.state.saw_pending && !g.state.saw_gone;
+    }
     // What a reset has to clear (remapped rows, a recovery action) is read now, with the XID, not
     // at the next probe: a reset done before that probe (within the probe interval, or a probe
     // late on a busy node) would otherwise leave nothing seen pending, and the device would wait
-    // for a reset that already happened.
-    if (bad == Bad::reset) probe(i);
+    // for a reset that already happened. Once per wait: a storm of XIDs costs no more probes.
+    if (bad == Bad::reset && unseen) probe(i);
 }
 
 void HealthMonitor::maybe_recover(State& s, std::chrono::steady_clock::time_point now) {

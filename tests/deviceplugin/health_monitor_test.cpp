@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "deviceplugin/health.h"
@@ -24,18 +25,37 @@ using kgpu::test::eventually;
 
 namespace {
 
-TEST(HealthMonitor, ProbesOnTheSlowTimerWhileEverythingIsHealthyAndFastWhileSomethingIsNot) {
+// The simulator's t4x4 node in this process, with an events file the test appends to.
+struct SimNode {
     kgpu::test::TempDir dir;
-    const std::string events = dir.path() + "/events";
-    std::ofstream(events).flush();
-    ::setenv("KGPU_SIM_NODE", (std::string(KGPU_SOURCE_DIR) + "/sim/nodes/t4x4.yaml").c_str(), 1);
-    ::setenv("KGPU_SIM_EVENTS", events.c_str(), 1);
-    auto lib = kgpu::nvml::Library::load({KGPU_SIM_LIBRARY, "/"});
-    ASSERT_TRUE(lib) << lib.error().message;
-    auto session = kgpu::nvml::Session::open(*lib);
-    ASSERT_TRUE(session) << session.error().message;
-    auto node = kgpu::inventory::discover(*session, {"/nonexistent-sysfs", false});
-    ASSERT_TRUE(node) << node.error().message;
+    std::string events = dir.path() + "/events";
+    std::optional<kgpu::nvml::Session> session;
+    std::optional<kgpu::inventory::Node> node;
+    std::string error;
+
+    bool open() {
+        std::ofstream(events).flush();
+        ::setenv("KGPU_SIM_NODE", (std::string(KGPU_SOURCE_DIR) + "/sim/nodes/t4x4.yaml").c_str(), 1);
+        ::setenv("KGPU_SIM_EVENTS", events.c_str(), 1);
+        auto lib = kgpu::nvml::Library::load({KGPU_SIM_LIBRARY, "/"});
+        if (!lib) return error = lib.error().message, false;
+        auto s = kgpu::nvml::Session::open(*lib);
+        if (!s) return error = s.error().message, false;
+        session.emplace(std::move(*s));
+        auto n = kgpu::inventory::discover(*session, {"/nonexistent-sysfs", false});
+        if (!n) return error = n.error().message, false;
+        node.emplace(std::move(*n));
+        return true;
+    }
+    ~SimNode() { ::unsetenv("KGPU_SIM_EVENTS"); }
+};
+
+TEST(HealthMonitor, ProbesOnTheSlowTimerWhileEverythingIsHealthyAndFastWhileSomethingIsNot) {
+    SimNode sim;
+    ASSERT_TRUE(sim.open()) << sim.error;
+    const std::string& events = sim.events;
+    auto& session = sim.session;
+    auto& node = sim.node;
 
     HealthConfig policy;
     policy.recovery_period = 1s;
@@ -61,24 +81,17 @@ TEST(HealthMonitor, ProbesOnTheSlowTimerWhileEverythingIsHealthyAndFastWhileSome
     const unsigned long after = monitor.probe_rounds();
     EXPECT_FALSE(eventually([&] { return monitor.probe_rounds() > after; }, 400ms)) << monitor.probe_rounds();
     monitor.stop();
-    ::unsetenv("KGPU_SIM_EVENTS");
 }
 
 // A reset right after a reset-class XID, before the next probe, still counts: the pending state
 // the XID left is read when the XID arrives. (KubeE2E.XidHealth once failed this way: a reset
 // ~0.5 s after XID 48 on a busy machine, no probe in between, and the GPU stayed Unhealthy.)
 TEST(HealthMonitor, AResetBeforeTheNextProbeStillCounts) {
-    kgpu::test::TempDir dir;
-    const std::string events = dir.path() + "/events";
-    std::ofstream(events).flush();
-    ::setenv("KGPU_SIM_NODE", (std::string(KGPU_SOURCE_DIR) + "/sim/nodes/t4x4.yaml").c_str(), 1);
-    ::setenv("KGPU_SIM_EVENTS", events.c_str(), 1);
-    auto lib = kgpu::nvml::Library::load({KGPU_SIM_LIBRARY, "/"});
-    ASSERT_TRUE(lib) << lib.error().message;
-    auto session = kgpu::nvml::Session::open(*lib);
-    ASSERT_TRUE(session) << session.error().message;
-    auto node = kgpu::inventory::discover(*session, {"/nonexistent-sysfs", false});
-    ASSERT_TRUE(node) << node.error().message;
+    SimNode sim;
+    ASSERT_TRUE(sim.open()) << sim.error;
+    const std::string& events = sim.events;
+    auto& session = sim.session;
+    auto& node = sim.node;
 
     std::atomic<int> unhealthy{-1};
     auto on_change = [&](const std::vector<GpuHealth>& h) {
@@ -94,7 +107,6 @@ TEST(HealthMonitor, AResetBeforeTheNextProbeStillCounts) {
     std::ofstream(events, std::ios::app) << "restore 1\n";  // the reset: nothing pending any more
     EXPECT_TRUE(eventually([&] { return unhealthy == 0; }, 10s)) << "the reset went unseen";
     monitor.stop();
-    ::unsetenv("KGPU_SIM_EVENTS");
 }
 
 }  // namespace
