@@ -12,56 +12,13 @@
 #include <yaml-cpp/yaml.h>
 
 #include "common/files.h"
+#include "common/yaml_walker.h"
 
 namespace kgpu::exporter {
 namespace {
 
-struct ParseError {
-    Error error;
-};
-
-// A small located-error YAML walker (as the device plugin config's): "<file>:<line>: key 'a.b': ...".
-class Walker {
-public:
-    explicit Walker(std::string file) : file_(std::move(file)) {}
-
-    [[noreturn]] void error(const YAML::Node& node, const std::string& key, const std::string& what) const {
-        const int line = node.Mark().line >= 0 ? node.Mark().line + 1 : 0;
-        throw ParseError{Error::make(Code::parse, "{}:{}: key '{}': {}", file_, line, key, what)};
-    }
-    void expect_map(const YAML::Node& node, const std::string& key, std::initializer_list<std::string_view> allowed) const {
-        if (node.IsNull()) return;
-        if (!node.IsMap()) error(node, key, "expected a map");
-        for (const auto& kv : node) {
-            const std::string k = kv.first.Scalar();
-            if (std::ranges::find(allowed, k) == allowed.end())
-                error(kv.first, join(key, k), fmt::format("unknown key (expected one of: {})", fmt::join(allowed, ", ")));
-        }
-    }
-    std::string scalar(const YAML::Node& node, const std::string& key) const {
-        if (node.IsNull()) return "";
-        if (!node.IsScalar()) error(node, key, "expected a string");
-        return node.Scalar();
-    }
-    bool boolean(const YAML::Node& node, const std::string& key) const {
-        bool v = false;
-        if (!node.IsScalar() || !YAML::convert<bool>::decode(node, v)) error(node, key, "expected true or false");
-        return v;
-    }
-    std::vector<std::string> strings(const YAML::Node& node, const std::string& key) const {
-        std::vector<std::string> out;
-        if (node.IsNull()) return out;
-        if (!node.IsSequence()) error(node, key, "expected a list of strings");
-        for (const auto& item : node) out.push_back(scalar(item, key));
-        return out;
-    }
-    static std::string join(const std::string& key, std::string_view k) {
-        return key.empty() ? std::string(k) : key + "." + std::string(k);
-    }
-
-private:
-    std::string file_;
-};
+using yaml::ParseError;
+using yaml::Walker;
 
 // Go's crypto/tls names (tls.CipherSuites(), which the toolkit accepts) -> OpenSSL's. The TLS 1.3
 // suites are accepted and, as in Go, not configurable.
