@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "common/log.h"
+
 namespace kgpu::memory {
 
 namespace {
@@ -96,6 +98,12 @@ std::optional<Released> Settler::poll(Clock::time_point now) {
     const Released r = release_own_pages();
     released_ = r.after;
     return r;
+}
+
+void Settler::poll_logged(std::string_view who, Clock::time_point now) {
+    if (const auto r = poll(now))
+        log::debug("{}: resident set {} -> {} KiB (pages of code and read-only data, free heap given back)", who,
+                   r->before / 1024, r->after / 1024);
 }
 
 }  // namespace kgpu::memory

@@ -63,6 +63,8 @@ public:
     Clock::time_point due() const;
     // Gives the pages back when due (settled, or grown by `regrown` at a check) and says how much.
     std::optional<Released> poll(Clock::time_point now = Clock::now());
+    // poll(), and a debug line "<who>: resident set <before> -> <after> KiB (...)" when it released.
+    void poll_logged(std::string_view who, Clock::time_point now = Clock::now());
 
 private:
     Policy policy_;

@@ -871,12 +871,7 @@ std::chrono::milliseconds Plugin::next_timeout() const {
     return std::max(milliseconds(0), duration_cast<milliseconds>(soonest - now));
 }
 
-void Plugin::maybe_release_pages() {
-    const auto r = settler_.poll();
-    if (!r) return;
-    log::debug("settled: resident set {} -> {} KiB (pages of code and read-only data, free heap given back)",
-               r->before / 1024, r->after / 1024);
-}
+void Plugin::maybe_release_pages() { settler_.poll_logged("settled"); }
 
 int Plugin::run() {
     // Blocked before any thread starts (the Event recorder's below): only the signalfd sees them.

@@ -139,9 +139,7 @@ int run_exporter(const ExporterOptions& options, const std::function<Result<nvml
             break;
         }
         if (ready == 0) {
-            if (const auto r = settler.poll())
-                log::debug("exporter: resident set {} -> {} KiB (pages of code and read-only data, free heap given back)",
-                           r->before / 1024, r->after / 1024);
+            settler.poll_logged("exporter");
             continue;
         }
         signalfd_siginfo si{};

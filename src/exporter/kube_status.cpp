@@ -138,7 +138,9 @@ Result<KubeApiStatus> parse_kube_api_status(std::string_view text) {
     });
 }
 
-std::vector<KubeApiStatus> read_kube_api_statuses(const std::string& dir, std::vector<std::string>& problems) {
+std::vector<KubeApiStatus> read_kube_api_statuses(const std::string& dir, std::vector<std::string>* problems_out) {
+    std::vector<std::string> ignored;
+    std::vector<std::string>& problems = problems_out ? *problems_out : ignored;
     std::vector<KubeApiStatus> out;
     DIR* d = ::opendir(dir.c_str());
     if (!d) {

@@ -32,7 +32,8 @@ Result<KubeApiStatus> parse_kube_api_status(std::string_view text);
 
 // Every "*.json" regular file of `dir` (at most 64, 64 KiB each; symlinks not followed), in name
 // order; one status per component (a second file with the same component is left out).
-// `problems` gets one line per file left out. A missing directory is no problem (nothing yet).
-std::vector<KubeApiStatus> read_kube_api_statuses(const std::string& dir, std::vector<std::string>& problems);
+// `problems` (when given) gets one line per file left out, as mps::read_statuses. A missing
+// directory is no problem (nothing yet).
+std::vector<KubeApiStatus> read_kube_api_statuses(const std::string& dir, std::vector<std::string>* problems = nullptr);
 
 }  // namespace kgpu::exporter

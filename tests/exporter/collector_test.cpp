@@ -978,7 +978,7 @@ TEST(Collector, KubeApiCountsFromTheStatusFilesOfKgpusOtherProcesses) {
     EXPECT_EQ(m.type["kgpu_kube_api_last_success_timestamp_seconds"], "gauge");
 
     std::vector<std::string> problems;
-    auto statuses = read_kube_api_statuses(dir.path() + "/status", problems);
+    auto statuses = read_kube_api_statuses(dir.path() + "/status", &problems);
     ASSERT_EQ(statuses.size(), 2u);
     std::string all;
     for (const auto& p : problems) all += p + "\n";
