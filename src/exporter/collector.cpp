@@ -592,11 +592,55 @@ struct Collector::Impl {
         return l;
     }
 
+    // What one collection pass gathered, handed from each stage to the next.
+    using PodKey = std::tuple<unsigned, std::optional<unsigned>, std::string, std::string>;  // dev, gi, ns, pod
+    struct Pass {
+        Clock::time_point t0, t1;  // start; end of the reads (the render is not collection time)
+        // Pods by device: what labels the DCGM series, and every container using it.
+        std::map<DeviceKey, std::vector<PodSlot>> pods, all_pods;
+        std::optional<bool> podres_up;                    // set when pod attribution is on
+        std::map<unsigned, std::size_t> pods_over_limit;  // GPU index -> containers left out
+        // NVML, per GPU (and its MIG devices).
+        std::vector<Values> gpu_values;
+        std::vector<std::vector<Values>> mig_values;
+        std::vector<std::string> state;  // ok, error or lost
+        std::vector<Process> procs;
+        std::vector<ProcessShare> shares;
+        // Processes' names and pods, the labelling pods' metadata, per-pod shares.
+        std::unordered_map<unsigned, std::string> names;
+        std::unordered_map<unsigned, PodRef> proc_pods;
+        std::map<std::pair<std::string, std::string>, PodMetadata> meta;
+        std::map<PodKey, double> pod_sm, pod_fb;
+        std::map<std::string, Xid> xids;
+    };
+
     void collect() {
-        const auto t0 = Clock::now();
+        Pass p;
+        p.t0 = Clock::now();
+        refresh_node();
+        pods_by_device(p);
+        read_gpus(p);
+        attribute(p);
+        {
+            std::lock_guard lk(event_mu);
+            p.xids = xids;
+        }
+        ++passes;
+        p.t1 = Clock::now();
+        std::string text = render(p);
+        const auto end = Clock::now();
+        auto s = std::make_shared<const Snapshot>(std::move(text), end);
+        {
+            std::lock_guard lk(snap_mu);
+            snap = std::move(s);
+        }
+        last_end_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end.time_since_epoch()).count();
+    }
+
+    // Discovery when asked for, and again when a lost GPU answers: it was reset, and its MIG
+    // layout or even its handle may have changed.
+    void refresh_node() {
         if (rediscover || !discovered) discover();
-        // A lost GPU that answers again was reset: read the node afresh (its MIG layout or even
-        // its handle may have changed).
         for (const auto& g : gpus) {
             if (!g.lost) continue;
             auto d = session.device_by_index(g.info.index);
@@ -606,38 +650,34 @@ struct Collector::Impl {
                 break;
             }
         }
+    }
 
-        // Pods by device: every container using it (sorted), or only the first one unless
-        // --kubernetes-virtual-gpus, as dcgm-exporter labels a shared GPU with one pod.
-        std::map<DeviceKey, std::vector<PodSlot>> pods;      // what labels the DCGM series
-        std::map<DeviceKey, std::vector<PodSlot>> all_pods;  // every container using it
-        std::optional<bool> podres_up;
-        std::map<unsigned, std::size_t> pods_over_limit;  // GPU index -> containers left out
-        if (podres) {
-            auto uses = podres->list(node);
-            // The client logs a failure once (and the recovery); here it only turns the labels off.
-            podres_up = uses.has_value();
-            set_attribution_problem(uses ? std::string()
-                                         : fmt::format("{}: {}", podres->failure(), uses.error().message));
-            if (uses) {
-                for (const auto& o : uses->overflow) pods_over_limit[o.gpu_index] = o.left_out;
-                for (const auto& u : uses->uses) {
-                    auto& v = all_pods[{u.target.gpu_index, u.target.gpu_instance_id}];
-                    if (std::ranges::find(v, u.pod, &PodSlot::pod) == v.end()) v.push_back(PodSlot{u.pod, u.replica});
-                }
-                for (auto& [k, v] : all_pods) {
-                    std::ranges::sort(v, {}, &PodSlot::pod);
-                    pods[k] = options.kubernetes_virtual_gpus ? v : std::vector<PodSlot>{v.front()};
-                }
-            }
+    // Pods by device: every container using it (sorted), or only the first one unless
+    // --kubernetes-virtual-gpus, as dcgm-exporter labels a shared GPU with one pod.
+    void pods_by_device(Pass& p) {
+        if (!podres) return;
+        auto uses = podres->list(node);
+        // The client logs a failure once (and the recovery); here it only turns the labels off.
+        p.podres_up = uses.has_value();
+        set_attribution_problem(uses ? std::string() : fmt::format("{}: {}", podres->failure(), uses.error().message));
+        if (!uses) return;
+        for (const auto& o : uses->overflow) p.pods_over_limit[o.gpu_index] = o.left_out;
+        for (const auto& u : uses->uses) {
+            auto& v = p.all_pods[{u.target.gpu_index, u.target.gpu_instance_id}];
+            if (std::ranges::find(v, u.pod, &PodSlot::pod) == v.end()) v.push_back(PodSlot{u.pod, u.replica});
         }
+        for (auto& [k, v] : p.all_pods) {
+            std::ranges::sort(v, {}, &PodSlot::pod);
+            p.pods[k] = options.kubernetes_virtual_gpus ? v : std::vector<PodSlot>{v.front()};
+        }
+    }
 
-        // NVML.
-        std::vector<Values> gpu_values(gpus.size());
-        std::vector<std::vector<Values>> mig_values(gpus.size());
-        std::vector<std::string> state(gpus.size(), "ok");
-        std::vector<Process> procs;
-        std::vector<ProcessShare> shares;
+    // Every GPU's NVML reads: values, MIG devices, GPM, NVLink, processes, shares. A GPU that
+    // stops answering is marked lost and its processes dropped.
+    void read_gpus(Pass& p) {
+        p.gpu_values.resize(gpus.size());
+        p.mig_values.resize(gpus.size());
+        p.state.assign(gpus.size(), "ok");
         for (std::size_t i = 0; i < gpus.size(); ++i) {
             Gpu& g = gpus[i];
             bool had_error = false;
@@ -650,275 +690,297 @@ struct Collector::Impl {
                     had_error = true;
                 }
             }
-            if (!g.lost && g.device) {
-                const auto& reads = g.mig_enabled ? parent_reads : gpu_reads;
-                bool ok = read_device(*g.device, reads, g.unsupported, gpu_values[i], had_error);
-                if (ok && want_nvlink) ok = read_nvlink(g, gpu_values[i], had_error);
-                if (ok && g.mig_enabled) {
-                    mig_values[i].resize(g.migs.size());
-                    for (std::size_t j = 0; j < g.migs.size() && ok; ++j) {
-                        Mig& m = g.migs[j];
-                        if (m.device)
-                            ok = read_device(*m.device, instance_reads, g.mig_unsupported, mig_values[i][j], had_error);
-                        if (ok && g.gpm_supported) {
-                            const nvml::Device& parent = *g.device;
-                            const unsigned gi = m.info.gpu_instance_id;
-                            ok = read_gpm(
-                                m.gpm, nvml::kGpmMigSampleGet,
-                                [&](nvml::GpmSample& s) { return parent.gpm_mig_sample(gi, s); }, mig_values[i][j],
-                                g.gpm_supported, had_error);
-                        }
-                    }
-                } else if (ok && g.gpm_supported) {
-                    const nvml::Device& dev = *g.device;
+            if (!g.lost && g.device && !read_gpu(g, p.gpu_values[i], p.mig_values[i], p, had_error)) {
+                log::warn("exporter: GPU {} ({}) is lost: it no longer answers NVML", g.info.index, g.info.uuid);
+                g.lost = true;
+                std::erase_if(p.procs, [&](const Process& x) { return x.gpu == g.info.index; });
+                std::erase_if(p.shares, [&](const ProcessShare& x) { return x.gpu == g.info.index; });
+            }
+            p.state[i] = g.lost ? "lost" : had_error ? "error" : "ok";
+        }
+    }
+
+    // One answering GPU's reads; false when it stopped answering.
+    bool read_gpu(Gpu& g, Values& values, std::vector<Values>& mig_values, Pass& p, bool& had_error) {
+        const auto& reads = g.mig_enabled ? parent_reads : gpu_reads;
+        bool ok = read_device(*g.device, reads, g.unsupported, values, had_error);
+        if (ok && want_nvlink) ok = read_nvlink(g, values, had_error);
+        if (ok && g.mig_enabled) {
+            mig_values.resize(g.migs.size());
+            for (std::size_t j = 0; j < g.migs.size() && ok; ++j) {
+                Mig& m = g.migs[j];
+                if (m.device) ok = read_device(*m.device, instance_reads, g.mig_unsupported, mig_values[j], had_error);
+                if (ok && g.gpm_supported) {
+                    const nvml::Device& parent = *g.device;
+                    const unsigned gi = m.info.gpu_instance_id;
                     ok = read_gpm(
-                        g.gpm, nvml::kGpmSampleGet, [&](nvml::GpmSample& s) { return dev.gpm_sample(s); },
-                        gpu_values[i], g.gpm_supported, had_error);
-                }
-                if (ok && !g.processes_unsupported) {
-                    if (g.mig_enabled) {
-                        for (const auto& m : g.migs)
-                            if (m.device)
-                                read_processes(g, *m.device, m.info.gpu_instance_id, procs, g.processes_unsupported,
-                                               had_error);
-                    } else {
-                        read_processes(g, *g.device, std::nullopt, procs, g.processes_unsupported, had_error);
-                    }
-                }
-                if (ok && want_shares) read_shares(g, shares, had_error);
-                if (!ok) {
-                    log::warn("exporter: GPU {} ({}) is lost: it no longer answers NVML", g.info.index, g.info.uuid);
-                    g.lost = true;
-                    std::erase_if(procs, [&](const Process& p) { return p.gpu == g.info.index; });
-                    std::erase_if(shares, [&](const ProcessShare& p) { return p.gpu == g.info.index; });
+                        m.gpm, nvml::kGpmMigSampleGet, [&](nvml::GpmSample& s) { return parent.gpm_mig_sample(gi, s); },
+                        mig_values[j], g.gpm_supported, had_error);
                 }
             }
-            state[i] = g.lost ? "lost" : had_error ? "error" : "ok";
+        } else if (ok && g.gpm_supported) {
+            const nvml::Device& dev = *g.device;
+            ok = read_gpm(
+                g.gpm, nvml::kGpmSampleGet, [&](nvml::GpmSample& s) { return dev.gpm_sample(s); }, values,
+                g.gpm_supported, had_error);
         }
-
-        // Process names and pods.
-        std::unordered_map<unsigned, std::string> names;
-        std::vector<unsigned> pids;
-        for (const auto& p : procs) {
-            if (names.contains(p.pid)) continue;
-            pids.push_back(p.pid);
-            if (auto it = process_names.find(p.pid); it != process_names.end()) {
-                names[p.pid] = it->second;
-            } else if (auto n = session.process_name(p.pid)) {
-                names[p.pid] = *n;
+        if (ok && !g.processes_unsupported) {
+            if (g.mig_enabled) {
+                for (const auto& m : g.migs)
+                    if (m.device)
+                        read_processes(g, *m.device, m.info.gpu_instance_id, p.procs, g.processes_unsupported, had_error);
             } else {
-                names[p.pid] = "";
+                read_processes(g, *g.device, std::nullopt, p.procs, g.processes_unsupported, had_error);
             }
         }
-        process_names = names;  // forget PIDs that are gone
-        for (const auto& s : shares)
-            if (std::ranges::find(pids, s.pid) == pids.end()) pids.push_back(s.pid);
-        std::unordered_map<unsigned, PodRef> proc_pods;
-        if (processes && !pids.empty()) proc_pods = processes->attribute(pids);
+        if (ok && want_shares) read_shares(g, p.shares, had_error);
+        return ok;
+    }
 
-        // Pod UIDs and labels, for the pods that label series.
-        std::map<std::pair<std::string, std::string>, PodMetadata> meta;
+    // Process names, the pods of processes, the labelling pods' UIDs and labels, and per-pod
+    // shares (--kubernetes-virtual-gpus: GPU_UTIL from the processes' SM percent, FB_USED from
+    // their memory in MiB, each process rounded down, as dcgm-exporter sums them).
+    void attribute(Pass& p) {
+        std::vector<unsigned> pids;
+        for (const auto& proc : p.procs) {
+            if (p.names.contains(proc.pid)) continue;
+            pids.push_back(proc.pid);
+            if (auto it = process_names.find(proc.pid); it != process_names.end()) {
+                p.names[proc.pid] = it->second;
+            } else if (auto n = session.process_name(proc.pid)) {
+                p.names[proc.pid] = *n;
+            } else {
+                p.names[proc.pid] = "";
+            }
+        }
+        process_names = p.names;  // forget PIDs that are gone
+        for (const auto& s : p.shares)
+            if (std::ranges::find(pids, s.pid) == pids.end()) pids.push_back(s.pid);
+        if (processes && !pids.empty()) p.proc_pods = processes->attribute(pids);
+
         if (pod_directory) {
             std::vector<PodRef> asked;
-            for (const auto& [k, v] : pods)
+            for (const auto& [k, v] : p.pods)
                 for (const auto& s : v) asked.push_back(s.pod);
-            if (!asked.empty()) meta = pod_directory->lookup(asked);
+            if (!asked.empty()) p.meta = pod_directory->lookup(asked);
         }
 
-        // Per-pod shares (--kubernetes-virtual-gpus): GPU_UTIL from the processes' SM percent,
-        // FB_USED from their memory in MiB (each process rounded down, as dcgm-exporter sums them).
-        using PodKey = std::tuple<unsigned, std::optional<unsigned>, std::string, std::string>;  // dev, ns, pod
-        std::map<PodKey, double> pod_sm, pod_fb;
-        for (const auto& s : shares)
-            if (auto it = proc_pods.find(s.pid); it != proc_pods.end())
-                pod_sm[{s.gpu, std::nullopt, it->second.namespace_name, it->second.pod}] += s.sm;
-        for (const auto& p : procs)
-            if (auto it = proc_pods.find(p.pid); it != proc_pods.end())
-                pod_fb[{p.gpu, p.gi_id, it->second.namespace_name, it->second.pod}] +=
-                    std::floor(static_cast<double>(p.bytes) / (1024.0 * 1024.0));
+        for (const auto& s : p.shares)
+            if (auto it = p.proc_pods.find(s.pid); it != p.proc_pods.end())
+                p.pod_sm[{s.gpu, std::nullopt, it->second.namespace_name, it->second.pod}] += s.sm;
+        for (const auto& proc : p.procs)
+            if (auto it = p.proc_pods.find(proc.pid); it != p.proc_pods.end())
+                p.pod_fb[{proc.gpu, proc.gi_id, it->second.namespace_name, it->second.pod}] +=
+                    std::floor(static_cast<double>(proc.bytes) / (1024.0 * 1024.0));
+    }
 
-        std::map<std::string, Xid> xid_copy;
-        {
-            std::lock_guard lk(event_mu);
-            xid_copy = xids;
-        }
-        ++passes;
-        const auto t1 = Clock::now();
-
-        // Render.
-        const CounterSelection& sel = options.counters;
+    // The exposition being written: one family per catalogue metric, series of the enabled ones.
+    struct Out {
+        const CounterSelection& sel;
         Exposition ex;
         std::array<std::size_t, kMetricCount> fam{};
-        for (const auto& m : catalogue()) fam[static_cast<std::size_t>(m.id)] = ex.family(m.name, sel.help_of(m), sel.type_of(m));
-        auto add = [&](Metric m, const LabelSet& l, double v) {
+
+        explicit Out(const CounterSelection& s) : sel(s) {
+            for (const auto& m : catalogue())
+                fam[static_cast<std::size_t>(m.id)] = ex.family(m.name, sel.help_of(m), sel.type_of(m));
+        }
+        void add(Metric m, const LabelSet& l, double v) {
             if (sel.enabled(m)) ex.add(fam[static_cast<std::size_t>(m)], l, v);
-        };
-        // The series of one device's metric: the device's own, or one per pod using it.
+        }
+    };
+
+    const Gpu* gpu_at(unsigned index) const {
+        for (const auto& g : gpus)
+            if (g.info.index == index) return &g;
+        return nullptr;
+    }
+
+    std::string render(Pass& p) {
+        Out out(options.counters);
+        render_devices(out, p);
+        render_gpu_state(out, p);
+        render_processes(out, p);
+        render_mps(out);
+        for (const auto& [function, n] : nvml_errors) {
+            LabelSet l;
+            l.add("function", function);
+            out.add(Metric::nvml_errors_total, l, double(n));
+        }
+        render_kube_api(out);
+        render_self(out, p);
+        return out.ex.render();
+    }
+
+    // The DCGM series of every GPU and MIG device: the device's own, or one per pod using it.
+    void render_devices(Out& out, Pass& p) {
         auto emit = [&](const MetricDef& m, LabelSet labels, DeviceKey key, double x) {
             if (m.id == Metric::xid_errors) {
                 const unsigned code = static_cast<unsigned>(x);
                 labels.add("err_code", fmt::format("{}", code)).add("err_msg", xid_error_message(code));
             }
-            const auto it = pods.find(key);
-            if (it == pods.end() || it->second.empty()) {
-                add(m.id, labels, x);
+            const auto it = p.pods.find(key);
+            if (it == p.pods.end() || it->second.empty()) {
+                out.add(m.id, labels, x);
                 return;
             }
             const bool per_pod_value = options.kubernetes_virtual_gpus &&
                                        ((m.id == Metric::gpu_util && !key.second) || m.id == Metric::fb_used);
-            if (per_pod_value) add(m.id, labels, x);  // the device's own series stays next to the pods'
+            if (per_pod_value) out.add(m.id, labels, x);  // the device's own series stays next to the pods'
             for (const auto& slot : it->second) {
                 LabelSet l = labels;
-                l.append(pod_label_set(slot, meta, labels.str()));
+                l.append(pod_label_set(slot, p.meta, labels.str()));
                 double v = x;
                 if (per_pod_value) {
-                    const auto& table = m.id == Metric::gpu_util ? pod_sm : pod_fb;
-                    auto p = table.find({key.first, key.second, slot.pod.namespace_name, slot.pod.pod});
-                    v = p == table.end() ? 0.0 : p->second;
+                    const auto& table = m.id == Metric::gpu_util ? p.pod_sm : p.pod_fb;
+                    auto q = table.find({key.first, key.second, slot.pod.namespace_name, slot.pod.pod});
+                    v = q == table.end() ? 0.0 : q->second;
                 }
-                add(m.id, l, v);
+                out.add(m.id, l, v);
             }
         };
         for (std::size_t i = 0; i < gpus.size(); ++i) {
             const Gpu& g = gpus[i];
             if (g.lost) continue;
-            Values& v = gpu_values[i];
-            const auto it = xid_copy.find(xid_key(g.info));
-            v[static_cast<std::size_t>(Metric::xid_errors)] = it == xid_copy.end() ? 0.0 : double(it->second.last);
+            Values& v = p.gpu_values[i];
+            const auto it = p.xids.find(xid_key(g.info));
+            v[static_cast<std::size_t>(Metric::xid_errors)] = it == p.xids.end() ? 0.0 : double(it->second.last);
             for (const auto& m : catalogue()) {
                 if (m.scope != Scope::gpu && !(m.scope == Scope::instance && !g.mig_enabled)) continue;
                 const auto& x = v[static_cast<std::size_t>(m.id)];
                 if (x) emit(m, g.dcgm, {g.info.index, std::nullopt}, *x);
             }
             if (!g.mig_enabled) continue;
-            for (std::size_t j = 0; j < g.migs.size() && j < mig_values[i].size(); ++j) {
+            for (std::size_t j = 0; j < g.migs.size() && j < p.mig_values[i].size(); ++j) {
                 for (const auto& m : catalogue()) {
                     if (m.scope != Scope::instance) continue;
-                    const auto& x = mig_values[i][j][static_cast<std::size_t>(m.id)];
+                    const auto& x = p.mig_values[i][j][static_cast<std::size_t>(m.id)];
                     if (x) emit(m, g.migs[j].labels, {g.info.index, g.migs[j].info.gpu_instance_id}, *x);
                 }
             }
         }
+    }
+
+    // kgpu_gpu_health and the XID counters of every GPU.
+    void render_gpu_state(Out& out, const Pass& p) {
         for (std::size_t i = 0; i < gpus.size(); ++i) {
             const Gpu& g = gpus[i];
             for (std::string_view s : {"ok", "error", "lost"}) {
                 LabelSet l = g.kgpu;
                 l.add("state", s);
-                add(Metric::gpu_health, l, state[i] == s ? 1.0 : 0.0);
+                out.add(Metric::gpu_health, l, p.state[i] == s ? 1.0 : 0.0);
             }
-            const auto it = xid_copy.find(xid_key(g.info));
-            const Xid x = it == xid_copy.end() ? Xid{} : it->second;
-            add(Metric::gpu_last_xid, g.kgpu, x.last);
-            add(Metric::gpu_xid_events_total, g.kgpu, double(x.count));
+            const auto it = p.xids.find(xid_key(g.info));
+            const Xid x = it == p.xids.end() ? Xid{} : it->second;
+            out.add(Metric::gpu_last_xid, g.kgpu, x.last);
+            out.add(Metric::gpu_xid_events_total, g.kgpu, double(x.count));
             for (std::size_t c = 0; c < x.by_class.size(); ++c) {
                 LabelSet l = g.kgpu;
                 l.add("xid_class", kXidClasses[c]);
-                add(Metric::gpu_xid_class_events_total, l, double(x.by_class[c]));
+                out.add(Metric::gpu_xid_class_events_total, l, double(x.by_class[c]));
             }
         }
-        const Gpu* by_index = nullptr;
-        auto gpu_at = [&](unsigned index) -> const Gpu* {
-            if (by_index && by_index->info.index == index) return by_index;
-            for (const auto& c : gpus)
-                if (c.info.index == index) return by_index = &c;
-            return nullptr;
-        };
-        for (const auto& p : procs) {
-            const Gpu* g = gpu_at(p.gpu);
+    }
+
+    // kgpu_process_fb_used_bytes, and kgpu_pod_*: every container allocated a (non-MIG) GPU,
+    // and every container whose processes ran on it, with the sum of its processes' shares.
+    void render_processes(Out& out, Pass& p) {
+        for (const auto& proc : p.procs) {
+            const Gpu* g = gpu_at(proc.gpu);
             if (!g) continue;
             LabelSet l = g->kgpu;
-            if (p.gi_id) l.add("GPU_I_ID", fmt::format("{}", *p.gi_id));
-            l.add("pid", fmt::format("{}", p.pid));
-            if (const auto& n = names[p.pid]; !n.empty()) l.add("process", n);
-            if (auto it = proc_pods.find(p.pid); it != proc_pods.end())
+            if (proc.gi_id) l.add("GPU_I_ID", fmt::format("{}", *proc.gi_id));
+            l.add("pid", fmt::format("{}", proc.pid));
+            if (const auto& n = p.names[proc.pid]; !n.empty()) l.add("process", n);
+            if (auto it = p.proc_pods.find(proc.pid); it != p.proc_pods.end())
                 l.add("pod", it->second.pod).add("namespace", it->second.namespace_name).add("container", it->second.container);
-            add(Metric::process_fb_used_bytes, l, double(p.bytes));
+            out.add(Metric::process_fb_used_bytes, l, double(proc.bytes));
         }
-        // kgpu_pod_*: every container allocated a (non-MIG) GPU, and every container whose
-        // processes ran on it, with the sum of its processes' shares.
-        if (processes) {
-            std::map<std::pair<unsigned, PodRef>, std::pair<double, double>> per_pod;
-            for (const auto& g : gpus) {
-                if (g.lost || g.mig_enabled || g.utilization_unsupported) continue;
-                if (auto it = all_pods.find({g.info.index, std::nullopt}); it != all_pods.end())
-                    for (const auto& s : it->second) per_pod[{g.info.index, s.pod}];
-            }
-            for (const auto& s : shares) {
-                auto it = proc_pods.find(s.pid);
-                if (it == proc_pods.end()) continue;
-                auto& [sm, mem] = per_pod[{s.gpu, it->second}];
-                sm += s.sm;
-                mem += s.memory;
-            }
-            for (const auto& [k, v] : per_pod) {
-                const Gpu* g = gpu_at(k.first);
-                if (!g) continue;
-                LabelSet l = g->kgpu;
-                l.add("pod", k.second.pod).add("namespace", k.second.namespace_name).add("container", k.second.container);
-                add(Metric::pod_sm_util_ratio, l, v.first * def(Metric::pod_sm_util_ratio).scale);
-                add(Metric::pod_mem_util_ratio, l, v.second * def(Metric::pod_mem_util_ratio).scale);
-            }
+        if (!processes) return;
+        std::map<std::pair<unsigned, PodRef>, std::pair<double, double>> per_pod;
+        for (const auto& g : gpus) {
+            if (g.lost || g.mig_enabled || g.utilization_unsupported) continue;
+            if (auto it = p.all_pods.find({g.info.index, std::nullopt}); it != p.all_pods.end())
+                for (const auto& s : it->second) per_pod[{g.info.index, s.pod}];
         }
-        if (!options.mps_root.empty()) {
-            std::vector<std::string> problems;
-            const auto statuses = mps::read_statuses(mps::Root{options.mps_root}, &problems);
-            for (const auto& p : problems)
-                if (mps_problems.first(p)) log::warn("exporter: MPS: {} (logged once; the file is left out)", p);
-            for (const auto& st : statuses) {
-                LabelSet l;
-                l.add("resource", st.resource);
-                add(Metric::mps_daemon_up, l, st.state == mps::DaemonState::running ? 1.0 : 0.0);
-                add(Metric::mps_daemon_restarts_total, l, double(st.restarts));
-                add(Metric::mps_active_thread_percentage, l, double(st.active_thread_percentage));
-                for (const auto& lim : st.pinned_limits) {
-                    LabelSet g = l;
-                    g.add("gpu", fmt::format("{}", lim.index)).add("UUID", lim.uuid);
-                    add(Metric::mps_pinned_memory_limit_bytes, g, double(lim.mib << 20));
-                }
-            }
+        for (const auto& s : p.shares) {
+            auto it = p.proc_pods.find(s.pid);
+            if (it == p.proc_pods.end()) continue;
+            auto& [sm, mem] = per_pod[{s.gpu, it->second}];
+            sm += s.sm;
+            mem += s.memory;
         }
-        for (const auto& [function, n] : nvml_errors) {
+        for (const auto& [k, v] : per_pod) {
+            const Gpu* g = gpu_at(k.first);
+            if (!g) continue;
+            LabelSet l = g->kgpu;
+            l.add("pod", k.second.pod).add("namespace", k.second.namespace_name).add("container", k.second.container);
+            out.add(Metric::pod_sm_util_ratio, l, v.first * def(Metric::pod_sm_util_ratio).scale);
+            out.add(Metric::pod_mem_util_ratio, l, v.second * def(Metric::pod_mem_util_ratio).scale);
+        }
+    }
+
+    // kgpu_mps_*: the MPS daemons' status files under --mps-root.
+    void render_mps(Out& out) {
+        if (options.mps_root.empty()) return;
+        std::vector<std::string> problems;
+        const auto statuses = mps::read_statuses(mps::Root{options.mps_root}, &problems);
+        for (const auto& p : problems)
+            if (mps_problems.first(p)) log::warn("exporter: MPS: {} (logged once; the file is left out)", p);
+        for (const auto& st : statuses) {
             LabelSet l;
-            l.add("function", function);
-            add(Metric::nvml_errors_total, l, double(n));
-        }
-        if (!options.kube_api_status_dir.empty()) {
-            std::vector<std::string> problems;
-            for (const auto& st : read_kube_api_statuses(options.kube_api_status_dir, problems)) {
-                LabelSet c;
-                c.add("component", st.component);
-                for (const auto& q : st.requests) {
-                    LabelSet l = c;
-                    l.add("method", q.method).add("code", q.code);
-                    add(Metric::kube_api_requests_total, l, q.count);
-                }
-                for (const auto& [kind, n] : st.errors) {
-                    LabelSet l = c;
-                    l.add("kind", kind);
-                    add(Metric::kube_api_errors_total, l, n);
-                }
-                if (st.last_success) add(Metric::kube_api_last_success_timestamp_seconds, c, *st.last_success);
-                for (const auto& [result, n] : st.events) {
-                    LabelSet l = c;
-                    l.add("result", result);
-                    add(Metric::node_events_total, l, n);
-                }
+            l.add("resource", st.resource);
+            out.add(Metric::mps_daemon_up, l, st.state == mps::DaemonState::running ? 1.0 : 0.0);
+            out.add(Metric::mps_daemon_restarts_total, l, double(st.restarts));
+            out.add(Metric::mps_active_thread_percentage, l, double(st.active_thread_percentage));
+            for (const auto& lim : st.pinned_limits) {
+                LabelSet g = l;
+                g.add("gpu", fmt::format("{}", lim.index)).add("UUID", lim.uuid);
+                out.add(Metric::mps_pinned_memory_limit_bytes, g, double(lim.mib << 20));
             }
-            for (const auto& p : problems)
-                if (status_problems.first(p))
-                    log::warn("exporter: kube API status: {} (logged once; the file is left out)", p);
         }
-        if (podres_up) {
-            add(Metric::pod_attribution_up, LabelSet{}, *podres_up ? 1.0 : 0.0);
+    }
+
+    // kgpu_kube_api_*, kgpu_node_events_total: the status files under --kube-api-status-dir.
+    void render_kube_api(Out& out) {
+        if (options.kube_api_status_dir.empty()) return;
+        std::vector<std::string> problems;
+        for (const auto& st : read_kube_api_statuses(options.kube_api_status_dir, &problems)) {
+            LabelSet c;
+            c.add("component", st.component);
+            for (const auto& q : st.requests) {
+                LabelSet l = c;
+                l.add("method", q.method).add("code", q.code);
+                out.add(Metric::kube_api_requests_total, l, q.count);
+            }
+            for (const auto& [kind, n] : st.errors) {
+                LabelSet l = c;
+                l.add("kind", kind);
+                out.add(Metric::kube_api_errors_total, l, n);
+            }
+            if (st.last_success) out.add(Metric::kube_api_last_success_timestamp_seconds, c, *st.last_success);
+            for (const auto& [result, n] : st.events) {
+                LabelSet l = c;
+                l.add("result", result);
+                out.add(Metric::node_events_total, l, n);
+            }
+        }
+        for (const auto& p : problems)
+            if (status_problems.first(p)) log::warn("exporter: kube API status: {} (logged once; the file is left out)", p);
+    }
+
+    // The exporter's own series: pod attribution, HTTP connections, the collection itself.
+    void render_self(Out& out, const Pass& p) {
+        if (p.podres_up) {
+            out.add(Metric::pod_attribution_up, LabelSet{}, *p.podres_up ? 1.0 : 0.0);
             for (const auto& g : gpus) {
-                if (!*podres_up) break;  // unknown while the kubelet does not answer
-                auto it = pods_over_limit.find(g.info.index);
-                add(Metric::pods_over_limit, g.kgpu, it == pods_over_limit.end() ? 0.0 : double(it->second));
+                if (!*p.podres_up) break;  // unknown while the kubelet does not answer
+                auto it = p.pods_over_limit.find(g.info.index);
+                out.add(Metric::pods_over_limit, g.kgpu, it == p.pods_over_limit.end() ? 0.0 : double(it->second));
             }
         }
         if (http_stats) {
             const HttpServerStats h = http_stats();
-            add(Metric::http_connections, LabelSet{}, double(h.open));
+            out.add(Metric::http_connections, LabelSet{}, double(h.open));
             for (auto [reason, n] : {std::pair<std::string_view, std::uint64_t>{"evicted", h.evicted},
                                      {"peer_limit", h.peer_limit},
                                      {"timeout", h.timeout},
@@ -927,21 +989,13 @@ struct Collector::Impl {
                                      {"tls", h.tls}}) {
                 LabelSet l;
                 l.add("reason", reason);
-                add(Metric::http_connections_closed_total, l, double(n));
+                out.add(Metric::http_connections_closed_total, l, double(n));
             }
         }
-        add(Metric::collection_duration_seconds, LabelSet{}, std::chrono::duration<double>(t1 - t0).count());
-        add(Metric::collections_total, LabelSet{}, double(passes));
-        add(Metric::last_collection_timestamp_seconds, LabelSet{},
-            std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
-
-        const auto end = Clock::now();
-        auto s = std::make_shared<const Snapshot>(ex.render(), end);
-        {
-            std::lock_guard lk(snap_mu);
-            snap = std::move(s);
-        }
-        last_end_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end.time_since_epoch()).count();
+        out.add(Metric::collection_duration_seconds, LabelSet{}, std::chrono::duration<double>(p.t1 - p.t0).count());
+        out.add(Metric::collections_total, LabelSet{}, double(passes));
+        out.add(Metric::last_collection_timestamp_seconds, LabelSet{},
+                std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
     }
 
     void collector_loop() {
