@@ -10,10 +10,8 @@
 // the loop does not sleep while that list is not empty.
 #include "exporter/http.h"
 
-#include <arpa/inet.h>
 #include <csignal>
 #include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
@@ -26,13 +24,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <charconv>
-#include <condition_variable>
 #include <cstring>
 #include <ctime>
 #include <deque>
-#include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
@@ -44,7 +38,9 @@
 #include "common/log.h"
 #include "common/process.h"
 #include "common/strings.h"
+#include "exporter/auth_worker.h"
 #include "exporter/http_parse.h"
+#include "exporter/listen.h"
 #include "exporter/tls.h"
 #include "exporter/web_config.h"
 
@@ -55,33 +51,6 @@ HttpResponse HttpResponse::text(unsigned status, std::string body) {
     r.status = status;
     r.body = std::make_shared<const std::string>(std::move(body));
     return r;
-}
-
-Result<ListenAddress> parse_listen_address(std::string_view text) {
-    auto bad = [&] {
-        return fail(Code::invalid_argument, "expected host:port, :port or [ipv6]:port with a port 0-65535, got '{}'",
-                    text);
-    };
-    ListenAddress out;
-    std::string_view port;
-    if (text.starts_with('[')) {
-        auto close = text.find(']');
-        if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':') return bad();
-        out.host = std::string(text.substr(1, close - 1));
-        port = text.substr(close + 2);
-        if (out.host.empty()) return bad();
-    } else {
-        auto colon = text.rfind(':');
-        if (colon == std::string_view::npos) return bad();
-        out.host = std::string(text.substr(0, colon));
-        if (out.host.find(':') != std::string::npos) return bad();  // a bare IPv6 address needs brackets
-        port = text.substr(colon + 1);
-    }
-    unsigned value = 0;
-    auto [p, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
-    if (port.empty() || ec != std::errc() || p != port.data() + port.size() || value > 65535) return bad();
-    out.port = static_cast<std::uint16_t>(value);
-    return out;
 }
 
 namespace {
@@ -98,93 +67,6 @@ constexpr unsigned kTurnRequests = 16;
 constexpr std::size_t kTurnBytes = 64 * 1024;
 constexpr std::uint64_t kListenId = 1, kWakeId = 2, kFirstConnId = 16;
 constexpr auto kLogAgainAfter = std::chrono::seconds(60);
-
-std::string numeric(const sockaddr_storage& ss) {
-    char host[INET6_ADDRSTRLEN] = {};
-    if (ss.ss_family == AF_INET6) {
-        auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
-        ::inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
-        return fmt::format("[{}]:{}", host, ntohs(a->sin6_port));
-    }
-    auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
-    ::inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
-    return fmt::format("{}:{}", host, ntohs(a->sin_port));
-}
-
-// The client as the per-peer limit counts it: an IPv4 address (also when mapped into IPv6), or
-// an IPv6 /64 (one host commonly holds a whole /64). Returns the key and a printable form.
-std::pair<std::string, std::string> peer_of(const sockaddr_storage& ss) {
-    char text[INET6_ADDRSTRLEN] = {};
-    if (ss.ss_family == AF_INET6) {
-        const auto& a = reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr;
-        if (IN6_IS_ADDR_V4MAPPED(&a)) {
-            ::inet_ntop(AF_INET, a.s6_addr + 12, text, sizeof text);
-            return {std::string(reinterpret_cast<const char*>(a.s6_addr + 12), 4), text};
-        }
-        in6_addr net{};
-        std::memcpy(net.s6_addr, a.s6_addr, 8);
-        ::inet_ntop(AF_INET6, &net, text, sizeof text);
-        return {std::string(reinterpret_cast<const char*>(a.s6_addr), 8), std::string(text) + "/64"};
-    }
-    if (ss.ss_family == AF_INET) {
-        const auto& a = reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr;
-        ::inet_ntop(AF_INET, &a, text, sizeof text);
-        return {std::string(reinterpret_cast<const char*>(&a), 4), text};
-    }
-    return {"", "unknown"};
-}
-
-Result<int> bind_one(const sockaddr* addr, socklen_t len, int family, unsigned backlog, bool dual_stack) {
-    Fd s(::socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    if (!s) return fail(Code::io, "socket: {}", std::strerror(errno));
-    int one = 1;
-    ::setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (family == AF_INET6) {
-        int v6only = dual_stack ? 0 : 1;
-        ::setsockopt(s.get(), IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof v6only);
-    }
-    if (::bind(s.get(), addr, len) != 0) return fail(Code::io, "bind: {}", std::strerror(errno));
-    if (::listen(s.get(), static_cast<int>(backlog)) != 0) return fail(Code::io, "listen: {}", std::strerror(errno));
-    return s.release();
-}
-
-Result<int> listen_on(const ListenAddress& a, unsigned backlog, const std::string& text) {
-    if (a.host.empty()) {
-        // Every address: IPv6 with IPv4 mapped, or IPv4 alone where the host has no IPv6.
-        sockaddr_in6 six{};
-        six.sin6_family = AF_INET6;
-        six.sin6_addr = in6addr_any;
-        six.sin6_port = htons(a.port);
-        auto fd = bind_one(reinterpret_cast<sockaddr*>(&six), sizeof six, AF_INET6, backlog, true);
-        if (fd) return fd;
-        sockaddr_in four{};
-        four.sin_family = AF_INET;
-        four.sin_addr.s_addr = htonl(INADDR_ANY);
-        four.sin_port = htons(a.port);
-        auto fd4 = bind_one(reinterpret_cast<sockaddr*>(&four), sizeof four, AF_INET, backlog, false);
-        if (!fd4) return fail(Code::io, "listening on {}: {}", text, fd4.error().message);
-        return fd4;
-    }
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    addrinfo* res = nullptr;
-    const std::string port = fmt::format("{}", a.port);
-    if (int rc = ::getaddrinfo(a.host.c_str(), port.c_str(), &hints, &res); rc != 0)
-        return fail(Code::io, "listening on {}: cannot resolve '{}': {}", text, a.host, ::gai_strerror(rc));
-    std::string why;
-    for (addrinfo* ai = res; ai; ai = ai->ai_next) {
-        auto fd = bind_one(ai->ai_addr, ai->ai_addrlen, ai->ai_family, backlog, false);
-        if (fd) {
-            ::freeaddrinfo(res);
-            return fd;
-        }
-        why = fd.error().message;
-    }
-    ::freeaddrinfo(res);
-    return fail(Code::io, "listening on {}: {}", text, why);
-}
 
 std::string_view reason_phrase(unsigned status) {
     switch (status) {
@@ -284,79 +166,6 @@ struct Conn {
     bool tls_wants_read = false;
     RequestHead pending;         // a request waiting for its password check
     std::string auth_key;        // the check it waits for
-};
-
-// Checks bcrypt hashes on its own thread: each takes ~50-100 ms at cost 10, too long for the
-// event loop, so a flood of wrong passwords delays only other password checks.
-class AuthWorker {
-public:
-    struct Job {
-        std::uint64_t conn;
-        std::string key;  // cache key
-        std::string password, hash;
-        bool known_user;
-    };
-    struct Done {
-        std::uint64_t conn;
-        std::string key;
-        Result<bool> ok;
-    };
-
-    explicit AuthWorker(int wake_fd) : wake_fd_(wake_fd), thread_([this] { run(); }) {}
-    ~AuthWorker() {
-        {
-            std::lock_guard lk(mu_);
-            stop_ = true;
-        }
-        cv_.notify_all();
-        thread_.join();
-    }
-    bool submit(Job job) {
-        std::lock_guard lk(mu_);
-        if (jobs_.size() >= kAuthQueue) return false;
-        jobs_.push_back(std::move(job));
-        cv_.notify_one();
-        return true;
-    }
-    std::vector<Done> take() {
-        std::lock_guard lk(mu_);
-        return std::exchange(done_, {});
-    }
-    // Drops the check for `key` if it has not started: true when it was still waiting.
-    bool cancel(const std::string& key) {
-        std::lock_guard lk(mu_);
-        auto it = std::find_if(jobs_.begin(), jobs_.end(), [&](const Job& j) { return j.key == key; });
-        if (it == jobs_.end()) return false;
-        jobs_.erase(it);
-        return true;
-    }
-
-private:
-    void run() {
-        std::unique_lock lk(mu_);
-        for (;;) {
-            cv_.wait(lk, [&] { return stop_ || !jobs_.empty(); });
-            if (stop_) return;
-            Job job = std::move(jobs_.front());
-            jobs_.pop_front();
-            lk.unlock();
-            // An unknown user is checked against a real hash too, so timing does not tell users apart.
-            auto r = bcrypt_matches(job.password, job.hash);
-            if (r && !job.known_user) r = false;
-            lk.lock();
-            done_.push_back(Done{job.conn, std::move(job.key), std::move(r)});
-            const std::uint64_t one = 1;
-            [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);
-        }
-    }
-
-    int wake_fd_;
-    std::mutex mu_;
-    std::condition_variable cv_;
-    std::deque<Job> jobs_;
-    std::vector<Done> done_;
-    bool stop_ = false;
-    std::thread thread_;  // last: starts after the members it uses
 };
 
 struct FileStamp {
@@ -546,7 +355,7 @@ struct HttpServer::Impl {
         }
         if (web && static_cast<bool>(web->tls) != static_cast<bool>(cfg->tls))
             return fail(Code::invalid_argument, "{}: switching TLS on or off needs a restart of the exporter", path);
-        if (!cfg->users.empty() && !auth) auth = std::make_unique<AuthWorker>(wake_fd);
+        if (!cfg->users.empty() && !auth) auth = std::make_unique<AuthWorker>(wake_fd, kAuthQueue);
         if (!web || web->rate_interval != cfg->rate_interval || web->rate_burst != cfg->rate_burst) {
             tokens = cfg->rate_burst;
             tokens_at = Clock::now();
