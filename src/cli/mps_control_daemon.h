@@ -11,6 +11,7 @@
 
 #include "cli/nvml_options.h"
 #include "deviceplugin/config.h"
+#include "mps/mps.h"
 
 namespace kgpu::cli {
 
@@ -18,7 +19,7 @@ struct MpsControlDaemonFlags {
     NvmlOptions nvml;
     std::optional<std::string> config_file;   // --config-file, CONFIG_FILE
     deviceplugin::OptionText options;         // --mig-strategy (the settings table's; env MIG_STRATEGY)
-    std::string mps_root = "/run/nvidia/mps"; // --mps-root, MPS_ROOT
+    std::string mps_root = std::string(mps::kDefaultRoot);  // --mps-root, MPS_ROOT
     std::string control_binary;               // --mps-control-binary, KGPU_MPS_CONTROL
     std::string meminfo = "/proc/meminfo";    // mount-shm --meminfo
 };

@@ -21,6 +21,7 @@
 
 #include "common/files.h"
 #include "common/process.h"
+#include "deviceplugin/config.h"
 #include "common/strings.h"
 #include "demo/host.h"
 #include "demo/http.h"
@@ -48,22 +49,24 @@ constexpr int kMpsSteps = 4;
 constexpr unsigned kMpsReplicas = 4;
 
 // Environment variables the children must not inherit: the demo sets everything by flag so a
-// shell with NVIDIA's device-plugin variables exported still gets the same run.
-const std::vector<std::string> kScrubbedEnv = {
-    "MIG_STRATEGY",         "FAIL_ON_INIT_ERROR",      "NVIDIA_DRIVER_ROOT",   "NVIDIA_DEV_ROOT",
-    "PASS_DEVICE_SPECS",    "DEVICE_LIST_STRATEGY",    "DEVICE_ID_STRATEGY",   "CDI_ANNOTATION_PREFIX",
-    "KUBELET_SOCKET",       "CONFIG_FILE",             "DP_DISABLE_HEALTHCHECKS", "DP_ENABLE_HEALTHCHECKS",
-    "KGPU_PROC_ROOT",       "SHARED_DEVICES_ALLOCATION_POLICY", "KGPU_NVML_LIBRARY", "KGPU_LOG_LEVEL",
-    "KGPU_INIT_RETRY_MS",   "NVIDIA_VISIBLE_DEVICES",  "KGPU_SIM_NODE",        "KGPU_SIM_EVENTS",
-    // the exporter's (dcgm-exporter's names)
-    "DCGM_EXPORTER_LISTEN", "DCGM_EXPORTER_INTERVAL",  "DCGM_EXPORTER_KUBERNETES", "DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE",
-    "DCGM_EXPORTER_NO_HOSTNAME", "DCGM_POD_RESOURCES_KUBELET_SOCKET", "KGPU_EXPORTER_HOSTNAME_LABEL",
-    "CONTAINER_RUNTIME_ENDPOINT", "NVIDIA_RESOURCE_NAMES",
-    // the API server: the demo's plugin must not post Events on, or follow the label of, the
-    // real Node of a pod it runs in
-    "NODE_NAME", "KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "CONFIG_FILE_SRCDIR",
-    "DEFAULT_CONFIG", "NODE_LABEL", "FALLBACK_STRATEGIES", "KGPU_NODE_HEALTH_EVENTS", "KGPU_NODE_HEALTH_ANNOTATION",
-};
+// shell with NVIDIA's device-plugin or GFD variables exported still gets the same run. The device
+// plugin's settings' variables come from its settings table; these are the others.
+std::vector<std::string> scrubbed_env() {
+    std::vector<std::string> env = {
+        "CONFIG_FILE", "DP_DISABLE_HEALTHCHECKS", "DP_ENABLE_HEALTHCHECKS", "IMEX_CHANNEL_IDS", "IMEX_REQUIRED",
+        "KGPU_LOG_LEVEL", "KGPU_INIT_RETRY_MS", "NVIDIA_VISIBLE_DEVICES", "KGPU_SIM_NODE", "KGPU_SIM_EVENTS",
+        // the exporter's (dcgm-exporter's names)
+        "DCGM_EXPORTER_LISTEN", "DCGM_EXPORTER_INTERVAL", "DCGM_EXPORTER_KUBERNETES",
+        "DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE", "DCGM_EXPORTER_NO_HOSTNAME", "DCGM_POD_RESOURCES_KUBELET_SOCKET",
+        "KGPU_EXPORTER_HOSTNAME_LABEL", "CONTAINER_RUNTIME_ENDPOINT", "NVIDIA_RESOURCE_NAMES",
+        // the API server: the demo's plugin must not post Events on, or follow the label of, the
+        // real Node of a pod it runs in
+        "NODE_NAME", "KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "CONFIG_FILE_SRCDIR",
+        "DEFAULT_CONFIG", "NODE_LABEL", "FALLBACK_STRATEGIES", "KGPU_NODE_HEALTH_EVENTS", "KGPU_NODE_HEALTH_ANNOTATION",
+    };
+    for (auto& v : deviceplugin::option_variables()) env.push_back(std::move(v));
+    return env;
+}
 
 // The longest socket path below the work dir: <work>/host/var/lib/kubelet/device-plugins/kgpu-nvidia-com-gpu.sock.
 constexpr size_t kLongestSocketSuffix = std::string_view("/host/var/lib/kubelet/device-plugins/kgpu-nvidia-com-gpu.sock").size();
@@ -206,7 +209,7 @@ SpawnOptions Demo::child(const std::string& name, std::vector<std::string> args)
     s.argv = {exe_.string()};
     s.argv.insert(s.argv.end(), args.begin(), args.end());
     s.set_env = {{"KGPU_SIM_NODE", node_file_.string()}, {"KGPU_SIM_EVENTS", events_.string()}, {"NO_COLOR", "1"}};
-    s.unset_env = kScrubbedEnv;
+    s.unset_env = scrubbed_env();
     s.log_path = (logs_ / (name + ".log")).string();
     return s;
 }

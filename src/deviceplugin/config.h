@@ -278,6 +278,10 @@ void for_each_option(F&& f) {
 std::string option_help(const OptionNames& names, std::string_view shown_default, bool boolean,
                         std::string_view taker = "plugin");
 
+// Every variable the table's settings are read from (env and gfd_env), in table order: what a
+// process that sets everything by flag (kgpu demo) keeps from its children.
+std::vector<std::string> option_variables();
+
 // Parses the command line's text of each table setting into `out`. Errors: invalid_argument
 // "<flag>: <reason>" naming the flag's first spelling.
 Status parse_option_text(const OptionText& text, Overrides& out);

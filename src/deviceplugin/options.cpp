@@ -1,5 +1,6 @@
 // The settings table's codecs, describe()'s derived defaults, and the flag text and help the CLI
 // takes from the table (options.h).
+#include <algorithm>
 #include <functional>
 #include <map>
 
@@ -75,6 +76,16 @@ std::string option_help(const OptionNames& names, std::string_view shown_default
         help += fmt::format(" [env {}]", fmt::join(env, ", "));
     }
     return help;
+}
+
+std::vector<std::string> option_variables() {
+    std::vector<std::string> out;
+    for_each_option([&](const OptionNames& names, auto...) {
+        for (std::string_view list : {names.env, names.gfd_env})
+            for (std::string_view v : strings::split(list, ','))
+                if (!v.empty() && std::find(out.begin(), out.end(), v) == out.end()) out.emplace_back(v);
+    });
+    return out;
 }
 
 Result<Overrides> gfd_settings(const OptionText& text, const std::function<const char*(const char*)>& getenv,

@@ -33,6 +33,7 @@
 
 #include "common/error.h"
 #include "deviceplugin/values.h"
+#include "mps/mps.h"
 
 namespace kgpu::deviceplugin {
 
@@ -144,7 +145,7 @@ std::string shown_mps_root(const Config& c);
       "--driver-root-ctr-path,--container-driver-root", "DRIVER_ROOT_CTR_PATH,CONTAINER_DRIVER_ROOT", \
       "Accepted for NVIDIA compatibility; kgpu reads the driver at --nvidia-driver-root (a warning says so when " \
       "this differs)", nullptr, "plugin,gfd", "DRIVER_ROOT_CTR_PATH,CONTAINER_DRIVER_ROOT") \
-    X(mps_root, option::Text, "/run/nvidia/mps", "flags.mpsRoot", "--mps-root", "MPS_ROOT", \
+    X(mps_root, option::Text, std::string(mps::kDefaultRoot), "flags.mpsRoot", "--mps-root", "MPS_ROOT", \
       "Host directory for MPS pipes and shared memory (sharing.mps)", &option::shown_mps_root, "plugin", "") \
     X(gdrcopy_enabled, option::Bool, false, "flags.gdrcopyEnabled", "--gdrcopy-enabled", "GDRCOPY_ENABLED", \
       "Start containers that get a device with GDRCopy support", nullptr, "plugin", "") \

@@ -34,6 +34,7 @@
 #include "exporter/counters.h"
 #include "exporter/http.h"
 #include "nvml/device.h"
+#include "mps/mps.h"
 
 namespace kgpu::exporter {
 
@@ -67,7 +68,7 @@ struct CollectorOptions {
     // dcgm-exporter's --use-old-namespace names the GPU's UUID label `uuid` instead of `UUID`.
     std::string uuid_label = "UUID";
     // kgpu_mps_*: the MPS daemons' status files under this directory (--mps-root); empty: none.
-    std::string mps_root = "/run/nvidia/mps";
+    std::string mps_root = std::string(mps::kDefaultRoot);
     // kgpu_kube_api_*, kgpu_node_events_total: the status files of kgpu's processes that use the
     // Kubernetes API (--kube-api-status-dir, kube_status.h); empty: none.
     std::string kube_api_status_dir;
