@@ -48,25 +48,26 @@ struct SimNode {
         return true;
     }
     ~SimNode() { ::unsetenv("KGPU_SIM_EVENTS"); }
+
+    std::atomic<int> unhealthy{-1};  // Unhealthy GPUs in the monitor's latest report
+    // The monitor's on_change: counts the Unhealthy GPUs into `unhealthy`.
+    auto counter() {
+        return [this](const std::vector<GpuHealth>& h) {
+            int n = 0;
+            for (const auto& g : h) n += g.healthy ? 0 : 1;
+            unhealthy = n;
+        };
+    }
+    void append(const std::string& line) { std::ofstream(events, std::ios::app) << line << "\n"; }
 };
 
 TEST(HealthMonitor, ProbesOnTheSlowTimerWhileEverythingIsHealthyAndFastWhileSomethingIsNot) {
     SimNode sim;
     ASSERT_TRUE(sim.open()) << sim.error;
-    const std::string& events = sim.events;
-    auto& session = sim.session;
-    auto& node = sim.node;
-
     HealthConfig policy;
     policy.recovery_period = 1s;
-    std::atomic<int> unhealthy{-1};  // Unhealthy GPUs in the latest report
-    auto on_change = [&](const std::vector<GpuHealth>& h) {
-        int n = 0;
-        for (const auto& g : h) n += g.healthy ? 0 : 1;
-        unhealthy = n;
-    };
     // Fast: 20 ms; slow: an hour, so any probe in a calm window is one too many.
-    HealthMonitor monitor(*session, *node, policy, on_change, 20ms, {}, 1h);
+    HealthMonitor monitor(*sim.session, *sim.node, policy, sim.counter(), 20ms, {}, 1h);
     monitor.start();
     EXPECT_EQ(monitor.probe_rounds(), 1u) << "start() probes every GPU once";
     // Calm: no probe round follows (the old cadence gave one every 20 ms here).
@@ -74,10 +75,10 @@ TEST(HealthMonitor, ProbesOnTheSlowTimerWhileEverythingIsHealthyAndFastWhileSome
 
     // A recoverable XID: Unhealthy at once (the event), then probes every 20 ms decide the
     // recovery after the quiet period, and the slow timer is back.
-    std::ofstream(events, std::ios::app) << "xid 2 94\n";
-    ASSERT_TRUE(eventually([&] { return unhealthy == 1; })) << "the XID event";
+    sim.append("xid 2 94");
+    ASSERT_TRUE(eventually([&] { return sim.unhealthy == 1; })) << "the XID event";
     ASSERT_TRUE(eventually([&] { return monitor.probe_rounds() >= 5; })) << monitor.probe_rounds();
-    ASSERT_TRUE(eventually([&] { return unhealthy == 0; })) << "recovery after the quiet period";
+    ASSERT_TRUE(eventually([&] { return sim.unhealthy == 0; })) << "recovery after the quiet period";
     const unsigned long after = monitor.probe_rounds();
     EXPECT_FALSE(eventually([&] { return monitor.probe_rounds() > after; }, 400ms)) << monitor.probe_rounds();
     monitor.stop();
@@ -89,23 +90,13 @@ TEST(HealthMonitor, ProbesOnTheSlowTimerWhileEverythingIsHealthyAndFastWhileSome
 TEST(HealthMonitor, AResetBeforeTheNextProbeStillCounts) {
     SimNode sim;
     ASSERT_TRUE(sim.open()) << sim.error;
-    const std::string& events = sim.events;
-    auto& session = sim.session;
-    auto& node = sim.node;
-
-    std::atomic<int> unhealthy{-1};
-    auto on_change = [&](const std::vector<GpuHealth>& h) {
-        int n = 0;
-        for (const auto& g : h) n += g.healthy ? 0 : 1;
-        unhealthy = n;
-    };
     // The first probe after start() comes 2 s later: the XID and the reset both land before it.
-    HealthMonitor monitor(*session, *node, HealthConfig{}, on_change, 2s, {}, 1h);
+    HealthMonitor monitor(*sim.session, *sim.node, HealthConfig{}, sim.counter(), 2s, {}, 1h);
     monitor.start();
-    std::ofstream(events, std::ios::app) << "xid 1 48\n";  // double-bit ECC: remapped rows pending
-    ASSERT_TRUE(eventually([&] { return unhealthy == 1; })) << "the XID event";
-    std::ofstream(events, std::ios::app) << "restore 1\n";  // the reset: nothing pending any more
-    EXPECT_TRUE(eventually([&] { return unhealthy == 0; }, 10s)) << "the reset went unseen";
+    sim.append("xid 1 48");  // double-bit ECC: remapped rows pending
+    ASSERT_TRUE(eventually([&] { return sim.unhealthy == 1; })) << "the XID event";
+    sim.append("restore 1");  // the reset: nothing pending any more
+    EXPECT_TRUE(eventually([&] { return sim.unhealthy == 0; }, 10s)) << "the reset went unseen";
     monitor.stop();
 }
 
