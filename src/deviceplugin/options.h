@@ -2,8 +2,10 @@
 // own flat settings) declared once, with its type, default, config-file key, flag spellings,
 // environment variables and help text. config.h generates Config's fields and Overrides' from it;
 // config.cpp reads the file's `flags:` / `flags.plugin:` keys, the environment, applies the layers
-// and describes the result from it; cli/device_plugin.cpp registers the flags from it. Adding a
-// setting is one line here plus its use.
+// and describes the result from it; cli/device_plugin.cpp's add_setting_flags registers the flags
+// of kgpu device-plugin, kgpu labels and kgpu mps-control-daemon from it, as NVIDIA's
+// api/config/v1 Flags serve its plugin, GFD and MPS daemon. Adding a setting is one line here
+// plus its use.
 //
 // Columns of KGPU_DEVICE_PLUGIN_OPTIONS(X):
 //   X(field, Codec, default, keys, flags, env, help, shown, takers, gfd_env)
