@@ -616,6 +616,14 @@ nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t
     });
 }
 
+nvmlReturn_t nvmlDeviceGetDisplayActive(nvmlDevice_t device, nvmlEnableState_t* isActive) {
+    return withDevice(device, On::Gpu, [&](State&, DevRef d) -> nvmlReturn_t {
+        if (!isActive) return NVML_ERROR_INVALID_ARGUMENT;
+        *isActive = d.gpu->spec.displayActive ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+        return NVML_SUCCESS;
+    });
+}
+
 nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t* current, nvmlEnableState_t* pending) {
     return withDevice(device, On::Gpu, [&](State&, DevRef d) -> nvmlReturn_t {
         if (!current || !pending) return NVML_ERROR_INVALID_ARGUMENT;

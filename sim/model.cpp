@@ -378,7 +378,7 @@ GpuSpec readGpu(const YAML::Node& n, const std::string& path, PendingLinks& link
     checkKeys(n, path,
               {"name", "uuid", "serial", "minor", "pci_bus_id", "pci_device_id", "pci_subsystem_id", "numa_node",
                "board_id", "vbios", "inforom", "memory_mib", "reserved_mib", "compute_capability", "architecture", "brand",
-               "power_limit_w", "persistence_mode", "ecc", "pcie", "lost", "telemetry", "mig", "nvlink",
+               "power_limit_w", "persistence_mode", "display_active", "ecc", "pcie", "lost", "telemetry", "mig", "nvlink",
                "nvswitch_links"});
     GpuSpec g;
     g.name = asString(required(n, "name", path), join(path, "name"));
@@ -434,6 +434,7 @@ GpuSpec readGpu(const YAML::Node& n, const std::string& path, PendingLinks& link
     g.powerLimitW = static_cast<unsigned>(asInt(required(n, "power_limit_w", path), join(path, "power_limit_w"), 1, 100000));
     if (n["persistence_mode"].IsDefined()) g.persistence = asBool(n["persistence_mode"], join(path, "persistence_mode"));
     if (n["ecc"].IsDefined()) g.ecc = asBool(n["ecc"], join(path, "ecc"));
+    if (n["display_active"].IsDefined()) g.displayActive = asBool(n["display_active"], join(path, "display_active"));
     if (n["lost"].IsDefined()) g.lost = asBool(n["lost"], join(path, "lost"));
     {
         YAML::Node p = required(n, "pcie", path);

@@ -108,7 +108,7 @@ struct GpuSpec {
     unsigned architecture = NVML_DEVICE_ARCH_UNKNOWN;
     int brand = 2;
     unsigned powerLimitW = 0;
-    bool persistence = true, ecc = true, lost = false;
+    bool persistence = true, ecc = true, lost = false, displayActive = false;
     std::string hostBridge;
     std::vector<std::string> switches;  // root port downwards
     Telemetry telemetry;

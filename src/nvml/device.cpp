@@ -230,6 +230,12 @@ Result<bool> Device::persistence_mode() const {
     return s == NVML_FEATURE_ENABLED;
 }
 
+Result<bool> Device::display_active() const {
+    nvmlEnableState_t s = NVML_FEATURE_DISABLED;
+    KGPU_CALL(DeviceGetDisplayActive, handle_, &s);
+    return s == NVML_FEATURE_ENABLED;
+}
+
 std::string_view to_string(ComputeMode mode) {
     switch (mode) {
         case ComputeMode::default_: return "Default";

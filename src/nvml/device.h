@@ -133,6 +133,7 @@ public:
     Result<unsigned> architecture() const;  // NVML_DEVICE_ARCH_* value
     Result<unsigned> power_limit_mw() const;  // enforced limit
     Result<bool> persistence_mode() const;
+    Result<bool> display_active() const;  // a display is initialised on the GPU (nvidia-smi's Disp.A)
     Result<std::pair<bool, bool>> ecc_mode() const;  // current, pending
     Result<ComputeMode> compute_mode() const;  // Code::parse for a value NVML does not define
     // nvmlDeviceSetComputeMode (root only on a real driver: Code::no_permission otherwise).

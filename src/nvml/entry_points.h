@@ -44,6 +44,7 @@
     X(DeviceGetMemoryInfo, optional, nvmlDeviceGetMemoryInfo, nullptr)                             \
     X(DeviceGetMemoryInfoV2, optional, nvmlDeviceGetMemoryInfo_v2, nullptr)                        \
     X(DeviceGetPersistenceMode, optional, nvmlDeviceGetPersistenceMode, nullptr)                   \
+    X(DeviceGetDisplayActive, optional, nvmlDeviceGetDisplayActive, nullptr)                       \
     X(DeviceGetEccMode, optional, nvmlDeviceGetEccMode, nullptr)                                   \
     X(DeviceGetComputeMode, optional, nvmlDeviceGetComputeMode, nullptr)                           \
     X(DeviceSetComputeMode, optional, nvmlDeviceSetComputeMode, nullptr)                           \

@@ -92,6 +92,7 @@ Result<SmiSnapshot> collect_smi(const nvml::Session& session, const std::vector<
         g.name = dev->name().value_or("Unknown Error");
         if (auto pci = dev->pci_info()) g.bus_id = pci->bus_id;
         g.persistence = opt(dev->persistence_mode());
+        g.display_active = opt(dev->display_active());
         g.temperature_c = opt(dev->temperature_c());
         if (auto p = dev->power_usage_mw()) g.power_w = (*p + 500) / 1000;
         if (auto p = dev->power_limit_mw()) g.power_cap_w = (*p + 500) / 1000;
@@ -169,6 +170,7 @@ std::string render_smi_table(const SmiSnapshot& s) {
     for (size_t k = 0; k < s.gpus.size(); ++k) {
         const auto& g = s.gpus[k];
         std::string pers = g.persistence ? (*g.persistence ? "On" : "Off") : "N/A";
+        std::string display = g.display_active ? (*g.display_active ? "On" : "Off") : "N/A";
         std::string ecc = g.ecc_uncorrected ? std::to_string(*g.ecc_uncorrected) : "N/A";
         if (g.lost) {
             out += fmt::format("|{:>4}  {:<26} {:>6}  |{:>19} {:>3} |{:>21} |\n", g.index, "ERR!", "ERR!", g.bus_id, "ERR!", "ERR!");
@@ -178,7 +180,7 @@ std::string render_smi_table(const SmiSnapshot& s) {
             std::string mem = g.memory_used_mib ? fmt::format("{}MiB", *g.memory_used_mib) : "N/A";
             std::string total = g.memory_total_mib ? fmt::format("{}MiB", *g.memory_total_mib) : "N/A";
             out += fmt::format("|{:>4}  {:<26} {:>6}  |{:>19} {:>3} |{:>21} |\n", g.index, fit(g.name, 26), pers,
-                               fit(g.bus_id, 19), "N/A", ecc);
+                               fit(g.bus_id, 19), display, ecc);
             out += fmt::format("| {:>3}{:>6}{:>6}{:>16} / {:>5} |{:>11} / {:>9} | {:>7} {:>12} |\n", "N/A",
                                na(g.temperature_c, "C"), perf, na(g.power_w, "W"), na(g.power_cap_w, "W"), mem, total,
                                na(g.utilization, "%"), compute_mode_name(g.compute_mode));

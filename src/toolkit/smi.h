@@ -27,6 +27,7 @@ struct SmiGpu {
     std::string name, uuid, bus_id;
     bool lost = false;
     std::optional<bool> persistence;
+    std::optional<bool> display_active;
     std::optional<unsigned> temperature_c, power_w, power_cap_w, pstate, utilization, compute_mode;
     std::optional<std::uint64_t> memory_used_mib, memory_total_mib, ecc_uncorrected;
     std::string mig_mode = "N/A";  // Enabled, Disabled, N/A

@@ -256,7 +256,7 @@ TEST_F(Runtime, NvidiaSmiSeesOnlyTheDevRootsGpus) {
     EXPECT_EQ(l.out, std::string("GPU 0: NVIDIA H100 80GB HBM3 (UUID: ") + kGpu3 + ")\n");
     auto t = run_process({bin + "/nvidia-smi"}, env);
     ASSERT_EQ(t.exit_code, 0) << t.err;
-    EXPECT_THAT(t.out, HasSubstr("00000000:5D:00.0"));
+    EXPECT_THAT(t.out, HasSubstr("00000000:5D:00.0 Off |"));  // Disp.A: nvmlDeviceGetDisplayActive
     EXPECT_THAT(t.out, Not(HasSubstr("00000000:18:00.0")));
     auto s = run_process({KGPU_BINARY, "smi", "-i", "7"}, env);
     EXPECT_EQ(s.exit_code, 6);

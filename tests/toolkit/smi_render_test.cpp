@@ -37,6 +37,7 @@ SmiSnapshot snapshot() {
     m.index = 1;
     m.name = "NVIDIA A100-SXM4-80GB";
     m.mig_mode = "Enabled";
+    m.display_active = true;
     m.migs.push_back({0, "MIG-4b69808b-66a3-1662-f86c-3b76eedd0860", "1g.10gb", 7, 0, 0, 9728, 14, 1, 0, 0, 0, 0});
     s.gpus.push_back(m);
     s.processes.push_back({0, std::nullopt, std::nullopt, 4242, "/usr/bin/python3", 1024});
@@ -54,6 +55,7 @@ TEST(Smi, TableLinesHaveNvidiaSmisWidth) {
     EXPECT_THAT(t, HasSubstr("CUDA Version: 12.4"));
     EXPECT_THAT(t, HasSubstr("|   0  NVIDIA H100 80GB HBM3          On  |   00000000:5D:00.0 N/A |                    0 |"));
     EXPECT_THAT(t, HasSubstr("| N/A   33C    P0             70W /  700W |    1024MiB /  81559MiB |      5%      Default |"));
+    EXPECT_THAT(t, HasSubstr("|   1  NVIDIA A100-SXM4-80GB          On  |   00000000:5D:00.0  On |"));  // Disp.A read
     EXPECT_THAT(t, HasSubstr("|             Disabled |"));
     EXPECT_THAT(t, HasSubstr("| MIG devices:"));
     EXPECT_THAT(t, HasSubstr("4242"));
