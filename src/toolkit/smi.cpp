@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "common/strings.h"
+#include "inventory/discovery.h"
 
 namespace kgpu::toolkit {
 
@@ -55,28 +56,28 @@ Result<SmiSnapshot> collect_smi(const nvml::Session& session, const std::vector<
     ::localtime_r(&now, &tm);
     std::strftime(buf, sizeof buf, "%a %b %e %H:%M:%S %Y", &tm);
     s.timestamp = buf;
-    auto driver = session.driver_version();
-    if (!driver) return std::unexpected(driver.error());
-    s.driver_version = *driver;
-    if (auto cuda = session.cuda_driver_version()) s.cuda_version = fmt::format("{}.{}", *cuda / 1000, (*cuda % 1000) / 10);
-    else s.cuda_version = "N/A";
-    auto count = session.device_count();
-    if (!count) return std::unexpected(count.error());
+    // Which GPUs and MIG devices there are (and their fixed properties) come from the inventory;
+    // this reads only what changes: temperature, power, use, memory in use, processes.
+    auto node = inventory::discover(session, {.topology = false});
+    if (!node) return std::unexpected(node.error());
+    s.driver_version = node->driver_version;
+    s.cuda_version = node->cuda_driver_version > 0
+                         ? fmt::format("{}.{}", node->cuda_driver_version / 1000, (node->cuda_driver_version % 1000) / 10)
+                         : "N/A";
 
-    std::vector<bool> wanted(*count, ids.empty());
+    std::vector<bool> wanted(node->gpus.size(), ids.empty());
     for (const auto& id : ids) {
         bool found = false;
-        for (unsigned i = 0; i < *count; ++i) {
-            if (id == std::to_string(i)) found = wanted[i] = true;
-            else if (auto d = session.device_by_index(i); d)
-                if (auto u = d->uuid(); u && strings::lower(*u).starts_with(strings::lower(id)) && id.size() > 4)
-                    found = wanted[i] = true;
-        }
+        for (const auto& gpu : node->gpus)
+            if (id == std::to_string(gpu.index) ||
+                (id.size() > 4 && !gpu.uuid.empty() && strings::lower(gpu.uuid).starts_with(strings::lower(id))))
+                found = wanted[gpu.index] = true;
         if (!found) return fail(Code::not_found, "No devices were found matching the ID '{}'", id);
     }
 
-    for (unsigned i = 0; i < *count; ++i) {
-        if (!wanted[i]) continue;
+    for (const auto& gpu : node->gpus) {
+        if (!wanted[gpu.index]) continue;
+        const unsigned i = gpu.index;
         SmiGpu g;
         g.index = i;
         auto dev = session.device_by_index(i);
@@ -86,12 +87,11 @@ Result<SmiSnapshot> collect_smi(const nvml::Session& session, const std::vector<
             s.gpus.push_back(std::move(g));
             continue;
         }
-        auto uuid = dev->uuid();
-        if (!uuid && uuid.error().code == Code::gpu_lost) g.lost = true;
-        g.uuid = uuid.value_or("");
-        g.name = dev->name().value_or("Unknown Error");
-        if (auto pci = dev->pci_info()) g.bus_id = pci->bus_id;
-        g.persistence = opt(dev->persistence_mode());
+        g.lost = gpu.lost;
+        g.uuid = gpu.uuid;
+        g.name = gpu.name.empty() ? "Unknown Error" : gpu.name;
+        g.bus_id = gpu.pci_bus_id;
+        g.persistence = gpu.persistence_mode;
         g.display_active = opt(dev->display_active());
         g.temperature_c = opt(dev->temperature_c());
         if (auto p = dev->power_usage_mw()) g.power_w = (*p + 500) / 1000;
@@ -104,41 +104,34 @@ Result<SmiSnapshot> collect_smi(const nvml::Session& session, const std::vector<
             g.memory_total_mib = m->total >> 20;
         }
         if (auto ecc = dev->ecc_mode(); ecc && ecc->first) g.ecc_uncorrected = opt(dev->ecc_volatile_total(false));
-        if (auto mig = dev->mig_mode()) {
-            g.mig_mode = mig->current ? "Enabled" : "Disabled";
-            if (mig->current) {
-                unsigned max = dev->max_mig_devices().value_or(0);
-                for (unsigned j = 0; j < max; ++j) {
-                    auto md = dev->mig_device(j);
-                    if (!md || !*md) continue;
-                    SmiMig m;
-                    m.index = j;
-                    m.uuid = (*md)->uuid().value_or("");
-                    m.gi = (*md)->gpu_instance_id().value_or(0);
-                    m.ci = (*md)->compute_instance_id().value_or(0);
-                    if (auto mem = (*md)->memory()) {
-                        m.memory_used_mib = mem->used >> 20;
-                        m.memory_total_mib = mem->total >> 20;
-                    }
-                    if (auto a = (*md)->attributes()) {
-                        m.sm = a->multiprocessor_count;
-                        m.ce = a->copy_engines;
-                        m.enc = a->encoders;
-                        m.dec = a->decoders;
-                        m.ofa = a->optical_flow_accelerators;
-                        m.jpg = a->jpeg_decoders;
-                    }
-                    std::string name = (*md)->name().value_or("");
-                    if (auto sp = name.rfind(' '); sp != std::string::npos) m.profile = name.substr(sp + 1);
-                    if (auto procs = (*md)->compute_processes())
-                        for (const auto& p : *procs)
-                            s.processes.push_back({i, m.gi, m.ci, p.pid, session.process_name(p.pid).value_or("N/A"),
-                                                   p.used_bytes >> 20});
-                    g.migs.push_back(std::move(m));
+        if (gpu.mig_mode != inventory::MigMode::unsupported)
+            g.mig_mode = gpu.mig_mode == inventory::MigMode::enabled ? "Enabled" : "Disabled";
+        for (const auto& mig : gpu.mig_devices) {
+            SmiMig m;
+            m.index = mig.index;
+            m.uuid = mig.uuid;
+            m.gi = mig.gpu_instance_id;
+            m.ci = mig.compute_instance_id;
+            m.profile = mig.profile;
+            m.sm = mig.sm_count;
+            m.ce = mig.copy_engines;
+            m.enc = mig.encoders;
+            m.dec = mig.decoders;
+            m.ofa = mig.optical_flow_accelerators;
+            m.jpg = mig.jpeg_decoders;
+            if (auto md = dev->mig_device(mig.index); md && *md) {
+                if (auto mem = (*md)->memory()) {
+                    m.memory_used_mib = mem->used >> 20;
+                    m.memory_total_mib = mem->total >> 20;
                 }
+                if (auto procs = (*md)->compute_processes())
+                    for (const auto& p : *procs)
+                        s.processes.push_back({i, m.gi, m.ci, p.pid, session.process_name(p.pid).value_or("N/A"),
+                                               p.used_bytes >> 20});
             }
+            g.migs.push_back(std::move(m));
         }
-        if (g.mig_mode != "Enabled")
+        if (gpu.mig_mode != inventory::MigMode::enabled)
             if (auto procs = dev->compute_processes())
                 for (const auto& p : *procs)
                     s.processes.push_back({i, std::nullopt, std::nullopt, p.pid, session.process_name(p.pid).value_or("N/A"),

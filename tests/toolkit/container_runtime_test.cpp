@@ -262,4 +262,22 @@ TEST_F(Runtime, NvidiaSmiSeesOnlyTheDevRootsGpus) {
     EXPECT_EQ(s.exit_code, 6);
 }
 
+// MIG devices come from the inventory (profile from slices and memory), live values from NVML.
+TEST_F(Runtime, NvidiaSmiListsMigDevicesWithTheirProfiles) {
+    env["KGPU_SIM_NODE"] = std::string(KGPU_SOURCE_DIR) + "/sim/nodes/a100-mig.yaml";
+    env["KGPU_NVML_LIBRARY"] = KGPU_SIM_LIBRARY;
+    auto l = run_process({KGPU_BINARY, "smi", "-L", "-i", "1"}, env);
+    ASSERT_EQ(l.exit_code, 0) << l.err;
+    EXPECT_EQ(l.out,
+              "GPU 1: NVIDIA A100-SXM4-80GB (UUID: GPU-51f34de5-fb30-d2be-2d0f-a742c74f58f8)\n"
+              "  MIG 3g.40gb      Device  0: (UUID: MIG-7b8347a7-1fe5-eb5c-1670-8c5b74d9ad48)\n"
+              "  MIG 2g.20gb      Device  1: (UUID: MIG-0b1774c7-2e0d-0f88-933a-65cbf69b2e16)\n"
+              "  MIG 1g.10gb      Device  2: (UUID: MIG-6fdb8a69-cebe-b4c1-ea4b-353499403a8a)\n"
+              "  MIG 1g.10gb      Device  3: (UUID: MIG-92710a87-5682-21ae-58be-98927cf50673)\n");
+    auto t = run_process({KGPU_BINARY, "smi", "-i", "GPU-51f3"}, env);
+    ASSERT_EQ(t.exit_code, 0) << t.err;
+    EXPECT_THAT(t.out, HasSubstr("|  1    2   0    0 |                  0MiB / 40192MiB |  42   N/A |  3   0    2    0    0 |"));
+    EXPECT_THAT(t.out, Not(HasSubstr("00000000:07:00.0")));
+}
+
 }  // namespace
