@@ -21,6 +21,7 @@
 #include "exporter/kube_status.h"
 #include "inventory/discovery.h"
 #include "mps/supervisor.h"
+#include "nvml/brand.h"
 #include "nvml/events.h"
 #include "nvml/gpm.h"
 
@@ -332,7 +333,7 @@ struct Collector::Impl {
         case LabelField::brand: {
             auto b = dev->brand();
             if (!b) return take(std::unexpected(b.error()), "nvmlDeviceGetBrand");
-            return std::string(dcgm_brand_name(*b));
+            return std::string(nvml::brand_name(*b).dcgm);
         }
         case LabelField::serial: return take(dev->serial(), "nvmlDeviceGetSerial");
         case LabelField::vbios: return take(dev->vbios_version(), "nvmlDeviceGetVbiosVersion");

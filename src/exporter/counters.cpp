@@ -164,29 +164,6 @@ const LabelFieldDef* find_label_field(std::string_view name) {
     return nullptr;
 }
 
-std::string_view dcgm_brand_name(int brand) {
-    // NVML_BRAND_* values (nvml.h) and the text DCGM's cache manager stores for DCGM_FI_DEV_BRAND.
-    switch (brand) {
-    case 1: return "Quadro";
-    case 2: return "Tesla";
-    case 3: return "NVS";
-    case 4: return "Grid";
-    case 5: return "GeForce";
-    case 6: return "Titan";
-    case 7: return "NVIDIA Virtual Applications";
-    case 8: return "NVIDIA Virtual PC";
-    case 9: return "NVIDIA Virtual Compute Server";
-    case 10: return "NVIDIA RTX Virtual Workstation";
-    case 11: return "NVIDIA vGaming";
-    case 12: return "Quadro RTX";
-    case 13: return "NVIDIA RTX";
-    case 14: return "NVIDIA";
-    case 15: return "GeForce RTX";
-    case 16: return "Titan RTX";
-    default: return "Unknown";
-    }
-}
-
 std::string_view CounterSelection::help_of(const MetricDef& d) const {
     const auto& h = help[static_cast<std::size_t>(d.id)];
     return h.empty() ? d.help : std::string_view(h);

@@ -62,8 +62,6 @@ struct LabelFieldDef {
 };
 std::span<const LabelFieldDef> label_fields();  // in LabelField order
 const LabelFieldDef* find_label_field(std::string_view name);
-// DCGM's text for an NVML_BRAND_* value (DCGM_FI_DEV_BRAND): "Tesla", "NVIDIA", ..., "Unknown".
-std::string_view dcgm_brand_name(int brand);
 
 // What the exporter serves.
 struct CounterSelection {

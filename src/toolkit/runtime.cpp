@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/strings.h"
 #include "inventory/discovery.h"
+#include "nvml/brand.h"
 #include "nvml/device.h"
 #include "nvml/library.h"
 #include "toolkit/devices.h"
@@ -66,12 +67,6 @@ RuncArgs parse_runc_args(const std::vector<std::string>& args) {
     return a;
 }
 
-std::string brand_name(unsigned b) {
-    static const char* const names[] = {"unknown", "quadro", "tesla", "nvs", "grid", "geforce", "titan", "vapps", "vpc",
-                                        "vcs", "vws", "cloudgaming", "quadrortx", "nvidiartx", "nvidia", "geforcertx", "titanrtx"};
-    return b < std::size(names) ? names[b] : "unknown";
-}
-
 namespace {
 
 class NvmlNodeSource : public NodeSource {
@@ -95,7 +90,7 @@ public:
         if (!dev) return std::unexpected(dev.error());
         auto b = dev->brand();
         if (!b) return std::unexpected(b.error());
-        return brand_name(*b);
+        return std::string(nvml::brand_name(*b).toolkit);
     }
 
 private:

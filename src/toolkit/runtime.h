@@ -40,9 +40,6 @@ public:
 // NVML through the config's nvml-library / driver-root; opened on first use.
 std::unique_ptr<NodeSource> nvml_node_source(const RuntimeConfig& config);
 
-// NVML's nvmlBrandType_t as libnvidia-container spells it in requirements ("tesla", "geforce", ...).
-std::string brand_name(unsigned nvml_brand);
-
 struct ModifyOptions {
     std::string hook_path;   // resolved: absolute
     // When set, a container that asks for GPUs fails with this message before NVML is opened

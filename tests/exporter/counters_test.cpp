@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "exporter/counters.h"
+#include "nvml/brand.h"
 
 namespace kgpu::exporter {
 namespace {
@@ -147,11 +148,11 @@ TEST(CountersCsv, EveryLabelRowOfDcgmExportersDefaultsIsALabelField) {
         EXPECT_EQ(f->name, name);
     }
     EXPECT_EQ(find_label_field("DCGM_FI_DEV_GPU_TEMP"), nullptr);
-    EXPECT_EQ(dcgm_brand_name(2), "Tesla");
-    EXPECT_EQ(dcgm_brand_name(14), "NVIDIA");
-    EXPECT_EQ(dcgm_brand_name(11), "NVIDIA vGaming");
-    EXPECT_EQ(dcgm_brand_name(0), "Unknown");
-    EXPECT_EQ(dcgm_brand_name(99), "Unknown");
+    EXPECT_EQ(nvml::brand_name(2).dcgm, "Tesla");
+    EXPECT_EQ(nvml::brand_name(14).dcgm, "NVIDIA");
+    EXPECT_EQ(nvml::brand_name(11).dcgm, "NVIDIA vGaming");
+    EXPECT_EQ(nvml::brand_name(0).dcgm, "Unknown");
+    EXPECT_EQ(nvml::brand_name(99).dcgm, "Unknown");
 }
 
 TEST(CountersCsv, TheBuiltInDefaultsAreDcgmExportersDefaultsLessVgpu) {

@@ -9,6 +9,7 @@
 #include "driver_root.h"
 #include "node_fixture.h"
 #include "cdi/hooks.h"
+#include "nvml/brand.h"
 #include "toolkit/runtime.h"
 
 using namespace kgpu;
@@ -155,10 +156,10 @@ TEST(HookPath, ConfigThenSiblingThenSelf) {
 }
 
 TEST(Brand, NamesAsLibnvidiaContainerSpellsThem) {
-    EXPECT_EQ(brand_name(2), "tesla");
-    EXPECT_EQ(brand_name(14), "nvidia");
-    EXPECT_EQ(brand_name(13), "nvidiartx");
-    EXPECT_EQ(brand_name(99), "unknown");
+    EXPECT_EQ(nvml::brand_name(2).toolkit, "tesla");
+    EXPECT_EQ(nvml::brand_name(14).toolkit, "nvidia");
+    EXPECT_EQ(nvml::brand_name(13).toolkit, "nvidiartx");
+    EXPECT_EQ(nvml::brand_name(99).toolkit, "unknown");
 }
 
 }  // namespace
