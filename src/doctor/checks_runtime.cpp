@@ -16,7 +16,7 @@
 #include "cdi/cache.h"
 #include "cdi/driver_files.h"
 #include "cdi/spec.h"
-#include "common/elf.h"
+#include "toolkit/install.h"
 
 namespace kgpu::doctor::checks {
 
@@ -190,26 +190,17 @@ void check_toolkit(State& s, CheckResult& r) {
             set(r, Status::fail, "Install kgpu's runtime on the host: `kgpu runtime install`.");
             return;
         }
-        // The copy runs on the loader and glibc it carries (<install-dir>/lib/<hash>, or
-        // <install-dir>/lib from before versioned directories): without them every container of
-        // the nvidia runtime fails to start, so say so here. The directory is the one its
-        // interpreter names, whichever the last install chose.
-        auto image = files::read(s.host(s.containerd->nvidia_binary));
-        auto interp = image ? elf::read_interpreter(*image, s.containerd->nvidia_binary) : Result<elf::Slot>();
-        if (!image || !interp) {
-            note(r, "{}", !image ? image.error().message : interp.error().message);
+        // The copy runs on the loader and glibc it carries (install.h): without them every
+        // container of the nvidia runtime fails to start, so say so here.
+        auto installed = toolkit::inspect_installed(s.root, s.containerd->nvidia_binary);
+        if (!installed) {
+            note(r, "{}", installed.error().message);
             return;
         }
-        const fs::path lib_dir = fs::path(interp->value).lexically_normal().parent_path();
-        const fs::path install_lib = fs::path(s.containerd->nvidia_binary).lexically_normal().parent_path() / "lib";
-        std::vector<std::string> missing;
-        if (!fs::exists(s.host(interp->value), ec)) missing.push_back(interp->value);
-        if (lib_dir == install_lib || lib_dir.parent_path() == install_lib)
-            for (std::string_view name : elf::kCarriedLibraries)
-                if (!fs::exists(s.host((lib_dir / name).string()), ec)) missing.push_back((lib_dir / name).string());
-        note(r, "its program interpreter: {}{}", interp->value, missing.empty() ? " (present, with the glibc it carries)" : "");
-        if (!missing.empty()) {
-            note(r, "missing: {}", fmt::join(missing, ", "));
+        note(r, "its program interpreter: {}{}", installed->interpreter,
+             installed->missing.empty() ? " (present, with the glibc it carries)" : "");
+        if (!installed->missing.empty()) {
+            note(r, "missing: {}", fmt::join(installed->missing, ", "));
             set(r, Status::fail, "kgpu's runtime cannot start (every container of the nvidia runtime fails): the loader or "
                                  "glibc it carries is missing. Run `kgpu runtime install` again.");
         }

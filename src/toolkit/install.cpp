@@ -288,6 +288,24 @@ std::optional<double> wait_for_new_server(const std::string& socket, const Socke
     }
 }
 
+Result<InstalledBinary> inspect_installed(const fs::path& host_root, const std::string& binary) {
+    auto image = files::read(files::under_root(host_root, binary));
+    if (!image) return std::unexpected(image.error());
+    auto interp = elf::read_interpreter(*image, binary);
+    if (!interp) return std::unexpected(interp.error());
+    InstalledBinary out;
+    out.interpreter = interp->value;
+    std::error_code ec;
+    const fs::path lib_dir = fs::path(interp->value).lexically_normal().parent_path();
+    const fs::path install_lib = fs::path(binary).lexically_normal().parent_path() / "lib";
+    if (!fs::exists(files::under_root(host_root, interp->value), ec)) out.missing.push_back(interp->value);
+    if (lib_dir == install_lib || lib_dir.parent_path() == install_lib)
+        for (std::string_view name : elf::kCarriedLibraries)
+            if (!fs::exists(files::under_root(host_root, (lib_dir / name).string()), ec))
+                out.missing.push_back((lib_dir / name).string());
+    return out;
+}
+
 Result<int> socket_owner(const std::string& socket) {
     sockaddr_un a{};
     a.sun_family = AF_UNIX;

@@ -72,6 +72,17 @@ struct InstallReport {
 // step is atomic and idempotent: run it again after fixing the cause).
 Result<InstallReport> install(const InstallOptions& options);
 
+// What a binary `kgpu runtime install` put at `binary` (a host path; the host's / at `host_root`)
+// needs to start: its program interpreter and, when that lies in <install-dir>/lib or
+// <install-dir>/lib/<hash> (an install from before versioned directories, or after), the glibc
+// carried next to it. `missing` lists the host paths of those that are not there. Errors: the
+// binary cannot be read, or is not an ELF file with an interpreter.
+struct InstalledBinary {
+    std::string interpreter;
+    std::vector<std::string> missing;
+};
+Result<InstalledBinary> inspect_installed(const std::filesystem::path& host_root, const std::string& binary);
+
 // The pid of the process serving `socket` (its peer credentials): the containerd that `signal`
 // restarts with SIGHUP (it does not handle the signal and exits; systemd's Restart= brings it back
 // with the new config, as after NVIDIA's installer). An error when it cannot be seen from here
