@@ -31,9 +31,9 @@ kgpu_fuzz_target(diff
   LIBS kgpu_runtime)
 
 kgpu_fuzz_target(doctor_containerd
-  SOURCES src/doctor/host.cpp src/cdi/driver_files.cpp
+  SOURCES src/runtime/containerd_settings.cpp src/runtime/containerd.cpp
   PACKAGES tomlplusplus::tomlplusplus
-  LIBS kgpu_doctor)
+  LIBS kgpu_runtime)
 
 kgpu_fuzz_target(doctor_kernel_log
   SOURCES src/doctor/host.cpp src/cdi/driver_files.cpp

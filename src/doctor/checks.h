@@ -15,6 +15,7 @@
 #include "inventory/node.h"
 #include "nvml/device.h"
 #include "nvml/library.h"
+#include "runtime/containerd_settings.h"
 
 namespace kgpu::doctor::checks {
 
@@ -31,7 +32,7 @@ struct State {
     std::vector<std::string> modules;
     bool modules_read = false;
     std::string kernel_release;
-    std::optional<ContainerdConfig> containerd;
+    std::optional<runtime::ContainerdSettings> containerd;
     std::vector<std::string> pci_gpus;  // sysfs bus ids of NVIDIA display/3D functions
 
     fs::path host(const fs::path& p) const { return files::under_root(root, p); }

@@ -24,7 +24,7 @@ namespace kgpu::doctor::checks {
 
 void check_containerd(State& s, CheckResult& r) {
     fs::path cfg = s.opt.containerd_config;
-    auto c = read_containerd_config(s.root, cfg);
+    auto c = runtime::read_containerd_settings(s.root, cfg);
     if (!c) {
         note(r, "{}", c.error().message);
         if (c.error().code == Code::not_found)

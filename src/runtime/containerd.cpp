@@ -11,12 +11,6 @@
 
 namespace kgpu::runtime {
 
-namespace {
-
-namespace fs = std::filesystem;
-using tomledit::Path;
-
-// The CRI plugin's name by config version (nvidia-ctk's criRuntimePluginName).
 std::string cri_plugin(int version) {
     switch (version) {
         case 1: return "cri";
@@ -24,6 +18,11 @@ std::string cri_plugin(int version) {
         default: return "io.containerd.cri.v1.runtime";
     }
 }
+
+namespace {
+
+namespace fs = std::filesystem;
+using tomledit::Path;
 
 Path plugin_path(int version) { return {"plugins", cri_plugin(version)}; }
 Path containerd_path(int version) { return {"plugins", cri_plugin(version), "containerd"}; }

@@ -51,6 +51,11 @@ struct Edited {
     bool changed = false;
 };
 
+// The CRI plugin's table name under `plugins` by config version: "cri" (1),
+// "io.containerd.grpc.v1.cri" (2), "io.containerd.cri.v1.runtime" (3; nvidia-ctk's
+// criRuntimePluginName).
+std::string cri_plugin(int version);
+
 // The config version of `text` (empty or no keys: options.new_config_version, or 1 with
 // use_legacy_config; keys without `version`: 1). Errors: parse (source:line:column);
 // invalid_argument for a `version` that is not an integer 1, 2 or 3.
