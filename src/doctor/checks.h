@@ -3,11 +3,14 @@
 // runs them in order. Internal to src/doctor.
 #pragma once
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "doctor/doctor.h"
 #include "doctor/host.h"
@@ -21,19 +24,63 @@ namespace kgpu::doctor::checks {
 
 namespace fs = std::filesystem;
 
-// What the checks found so far; later checks read what earlier ones stored.
+// Which check is running and what it declared; Facts report each use to it.
+struct Tracker {
+    std::string current;                // the running check's id
+    std::vector<std::string> declared;  // what it needs or reads, with what those need, transitively
+    std::vector<std::string> undeclared;  // "<check> reads|writes <producer>'s result": bugs, tests keep it empty
+
+    void use(std::string_view producer, bool write) {
+        if (producer == current) return;
+        if (!write && std::find(declared.begin(), declared.end(), producer) != declared.end()) return;
+        undeclared.push_back(fmt::format("{} {} {}'s result", current, write ? "writes" : "reads", producer));
+    }
+};
+
+// A result one check (its producer) stores for later ones. Only the producer writes it; a check
+// reads it only when it declares the producer in its needs or reads (registry in doctor.cpp), so
+// the registry's order cannot silently change what a check sees: the registry test checks that
+// every producer runs before the checks that declare it, and every doctor test that no check
+// uses a result it did not declare (Report::undeclared_uses).
+template <class T>
+class Fact {
+public:
+    Fact(Tracker& tracker, const char* producer) : tracker_(tracker), producer_(producer) {}
+    const T& get() const {
+        tracker_.use(producer_, false);
+        return value_;
+    }
+    T& set() {
+        tracker_.use(producer_, true);
+        return value_;
+    }
+
+private:
+    Tracker& tracker_;
+    const char* producer_;
+    T value_{};
+};
+
+// What the checks found so far.
 struct State {
+    State(const Options& o, fs::path r) : opt(o), root(std::move(r)) {}
+    State(const State&) = delete;
+    State& operator=(const State&) = delete;
+
     const Options& opt;
     fs::path root;
-    std::shared_ptr<const nvml::Library> lib;
-    std::optional<nvml::Session> session;
-    std::optional<inventory::Node> node;
-    std::vector<std::optional<nvml::Device>> devices;  // by GPU index; empty for unreachable ones
+    Tracker tracker;
+    // Read from the host on first use by whichever check asks first (read_modules).
     std::vector<std::string> modules;
     bool modules_read = false;
     std::string kernel_release;
-    std::optional<runtime::ContainerdSettings> containerd;
-    std::vector<std::string> pci_gpus;  // sysfs bus ids of NVIDIA display/3D functions
+
+    Fact<std::vector<std::string>> pci_gpus{tracker, "hardware.pci"};  // sysfs bus ids of NVIDIA display/3D functions
+    Fact<std::shared_ptr<const nvml::Library>> lib{tracker, "nvml.load"};
+    Fact<std::optional<nvml::Session>> session{tracker, "nvml.init"};
+    Fact<std::optional<inventory::Node>> node{tracker, "nvml.devices"};
+    Fact<std::vector<std::optional<nvml::Device>>> devices{tracker, "nvml.devices"};  // by GPU index; empty: unreachable
+    Fact<std::optional<runtime::ContainerdSettings>> containerd{tracker, "runtime.containerd"};
 
     fs::path host(const fs::path& p) const { return files::under_root(root, p); }
     bool module_loaded(std::string_view m) const {
@@ -56,8 +103,9 @@ struct Check {
     std::string id;
     Layer layer;
     std::string title;
-    std::vector<std::string> needs;
+    std::vector<std::string> needs;  // checks that must have passed (else this one is skipped)
     std::function<void(State&, CheckResult&)> run;
+    std::vector<std::string> reads = {};  // checks whose results it reads whether or not they passed
 };
 
 // checks_node.cpp: the node: PCI functions, the kernel log, the driver's modules, version and device nodes.

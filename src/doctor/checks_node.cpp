@@ -37,8 +37,8 @@ void check_pci(State& s, CheckResult& r) {
         return;
     }
     for (const auto& f : *functions)
-        if (inventory::is_display_class(f.class_code)) s.pci_gpus.push_back(f.address);
-    if (s.pci_gpus.empty()) {
+        if (inventory::is_display_class(f.class_code)) s.pci_gpus.set().push_back(f.address);
+    if (s.pci_gpus.get().empty()) {
         note(r, "{}: no function with vendor 0x10de and class 0x03xxxx", dir.string());
         set(r, Status::fail,
             "No NVIDIA GPU on the PCI bus (`lspci | grep -i nvidia` shows none): check the instance type, reseat the "
@@ -265,8 +265,8 @@ void check_device_nodes(State& s, CheckResult& r) {
     std::vector<std::string> wanted = {"/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"};
     std::error_code ec;
     std::set<std::string> gpu_nodes;
-    if (s.node) {
-        for (const auto& g : s.node->gpus)
+    if (const auto& node = s.node.get()) {
+        for (const auto& g : node->gpus)
             if (!g.lost && !g.uuid.empty()) gpu_nodes.insert(fmt::format("/dev/nvidia{}", g.minor));
     }
     if (gpu_nodes.empty()) {

@@ -33,15 +33,15 @@ void check_nvml_load(State& s, CheckResult& r) {
             "the driver root (GPU Operator: /run/nvidia/driver) and pass --nvidia-driver-root, or pass --nvml-library.");
         return;
     }
-    s.lib = *lib;
-    note(r, "loaded {}", s.lib->origin());
-    if (!s.lib->missing_optional().empty())
-        note(r, "{} optional entry point(s) missing (an older driver): {}", s.lib->missing_optional().size(),
-             s.lib->missing_optional().front());
+    const auto& loaded = s.lib.set() = *lib;
+    note(r, "loaded {}", loaded->origin());
+    if (!loaded->missing_optional().empty())
+        note(r, "{} optional entry point(s) missing (an older driver): {}", loaded->missing_optional().size(),
+             loaded->missing_optional().front());
 }
 
 void check_nvml_init(State& s, CheckResult& r) {
-    auto session = nvml::Session::open(s.lib);
+    auto session = nvml::Session::open(s.lib.get());
     if (!session) {
         const Error& e = session.error();
         note(r, "{}", e.message);
@@ -66,18 +66,18 @@ void check_nvml_init(State& s, CheckResult& r) {
         set(r, Status::fail, fix);
         return;
     }
-    s.session = std::move(*session);
-    note(r, "{} returned SUCCESS", s.lib->symbol_name("Init"));
+    s.session.set() = std::move(*session);
+    note(r, "{} returned SUCCESS", s.lib.get()->symbol_name("Init"));
 }
 
 void check_nvml_version_match(State& s, CheckResult& r) {
-    auto v = s.session->driver_version();
+    auto v = s.session.get()->driver_version();
     if (!v) {
         note(r, "{}", v.error().message);
         set(r, Status::warn, "Check `nvidia-smi` by hand.");
         return;
     }
-    note(r, "{}: {}", s.lib->symbol_name("SystemGetDriverVersion"), *v);
+    note(r, "{}: {}", s.lib.get()->symbol_name("SystemGetDriverVersion"), *v);
     auto text = files::read(s.host("/proc/driver/nvidia/version"));
     if (!text) {
         note(r, "{}: not readable; nothing to compare", s.host("/proc/driver/nvidia/version").string());
@@ -95,24 +95,25 @@ void check_nvml_devices(State& s, CheckResult& r) {
     inventory::DiscoveryOptions d;
     d.sysfs_root = s.host("/sys");
     d.topology = false;
-    auto node = inventory::discover(*s.session, d);
+    auto node = inventory::discover(*s.session.get(), d);
     if (!node) {
         note(r, "{}", node.error().message);
         set(r, Status::fail, "Read `dmesg | grep -i nvrm`; reset the GPUs or reboot.");
         return;
     }
-    s.node = std::move(*node);
-    note(r, "driver {}, CUDA {}, {} GPU(s)", s.node->driver_version, s.node->cuda_version_string(), s.node->gpus.size());
-    for (const auto& g : s.node->gpus) {
-        auto dev = s.session->device_by_index(g.index);
-        if (s.devices.size() <= g.index) s.devices.resize(g.index + 1);
-        if (dev && !g.lost) s.devices[g.index] = *dev;
+    const auto& found = s.node.set() = std::move(*node);
+    note(r, "driver {}, CUDA {}, {} GPU(s)", found->driver_version, found->cuda_version_string(), found->gpus.size());
+    auto& devices = s.devices.set();
+    for (const auto& g : found->gpus) {
+        auto dev = s.session.get()->device_by_index(g.index);
+        if (devices.size() <= g.index) devices.resize(g.index + 1);
+        if (dev && !g.lost) devices[g.index] = *dev;
         if (!g.lost && !g.uuid.empty())
             note(r, "GPU {}: {} {} bus {} /dev/nvidia{}", g.index, g.name, g.uuid, g.pci_bus_id, g.minor);
     }
-    if (s.node->gpus.empty()) {
-        if (!s.pci_gpus.empty())
-            note(r, "sysfs lists {} NVIDIA PCI function(s) the driver does not report", s.pci_gpus.size());
+    if (found->gpus.empty()) {
+        if (!s.pci_gpus.get().empty())
+            note(r, "sysfs lists {} NVIDIA PCI function(s) the driver does not report", s.pci_gpus.get().size());
         set(r, Status::fail,
             "The driver is loaded but reports no GPU (\"No devices found\"): check `lspci | grep -i nvidia`, that the "
             "GPUs are not bound to vfio-pci or another driver, and `dmesg | grep -i nvrm` for init failures.");
@@ -121,14 +122,14 @@ void check_nvml_devices(State& s, CheckResult& r) {
 
 void check_gpu_reachable(State& s, CheckResult& r) {
     bool any = false;
-    for (const auto& g : s.node->gpus) {
+    for (const auto& g : s.node.get()->gpus) {
         if (!g.lost && !g.uuid.empty()) continue;
         any = true;
         note(r, "GPU {}{}: {} ({})", g.index, g.pci_bus_id.empty() ? "" : " bus " + g.pci_bus_id,
              g.lost ? "lost" : "unreadable", g.error);
     }
     if (!any) {
-        note(r, "all {} GPU(s) answer", s.node->gpus.size());
+        note(r, "all {} GPU(s) answer", s.node.get()->gpus.size());
         return;
     }
     set(r, Status::fail,
@@ -139,12 +140,13 @@ void check_gpu_reachable(State& s, CheckResult& r) {
 namespace {
 // Calls fn for every reachable GPU.
 void for_gpus(State& s, CheckResult& r, const std::function<void(const inventory::Gpu&, const nvml::Device&)>& fn) {
-    for (const auto& g : s.node->gpus) {
-        if (g.index >= s.devices.size() || !s.devices[g.index]) {
+    const auto& devices = s.devices.get();
+    for (const auto& g : s.node.get()->gpus) {
+        if (g.index >= devices.size() || !devices[g.index]) {
             note(r, "GPU {}: not reachable (see nvml.gpu_reachable)", g.index);
             continue;
         }
-        fn(g, *s.devices[g.index]);
+        fn(g, *devices[g.index]);
     }
 }
 }  // namespace
@@ -241,7 +243,7 @@ void check_recovery_action(State& s, CheckResult& r) {
 }
 
 void check_mig_pending(State& s, CheckResult& r) {
-    for (const auto& g : s.node->gpus) {
+    for (const auto& g : s.node.get()->gpus) {
         if (g.lost) continue;
         if (g.mig_mode == inventory::MigMode::unsupported) {
             note(r, "GPU {}: MIG not supported", g.index);
@@ -261,7 +263,7 @@ void check_mig_pending(State& s, CheckResult& r) {
 }
 
 void check_cuda_compat(State& s, CheckResult& r) {
-    const auto& n = *s.node;
+    const auto& n = *s.node.get();
     note(r, "driver {} reports CUDA {} (nvmlSystemGetCudaDriverVersion): images built for CUDA {} or older run", n.driver_version,
          n.cuda_version_string(), n.cuda_version_string());
     for (const auto& g : n.gpus) {
@@ -294,7 +296,7 @@ void check_gpu_memory(State& s, CheckResult& r) {
         note(r, "GPU {}: {} compute process(es)", g.index, procs->size());
         for (const auto& p : *procs) {
             double share = total ? static_cast<double>(p.used_bytes) / static_cast<double>(total) : 0.0;
-            std::string name = s.session->process_name(p.pid).value_or("?");
+            std::string name = s.session.get()->process_name(p.pid).value_or("?");
             note(r, "GPU {}: PID {} ({}) uses {} MiB of {} MiB ({:.0f} %)", g.index, p.pid, name, p.used_bytes >> 20,
                  total >> 20, share * 100);
             if (share > s.opt.memory_threshold)

@@ -35,7 +35,7 @@ void check_containerd(State& s, CheckResult& r) {
             set(r, Status::fail, "Fix the TOML syntax at the position named, then `systemctl restart containerd`.");
         return;
     }
-    s.containerd = *c;
+    s.containerd.set() = *c;
     for (const auto& f : c->files) note(r, "read {}", s.host(f).string());
     note(r, "config version {}, CRI plugin \"{}\"", c->version, c->plugin);
     if (c->nvidia_runtime) {
@@ -72,7 +72,8 @@ namespace {
 // A spec generated before a driver upgrade names the old driver's libraries, and every
 // container that uses it fails to start: compare its versioned libraries with the loaded driver.
 void check_spec_driver(State& s, CheckResult& r, const std::string& path) {
-    std::string loaded = s.node ? s.node->driver_version : std::string();
+    const auto& node = s.node.get();
+    std::string loaded = node ? node->driver_version : std::string();
     if (loaded.empty())
         if (auto t = files::read(s.host("/proc/driver/nvidia/version"))) loaded = cdi::parse_proc_driver_version(*t);
     auto text = files::read(path);
@@ -100,7 +101,7 @@ void check_spec_driver(State& s, CheckResult& r, const std::string& path) {
 }  // namespace
 
 void check_cdi_spec(State& s, CheckResult& r) {
-    if (!s.containerd->cdi_enabled) {
+    if (!s.containerd.get()->cdi_enabled) {
         note(r, "CDI is not enabled in containerd; the nvidia runtime injects the GPUs");
         set(r, Status::skipped);
         return;
@@ -181,10 +182,11 @@ void check_cdi_names(State& s, CheckResult& r) {
 }
 
 void check_toolkit(State& s, CheckResult& r) {
-    if (s.containerd && s.containerd->nvidia_runtime && s.containerd->nvidia_binary.ends_with("kgpu-container-runtime")) {
+    const auto& containerd = s.containerd.get();
+    if (containerd && containerd->nvidia_runtime && containerd->nvidia_binary.ends_with("kgpu-container-runtime")) {
         std::error_code ec;
-        const bool present = fs::exists(s.host(s.containerd->nvidia_binary), ec);
-        note(r, "containerd's {} runtime is kgpu's: {} ({})", s.containerd->nvidia_runtime_name, s.containerd->nvidia_binary,
+        const bool present = fs::exists(s.host(containerd->nvidia_binary), ec);
+        note(r, "containerd's {} runtime is kgpu's: {} ({})", containerd->nvidia_runtime_name, containerd->nvidia_binary,
              present ? "present" : "missing");
         if (!present) {
             set(r, Status::fail, "Install kgpu's runtime on the host: `kgpu runtime install`.");
@@ -192,7 +194,7 @@ void check_toolkit(State& s, CheckResult& r) {
         }
         // The copy runs on the loader and glibc it carries (install.h): without them every
         // container of the nvidia runtime fails to start, so say so here.
-        auto installed = toolkit::inspect_installed(s.root, s.containerd->nvidia_binary);
+        auto installed = toolkit::inspect_installed(s.root, containerd->nvidia_binary);
         if (!installed) {
             note(r, "{}", installed.error().message);
             return;
@@ -214,7 +216,7 @@ void check_toolkit(State& s, CheckResult& r) {
         any |= p.has_value() && std::string_view(b) != "nvidia-ctk";
     }
     if (any) return;
-    if (s.containerd && s.containerd->cdi_enabled && !s.containerd->nvidia_runtime) {
+    if (containerd && containerd->cdi_enabled && !containerd->nvidia_runtime) {
         note(r, "containerd injects GPUs through CDI; the toolkit's runtime is not needed");
         return;
     }

@@ -1,5 +1,6 @@
 #include "doctor/doctor.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -25,10 +26,10 @@ std::vector<Check> registry() {
         {"nvml.init", Layer::driver, "NVML initialises", {"nvml.load"}, check_nvml_init},
         {"nvml.version_match", Layer::driver, "library and kernel module are the same driver", {"nvml.init"},
          check_nvml_version_match},
-        {"nvml.devices", Layer::hardware, "the driver reports GPUs", {"nvml.init"}, check_nvml_devices},
+        {"nvml.devices", Layer::hardware, "the driver reports GPUs", {"nvml.init"}, check_nvml_devices, {"hardware.pci"}},
         {"nvml.gpu_reachable", Layer::hardware, "every GPU answers (not lost)", nvml_dev, check_gpu_reachable},
         {"driver.device_nodes", Layer::driver, "/dev/nvidia* present with sane modes", {"driver.modules"},
-         check_device_nodes},
+         check_device_nodes, {"nvml.devices"}},
         {"driver.dev_char", Layer::driver, "/dev/char links for the NVIDIA device nodes", {"driver.device_nodes"},
          check_dev_char},
         {"nvml.persistence_mode", Layer::driver, "persistence mode on", nvml_dev, check_persistence},
@@ -40,10 +41,10 @@ std::vector<Check> registry() {
         {"kernel.xid", Layer::hardware, "XID errors in the kernel log", {}, check_xid},
         {"runtime.containerd", Layer::runtime, "containerd has an nvidia runtime or CDI", {}, check_containerd},
         {"runtime.cdi_spec", Layer::runtime, "a CDI spec for nvidia.com/gpu (when CDI is on)", {"runtime.containerd"},
-         check_cdi_spec},
+         check_cdi_spec, {"nvml.devices"}},
         {"runtime.cdi_names", Layer::runtime, "no CDI device name defined twice in /etc/cdi, /var/run/cdi", {},
          check_cdi_names},
-        {"runtime.toolkit", Layer::runtime, "NVIDIA container toolkit binaries", {}, check_toolkit},
+        {"runtime.toolkit", Layer::runtime, "NVIDIA container toolkit binaries", {}, check_toolkit, {"runtime.containerd"}},
         {"deviceplugin.config", Layer::device_plugin, "the device plugin's config file is valid, no unknown keys", {},
          check_dp_config},
         {"deviceplugin.dir", Layer::device_plugin, "device-plugin directory present", {}, check_dp_dir},
@@ -64,6 +65,21 @@ std::vector<Check> registry() {
     };
 }
 
+// What `c` declares, with what those declare in turn (a check that passed had what it needed).
+std::vector<std::string> declared_closure(const std::vector<Check>& all, const Check& c) {
+    std::vector<std::string> out, todo = c.needs;
+    todo.insert(todo.end(), c.reads.begin(), c.reads.end());
+    while (!todo.empty()) {
+        std::string id = std::move(todo.back());
+        todo.pop_back();
+        if (std::find(out.begin(), out.end(), id) != out.end()) continue;
+        out.push_back(id);
+        for (const auto& d : all)
+            if (d.id == id) todo.insert(todo.end(), d.needs.begin(), d.needs.end());
+    }
+    return out;
+}
+
 }  // namespace
 }  // namespace checks
 
@@ -73,11 +89,20 @@ std::vector<std::string> check_ids() {
     return out;
 }
 
-Report run(const Options& options) {
-    checks::State s{options, options.root.empty() ? std::filesystem::path("/") : options.root, {}, {}, {}, {}, {}, false,
-                    {}, {}, {}};
-    Report report;
+std::vector<CheckDependency> check_dependencies() {
+    std::vector<CheckDependency> out;
     for (const auto& c : checks::registry()) {
+        for (const auto& n : c.needs) out.push_back({c.id, n, true});
+        for (const auto& n : c.reads) out.push_back({c.id, n, false});
+    }
+    return out;
+}
+
+Report run(const Options& options) {
+    checks::State s(options, options.root.empty() ? std::filesystem::path("/") : options.root);
+    const auto all = checks::registry();
+    Report report;
+    for (const auto& c : all) {
         CheckResult r;
         r.id = c.id;
         r.layer = c.layer;
@@ -95,10 +120,13 @@ Report run(const Options& options) {
             r.status = Status::skipped;
             r.evidence = blocked;
         } else {
+            s.tracker.current = c.id;
+            s.tracker.declared = checks::declared_closure(all, c);
             c.run(s, r);
         }
         report.checks.push_back(std::move(r));
     }
+    report.undeclared_uses = std::move(s.tracker.undeclared);
     return report;
 }
 

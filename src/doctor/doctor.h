@@ -34,6 +34,15 @@ struct Options {
 // Every check id in run order (docs/doctor.md lists them all).
 std::vector<std::string> check_ids();
 
+// Each check's declared dependencies: `needs` (must have passed, else the check is skipped) and
+// `reads` (its result is read, passed or not), for the test that every one names a check that
+// runs earlier.
+struct CheckDependency {
+    std::string check, on;
+    bool needs = true;
+};
+std::vector<CheckDependency> check_dependencies();
+
 // Runs every check in order. A check whose `needs` failed or were skipped is skipped with the
 // reason; checks whose id starts with "nvml." need only the library (and init), whatever sysfs or
 // /proc/modules say. Never throws; never fails as a whole.

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "common/elf.h"
+#include "doctor/checks.h"
 #include "doctor/doctor.h"
 #include "doctor/kube_api.h"
 #include "toolkit/devchar.h"
@@ -53,6 +54,8 @@ struct Doc {
         opt.nvml_library = library;
         auto r = kgpu::doctor::run(opt);
         ::unsetenv("KGPU_SIM_EVENTS");
+        // Every result a check read or wrote was declared in the registry (checks.h, Fact).
+        EXPECT_THAT(r.undeclared_uses, ::testing::IsEmpty());
         return r;
     }
 };
@@ -64,6 +67,37 @@ const CheckResult& get(const Report& r, const std::string& id) {
 }
 
 std::string dump(const Report& r) { return kgpu::doctor::to_json(r).dump(2); }
+
+// A check may depend only on checks that run before it, and only on checks that exist.
+TEST(DoctorRegistry, EveryDependencyIsAnEarlierCheck) {
+    const auto ids = kgpu::doctor::check_ids();
+    const auto deps = kgpu::doctor::check_dependencies();
+    ASSERT_FALSE(deps.empty());
+    for (const auto& d : deps) {
+        auto self = std::find(ids.begin(), ids.end(), d.check);
+        auto on = std::find(ids.begin(), ids.end(), d.on);
+        ASSERT_NE(on, ids.end()) << d.check << " depends on unknown check " << d.on;
+        EXPECT_LT(on, self) << d.check << (d.needs ? " needs " : " reads ") << d.on << ", which runs after it";
+    }
+}
+
+// The tracker names a check that uses a result it did not declare, and only such a check.
+TEST(DoctorRegistry, AnUndeclaredReadOrWriteIsRecorded) {
+    kgpu::doctor::checks::Tracker t;
+    kgpu::doctor::checks::Fact<int> result(t, "producer.check");
+    t.current = "producer.check";
+    result.set() = 7;
+    t.current = "declared.reader";
+    t.declared = {"producer.check"};
+    EXPECT_EQ(result.get(), 7);
+    EXPECT_THAT(t.undeclared, ::testing::IsEmpty());
+    t.current = "other.check";
+    t.declared = {"something.else"};
+    (void)result.get();
+    result.set() = 8;
+    EXPECT_EQ(t.undeclared, (std::vector<std::string>{"other.check reads producer.check's result",
+                                                       "other.check writes producer.check's result"}));
+}
 
 TEST(DoctorChecks, HealthySimulatedNodeIsAllOk) {
     // No API server configured: kube.api is skipped, whatever the shell running the tests has.
