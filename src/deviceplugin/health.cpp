@@ -64,6 +64,7 @@ void HealthMonitor::start() {
         for (size_t i = 0; i < gpus_.size(); ++i) probe(i);
     }
     ++probe_rounds_;
+    started_ = time_.now();
     thread_ = std::thread([this] { run(); });
 }
 
@@ -130,7 +131,7 @@ void HealthMonitor::update_node(const inventory::Node& node) {
 }
 
 void HealthMonitor::set_unhealthy(State& s, Bad bad, std::string reason) {
-    s.last_bad = std::chrono::steady_clock::now();
+    s.last_bad = time_.now();
     // Healthy -> Unhealthy: what a reset must show starts now. A MIG device's flags may hold what
     // probes saw of its GPU while the device was still Healthy (lost, restored, then a reset-class
     // XID on the device must not count the earlier absence as its reset).
@@ -265,7 +266,7 @@ void HealthMonitor::probe(size_t i) {
             if (!m.state.healthy) m.state.saw_pending = true;
         return;
     }
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = time_.now();
     maybe_recover(g.state, now);
     for (auto& m : g.migs) maybe_recover(m.state, now);
 }
@@ -318,7 +319,7 @@ void HealthMonitor::run() {
         }
     };
     // The start() round was the first probe; the next comes after the interval the state asks for.
-    auto last_probe = std::chrono::steady_clock::now();
+    auto last_probe = started_;
     int failures = 0;
     while (!stop_) {
         if (rebuild_.exchange(false)) rebuild();
@@ -332,8 +333,8 @@ void HealthMonitor::run() {
             // than needed: every wake-up costs CPU on an idle node (issue #23); the next probe
             // may ask for a shorter one.
             const auto until_probe = std::chrono::duration_cast<std::chrono::milliseconds>(
-                last_probe + probe_interval_now() - std::chrono::steady_clock::now());
-            const auto wait = std::clamp(until_probe, std::chrono::milliseconds(1), kEventWait);
+                last_probe + probe_interval_now() - time_.now());
+            const auto wait = std::clamp(until_probe, std::chrono::milliseconds(1), time_.event_wait);
             auto ev = set->wait(static_cast<unsigned>(wait.count()));
             if (!ev) {
                 ++failures;
@@ -348,7 +349,7 @@ void HealthMonitor::run() {
                 handle(**ev);
             }
         }
-        const auto now = std::chrono::steady_clock::now();
+        const auto now = time_.now();
         // Decided on every pass: an XID that just arrived brings the fast cadence at once.
         if (now >= last_probe + probe_interval_now()) {
             last_probe = now;
@@ -366,6 +367,7 @@ void HealthMonitor::run() {
             if (came_back) rebuild();
         }
         notify();
+        ++passes_;
     }
     std::lock_guard lk(exit_mu_);
     exited_ = true;

@@ -72,6 +72,14 @@ public:
     // plugin's CPU (issue #23). A process that exits does not wait for it: stop_within().
     static constexpr std::chrono::milliseconds kEventWait{500};
 
+    // The clock the monitor decides by (Envoy's TimeSource idea): steady_clock and kEventWait in
+    // production. A test passes a clock it advances and a short event wait, so a probe runs
+    // exactly when the test moves time past it, and passes() tells it the thread has looked.
+    struct TimeSource {
+        std::function<std::chrono::steady_clock::time_point()> now = [] { return std::chrono::steady_clock::now(); };
+        std::chrono::milliseconds event_wait = kEventWait;
+    };
+
     // `probe_interval`: how often every GPU is probed (answers? anything pending?) while anything
     // is Unhealthy; `idle_probe_interval`: while everything is Healthy (see above).
     HealthMonitor(nvml::Session session, const inventory::Node& node, HealthConfig policy, Callback on_change,
@@ -81,6 +89,8 @@ public:
     HealthMonitor(const HealthMonitor&) = delete;
     HealthMonitor& operator=(const HealthMonitor&) = delete;
 
+    // Before start(): the clock to decide by (default: the real one).
+    void set_time_source(TimeSource time) { time_ = std::move(time); }
     // Probes every GPU once (so snapshot() reflects the probes from then on), then starts the thread.
     void start();
     // Asks the thread to end at its next wake-up (within kEventWait) without waiting for it, so a
@@ -101,6 +111,9 @@ public:
     unsigned long transitions() const { return transitions_.load(); }
     // Probe rounds (every GPU once) so far, the one in start() included (tests, logs).
     unsigned long probe_rounds() const { return probe_rounds_.load(); }
+    // Passes of the thread's loop so far: each waited for events, looked at the clock and probed
+    // if due (tests: after moving their clock, two more passes mean the thread saw the new time).
+    unsigned long passes() const { return passes_.load(); }
 
 private:
     enum class Bad { none, recoverable, reset, lost };
@@ -159,6 +172,9 @@ private:
     std::atomic<bool> stop_{false};
     std::atomic<unsigned long> transitions_{0};
     std::atomic<unsigned long> probe_rounds_{0};
+    std::atomic<unsigned long> passes_{0};
+    TimeSource time_;
+    std::chrono::steady_clock::time_point started_{};  // when start()'s probe round ran
     std::mutex exit_mu_;
     std::condition_variable exit_cv_;
     bool exited_ = false;  // run() returned (guarded by exit_mu_)

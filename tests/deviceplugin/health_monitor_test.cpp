@@ -61,26 +61,58 @@ struct SimNode {
     void append(const std::string& line) { std::ofstream(events, std::ios::app) << line << "\n"; }
 };
 
+// A clock the test moves (HealthMonitor::TimeSource), read by the monitor's thread.
+struct ManualClock {
+    std::atomic<std::chrono::steady_clock::rep> ticks{std::chrono::steady_clock::now().time_since_epoch().count()};
+    HealthMonitor::TimeSource source() {
+        return {[this] { return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(ticks.load())); },
+                5ms};
+    }
+    void advance(std::chrono::steady_clock::duration d) { ticks += d.count(); }
+};
+
+// The monitor's thread has looked at the clock as it is now (two full passes of its loop since).
+bool looked(const HealthMonitor& m) {
+    const unsigned long p = m.passes();
+    return eventually([&] { return m.passes() >= p + 2; });
+}
+
 TEST(HealthMonitor, ProbesOnTheSlowTimerWhileEverythingIsHealthyAndFastWhileSomethingIsNot) {
     SimNode sim;
     ASSERT_TRUE(sim.open()) << sim.error;
     HealthConfig policy;
     policy.recovery_period = 1s;
-    // Fast: 20 ms; slow: an hour, so any probe in a calm window is one too many.
+    ManualClock clock;
+    // Fast: 20 ms; slow: an hour.
     HealthMonitor monitor(*sim.session, *sim.node, policy, sim.counter(), 20ms, {}, 1h);
+    monitor.set_time_source(clock.source());
     monitor.start();
     EXPECT_EQ(monitor.probe_rounds(), 1u) << "start() probes every GPU once";
-    // Calm: no probe round follows (the old cadence gave one every 20 ms here).
-    EXPECT_FALSE(eventually([&] { return monitor.probe_rounds() > 1; }, 400ms)) << monitor.probe_rounds();
+    // Calm: 59 minutes pass without a probe (the old cadence probed every 20 ms); the hour brings one.
+    clock.advance(59min);
+    ASSERT_TRUE(looked(monitor));
+    EXPECT_EQ(monitor.probe_rounds(), 1u);
+    clock.advance(1min);
+    ASSERT_TRUE(eventually([&] { return monitor.probe_rounds() == 2; })) << monitor.probe_rounds();
 
-    // A recoverable XID: Unhealthy at once (the event), then probes every 20 ms decide the
-    // recovery after the quiet period, and the slow timer is back.
+    // A recoverable XID: Unhealthy at once (the event), then a probe every 20 ms, which decides
+    // the recovery after the quiet period; then the slow timer is back.
     sim.append("xid 2 94");
     ASSERT_TRUE(eventually([&] { return sim.unhealthy == 1; })) << "the XID event";
-    ASSERT_TRUE(eventually([&] { return monitor.probe_rounds() >= 5; })) << monitor.probe_rounds();
+    for (int step = 0; step < 3; ++step) {
+        const unsigned long before = monitor.probe_rounds();
+        clock.advance(20ms);
+        ASSERT_TRUE(eventually([&] { return monitor.probe_rounds() == before + 1; })) << "step " << step;
+        ASSERT_TRUE(looked(monitor));
+        EXPECT_EQ(monitor.probe_rounds(), before + 1) << "one probe per 20 ms";
+    }
+    EXPECT_EQ(sim.unhealthy, 1) << "recovered before the quiet period";
+    clock.advance(1s);
     ASSERT_TRUE(eventually([&] { return sim.unhealthy == 0; })) << "recovery after the quiet period";
     const unsigned long after = monitor.probe_rounds();
-    EXPECT_FALSE(eventually([&] { return monitor.probe_rounds() > after; }, 400ms)) << monitor.probe_rounds();
+    clock.advance(59min);
+    ASSERT_TRUE(looked(monitor));
+    EXPECT_EQ(monitor.probe_rounds(), after) << "the slow timer again";
     monitor.stop();
 }
 
@@ -90,13 +122,21 @@ TEST(HealthMonitor, ProbesOnTheSlowTimerWhileEverythingIsHealthyAndFastWhileSome
 TEST(HealthMonitor, AResetBeforeTheNextProbeStillCounts) {
     SimNode sim;
     ASSERT_TRUE(sim.open()) << sim.error;
-    // The first probe after start() comes 2 s later: the XID and the reset both land before it.
+    ManualClock clock;  // stands still: no probe comes until the test moves it
     HealthMonitor monitor(*sim.session, *sim.node, HealthConfig{}, sim.counter(), 2s, {}, 1h);
+    monitor.set_time_source(clock.source());
     monitor.start();
     sim.append("xid 1 48");  // double-bit ECC: remapped rows pending
     ASSERT_TRUE(eventually([&] { return sim.unhealthy == 1; })) << "the XID event";
     sim.append("restore 1");  // the reset: nothing pending any more
-    EXPECT_TRUE(eventually([&] { return sim.unhealthy == 0; }, 10s)) << "the reset went unseen";
+    ASSERT_TRUE(eventually([&] {  // the simulator has applied it (it reads its events file as NVML is called)
+        auto rows = sim.session->device_by_index(1)->remapped_rows();
+        return rows && !rows->pending;
+    }));
+    ASSERT_TRUE(looked(monitor));
+    EXPECT_EQ(monitor.probe_rounds(), 1u) << "a probe came between the XID and the reset";
+    clock.advance(2s);  // the next probe
+    EXPECT_TRUE(eventually([&] { return sim.unhealthy == 0; })) << "the reset went unseen";
     monitor.stop();
 }
 
