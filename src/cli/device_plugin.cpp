@@ -1,6 +1,7 @@
 #include "cli/device_plugin.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -239,7 +240,20 @@ int run_device_plugin(const DevicePluginFlags& f) {
                                       {&f.fallback_strategies, "--fallback-strategies"}})
             if (*v) std::cerr << "kgpu device-plugin: " << name << " has no effect without --config-file-srcdir\n";
     }
-    if (const char* retry = std::getenv("KGPU_INIT_RETRY_MS")) opts.init_retry = std::chrono::milliseconds(std::atoi(retry));
+    // Periods the tests shorten (not flags: an operator has no reason to change them), in ms.
+    for (const auto& [var, period] : {std::pair{"KGPU_INIT_RETRY_MS", &opts.init_retry},
+                                      {"KGPU_PROBE_INTERVAL_MS", &opts.probe_interval},
+                                      {"KGPU_SETTLE_MS", &opts.settle}}) {
+        const char* text = std::getenv(var);
+        if (!text) continue;
+        unsigned ms = 0;
+        const std::string_view t(text);
+        if (auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), ms); ec != std::errc() || end != t.data() + t.size() || ms == 0) {
+            std::cerr << "kgpu device-plugin: " << var << "='" << t << "': expected a number of milliseconds above 0\n";
+            return 2;
+        }
+        *period = std::chrono::milliseconds(ms);
+    }
     return dp::run_device_plugin(std::move(opts));
 }
 

@@ -86,7 +86,7 @@ bool same_health(const HealthConfig& a, const HealthConfig& b) {
 
 class Plugin {
 public:
-    explicit Plugin(PluginOptions opts) : opts_(std::move(opts)) {}
+    explicit Plugin(PluginOptions opts) : opts_(std::move(opts)), settler_(memory::Settler::Policy{.settle = opts_.settle}) {}
     int run();
 
 private:

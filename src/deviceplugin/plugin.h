@@ -26,6 +26,8 @@ struct PluginOptions {
     // GPU probes while a device is Unhealthy / while every device is Healthy (health.h).
     std::chrono::milliseconds probe_interval{std::chrono::seconds(1)};
     std::chrono::milliseconds idle_probe_interval{std::chrono::seconds(10)};
+    // How long after start or a change the plugin gives its start-up pages back (memory::Settler).
+    std::chrono::milliseconds settle{std::chrono::seconds(10)};
     // The nvidia-cuda-mps-control the MPS watcher asks the daemons with (--mps-control-binary,
     // KGPU_MPS_CONTROL); empty: searched under the driver root (mps::find_control_binary).
     std::string mps_control_binary;

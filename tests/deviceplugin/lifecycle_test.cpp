@@ -72,10 +72,13 @@ protected:
         // Hermetic: CDI specs go under the test's directory, never into the machine's /var/run/cdi.
         if (std::ranges::find(extra, std::string("--cdi-spec-dir")) == extra.end())
             argv.insert(argv.end(), {"--cdi-spec-dir", files_.path() + "/cdi"});
-        plugin_ = std::make_unique<ChildProcess>(
-            argv, std::map<std::string, std::string>{{"KGPU_SIM_NODE", fixture(node)}, {"KGPU_SIM_EVENTS", events_}});
+        auto env = env_;
+        env.emplace("KGPU_SIM_NODE", fixture(node));
+        env.emplace("KGPU_SIM_EVENTS", events_);
+        plugin_ = std::make_unique<ChildProcess>(argv, env);
         sim_.load(node, events_);
     }
+    std::map<std::string, std::string> env_;  // more variables for the next start()
     // The advertised ID (a UUID under every ID strategy, issue #13) of GPU `index`.
     std::string id(const std::string& index) const { return sim_.uuid(index); }
     void event(const std::string& line) { std::ofstream(events_, std::ios::app) << line << "\n"; }
@@ -407,6 +410,7 @@ TEST_F(LifecycleTest, WaitsForTheKubeletsDirectoryInsteadOfCreatingIt) {
 // Once nothing has happened for 10 s, the pages start-up brought in go back to the kernel
 // (common/memory.h); serving and health go on, faulting back what they run.
 TEST_F(LifecycleTest, StartUpPagesGoBackOnceSettledAndServingGoesOn) {
+    env_["KGPU_SETTLE_MS"] = "1000";  // 10 s in production
     start("dgx-h100.yaml", {"--log-level", "debug"});
     ASSERT_TRUE(settled({{kGpu, 8}})) << counts({{kGpu, 8}});
     ASSERT_TRUE(kubelet_->wait_until([&] { return plugin_->err().find("settled: resident set ") != std::string::npos; }, 30s));

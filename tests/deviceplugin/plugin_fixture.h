@@ -138,6 +138,9 @@ protected:
             argv.insert(argv.end(), {"--cdi-spec-dir", aux_.path() + "/cdi"});
         env.emplace("KGPU_SIM_NODE", sim_fixture(node));
         env.emplace("KGPU_SIM_EVENTS", events_);
+        // Probes every 250 ms while something is Unhealthy (1 s in production): recoveries and
+        // resets are seen sooner; what the tests check does not depend on the period.
+        env.emplace("KGPU_PROBE_INTERVAL_MS", "250");
         plugin_ = std::make_unique<ChildProcess>(argv, env);
         node_ = node;
         sim_.load(node, events_);
@@ -169,6 +172,20 @@ protected:
         size_t n = 0;
         for (size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
         return n;
+    }
+    // An event instead of a sleep for "no recovery within the quiet period": a recoverable XID on
+    // `marker` (a device of `resource` the test leaves alone, index spelling) turns it Unhealthy
+    // and, once the recovery period has passed since and a probe looked, Healthy again. A device
+    // whose XID came before the marker's and that is still Unhealthy then did not recover by
+    // the quiet period.
+    bool quiet_period_passed(const std::string& resource, const std::string& marker) {
+        event("xid " + marker + " 94");
+        auto marked = [&](bool unhealthy) {
+            return kubelet_->wait_devices(
+                resource, [&](const Devices& d) { return sim_.unhealthy(d).contains(marker) == unhealthy; },
+                std::chrono::seconds(20));
+        };
+        return marked(true) && marked(false);
     }
     // Waits until the Unhealthy devices of `resource` (index spelling) are exactly `want`.
     bool unhealthy_becomes(const std::string& resource, const std::set<std::string>& want,

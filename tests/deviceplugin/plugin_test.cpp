@@ -31,38 +31,9 @@ constexpr const char* kSocket = "kgpu-nvidia-com-gpu.sock";
 
 std::string fixture(const std::string& name) { return std::string(KGPU_SOURCE_DIR) + "/sim/nodes/" + name; }
 
-class DevicePluginTest : public ::testing::Test {
+// The shared fixture (plugin_fixture.h) with this file's two shorthands for nvidia.com/gpu.
+class DevicePluginTest : public kgpu::test::PluginFixture {
 protected:
-    void SetUp() override {
-        kubelet_ = std::make_unique<FakeKubelet>(dir_.path());
-        ASSERT_TRUE(kubelet_->start());
-        events_ = dir_.path() + "/../" + std::filesystem::path(dir_.path()).filename().string() + ".events";
-        std::ofstream(events_).flush();
-    }
-    void TearDown() override {
-        if (plugin_ && plugin_->running()) {
-            plugin_->signal(SIGTERM);
-            plugin_->wait(10000);
-        }
-        if (HasFailure() && plugin_) std::cerr << "---- plugin stderr ----\n" << plugin_->err();
-        kubelet_.reset();
-        std::filesystem::remove(events_);
-        std::filesystem::remove_all(dir_.path() + "-cdi");
-    }
-    void start(const std::string& node, std::vector<std::string> extra = {},
-               std::map<std::string, std::string> env = {}) {
-        std::vector<std::string> argv = {KGPU_BINARY, "device-plugin", "--device-plugin-path", dir_.path(),
-                                         "--nvml-library", KGPU_SIM_LIBRARY};
-        argv.insert(argv.end(), extra.begin(), extra.end());
-        // Hermetic: CDI specs go under the test's directory, never into the machine's /var/run/cdi.
-        if (std::ranges::find(extra, std::string("--cdi-spec-dir")) == extra.end())
-            argv.insert(argv.end(), {"--cdi-spec-dir", dir_.path() + "-cdi"});
-        env.emplace("KGPU_SIM_NODE", fixture(node));
-        env.emplace("KGPU_SIM_EVENTS", events_);
-        plugin_ = std::make_unique<ChildProcess>(argv, env);
-        sim_.load(node);  // IDs are UUIDs; tests name devices by index through sim_
-    }
-    void event(const std::string& line) { std::ofstream(events_, std::ios::app) << line << "\n"; }
     FakeKubelet::Registration registered(int generation = 1) {
         auto reg = kubelet_->wait_registered(kGpu, generation, 20s);
         EXPECT_TRUE(reg.has_value()) << "no registration #" << generation;
@@ -73,12 +44,6 @@ protected:
         return kubelet_->wait_devices(
             kGpu, [&](const auto& d) { return d.contains(id) && d.at(id).health == health; }, 20s);
     }
-
-    TempDir dir_;
-    std::string events_;
-    std::unique_ptr<FakeKubelet> kubelet_;
-    std::unique_ptr<ChildProcess> plugin_;
-    kgpu::test::SimIds sim_;
 };
 
 TEST_F(DevicePluginTest, RegistersAndAdvertisesEveryGpuWithNuma) {
@@ -222,7 +187,7 @@ TEST_F(DevicePluginTest, DeletedPluginSocketIsServedAgain) {
 }
 
 TEST_F(DevicePluginTest, RecoverableXidTurnsUnhealthyThenHealthyAfterTheQuietPeriod) {
-    start("t4x4.yaml", {"--device-id-strategy", "index", "--health-recovery-period", "2s"});
+    start("t4x4.yaml", {"--device-id-strategy", "index", "--health-recovery-period", "1s"});
     registered();
     event("xid 1 94");
     ASSERT_TRUE(health_becomes("1", "Unhealthy"));
@@ -245,7 +210,7 @@ TEST_F(DevicePluginTest, ResetClassXidStaysUnhealthyUntilTheGpuIsReset) {
     registered();
     event("xid 1 48");
     ASSERT_TRUE(health_becomes("1", "Unhealthy"));
-    std::this_thread::sleep_for(2500ms);  // longer than the recovery period: must not recover
+    ASSERT_TRUE(quiet_period_passed(kGpu, "2"));  // must not recover without the reset
     EXPECT_EQ(kubelet_->devices(kGpu)[sim_.uuid("1")].health, "Unhealthy");
     event("restore 1");
     ASSERT_TRUE(health_becomes("1", "Healthy"));

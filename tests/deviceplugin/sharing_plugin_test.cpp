@@ -175,7 +175,7 @@ TEST_F(SharedDevicesTest, ReplicasPackedWithThePolicyFlagAndLimitedToOne) {
 
 TEST_F(SharedDevicesTest, XidOnAGpuTurnsExactlyItsReplicasUnhealthy) {
     start("t4x4.yaml", {"--config-file", config(kFourReplicas), "--device-id-strategy", "index",
-                        "--health-recovery-period", "2s"});
+                        "--health-recovery-period", "1s"});
     registered("nvidia.com/gpu.shared", 16);
     event("xid 1 94");
     ASSERT_TRUE(unhealthy_becomes("nvidia.com/gpu.shared", {"1::0", "1::1", "1::2", "1::3"}));
@@ -187,7 +187,7 @@ TEST_F(SharedDevicesTest, XidOnAGpuTurnsExactlyItsReplicasUnhealthy) {
 
 TEST_F(SharedDevicesTest, XidOnAMigInstanceTurnsExactlyTheMatchingInstancesUnhealthy) {
     start("a100-mig.yaml", {"--mig-strategy", "mixed", "--device-id-strategy", "index", "--health-recovery-period",
-                            "2s"});
+                            "1s"});
     registered(kMig1g, 9);
     registered(kMig3g, 1);
     registered(kMig2g, 1);
