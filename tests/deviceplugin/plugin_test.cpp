@@ -343,6 +343,15 @@ TEST(DevicePluginStart, BadFlagValueExitsTwo) {
     EXPECT_THAT(r.err, HasSubstr("--mig-strategy"));
 }
 
+TEST(DevicePluginStart, BadPeriodVariableExitsTwoNamingIt) {
+    for (const char* bad : {"abc", "0", "-5", "10s", ""}) {
+        auto r = kgpu::test::run_process({KGPU_BINARY, "device-plugin", "--device-plugin-path", "/nonexistent"},
+                                         {{"KGPU_PROBE_INTERVAL_MS", bad}});
+        EXPECT_EQ(r.exit_code, 2) << bad;
+        EXPECT_THAT(r.err, HasSubstr("KGPU_PROBE_INTERVAL_MS='" + std::string(bad) + "': expected a number of milliseconds"));
+    }
+}
+
 TEST(DevicePluginStart, NoNvmlWithFailOnInitErrorExitsOne) {
     TempDir dir;
     auto r = kgpu::test::run_process({KGPU_BINARY, "device-plugin", "--device-plugin-path", dir.path(),
