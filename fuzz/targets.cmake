@@ -15,7 +15,7 @@ kgpu_fuzz_target(deviceplugin_config
   LIBS kgpu_deviceplugin_core)
 
 kgpu_fuzz_target(sim_fixture
-  SOURCES sim/model.cpp
+  SOURCES sim/model.cpp sim/fixture.cpp
   INCLUDES sim
   PACKAGES yaml-cpp
   LIBS kgpu_fuzz_sim_model)
