@@ -43,6 +43,7 @@
 #include "exporter/listen.h"
 #include "exporter/tls.h"
 #include "exporter/web_config.h"
+#include "exporter/web_reload.h"
 
 namespace kgpu::exporter {
 
@@ -168,25 +169,6 @@ struct Conn {
     std::string auth_key;        // the check it waits for
 };
 
-struct FileStamp {
-    ino_t ino = 0;
-    off_t size = 0;
-    timespec mtime{};
-    bool operator==(const FileStamp& o) const {
-        return ino == o.ino && size == o.size && mtime.tv_sec == o.mtime.tv_sec && mtime.tv_nsec == o.mtime.tv_nsec;
-    }
-};
-std::vector<FileStamp> stamps(const std::vector<std::string>& files) {
-    std::vector<FileStamp> out;
-    for (const auto& f : files) {
-        struct stat st{};
-        FileStamp s;
-        if (::stat(f.c_str(), &st) == 0) s = FileStamp{st.st_ino, st.st_size, st.st_mtim};
-        out.push_back(s);
-    }
-    return out;
-}
-
 }  // namespace
 
 struct HttpServer::Impl {
@@ -200,9 +182,7 @@ struct HttpServer::Impl {
     // Web config (server thread only, after start).
     std::optional<WebConfig> web;
     std::shared_ptr<TlsContext> tls;
-    std::vector<FileStamp> web_stamps;
-    Clock::time_point web_checked{};
-    std::string web_error;  // the last reload failure logged
+    WebReload web_reload;
     std::unique_ptr<AuthWorker> auth;
     // Right (user, password) pairs, remembered so they need no new bcrypt check; wrong ones are
     // never remembered, so a flood of wrong passwords cannot push a right one out.
@@ -360,7 +340,7 @@ struct HttpServer::Impl {
             tokens = cfg->rate_burst;
             tokens_at = Clock::now();
         }
-        web_stamps = stamps(cfg->files);
+        web_reload.loaded(cfg->files);
         web = std::move(*cfg);
         tls = std::move(ctx);
         auth_ok.clear();
@@ -368,21 +348,16 @@ struct HttpServer::Impl {
         return {};
     }
 
-    // The toolkit re-reads its config for every request and its certificates for every
-    // connection; here the files are checked at most once a second, as connections arrive, and
-    // re-read when one changed (a rotated certificate). A broken new version keeps the old one.
+    // When: web_reload.h. A broken new version keeps the old one.
     void maybe_reload(Clock::time_point now) {
-        if (!web || now - web_checked < std::chrono::seconds(1)) return;
-        web_checked = now;
-        if (stamps(web->files) == web_stamps) return;
+        if (!web || !web_reload.due(web->files, now)) return;
         const std::string path = web->path;
         if (auto s = load_web(path); !s) {
-            web_stamps = stamps(web->files);  // do not retry until it changes again
-            if (s.error().message != web_error) log::error("exporter: web config not reloaded, keeping the previous one: {}", s.error().message);
-            web_error = s.error().message;
+            if (web_reload.failed(web->files, s.error().message))
+                log::error("exporter: web config not reloaded, keeping the previous one: {}", s.error().message);
             return;
         }
-        web_error.clear();
+        web_reload.succeeded();
         log::info("exporter: web config {} reloaded", path);
     }
 

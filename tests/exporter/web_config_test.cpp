@@ -13,6 +13,7 @@
 
 #include "exporter/http.h"
 #include "exporter/web_config.h"
+#include "exporter/web_reload.h"
 #include "support/process.h"
 #include "tls_client.h"
 
@@ -20,6 +21,28 @@ namespace kgpu::exporter {
 namespace {
 
 using testing::HasSubstr;
+
+// When the web config is re-read (web_reload.h), without a server or a clock that runs.
+TEST(WebReload, ReReadsAtMostOnceASecondWhenAFileChangedAndAFailureWaitsForTheNextChange) {
+    test::TempDir dir;
+    const std::vector<std::string> files = {dir.write("web.yml", "basic_auth_users: {}\n"), dir.write("cert.pem", "A")};
+    const WebReload::Clock::time_point t0{std::chrono::hours(1)};
+    WebReload w;
+    w.loaded(files);
+    EXPECT_FALSE(w.due(files, t0)) << "nothing changed";
+    dir.write("cert.pem", "AB");  // a rotated certificate
+    EXPECT_FALSE(w.due(files, t0 + std::chrono::milliseconds(500))) << "looked less than a second ago";
+    EXPECT_TRUE(w.due(files, t0 + std::chrono::milliseconds(1100)));
+    // The new version does not load: reported once, not retried while the files stay as they are.
+    EXPECT_TRUE(w.failed(files, "cert.pem: not a certificate"));
+    EXPECT_FALSE(w.due(files, t0 + std::chrono::seconds(3)));
+    dir.write("cert.pem", "ABC");
+    EXPECT_TRUE(w.due(files, t0 + std::chrono::seconds(5)));
+    EXPECT_FALSE(w.failed(files, "cert.pem: not a certificate")) << "the same error is not logged again";
+    EXPECT_TRUE(w.failed(files, "cert.pem: expired"));
+    w.succeeded();
+    EXPECT_TRUE(w.failed(files, "cert.pem: expired")) << "after a good reload every failure is reported";
+}
 
 TEST(WebConfig, AnEmptyFileOrAnEmptyTlsSectionIsPlainHttp) {
     test::TempDir dir;
