@@ -3,12 +3,16 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
+#include <string_view>
 #include <type_traits>
 
 #include "common/elf.h"
 #include "common/files.h"
 #include "common/ld_cache.h"
+#include "common/log.h"
+#include "nvml/trace.h"
 
 namespace kgpu::nvml {
 namespace {
@@ -36,11 +40,21 @@ struct Binding {
     std::vector<std::pair<std::string, std::string>> bound;
 };
 
+// One tag per entry point for its tracing wrapper (trace.h), named after its symbol.
+#define KGPU_NVML_TRACE_TAG(field, need, symbol, fallback)                                         \
+    struct TraceTag_##field {                                                                      \
+        static constexpr const char* name = #symbol;                                               \
+    };
+KGPU_NVML_ENTRY_POINTS(KGPU_NVML_TRACE_TAG)
+#undef KGPU_NVML_TRACE_TAG
+
 // Fills every entry of `table` from `lookup(name)`, trying the fallback name when the preferred
-// one is absent; records what was missing. Entries already set are kept (from_table).
+// one is absent; records what was missing. Entries already set are kept (from_table). With
+// KGPU_NVML_TRACE, every entry is wrapped so that its calls are logged (trace.h).
 template <class Lookup>
 Binding bind(EntryPoints& table, Lookup&& lookup) {
     Binding b;
+    const bool tracing = trace::enabled();
 #define KGPU_NVML_BIND(field, need, symbol, fallback)                                              \
     {                                                                                              \
         const char* used = #symbol;                                                                \
@@ -64,6 +78,7 @@ Binding bind(EntryPoints& table, Lookup&& lookup) {
             }                                                                                      \
         }                                                                                          \
         b.bound.emplace_back(#field, used);                                                        \
+        if (tracing && table.field != nullptr) trace::wrap<TraceTag_##field>(table.field);         \
     }
     KGPU_NVML_ENTRY_POINTS(KGPU_NVML_BIND)
 #undef KGPU_NVML_BIND
@@ -167,5 +182,21 @@ std::string Library::symbol_name(std::string_view field) const {
                            [&](const auto& p) { return p.first == field; });
     return it == bound_names_.end() ? "nvml" + std::string(field) : it->second;
 }
+
+namespace trace {
+
+bool enabled() {
+    const char* v = std::getenv("KGPU_NVML_TRACE");
+    return v != nullptr && *v != 0 && std::string_view(v) != "0";
+}
+
+void line(std::string_view name, const std::vector<std::string>& args, std::string_view result) {
+    if (log::level() > log::Level::debug) return;
+    std::string text;
+    for (const auto& a : args) text += (text.empty() ? "" : ", ") + a;
+    log::debug("nvml: {}({}) = {}", name, text, result);
+}
+
+}  // namespace trace
 
 }  // namespace kgpu::nvml

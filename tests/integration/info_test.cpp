@@ -92,6 +92,26 @@ void expect_matches_fixture(const nlohmann::json& j, const std::string& path) {
     }
 }
 
+// KGPU_NVML_TRACE (nvml/trace.h): every NVML call of `kgpu info`, through the real dlopen of the
+// simulator, logged with its arguments and result; nothing without the variable.
+TEST(NvmlTrace, EveryCallIsLoggedWithItsArgumentsAndResult) {
+    const std::string uuid0 = "GPU-27c6c8a0-651e-182c-6150-bb899bab8d15";  // t4x4's GPU 0
+    auto traced = run_process({KGPU_BINARY, "--log-level", "debug", "info", "--json", "--nvml-library", KGPU_SIM_LIBRARY},
+                              {{"KGPU_SIM_NODE", fixture("t4x4.yaml")}, {"KGPU_NVML_TRACE", "1"}});
+    ASSERT_EQ(traced.exit_code, 0) << traced.err;
+    EXPECT_THAT(traced.err, HasSubstr("nvml: nvmlInit_v2() = SUCCESS"));
+    EXPECT_THAT(traced.err, HasSubstr("nvml: nvmlDeviceGetCount_v2(&4) = SUCCESS"));
+    EXPECT_THAT(traced.err, HasSubstr("nvml: nvmlDeviceGetHandleByIndex_v2(0, "));
+    EXPECT_THAT(traced.err, HasSubstr(", \"" + uuid0 + "\", "));  // nvmlDeviceGetUUID's buffer, after the call
+    EXPECT_THAT(traced.err, HasSubstr("nvml: nvmlShutdown() = SUCCESS"));
+    EXPECT_EQ(nlohmann::json::parse(traced.out)["gpus"][0]["uuid"], uuid0);  // the answers are unchanged
+    auto plain = run_process({KGPU_BINARY, "--log-level", "debug", "info", "--json", "--nvml-library", KGPU_SIM_LIBRARY},
+                             {{"KGPU_SIM_NODE", fixture("t4x4.yaml")}});
+    ASSERT_EQ(plain.exit_code, 0) << plain.err;
+    EXPECT_THAT(plain.err, ::testing::Not(HasSubstr("nvml: nvml")));
+    EXPECT_EQ(plain.out, traced.out);
+}
+
 TEST(InfoJson, DgxH100) {
     auto i = info_json(fixture("dgx-h100.yaml"));
     ASSERT_EQ(i.run.exit_code, 0) << i.run.err;
