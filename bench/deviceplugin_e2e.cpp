@@ -58,13 +58,7 @@ void report_ms(const std::string& what, std::vector<double> v) {
     std::printf("%-52s n=%-5zu median=%7.1f ms  max=%7.1f ms\n", what.c_str(), v.size(), v[v.size() / 2], v.back());
 }
 
-long rss_kib(int pid) {
-    std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-    std::string line;
-    while (std::getline(in, line))
-        if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-    return -1;
-}
+long rss_kib(int pid) { return kgpu::test::proc_status_kib(pid, "VmRSS:"); }
 
 struct Plugin {
     kgpu::test::TempDir dir;    // the device plugin directory

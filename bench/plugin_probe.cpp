@@ -36,13 +36,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-long rss_kib(int pid) {
-    std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-    std::string line;
-    while (std::getline(in, line))
-        if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-    return -1;
-}
+long rss_kib(int pid) { return kgpu::test::proc_status_kib(pid, "VmRSS:"); }
 
 // utime + stime of `pid` in clock ticks (-1: unreadable).
 long cpu_ticks(int pid) {

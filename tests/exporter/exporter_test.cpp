@@ -978,13 +978,7 @@ TEST(ExporterFlood, AThousandClientsSendingAHeaderByteASecondDoNotDelayAScrape) 
 
 // ---- Bounded pod attribution (issue #14) --------------------------------------------------------
 
-long status_kib(int pid, const char* key) {
-    std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-    std::string line;
-    while (std::getline(in, line))
-        if (line.rfind(key, 0) == 0) return std::stol(line.substr(std::string(key).size()));
-    return -1;
-}
+long status_kib(int pid, const char* key) { return kgpu::test::proc_status_kib(pid, key); }
 
 TEST(ExporterPods, AHundredThousandPodsOnOneGpuStayWithinMemoryAndScrapeBudgets) {
     TempDir dir;

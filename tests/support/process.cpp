@@ -114,4 +114,12 @@ std::string TempDir::write(const std::string& name, const std::string& content) 
     return p.string();
 }
 
+long proc_status_kib(int pid, std::string_view key) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+    std::string line;
+    while (std::getline(in, line))
+        if (line.starts_with(key)) return std::stol(line.substr(key.size()));
+    return -1;
+}
+
 }  // namespace kgpu::test

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kgpu::test {
@@ -45,6 +46,10 @@ private:
     std::string out_path_, err_path_;
     std::string dir_;
 };
+
+// A field of /proc/<pid>/status in KiB ("VmRSS:", "VmHWM:"); -1 when the process or the field
+// is not there.
+long proc_status_kib(int pid, std::string_view key);
 
 // A fresh empty directory under the system temp dir, removed by the destructor.
 class TempDir {
