@@ -373,7 +373,11 @@ TEST(DevicePluginStart, NoNvmlWithoutFailOnInitErrorWaitsForTheDriver) {
     std::this_thread::sleep_for(700ms);
     EXPECT_TRUE(plugin.running());
     EXPECT_FALSE(kubelet.wait_registered(kGpu, 1, 100ms).has_value());
-    std::filesystem::copy_file(KGPU_SIM_LIBRARY, lib);  // the driver appears
+    // The driver appears, whole, as a package manager installs it (written beside, then renamed):
+    // a copy written in place could be dlopen'ed half-written by the plugin's retry (under load,
+    // the test once timed out that way).
+    std::filesystem::copy_file(KGPU_SIM_LIBRARY, lib + ".new");
+    std::filesystem::rename(lib + ".new", lib);
     auto reg = kubelet.wait_registered(kGpu, 1, 20s);
     ASSERT_TRUE(reg.has_value()) << plugin.err();
     EXPECT_EQ(kubelet.devices(kGpu).size(), 4u);
