@@ -49,39 +49,17 @@ size_t count(const std::string& text, const std::string& what) {
     return n;
 }
 
-class LifecycleTest : public ::testing::Test {
+// The shared fixture (plugin_fixture.h): its aux_ holds the test's other files (events, config,
+// CDI specs); dir_ is the device plugin directory (a kubelet restart empties it, as the real one
+// does).
+class LifecycleTest : public kgpu::test::PluginFixture {
 protected:
-    void SetUp() override {
-        kubelet_ = std::make_unique<FakeKubelet>(dir_.path());
-        ASSERT_TRUE(kubelet_->start());
-        events_ = files_.path() + "/events";
-        std::ofstream(events_).flush();
-    }
-    void TearDown() override {
-        if (plugin_ && plugin_->running()) {
-            plugin_->signal(SIGTERM);
-            plugin_->wait(10000);
-        }
-        if (HasFailure() && plugin_) std::cerr << "---- plugin stderr ----\n" << plugin_->err();
-        kubelet_.reset();
-    }
     void start(const std::string& node, std::vector<std::string> extra = {}, const std::string& dp = "") {
-        std::vector<std::string> argv = {KGPU_BINARY, "device-plugin", "--device-plugin-path",
-                                         dp.empty() ? dir_.path() : dp, "--nvml-library", KGPU_SIM_LIBRARY};
-        argv.insert(argv.end(), extra.begin(), extra.end());
-        // Hermetic: CDI specs go under the test's directory, never into the machine's /var/run/cdi.
-        if (std::ranges::find(extra, std::string("--cdi-spec-dir")) == extra.end())
-            argv.insert(argv.end(), {"--cdi-spec-dir", files_.path() + "/cdi"});
-        auto env = env_;
-        env.emplace("KGPU_SIM_NODE", fixture(node));
-        env.emplace("KGPU_SIM_EVENTS", events_);
-        plugin_ = std::make_unique<ChildProcess>(argv, env);
-        sim_.load(node, events_);
+        PluginFixture::start(node, std::move(extra), env_, dp);
     }
     std::map<std::string, std::string> env_;  // more variables for the next start()
     // The advertised ID (a UUID under every ID strategy, issue #13) of GPU `index`.
     std::string id(const std::string& index) const { return sim_.uuid(index); }
-    void event(const std::string& line) { std::ofstream(events_, std::ios::app) << line << "\n"; }
     // Every resource in `want` registered once with this kubelet instance, holding one stream, and
     // served with `size` devices.
     bool settled(const std::map<std::string, size_t>& want) {
@@ -107,12 +85,6 @@ protected:
         return out;
     }
 
-    TempDir dir_;    // the device plugin directory (a kubelet restart empties it, as the real one does)
-    TempDir files_;  // the test's other files: events, config, CDI specs
-    std::string events_;
-    std::unique_ptr<FakeKubelet> kubelet_;
-    std::unique_ptr<ChildProcess> plugin_;
-    kgpu::test::SimIds sim_;
 };
 
 // Items 1 and 2: a kubelet restart is one Register per resource, a MIG change only a
@@ -291,7 +263,7 @@ TEST_F(LifecycleTest, AKubeletThatExitedIsWaitedForNotRetriedOnItsStaleSocket) {
 
 TEST_F(LifecycleTest, HungKubeletBlocksNeitherSighupNorHealthNorSigterm) {
     kubelet_->hang_register(true);
-    const std::string cfg = files_.path() + "/config.yaml";
+    const std::string cfg = aux_.path() + "/config.yaml";
     std::ofstream(cfg) << "version: v1\nflags:\n  plugin:\n    deviceIDStrategy: uuid\n";
     start("t4x4.yaml", {"--config-file", cfg});
     ASSERT_TRUE(kubelet_->wait_until([&] { return kubelet_->hung_registers() == 1; }, 20s)) << plugin_->err();
@@ -396,7 +368,7 @@ TEST_F(LifecycleTest, WaitsForTheKubeletsDirectoryInsteadOfCreatingIt) {
 
     // A second plugin waiting for a directory that never comes stops on SIGTERM.
     ChildProcess waiting({KGPU_BINARY, "device-plugin", "--device-plugin-path", dir_.path() + "/never/device-plugins",
-                          "--nvml-library", KGPU_SIM_LIBRARY, "--cdi-spec-dir", files_.path() + "/cdi2"},
+                          "--nvml-library", KGPU_SIM_LIBRARY, "--cdi-spec-dir", aux_.path() + "/cdi2"},
                          {{"KGPU_SIM_NODE", fixture("t4x4.yaml")}});
     ASSERT_TRUE(kubelet_->wait_until([&] { return waiting.err().find("does not exist") != std::string::npos; }, 20s))
         << waiting.err();

@@ -126,10 +126,12 @@ protected:
         plugin_->signal(SIGTERM);
         EXPECT_EQ(plugin_->wait(10000), 0);
     }
-    // Starts the plugin on `node` and loads its IDs (after the events already in the file).
+    // Starts the plugin on `node` and loads its IDs (after the events already in the file). The
+    // plugin serves `device_plugin_path` (default: the fake kubelet's directory).
     void start(const std::string& node, std::vector<std::string> extra = {},
-               std::map<std::string, std::string> env = {}) {
-        std::vector<std::string> argv = {KGPU_BINARY, "device-plugin", "--device-plugin-path", dir_.path(),
+               std::map<std::string, std::string> env = {}, const std::string& device_plugin_path = "") {
+        std::vector<std::string> argv = {KGPU_BINARY, "device-plugin", "--device-plugin-path",
+                                         device_plugin_path.empty() ? dir_.path() : device_plugin_path,
                                          "--nvml-library", KGPU_SIM_LIBRARY};
         argv.insert(argv.end(), extra.begin(), extra.end());
         // Hermetic: CDI specs (the CDI strategies, IMEX, GPUDirect) go under the test's own
