@@ -190,8 +190,9 @@ bool enabled() {
     return v != nullptr && *v != 0 && std::string_view(v) != "0";
 }
 
+bool logging() { return log::level() <= log::Level::debug; }
+
 void line(std::string_view name, const std::vector<std::string>& args, std::string_view result) {
-    if (log::level() > log::Level::debug) return;
     std::string text;
     for (const auto& a : args) text += (text.empty() ? "" : ", ") + a;
     log::debug("nvml: {}({}) = {}", name, text, result);

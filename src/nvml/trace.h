@@ -24,6 +24,8 @@ namespace kgpu::nvml::trace {
 
 // KGPU_NVML_TRACE is set and not "0" (read at each library load).
 bool enabled();
+// Whether a trace line would be written now (the log level is debug).
+bool logging();
 // Writes one trace line.
 void line(std::string_view name, const std::vector<std::string>& args, std::string_view result);
 
@@ -59,6 +61,7 @@ struct Traced<Tag, R (*)(A...)> {
     static inline R (*real)(A...) = nullptr;
     static R call(A... a) {
         R r = real(a...);
+        if (!logging()) return r;  // traced but not logged: do not format the arguments
         if constexpr (std::is_pointer_v<R>) {
             line(Tag::name, {arg(a, true)...}, r ? std::string_view(r) : std::string_view("null"));
         } else {
