@@ -14,7 +14,9 @@
 //                        they are one `chain` hook
 //   runc, edited apart   the same spec with one hook per step (NVIDIA's form): the chain's gain
 //   kgpu, one GPU        kgpu-container-runtime create on the original bundle with
-//                        NVIDIA_VISIBLE_DEVICES=<uuid>: NVML, the edit, the write, then runc
+//                        NVIDIA_VISIBLE_DEVICES=<uuid>: the inventory (from the cache, as on a
+//                        node whose driver shows /proc), the edit, the write, then runc
+//   kgpu, one GPU, NVML  the same with inventory-cache = "": NVML on every create
 // With NVIDIA's binaries in $KGPU_SHARED_DIR/peers/nvidia (default <source>/../shared), also:
 //   nvidia, plain        nvidia-container-runtime v1.20 (cdi mode) create on the plain bundle
 //   nvidia, one GPU      the same on the GPU bundle: the device from a CDI spec prepared before the
@@ -112,8 +114,13 @@ int main(int argc, char** argv) {
     fs::create_directories(bin);
     fs::create_symlink(KGPU_BINARY, bin + "/kgpu-container-runtime");
     fs::create_symlink(KGPU_BINARY, bin + "/nvidia-cdi-hook");
-    const std::string config = dir.write("rt.toml", "low-level-runtime = \"/usr/sbin/runc\"\ndriver-root = \"" + drv +
-                                                        "\"\nnvml-library = \"" + drv + "/usr/lib64/libnvidia-ml.so.550.54.15\"\n");
+    // The simulator keeps the driver's /proc entries there (KGPU_SIM_PROC_ROOT), which the
+    // inventory cache's witness reads, as on a node with a loaded driver.
+    const std::string proc = dir.path() + "/proc";
+    const std::string base_config = "low-level-runtime = \"/usr/sbin/runc\"\ndriver-root = \"" + drv + "\"\nnvml-library = \"" + drv +
+                                    "/usr/lib64/libnvidia-ml.so.550.54.15\"\nproc-root = \"" + proc + "\"\n";
+    const std::string config = dir.write("rt.toml", base_config + "inventory-cache = \"" + dir.path() + "/run/inventory.json\"\n");
+    const std::string config_nvml = dir.write("rt-nvml.toml", base_config + "inventory-cache = \"\"\n");
     // Two bundles: the plain one and the GPU one (same rootfs).
     auto bundle = [&](const std::string& name, const std::string& extra_env) {
         const std::string b = bundles + "/" + name;
@@ -131,17 +138,26 @@ int main(int argc, char** argv) {
     const std::string plain = bundle("plain", "");
     const std::string gpu = bundle("gpu", "NVIDIA_VISIBLE_DEVICES=GPU-2fbe396f-df9c-d5a1-4b31-c1658bb71f80");
     const std::string gpu_original = slurp(gpu + "/config.json");
-    const std::vector<std::string> env = {"KGPU_RUNTIME_CONFIG=" + config,
-                                          "KGPU_SIM_NODE=" + std::string(KGPU_SOURCE_DIR) + "/sim/nodes/dgx-h100.yaml"};
+    const std::string sim_node = "KGPU_SIM_NODE=" + std::string(KGPU_SOURCE_DIR) + "/sim/nodes/dgx-h100.yaml";
+    const std::vector<std::string> env = {"KGPU_RUNTIME_CONFIG=" + config, sim_node, "KGPU_SIM_PROC_ROOT=" + proc};
+    const std::vector<std::string> env_nvml = {"KGPU_RUNTIME_CONFIG=" + config_nvml, sim_node, "KGPU_SIM_PROC_ROOT=" + proc};
     // The edited bundle: what kgpu makes of the GPU bundle.
     const std::string edited = bundle("edited", "");
     {
-        std::ofstream(edited + "/config.json") << gpu_original;
-        if (timed({bin + "/kgpu-container-runtime", "create", "--bundle", edited, "warmup"}, env).wall < 0) {
-            std::fprintf(stderr, "kgpu-container-runtime create failed\n");
+        // Twice: the first loads the "driver" (the simulator writes /proc), the second keeps the
+        // inventory.
+        for (int i = 0; i < 2; ++i) {
+            std::ofstream(edited + "/config.json") << gpu_original;
+            if (timed({bin + "/kgpu-container-runtime", "create", "--bundle", edited, "warmup"}, env).wall < 0) {
+                std::fprintf(stderr, "kgpu-container-runtime create failed\n");
+                return 1;
+            }
+            timed({"/usr/sbin/runc", "delete", "-f", "warmup"}, {});
+        }
+        if (!fs::exists(dir.path() + "/run/inventory.json")) {
+            std::fprintf(stderr, "kgpu-container-runtime kept no inventory\n");
             return 1;
         }
-        timed({"/usr/sbin/runc", "delete", "-f", "warmup"}, {});
     }
     // The same edit with one hook per step: the chain split at its separators.
     const std::string apart = bundle("apart", "");
@@ -208,7 +224,7 @@ int main(int argc, char** argv) {
 
     struct Series {
         std::vector<double> wall, cpu;
-    } runc_plain, kgpu_plain, runc_edited, runc_apart, kgpu_gpu, nv_plain, nv_one;
+    } runc_plain, kgpu_plain, runc_edited, runc_apart, kgpu_gpu, kgpu_gpu_nvml, nv_plain, nv_one;
     // Each create starts from an image without a linker cache of its own (the hooks write one).
     auto fresh_rootfs = [&](const std::string& b) {
         std::error_code ec;
@@ -232,6 +248,8 @@ int main(int argc, char** argv) {
         once(runc_apart, {"/usr/sbin/runc", "create", "--bundle", apart, "b5"}, env);
         std::ofstream(gpu + "/config.json") << gpu_original;
         once(kgpu_gpu, {bin + "/kgpu-container-runtime", "create", "--bundle", gpu, "b4"}, env);
+        std::ofstream(gpu + "/config.json") << gpu_original;
+        once(kgpu_gpu_nvml, {bin + "/kgpu-container-runtime", "create", "--bundle", gpu, "b8"}, env_nvml);
         if (nvidia) {
             once(nv_plain, {bin + "/nv-nvidia-container-runtime", "create", "--bundle", plain, "b6"}, nv_env);
             std::ofstream(nv_gpu + "/config.json") << nv_gpu_original;
@@ -251,6 +269,10 @@ int main(int argc, char** argv) {
         std::printf("\n  kgpu's own cost (%s): %.2f ms with a GPU, %.2f ms without\n", label, m(kgpu_gpu) - m(runc_edited),
                     m(kgpu_plain) - m(runc_plain));
         std::printf("  the hooks as one chain (%s): %.2f ms less than one exec per step\n", label, m(runc_apart) - m(runc_edited));
+        std::printf("  the inventory from the cache (%s): kgpu one GPU %.2f ms, asking NVML every time %.2f ms (%.2f ms less)", label,
+                    m(kgpu_gpu), m(kgpu_gpu_nvml), m(kgpu_gpu_nvml) - m(kgpu_gpu));
+        if (nvidia) std::printf("; kgpu / nvidia %.2fx cached, %.2fx NVML every time", m(kgpu_gpu) / m(nv_one), m(kgpu_gpu_nvml) / m(nv_one));
+        std::printf("\n");
         std::printf("  one GPU over plain runc (%s): kgpu %+.2f ms (%.2fx)", label, m(kgpu_gpu) - m(runc_plain), m(kgpu_gpu) / m(runc_plain));
         if (nvidia)
             std::printf(", nvidia %+.2f ms (%.2fx); kgpu / nvidia %.2fx; without a GPU kgpu / nvidia %.2fx", m(nv_one) - m(runc_plain),

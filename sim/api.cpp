@@ -101,10 +101,16 @@ nvmlReturn_t initImpl() {
         std::lock_guard lk(st.mutex);
         const char* devRoot = std::getenv("KGPU_SIM_DEV_ROOT");
         st.devRoot = devRoot && *devRoot ? devRoot : spec->devRoot;
+        const char* procRoot = std::getenv("KGPU_SIM_PROC_ROOT");
+        st.procRoot = procRoot ? procRoot : "";
         buildFromSpec(st, std::move(*spec));
         st.refcount = 1;
     }
     startWatcher();  // applies the lines already in KGPU_SIM_EVENTS before init returns
+    {
+        std::lock_guard lk(st.mutex);
+        syncProcfs(st);  // the layout after the events file, never the fixture's on the way there
+    }
     return NVML_SUCCESS;
 }
 
@@ -1203,6 +1209,7 @@ nvmlReturn_t applyChange(const std::string& line) {
             std::cerr << "kgpu-sim: " << line << ": " << why << std::endl;
             return NVML_ERROR_UNKNOWN;
         }
+        syncProcfs(st);
         return NVML_SUCCESS;
     });
 }

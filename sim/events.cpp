@@ -388,6 +388,7 @@ struct Watcher {
         State& st = state();
         std::lock_guard lk(st.mutex);
         for (auto& [l, n] : lines) applyCommand(st, l, path, n);
+        syncProcfs(st);  // after the whole batch: the file's last layout, not the ones on the way
     }
 
     void run() {

@@ -225,6 +225,8 @@ struct State {
     // <devRoot>/dev/nvidia-caps/nvidia-cap<N> exist, as the real driver shows a container only
     // the devices whose nodes it can open. Enumeration indices count visible GPUs only.
     std::string devRoot;
+    // KGPU_SIM_PROC_ROOT: where the driver's /proc entries are kept (syncProcfs); "" = none.
+    std::string procRoot;
     std::vector<EventSet*> sets;
     std::chrono::steady_clock::time_point loadedAt;
 
@@ -303,6 +305,11 @@ std::string migUuidFor(const std::string& parentUuid, unsigned giId);
 unsigned migCapMinor(unsigned gpuMinor, unsigned giId, unsigned ciId);
 // Whether a device node exists under st.devRoot (always true when devRoot is empty).
 bool devNodeVisible(const State& st, const std::string& node);
+
+// The driver's /proc entries under st.procRoot (procfs.cpp): the module's version, a directory per
+// GPU, and capabilities/gpu<minor>/mig/gi<G>[/ci<C>]/access for exactly the MIG instances there are
+// now. Called once init has applied the events file, and after each batch of changes.
+void syncProcfs(State& st);
 
 // Events (events.cpp).
 void deliver(State& st, const Gpu& gpu, Object* device, unsigned long long type, unsigned long long data,

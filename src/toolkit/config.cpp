@@ -69,7 +69,7 @@ struct Reader {
 constexpr std::string_view kKeys[] = {
     "low-level-runtime", "driver-root", "dev-root", "nvml-library", "proc-root", "log-file", "log-level",
     "accept-nvidia-visible-devices-envvar-when-unprivileged", "accept-nvidia-visible-devices-as-volume-mounts",
-    "annotation-prefixes", "default-kind", "hook-path", "ldconfig-path", "disable-require",
+    "annotation-prefixes", "default-kind", "hook-path", "ldconfig-path", "disable-require", "inventory-cache",
 };
 
 }  // namespace
@@ -89,7 +89,7 @@ Result<RuntimeConfig> parse_config(std::string_view text, std::string_view sourc
             return fail(Code::invalid_argument, "{}:{}: unknown key '{}' (known: low-level-runtime, driver-root, dev-root, "
                         "nvml-library, proc-root, log-file, log-level, accept-nvidia-visible-devices-envvar-when-unprivileged, "
                         "accept-nvidia-visible-devices-as-volume-mounts, annotation-prefixes, default-kind, hook-path, "
-                        "ldconfig-path, disable-require)",
+                        "ldconfig-path, disable-require, inventory-cache)",
                         source, v.source().begin.line, k.str());
     }
     RuntimeConfig c;
@@ -103,7 +103,8 @@ Result<RuntimeConfig> parse_config(std::string_view text, std::string_view sourc
                     r.boolean("accept-nvidia-visible-devices-as-volume-mounts", c.accept_volume_mounts),
                     r.strings("annotation-prefixes", c.annotation_prefixes), r.string("default-kind", c.default_kind),
                     r.string("hook-path", c.hook_path, true), r.string("ldconfig-path", c.ldconfig_path),
-                    r.boolean("disable-require", c.disable_require)}) {
+                    r.boolean("disable-require", c.disable_require),
+                    r.string("inventory-cache", c.inventory_cache, true)}) {
         if (!st) return std::unexpected(st.error());
     }
     if (c.driver_root.empty()) c.driver_root = "/";
@@ -203,11 +204,14 @@ std::string render_config(const RuntimeConfig& c) {
         "# The createContainer hooks' binary, a host path (\"\" = nvidia-cdi-hook next to kgpu).\n"
         "hook-path = {}\n"
         "ldconfig-path = {}\n"
-        "disable-require = {}\n",
+        "disable-require = {}\n"
+        "# The node's inventory between creates, re-read from NVML when the driver, its GPUs, MIG\n"
+        "# instances, device nodes or library change (\"\" = NVML on every create).\n"
+        "inventory-cache = {}\n",
         toml_list(c.low_level_runtime), toml_string(c.driver_root), toml_string(c.dev_root), toml_string(c.nvml_library),
         toml_string(c.proc_root), toml_string(c.log_file), toml_string(c.log_level), b(c.accept_envvar_when_unprivileged),
         b(c.accept_volume_mounts), toml_list(c.annotation_prefixes), toml_string(c.default_kind), toml_string(c.hook_path),
-        toml_string(c.ldconfig_path), b(c.disable_require));
+        toml_string(c.ldconfig_path), b(c.disable_require), toml_string(c.inventory_cache));
 }
 
 }  // namespace kgpu::toolkit

@@ -46,6 +46,9 @@ struct RuntimeConfig {
     std::string ldconfig_path = "@/sbin/ldconfig";
     // Skip every NVIDIA_REQUIRE_* check (as if each container set NVIDIA_DISABLE_REQUIRE=true).
     bool disable_require = false;
+    // Where the node's inventory is kept between creates (toolkit/inventory_cache.h), a host path
+    // only root writes; "" = ask NVML on every create.
+    std::string inventory_cache = "/run/kgpu/container-runtime/inventory.json";
 
     std::string source;  // the file read, or "" for built-in defaults
 };

@@ -24,6 +24,7 @@
 #include "nvml/library.h"
 #include "toolkit/devices.h"
 #include "toolkit/edits.h"
+#include "toolkit/inventory_cache.h"
 #include "toolkit/oci_edit.h"
 #include "toolkit/request.h"
 #include "toolkit/requirements.h"
@@ -400,10 +401,12 @@ int edit_bundle(const RuncArgs& a, const RuntimeConfig& config, const std::strin
     mo.refuse_gpus = refuse_gpus;
     std::vector<std::string> notes;
     Result<std::optional<Modified>> modified = fail(Code::internal, "not run");
+    std::string inventory_from;
     {
         StderrTo redirect(log.file_fd());
-        auto nodes = nvml_node_source(config);
+        auto nodes = cached_node_source(config, nvml_node_source(config));
         modified = modify_spec(*text, config, mo, *nodes, notes);
+        inventory_from = nodes->how();
     }  // NVML shut down before the exec
     for (const auto& n : notes) log.write(log::Level::warn, n);
     if (!modified) {
@@ -420,8 +423,8 @@ int edit_bundle(const RuncArgs& a, const RuntimeConfig& config, const std::strin
         log.write(log::Level::error, fmt::format("kgpu: {}", w.error().message));
         return 1;
     }
-    log.write(log::Level::info, fmt::format("{}: {} (inventory {:.1f} ms, edit {:.1f} ms)", path.string(), (*modified)->summary,
-                                            (*modified)->nvml_ms, (*modified)->edit_ms));
+    log.write(log::Level::info, fmt::format("{}: {} (inventory {:.1f} ms from {}, edit {:.1f} ms)", path.string(),
+                                            (*modified)->summary, (*modified)->nvml_ms, inventory_from, (*modified)->edit_ms));
     return 0;
 }
 

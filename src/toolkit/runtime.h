@@ -35,6 +35,8 @@ public:
     virtual Result<inventory::Node> node() = 0;
     // NVML's brand of the GPU, lower case ("tesla", "nvidia", ...), for brand= requirements.
     virtual Result<std::string> brand(const std::string& uuid) = 0;
+    // Where the last node() came from, for the runtime's log ("NVML", "cache", ...).
+    virtual std::string how() const { return "NVML"; }
 };
 
 // NVML through the config's nvml-library / driver-root; opened on first use.

@@ -72,6 +72,10 @@ struct Runtime : ::testing::Test {
         return run_process(argv, env);
     }
     bool runc_called() const { return fs::exists(dir.path() + "/runc.argv"); }
+    RunResult create_with_default() {
+        spec({std::string("NVIDIA_VISIBLE_DEVICES=") + kGpu3});
+        return create();
+    }
 };
 
 TEST_F(Runtime, InjectsTheRequestedGpuAndExecsRuncWithTheSameArguments) {
@@ -244,6 +248,126 @@ TEST_F(Runtime, ChainRunsItsStepsInOrderAndRefusesABadStepBeforeAnyRuns) {
     EXPECT_EQ(fs::read_symlink(root + "/i"), "i");
     auto help = run_process({KGPU_BINARY, "hook", "--help"});
     EXPECT_THAT(help.out, HasSubstr("chain"));
+}
+
+// Issue #26 goal 2: the node's inventory is kept between creates (inventory-cache) with a witness
+// of the driver's /proc entries, device nodes and library; the simulator keeps /proc as the driver
+// does (KGPU_SIM_PROC_ROOT).
+struct RuntimeCache : Runtime {
+    std::string proc, cache, events;
+    RuntimeCache() {
+        proc = dir.path() + "/hostproc";
+        cache = dir.path() + "/run/kgpu/container-runtime/inventory.json";
+        events = dir.write("sim-events", "");
+        std::string text = slurp(config);
+        const std::string from = "proc-root = \"" + drv.path() + "/proc\"";
+        text.replace(text.find(from), from.size(), "proc-root = \"" + proc + "\"");
+        dir.write("rt.toml", text + "inventory-cache = \"" + cache + "\"\n");
+        env["KGPU_SIM_PROC_ROOT"] = proc;
+        env["KGPU_SIM_EVENTS"] = events;
+    }
+    // The runtime's last line in runc's --log file.
+    std::string last_log() {
+        const std::string log = slurp(dir.path() + "/log.json");
+        return nlohmann::json::parse(log.substr(log.rfind('{')))["msg"];
+    }
+    RunResult create_with(const std::vector<std::string>& request) {
+        spec(request);
+        return create();
+    }
+    // What a loaded driver does before any container starts: its /proc entries exist (the
+    // simulator writes them when a process first uses it).
+    void load_driver() {
+        auto e = env;
+        e["KGPU_NVML_LIBRARY"] = KGPU_SIM_LIBRARY;
+        auto r = run_process({KGPU_BINARY, "info"}, e);
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        ASSERT_TRUE(fs::exists(proc + "/driver/nvidia/version"));
+    }
+};
+
+TEST_F(RuntimeCache, TheSecondCreateNeverOpensNvml) {
+    load_driver();
+    auto first = create_with({std::string("NVIDIA_VISIBLE_DEVICES=") + kGpu3});
+    ASSERT_EQ(first.exit_code, 0) << first.err;
+    EXPECT_THAT(last_log(), HasSubstr("from NVML, cache written"));
+    const std::string edited = slurp(dir.path() + "/runc.config.json");
+    struct stat st {};
+    ASSERT_EQ(::stat(cache.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0600u);
+    EXPECT_EQ(fs::status(fs::path(cache).parent_path()).permissions(), fs::perms::owner_all);
+
+    // A simulator that cannot start: the create works only if NVML is never opened.
+    env["KGPU_SIM_NODE"] = dir.path() + "/no-such-node.yaml";
+    fs::remove(dir.path() + "/runc.config.json");
+    auto second = create_with({std::string("NVIDIA_VISIBLE_DEVICES=") + kGpu3});
+    ASSERT_EQ(second.exit_code, 0) << second.err;
+    EXPECT_THAT(last_log(), HasSubstr("from cache"));
+    EXPECT_EQ(slurp(dir.path() + "/runc.config.json"), edited);
+}
+
+TEST_F(RuntimeCache, AMigChangeIsSeenByTheNextCreate) {
+    env["KGPU_SIM_NODE"] = std::string(KGPU_SOURCE_DIR) + "/sim/nodes/a100-mig.yaml";
+    // GPU 0's first MIG device (GI 7, CI 0) and its capability nodes.
+    const std::string mig = "MIG-4b69808b-66a3-1662-f86c-3b76eedd0860";
+    drv.link("dev/nvidia-caps/nvidia-cap66", "/dev/urandom");
+    drv.link("dev/nvidia-caps/nvidia-cap67", "/dev/urandom");
+    load_driver();
+    auto first = create_with({"NVIDIA_VISIBLE_DEVICES=" + mig});
+    ASSERT_EQ(first.exit_code, 0) << first.err;
+    EXPECT_THAT(last_log(), HasSubstr("cache written"));
+    ASSERT_EQ(create_with({"NVIDIA_VISIBLE_DEVICES=" + mig}).exit_code, 0);
+    EXPECT_THAT(last_log(), HasSubstr("from cache"));
+
+    // MIG disabled on GPU 0: the driver drops its instances' /proc entries (here: the simulator,
+    // when a process using it applies the change).
+    dir.write("sim-events", "mig 0 off\n");
+    load_driver();
+    ASSERT_FALSE(fs::exists(proc + "/driver/nvidia/capabilities/gpu0/mig/gi7"));
+    auto gone = create_with({"NVIDIA_VISIBLE_DEVICES=" + mig});
+    EXPECT_EQ(gone.exit_code, 1);
+    EXPECT_THAT(gone.err, HasSubstr("unknown device '" + mig + "'"));
+    EXPECT_FALSE(runc_called() && slurp(dir.path() + "/runc.config.json").find(mig) != std::string::npos);
+    // The whole GPU now, from what NVML said after the change.
+    auto whole = create_with({"NVIDIA_VISIBLE_DEVICES=0"});
+    ASSERT_EQ(whole.exit_code, 0) << whole.err;
+    EXPECT_THAT(last_log(), HasSubstr("from cache"));  // kept by the failed create, with the new witness
+}
+
+TEST_F(RuntimeCache, AFileTheRuntimeDidNotWriteIsNeverTrusted) {
+    load_driver();
+    ASSERT_EQ(create_with({"NVIDIA_VISIBLE_DEVICES=0"}).exit_code, 0);
+    // Writable by others: refused and replaced by a file of the runtime's own.
+    ::chmod(cache.c_str(), 0666);
+    ASSERT_EQ(create_with({"NVIDIA_VISIBLE_DEVICES=0"}).exit_code, 0);
+    EXPECT_THAT(last_log(), HasSubstr("from NVML, cache written"));
+    struct stat st {};
+    ASSERT_EQ(::lstat(cache.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0600u);
+    // A symlink at the path: not followed for reading or writing; its target stays as it was.
+    const std::string target = dir.write("elsewhere.json", slurp(cache));
+    ::chmod(target.c_str(), 0600);
+    fs::remove(cache);
+    fs::create_symlink(target, cache);
+    const std::string before = slurp(target);
+    ASSERT_EQ(create_with({"NVIDIA_VISIBLE_DEVICES=0"}).exit_code, 0);
+    EXPECT_THAT(last_log(), HasSubstr("from NVML, cache written"));
+    EXPECT_FALSE(fs::is_symlink(cache));
+    EXPECT_EQ(slurp(target), before);
+    // Not JSON: NVML again, and a good file after.
+    dir.write("run/kgpu/container-runtime/inventory.json", "{not json");
+    ::chmod(cache.c_str(), 0600);
+    ASSERT_EQ(create_with({"NVIDIA_VISIBLE_DEVICES=0"}).exit_code, 0);
+    EXPECT_THAT(last_log(), HasSubstr("from NVML, cache written"));
+    ASSERT_EQ(create_with({"NVIDIA_VISIBLE_DEVICES=0"}).exit_code, 0);
+    EXPECT_THAT(last_log(), HasSubstr("from cache"));
+}
+
+TEST_F(Runtime, WithoutALoadedDriverInProcEveryCreateAsksNvml) {
+    auto r = create_with_default();
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::string log = slurp(dir.path() + "/log.json");
+    EXPECT_THAT(log, HasSubstr("from NVML (no cache: no " + drv.path() + "/proc/driver/nvidia/version)"));
 }
 
 TEST_F(Runtime, NvidiaSmiSeesOnlyTheDevRootsGpus) {
