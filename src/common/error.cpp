@@ -12,6 +12,7 @@ std::string_view to_string(Code code) {
         case Code::parse: return "parse error";
         case Code::unavailable: return "unavailable";
         case Code::gpu_lost: return "GPU lost";
+        case Code::stale: return "stale handle";
         case Code::timeout: return "timeout";
         case Code::internal: return "internal error";
     }

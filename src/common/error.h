@@ -24,6 +24,7 @@ enum class Code {
     parse,              // a file's content is not what was expected
     unavailable,        // the driver or a peer is not there (yet)
     gpu_lost,           // the GPU fell off the bus or needs a reset
+    stale,              // a handle from before a change (nvml::Device::live): look it up again
     timeout,
     internal,
 };

@@ -287,6 +287,12 @@ struct Collector::Impl {
     std::thread collector_thread, event_thread;
 
     void count_error(std::string_view function, const Error& e) {
+        // A MIG handle from before a MIG change: no NVML call failed; the next pass looks the
+        // devices up again.
+        if (e.code == Code::stale) {
+            rediscover = true;
+            return;
+        }
         auto it = nvml_errors.find(function);
         if (it == nvml_errors.end()) {
             log::warn("exporter: {}", e.message);  // the first failure of each function
@@ -351,8 +357,12 @@ struct Collector::Impl {
     void discover() {
         inventory::DiscoveryOptions dopts;
         dopts.topology = false;
+        // Cleared before reading: a MIG change seen while discovery runs asks for another pass
+        // (the handles taken meanwhile may already be refused: nvml::Device::live).
+        rediscover = false;
         auto n = inventory::discover(session, dopts);
         if (!n) {
+            rediscover = true;
             if (discovery_error != n.error().message)
                 log::warn("exporter: reading the node's GPUs: {}", n.error().message);
             discovery_error = n.error().message;
@@ -361,7 +371,6 @@ struct Collector::Impl {
         }
         discovery_error.clear();
         node = std::move(*n);
-        rediscover = false;
         if (options.gpu_indices) {
             for (unsigned want : *options.gpu_indices)
                 if (std::ranges::find(node.gpus, want, &inventory::Gpu::index) == node.gpus.end())

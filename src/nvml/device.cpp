@@ -122,54 +122,63 @@ Result<Session> open_session(const LoadOptions& options) {
 // ---- Device -----------------------------------------------------------------------------------
 
 Result<std::string> Device::uuid() const {
+    KGPU_NVML_LIVE();
     char buf[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
     KGPU_CALL(DeviceGetUUID, handle_, buf, sizeof buf);
     return from_buffer(buf, sizeof buf);
 }
 
 Result<std::string> Device::name() const {
+    KGPU_NVML_LIVE();
     char buf[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {};
     KGPU_CALL(DeviceGetName, handle_, buf, sizeof buf);
     return from_buffer(buf, sizeof buf);
 }
 
 Result<std::string> Device::serial() const {
+    KGPU_NVML_LIVE();
     char buf[NVML_DEVICE_SERIAL_BUFFER_SIZE + 2] = {};
     KGPU_CALL(DeviceGetSerial, handle_, buf, sizeof buf);
     return from_buffer(buf, sizeof buf);
 }
 
 Result<std::string> Device::vbios_version() const {
+    KGPU_NVML_LIVE();
     char buf[NVML_DEVICE_VBIOS_VERSION_BUFFER_SIZE] = {};
     KGPU_CALL(DeviceGetVbiosVersion, handle_, buf, sizeof buf);
     return from_buffer(buf, sizeof buf);
 }
 
 Result<std::string> Device::inforom_version(Inforom object) const {
+    KGPU_NVML_LIVE();
     char buf[NVML_DEVICE_INFOROM_VERSION_BUFFER_SIZE] = {};
     KGPU_CALL(DeviceGetInforomVersion, handle_, static_cast<nvmlInforomObject_t>(object), buf, sizeof buf);
     return from_buffer(buf, sizeof buf);
 }
 
 Result<std::string> Device::inforom_image_version() const {
+    KGPU_NVML_LIVE();
     char buf[NVML_DEVICE_INFOROM_VERSION_BUFFER_SIZE] = {};
     KGPU_CALL(DeviceGetInforomImageVersion, handle_, buf, sizeof buf);
     return from_buffer(buf, sizeof buf);
 }
 
 Result<unsigned> Device::minor_number() const {
+    KGPU_NVML_LIVE();
     unsigned v = 0;
     KGPU_CALL(DeviceGetMinorNumber, handle_, &v);
     return v;
 }
 
 Result<unsigned> Device::index() const {
+    KGPU_NVML_LIVE();
     unsigned v = 0;
     KGPU_CALL(DeviceGetIndex, handle_, &v);
     return v;
 }
 
 Result<PciInfo> Device::pci_info() const {
+    KGPU_NVML_LIVE();
     nvmlPciInfo_t p{};
     nvmlReturn_t r = ctx_->api().DeviceGetPciInfo(handle_, &p);
     if (r == NVML_SUCCESS) return to_pci(p);
@@ -189,12 +198,14 @@ Result<PciInfo> Device::pci_info() const {
 }
 
 Result<int> Device::numa_node() const {
+    KGPU_NVML_LIVE();
     unsigned v = 0;
     KGPU_CALL(DeviceGetNumaNodeId, handle_, &v);
     return static_cast<int>(v);
 }
 
 Result<MemoryInfo> Device::memory() const {
+    KGPU_NVML_LIVE();
     nvmlMemory_v2_t m2{};
     m2.version = nvmlMemory_v2;
     nvmlReturn_t r = ctx_->api().DeviceGetMemoryInfoV2(handle_, &m2);
@@ -207,30 +218,35 @@ Result<MemoryInfo> Device::memory() const {
 }
 
 Result<std::pair<int, int>> Device::compute_capability() const {
+    KGPU_NVML_LIVE();
     int major = 0, minor = 0;
     KGPU_CALL(DeviceGetCudaComputeCapability, handle_, &major, &minor);
     return std::pair{major, minor};
 }
 
 Result<unsigned> Device::architecture() const {
+    KGPU_NVML_LIVE();
     nvmlDeviceArchitecture_t a = 0;
     KGPU_CALL(DeviceGetArchitecture, handle_, &a);
     return a;
 }
 
 Result<unsigned> Device::power_limit_mw() const {
+    KGPU_NVML_LIVE();
     unsigned v = 0;
     KGPU_CALL(DeviceGetEnforcedPowerLimit, handle_, &v);
     return v;
 }
 
 Result<bool> Device::persistence_mode() const {
+    KGPU_NVML_LIVE();
     nvmlEnableState_t s = NVML_FEATURE_DISABLED;
     KGPU_CALL(DeviceGetPersistenceMode, handle_, &s);
     return s == NVML_FEATURE_ENABLED;
 }
 
 Result<bool> Device::display_active() const {
+    KGPU_NVML_LIVE();
     nvmlEnableState_t s = NVML_FEATURE_DISABLED;
     KGPU_CALL(DeviceGetDisplayActive, handle_, &s);
     return s == NVML_FEATURE_ENABLED;
@@ -246,6 +262,7 @@ std::string_view to_string(ComputeMode mode) {
 }
 
 Result<ComputeMode> Device::compute_mode() const {
+    KGPU_NVML_LIVE();
     nvmlComputeMode_t m = NVML_COMPUTEMODE_DEFAULT;
     KGPU_CALL(DeviceGetComputeMode, handle_, &m);
     if (m != NVML_COMPUTEMODE_DEFAULT && m != NVML_COMPUTEMODE_PROHIBITED && m != NVML_COMPUTEMODE_EXCLUSIVE_PROCESS)
@@ -254,29 +271,34 @@ Result<ComputeMode> Device::compute_mode() const {
 }
 
 Status Device::set_compute_mode(ComputeMode mode) const {
+    KGPU_NVML_LIVE();
     KGPU_CALL(DeviceSetComputeMode, handle_, static_cast<nvmlComputeMode_t>(mode));
     return {};
 }
 
 Result<std::pair<bool, bool>> Device::ecc_mode() const {
+    KGPU_NVML_LIVE();
     nvmlEnableState_t cur = NVML_FEATURE_DISABLED, pend = NVML_FEATURE_DISABLED;
     KGPU_CALL(DeviceGetEccMode, handle_, &cur, &pend);
     return std::pair{cur == NVML_FEATURE_ENABLED, pend == NVML_FEATURE_ENABLED};
 }
 
 Result<RemappedRows> Device::remapped_rows() const {
+    KGPU_NVML_LIVE();
     unsigned corr = 0, unc = 0, pending = 0, failure = 0;
     KGPU_CALL(DeviceGetRemappedRows, handle_, &corr, &unc, &pending, &failure);
     return RemappedRows{corr, unc, pending != 0, failure != 0};
 }
 
 Result<bool> Device::retired_pages_pending() const {
+    KGPU_NVML_LIVE();
     nvmlEnableState_t s = NVML_FEATURE_DISABLED;
     KGPU_CALL(DeviceGetRetiredPagesPendingStatus, handle_, &s);
     return s == NVML_FEATURE_ENABLED;
 }
 
 Result<unsigned> Device::recovery_action() const {
+    KGPU_NVML_LIVE();
     nvmlFieldValue_t v{};
     v.fieldId = NVML_FI_DEV_GET_GPU_RECOVERY_ACTION;
     KGPU_CALL(DeviceGetFieldValues, handle_, 1, &v);
@@ -285,6 +307,7 @@ Result<unsigned> Device::recovery_action() const {
 }
 
 Result<std::vector<ProcessMemory>> Device::compute_processes() const {
+    KGPU_NVML_LIVE();
     // Ask for the count first; a process may start in between, so retry on INSUFFICIENT_SIZE.
     for (int attempt = 0; attempt < 3; ++attempt) {
         unsigned count = 0;
@@ -311,38 +334,56 @@ Result<std::vector<ProcessMemory>> Device::compute_processes() const {
 }
 
 Result<MigMode> Device::mig_mode() const {
+    KGPU_NVML_LIVE();
     unsigned cur = 0, pend = 0;
     KGPU_CALL(DeviceGetMigMode, handle_, &cur, &pend);
     return MigMode{cur == NVML_DEVICE_MIG_ENABLE, pend == NVML_DEVICE_MIG_ENABLE};
 }
 
 Result<unsigned> Device::max_mig_devices() const {
+    KGPU_NVML_LIVE();
     unsigned v = 0;
     KGPU_CALL(DeviceGetMaxMigDeviceCount, handle_, &v);
     return v;
 }
 
 Result<std::optional<Device>> Device::mig_device(unsigned i) const {
+    KGPU_NVML_LIVE();
     nvmlDevice_t h = nullptr;
+    // The generation before the handle: a change in between leaves the handle already refused.
+    const std::uint64_t generation = MigGenerations::instance().now(handle_);
     nvmlReturn_t r = ctx_->api().DeviceGetMigDeviceHandleByIndex(handle_, i, &h);
     if (r == NVML_ERROR_NOT_FOUND) return std::optional<Device>{};
     if (auto st = check(*ctx_, "DeviceGetMigDeviceHandleByIndex", r); !st) return std::unexpected(st.error());
-    return std::optional<Device>(Device(ctx_, h));
+    return std::optional<Device>(Device(ctx_, h, handle_, generation));
+}
+
+Status Device::live() const {
+    if (parent_ == nullptr) return {};
+    const std::uint64_t now = MigGenerations::instance().now(parent_);
+    if (now == generation_) return {};
+    return fail(Code::stale,
+                "MIG device handle taken before its GPU's MIG configuration changed (generation {}, now {}): look the "
+                "device up again",
+                generation_, now);
 }
 
 Result<unsigned> Device::gpu_instance_id() const {
+    KGPU_NVML_LIVE();
     unsigned v = 0;
     KGPU_CALL(DeviceGetGpuInstanceId, handle_, &v);
     return v;
 }
 
 Result<unsigned> Device::compute_instance_id() const {
+    KGPU_NVML_LIVE();
     unsigned v = 0;
     KGPU_CALL(DeviceGetComputeInstanceId, handle_, &v);
     return v;
 }
 
 Result<DeviceAttributes> Device::attributes() const {
+    KGPU_NVML_LIVE();
     nvmlDeviceAttributes_t a{};
     KGPU_CALL(DeviceGetAttributes, handle_, &a);
     DeviceAttributes out;
@@ -359,24 +400,28 @@ Result<DeviceAttributes> Device::attributes() const {
 }
 
 Result<int> Device::common_ancestor(const Device& other) const {
+    KGPU_NVML_LIVE();
     nvmlGpuTopologyLevel_t level = NVML_TOPOLOGY_SYSTEM;
     KGPU_CALL(DeviceGetTopologyCommonAncestor, handle_, other.handle_, &level);
     return static_cast<int>(level);
 }
 
 Result<bool> Device::nvlink_active(unsigned link) const {
+    KGPU_NVML_LIVE();
     nvmlEnableState_t s = NVML_FEATURE_DISABLED;
     KGPU_CALL(DeviceGetNvLinkState, handle_, link, &s);
     return s == NVML_FEATURE_ENABLED;
 }
 
 Result<std::string> Device::nvlink_remote_bus_id(unsigned link) const {
+    KGPU_NVML_LIVE();
     nvmlPciInfo_t p{};
     KGPU_CALL(DeviceGetNvLinkRemotePciInfo, handle_, link, &p);
     return strings::upper(from_buffer(p.busId, sizeof p.busId));
 }
 
 Result<NvLinkPeerType> Device::nvlink_remote_type(unsigned link) const {
+    KGPU_NVML_LIVE();
     nvmlIntNvLinkDeviceType_t t = NVML_NVLINK_DEVICE_TYPE_UNKNOWN;
     KGPU_CALL(DeviceGetNvLinkRemoteDeviceType, handle_, link, &t);
     switch (t) {

@@ -198,12 +198,23 @@ public:
     Result<unsigned> brand() const;             // nvmlBrandType_t (2 Tesla, 14 NVIDIA, ...)
     Result<unsigned> performance_state() const; // P-state number, 0..15 (32 unknown)
 
+    // Whether this handle may still be used: a MIG device's handle taken before its GPU's MIG
+    // configuration changed (an EventSet of this process saw the GPU's MigConfigChange event) is
+    // refused, Code::stale naming both generations; look the device up again. Every getter
+    // checks it first. A GPU's own handle stays valid across MIG changes.
+    Status live() const;
+
 private:
     friend class Session;
     friend class EventSet;
     Device(std::shared_ptr<const Context> ctx, nvmlDevice_st* handle) : ctx_(std::move(ctx)), handle_(handle) {}
+    // A MIG device of `gpu`, taken in MIG generation `generation` of it.
+    Device(std::shared_ptr<const Context> ctx, nvmlDevice_st* handle, nvmlDevice_st* gpu, std::uint64_t generation)
+        : ctx_(std::move(ctx)), handle_(handle), parent_(gpu), generation_(generation) {}
     std::shared_ptr<const Context> ctx_;
     nvmlDevice_st* handle_ = nullptr;
+    nvmlDevice_st* parent_ = nullptr;  // the GPU of a MIG device; null for a GPU
+    std::uint64_t generation_ = 0;
 };
 
 class Session {

@@ -71,12 +71,17 @@ Result<std::optional<Event>> EventSet::wait(unsigned timeout_ms) const {
         return -1;
     };
     e.key = find(data.device);
+    nvmlDevice_t gpu = data.device;
     if (e.key < 0 && data.device != nullptr) {
         // An event on a MIG device: attribute it to its parent GPU.
         nvmlDevice_t parent = nullptr;
-        if (ctx_->api().DeviceGetDeviceHandleFromMigDeviceHandle(data.device, &parent) == NVML_SUCCESS)
+        if (ctx_->api().DeviceGetDeviceHandleFromMigDeviceHandle(data.device, &parent) == NVML_SUCCESS) {
             e.key = find(parent);
+            gpu = parent;
+        }
     }
+    // The GPU's MIG devices are other instances now: the handles taken before are refused.
+    if ((e.type & kEventMigConfigChange) && gpu != nullptr) MigGenerations::instance().advance(gpu);
     return std::optional<Event>(e);
 }
 

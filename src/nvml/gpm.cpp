@@ -66,6 +66,7 @@ Result<std::vector<std::optional<double>>> GpmSample::metrics(const GpmSample& o
 // ---- Device -----------------------------------------------------------------------------------
 
 Result<bool> Device::gpm_supported() const {
+    KGPU_NVML_LIVE();
     nvmlGpmSupport_t support{};
     support.version = NVML_GPM_SUPPORT_VERSION;
     if (nvmlReturn_t r = ctx_->api().GpmQueryDeviceSupport(handle_, &support); r != NVML_SUCCESS)
@@ -74,6 +75,7 @@ Result<bool> Device::gpm_supported() const {
 }
 
 Status Device::gpm_sample(GpmSample& into) const {
+    KGPU_NVML_LIVE();
     if (!into.handle_) return fail(Code::invalid_argument, "GPM sample moved from");
     if (nvmlReturn_t r = ctx_->api().GpmSampleGet(handle_, nvmlGpmSample_t{into.handle_}); r != NVML_SUCCESS)
         return failed(*ctx_, "GpmSampleGet", r);
@@ -81,6 +83,7 @@ Status Device::gpm_sample(GpmSample& into) const {
 }
 
 Status Device::gpm_mig_sample(unsigned gpu_instance_id, GpmSample& into) const {
+    KGPU_NVML_LIVE();
     if (!into.handle_) return fail(Code::invalid_argument, "GPM sample moved from");
     if (nvmlReturn_t r = ctx_->api().GpmMigSampleGet(handle_, gpu_instance_id, nvmlGpmSample_t{into.handle_});
         r != NVML_SUCCESS)
@@ -89,6 +92,7 @@ Status Device::gpm_mig_sample(unsigned gpu_instance_id, GpmSample& into) const {
 }
 
 Result<NvLinkThroughput> Device::nvlink_throughput() const {
+    KGPU_NVML_LIVE();
     nvmlFieldValue_t v[2]{};
     v[0].fieldId = NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX;
     v[1].fieldId = NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX;
@@ -112,6 +116,7 @@ Result<NvLinkThroughput> Device::nvlink_throughput() const {
 }
 
 Result<std::vector<ProcessUtilization>> Device::process_utilization(std::uint64_t since_us) const {
+    KGPU_NVML_LIVE();
     // The driver answers how many samples it has; it may have more by the second call, so retry
     // a few times with a larger buffer.
     unsigned count = 0;

@@ -31,6 +31,7 @@ unsigned ci_index_for(unsigned slices) {
 }  // namespace
 
 Result<MigActivation> Device::set_mig_mode(bool enabled) const {
+    KGPU_NVML_LIVE();
     nvmlReturn_t activation = NVML_SUCCESS;
     const nvmlReturn_t r =
         ctx_->api().DeviceSetMigMode(handle_, enabled ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE, &activation);
@@ -42,6 +43,7 @@ Result<MigActivation> Device::set_mig_mode(bool enabled) const {
 }
 
 Result<std::vector<GpuInstanceProfile>> Device::gpu_instance_profiles() const {
+    KGPU_NVML_LIVE();
     std::vector<GpuInstanceProfile> out;
     for (unsigned index = 0; index < NVML_GPU_INSTANCE_PROFILE_COUNT; ++index) {
         nvmlGpuInstanceProfileInfo_t info{};
@@ -69,6 +71,7 @@ Result<std::vector<GpuInstanceProfile>> Device::gpu_instance_profiles() const {
 }
 
 Result<std::vector<GpuInstanceInfo>> Device::gpu_instances(const GpuInstanceProfile& profile) const {
+    KGPU_NVML_LIVE();
     std::vector<nvmlGpuInstance_t> handles(std::max(profile.instance_count, 1u) + 8);
     unsigned count = static_cast<unsigned>(handles.size());
     nvmlReturn_t r = ctx_->api().DeviceGetGpuInstances(handle_, profile.id, handles.data(), &count);
@@ -93,6 +96,7 @@ Result<std::vector<GpuInstanceInfo>> Device::gpu_instances(const GpuInstanceProf
 }
 
 Result<GpuInstanceInfo> Device::create_gpu_instance(const GpuInstanceProfile& profile, unsigned start) const {
+    KGPU_NVML_LIVE();
     auto placement = std::find_if(profile.placements.begin(), profile.placements.end(),
                                   [&](const auto& p) { return p.first == start; });
     if (placement == profile.placements.end())
@@ -119,6 +123,7 @@ Result<GpuInstanceInfo> Device::create_gpu_instance(const GpuInstanceProfile& pr
 }
 
 Status Device::destroy_gpu_instance(const GpuInstanceInfo& instance) const {
+    KGPU_NVML_LIVE();
     for (unsigned ci = 0; ci < NVML_COMPUTE_INSTANCE_PROFILE_COUNT; ++ci) {
         nvmlComputeInstance_t cis[8] = {};
         unsigned n = 8;
