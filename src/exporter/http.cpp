@@ -1,10 +1,9 @@
 // HttpServer (http.h): one thread, one epoll set, non-blocking sockets.
 //
 // Every connection is in one phase; the phase decides what the server waits for, the deadline,
-// and how expendable the connection is when room is needed (Rank). Connections are indexed three
-// ways: by id (epoll data), by (rank, since) globally and per client address (eviction), and by
-// deadline (timers). Closed connections are parked until the end of the event batch, so an event
-// later in the same batch for a connection closed earlier finds nothing instead of a reused fd.
+// and how expendable the connection is when room is needed. The connections and their indexes
+// are a ConnTable (conn_table.h): closed ones are parked until the end of the event batch, so an
+// event later in the same batch for a connection closed earlier finds nothing instead of a reused fd.
 // Each loop pass (one epoll_wait) gives a connection a turn with a budget (kTurnRequests,
 // kTurnBytes); one with work left goes on the ready list, served after the next pass's events, and
 // the loop does not sleep while that list is not empty.
@@ -39,6 +38,7 @@
 #include "common/process.h"
 #include "common/strings.h"
 #include "exporter/auth_worker.h"
+#include "exporter/conn_table.h"
 #include "exporter/http_parse.h"
 #include "exporter/listen.h"
 #include "exporter/tls.h"
@@ -116,59 +116,6 @@ private:
     Clock::time_point last_{};
 };
 
-// fresh: accepted (or through its TLS handshake) a moment ago, nothing received yet; after
-// new_connection_grace without a byte it becomes idle. idle: nothing in flight.
-enum class Phase : std::uint8_t { closing, idle, fresh, handshake, head, auth, writing };
-
-// Phases in which the connection's requests are read (fresh, idle, head).
-bool reading(Phase p) { return p == Phase::fresh || p == Phase::idle || p == Phase::head; }
-
-// How expendable a connection is when room is needed: lower goes first, the oldest first within a
-// rank. A fresh connection ranks with the request heads in progress, so a newcomer at the limit
-// closes the oldest slow head rather than the connection accepted just before it, whose request
-// is on its way (a scraper's).
-int rank(Phase p) {
-    switch (p) {
-    case Phase::closing: return 0;
-    case Phase::idle: return 1;
-    case Phase::fresh:
-    case Phase::handshake:
-    case Phase::head: return 2;
-    case Phase::auth:
-    case Phase::writing: return 3;
-    }
-    return 3;
-}
-
-using OrderKey = std::tuple<int, Clock::time_point, std::uint64_t>;  // rank, since, id
-using TimerKey = std::pair<Clock::time_point, std::uint64_t>;
-
-struct Conn {
-    int fd = -1;
-    std::uint64_t id = 0;
-    std::string peer;  // peer_of() key
-    Phase phase = Phase::idle;
-    OrderKey order{};
-    Clock::time_point deadline{};
-    std::string in;              // received, not yet a complete head
-    std::size_t scanned = 0;     // in[0, scanned) holds no head end
-    std::size_t lingered = 0;    // bytes drained while closing
-    std::string out_head;        // the answer being written: head, then body
-    std::shared_ptr<const std::string> out_body;
-    std::size_t out_pos = 0;     // over head + body
-    bool close_after = false;
-    std::uint32_t events = 0;    // what epoll watches
-    std::uint64_t turn = 0;      // the loop pass the counts below are for
-    unsigned turn_requests = 0;  // requests taken in that pass
-    std::size_t turn_bytes = 0;  // bytes read in that pass
-    bool ready = false;          // on the ready list: more to do, left for the next pass
-    std::unique_ptr<TlsStream> tls;
-    bool tls_wants_write = false;  // the last TLS read needs the socket writable (and the reverse)
-    bool tls_wants_read = false;
-    RequestHead pending;         // a request waiting for its password check
-    std::string auth_key;        // the check it waits for
-};
-
 }  // namespace
 
 struct HttpServer::Impl {
@@ -199,13 +146,7 @@ struct HttpServer::Impl {
     double tokens = 0;
     Clock::time_point tokens_at{};
 
-    // Connections.
-    std::unordered_map<std::uint64_t, std::unique_ptr<Conn>> conns;
-    std::vector<std::unique_ptr<Conn>> graveyard;
-    std::set<OrderKey> order;
-    std::unordered_map<std::string, std::set<OrderKey>> peers;
-    std::set<TimerKey> timers;
-    std::uint64_t next_id = kFirstConnId;
+    ConnTable table{kFirstConnId};
     std::uint64_t pass = 0;             // loop passes (epoll_wait calls)
     std::vector<std::uint64_t> ready;   // connections with work left by their turn's budget
     bool listen_paused = false;
@@ -217,7 +158,7 @@ struct HttpServer::Impl {
         n_tls{0};
 
     ~Impl() {
-        for (auto& [id, c] : conns) ::close(c->fd);
+        table.for_each([](Conn& c) { ::close(c.fd); });
         if (listen_fd >= 0) ::close(listen_fd);
         if (epoll_fd >= 0) ::close(epoll_fd);
         if (wake_fd >= 0) ::close(wake_fd);
@@ -240,16 +181,7 @@ struct HttpServer::Impl {
 
     void set_phase(Conn& c, Phase p, Clock::time_point now, Clock::duration timeout) {
         if (c.fd < 0) return;  // closed earlier in this batch
-        order.erase(c.order);
-        auto& mine = peers[c.peer];
-        mine.erase(c.order);
-        timers.erase({c.deadline, c.id});
-        c.phase = p;
-        c.order = {rank(p), now, c.id};
-        c.deadline = now + timeout;
-        order.insert(c.order);
-        mine.insert(c.order);
-        timers.insert({c.deadline, c.id});
+        table.set_phase(c, p, now, timeout);
         // An answer is written at once (answer() calls on_writable next): EPOLLOUT is asked for only
         // when the socket does not take it all, which saves two epoll_ctl calls per scrape.
         if (p != Phase::writing) update_events(c);
@@ -280,20 +212,12 @@ struct HttpServer::Impl {
     void close_conn(Conn& c, std::atomic<std::uint64_t>* counter) {
         if (counter) ++*counter;
         if (!c.auth_key.empty()) forget_auth_wait(c);
-        order.erase(c.order);
-        if (auto it = peers.find(c.peer); it != peers.end()) {
-            it->second.erase(c.order);
-            if (it->second.empty()) peers.erase(it);
-        }
-        timers.erase({c.deadline, c.id});
         ::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, c.fd, nullptr);
         c.tls.reset();
         ::close(c.fd);
         c.fd = -1;
-        auto it = conns.find(c.id);
-        graveyard.push_back(std::move(it->second));
-        conns.erase(it);
-        n_open = conns.size();
+        table.take_out(c);
+        n_open = table.size();
     }
 
     // A connection waiting for a password check goes: when nobody else waits for that check and it
@@ -311,11 +235,11 @@ struct HttpServer::Impl {
         auth_waiting.erase(w);
     }
 
-    // Closes the most expendable connection of `set` (the global order or one peer's).
-    bool evict_from(const std::set<OrderKey>& set, std::atomic<std::uint64_t>& counter) {
-        if (set.empty()) return false;
-        const auto id = std::get<2>(*set.begin());
-        close_conn(*conns.at(id), &counter);
+    // Closes the most expendable connection (of all, or of one client address's).
+    bool evict(std::optional<std::uint64_t> id, std::atomic<std::uint64_t>& counter) {
+        Conn* c = id ? table.find(*id) : nullptr;
+        if (c == nullptr) return false;
+        close_conn(*c, &counter);
         return true;
     }
 
@@ -376,8 +300,8 @@ struct HttpServer::Impl {
                     if (fd_log.start(now))
                         log::warn("exporter: http: out of file descriptors with {} connections open ({}); closing the "
                                   "oldest idle ones",
-                                  conns.size(), std::strerror(errno));
-                    if (evict_from(order, n_evicted)) continue;
+                                  table.size(), std::strerror(errno));
+                    if (evict(table.most_expendable(), n_evicted)) continue;
                     pause_listen(now);
                 }
                 return;  // EAGAIN: all taken
@@ -397,40 +321,34 @@ struct HttpServer::Impl {
     void admit(int fd, const sockaddr_storage& ss, Clock::time_point now) {
         auto [peer, peer_text] = peer_of(ss);
         // Room first: the new connection never waits, the most expendable old one goes.
-        if (auto it = peers.find(peer); it != peers.end() && it->second.size() >= options.peer_connection_limit) {
+        if (const auto held = table.of_peer(peer); held > 0 && held >= options.peer_connection_limit) {
             if (peer_log.start(now))
                 log::warn("exporter: http: {} holds {} connections, the per-client limit: closing its oldest idle or "
                           "slowest ones (kgpu_exporter_http_connections_closed_total{{reason=\"peer_limit\"}})",
-                          peer_text, it->second.size());
-            evict_from(it->second, n_peer);
+                          peer_text, held);
+            evict(table.most_expendable_of(peer), n_peer);
         }
-        while (conns.size() >= options.connection_limit) {
+        while (table.size() >= options.connection_limit) {
             if (evict_log.start(now))
                 log::warn("exporter: http: {} connections open, the limit: closing the oldest idle or slowest ones to "
                           "make room (kgpu_exporter_http_connections_closed_total{{reason=\"evicted\"}})",
-                          conns.size());
-            if (!evict_from(order, n_evicted)) break;
+                          table.size());
+            if (!evict(table.most_expendable(), n_evicted)) break;
         }
         int one = 1;
         ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        auto c = std::make_unique<Conn>();
-        c->fd = fd;
-        c->id = next_id++;
-        c->peer = std::move(peer);
-        c->order = {0, now, c->id};
-        c->deadline = now;
+        Conn& ref = table.add(fd, std::move(peer), now);
         epoll_event e{};
         e.events = EPOLLIN;
-        e.data.u64 = c->id;
+        e.data.u64 = ref.id;
         if (::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &e) != 0) {
             ::close(fd);
+            ref.fd = -1;
+            table.take_out(ref);
             return;
         }
-        c->events = e.events;
-        Conn& ref = *c;
-        conns.emplace(ref.id, std::move(c));
-        n_open = conns.size();
-        peers[ref.peer];  // set_phase indexes it
+        ref.events = e.events;
+        n_open = table.size();
         if (tls) {
             // The handshake is part of the first request: it gets request_timeout.
             set_phase(ref, Phase::handshake, now, options.request_timeout);
@@ -697,10 +615,10 @@ struct HttpServer::Impl {
                 auth_ok_order.push_back(d.key);
             }
             for (const auto id : waiting) {
-                auto it = conns.find(id);
+                Conn* found = table.find(id);
                 // Gone, answered by its timer meanwhile, or waiting for another check now.
-                if (it == conns.end() || it->second->phase != Phase::auth || it->second->auth_key != d.key) continue;
-                Conn& c = *it->second;
+                if (found == nullptr || found->phase != Phase::auth || found->auth_key != d.key) continue;
+                Conn& c = *found;
                 RequestHead p = std::move(c.pending);
                 c.auth_key.clear();
                 if (!d.ok) answer(c, HttpResponse::text(500, "Internal Server Error\n"), p, now);
@@ -870,8 +788,8 @@ struct HttpServer::Impl {
         while (!stopping) {
             int timeout_ms = 1000;
             const auto now0 = Clock::now();
-            if (!timers.empty()) {
-                const auto wait = std::chrono::ceil<std::chrono::milliseconds>(timers.begin()->first - now0).count();
+            if (const auto next = table.next_deadline()) {
+                const auto wait = std::chrono::ceil<std::chrono::milliseconds>(*next - now0).count();
                 timeout_ms = static_cast<int>(std::clamp<long long>(wait, 0, 1000));
             }
             if (listen_paused) timeout_ms = std::min(timeout_ms, 100);
@@ -896,9 +814,9 @@ struct HttpServer::Impl {
                     on_auth_done(now);
                     continue;
                 }
-                auto it = conns.find(id);
-                if (it == conns.end()) continue;  // closed earlier in this batch
-                Conn& c = *it->second;
+                Conn* found = table.find(id);
+                if (found == nullptr) continue;  // closed earlier in this batch
+                Conn& c = *found;
                 if (ev & EPOLLERR) {
                     close_conn(c, nullptr);
                     continue;
@@ -926,19 +844,16 @@ struct HttpServer::Impl {
             // Then the connections left with work by the previous pass's budget, in the order
             // they ran out.
             for (const auto id : std::exchange(ready, {})) {
-                auto it = conns.find(id);
-                if (it == conns.end()) continue;
-                Conn& c = *it->second;
+                Conn* found = table.find(id);
+                if (found == nullptr) continue;
+                Conn& c = *found;
                 c.ready = false;
                 if (reading(c.phase)) on_readable(c, now);
             }
-            graveyard.clear();
+            table.bury();
             const auto later = Clock::now();
-            while (!timers.empty() && timers.begin()->first <= later) {
-                const auto id = timers.begin()->second;
-                on_timer(*conns.at(id), later);
-            }
-            graveyard.clear();
+            while (const auto id = table.first_due(later)) on_timer(*table.find(*id), later);
+            table.bury();
             if (listen_paused && later >= listen_resume) {
                 epoll_event e{};
                 e.events = EPOLLIN;
