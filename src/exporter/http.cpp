@@ -25,19 +25,15 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
-#include <deque>
 #include <optional>
-#include <set>
 #include <thread>
-#include <tuple>
-#include <unordered_map>
-#include <unordered_set>
 
 #include "common/fd.h"
 #include "common/log.h"
 #include "common/process.h"
 #include "common/strings.h"
 #include "exporter/auth_worker.h"
+#include "exporter/basic_auth.h"
 #include "exporter/conn_table.h"
 #include "exporter/http_parse.h"
 #include "exporter/listen.h"
@@ -131,20 +127,8 @@ struct HttpServer::Impl {
     std::shared_ptr<TlsContext> tls;
     WebReload web_reload;
     std::unique_ptr<AuthWorker> auth;
-    // Right (user, password) pairs, remembered so they need no new bcrypt check; wrong ones are
-    // never remembered, so a flood of wrong passwords cannot push a right one out.
-    std::unordered_set<std::string> auth_ok;
-    std::deque<std::string> auth_ok_order;
-    // Checks queued or running, by key: the connections waiting for each and the client address
-    // that asked (a client has at most kAuthPerPeer, however many connections it opens).
-    struct AuthWait {
-        std::string peer;
-        std::vector<std::uint64_t> conns;
-    };
-    std::unordered_map<std::string, AuthWait> auth_waiting;
-    std::unordered_map<std::string, unsigned> auth_per_peer;
-    double tokens = 0;
-    Clock::time_point tokens_at{};
+    PasswordChecks checks{kAuthCache, kAuthPerPeer};
+    TokenBucket bucket;
 
     ConnTable table{kFirstConnId};
     std::uint64_t pass = 0;             // loop passes (epoll_wait calls)
@@ -224,15 +208,8 @@ struct HttpServer::Impl {
     // has not started, it is dropped, so a flood of clients that hang up leaves no queue of
     // bcrypt work (which would refuse the next right password with 503).
     void forget_auth_wait(Conn& c) {
-        auto w = auth_waiting.find(c.auth_key);
-        c.auth_key.clear();
-        if (w == auth_waiting.end()) return;
-        auto& ids = w->second.conns;
-        ids.erase(std::remove(ids.begin(), ids.end(), c.id), ids.end());
-        if (!ids.empty() || !auth || !auth->cancel(w->first)) return;
-        if (auto n = auth_per_peer.find(w->second.peer); n != auth_per_peer.end() && --n->second == 0)
-            auth_per_peer.erase(n);
-        auth_waiting.erase(w);
+        const std::string key = std::exchange(c.auth_key, {});
+        if (checks.leave(key, c.id) && auth && auth->cancel(key)) checks.dropped(key);
     }
 
     // Closes the most expendable connection (of all, or of one client address's).
@@ -260,15 +237,12 @@ struct HttpServer::Impl {
         if (web && static_cast<bool>(web->tls) != static_cast<bool>(cfg->tls))
             return fail(Code::invalid_argument, "{}: switching TLS on or off needs a restart of the exporter", path);
         if (!cfg->users.empty() && !auth) auth = std::make_unique<AuthWorker>(wake_fd, kAuthQueue);
-        if (!web || web->rate_interval != cfg->rate_interval || web->rate_burst != cfg->rate_burst) {
-            tokens = cfg->rate_burst;
-            tokens_at = Clock::now();
-        }
+        if (!web || web->rate_interval != cfg->rate_interval || web->rate_burst != cfg->rate_burst)
+            bucket.reset(cfg->rate_burst, Clock::now());
         web_reload.loaded(cfg->files);
         web = std::move(*cfg);
         tls = std::move(ctx);
-        auth_ok.clear();
-        auth_ok_order.clear();
+        checks.forget_right();
         return {};
     }
 
@@ -513,16 +487,7 @@ struct HttpServer::Impl {
 
     // ---- answering -----------------------------------------------------------------------------
 
-    bool rate_limited(Clock::time_point now) {
-        if (!web || web->rate_interval.count() == 0) return false;
-        const double per_second = 1e9 / static_cast<double>(web->rate_interval.count());
-        tokens = std::min<double>(web->rate_burst,
-                                  tokens + std::chrono::duration<double>(now - tokens_at).count() * per_second);
-        tokens_at = now;
-        if (tokens < 1) return true;
-        tokens -= 1;
-        return false;
-    }
+    bool rate_limited(Clock::time_point now) { return web && !bucket.take(web->rate_interval, web->rate_burst, now); }
 
     void dispatch(Conn& c, RequestHead p, Clock::time_point now) {
         if (rate_limited(now)) {
@@ -530,39 +495,31 @@ struct HttpServer::Impl {
             return;
         }
         if (web && !web->users.empty()) {
-            std::string_view a = p.authorization;
-            bool ok = false;
-            std::string creds;
-            if (strings::starts_with_ci(a, "basic ")) creds = strings::base64_decode(strings::trim(a.substr(6)), ok);
-            const auto colon = creds.find(':');
-            if (!ok || colon == std::string::npos) {
+            const auto creds = basic_credentials(p.authorization);
+            if (!creds) {
                 unauthorized(c, p, now);
                 return;
             }
-            const std::string user = creds.substr(0, colon), password = creds.substr(colon + 1);
-            auto known = web->users.find(user);
+            auto known = web->users.find(creds->user);
             const std::string& hash = known != web->users.end() ? known->second : web->users.begin()->second;
-            const std::string key = fmt::format("{}\n{}\n{}", user, hash, password);
-            if (!auth_ok.contains(key)) {
-                if (auto w = auth_waiting.find(key); w != auth_waiting.end()) {
-                    w->second.conns.push_back(c.id);  // the same check is under way: wait for it
-                } else {
+            const std::string key = fmt::format("{}\n{}\n{}", creds->user, hash, creds->password);
+            if (!checks.known_right(key)) {
+                switch (checks.wait_for(key, c.peer, c.id)) {
+                case PasswordChecks::Wait::joined: break;  // the same check is under way: wait for it
+                case PasswordChecks::Wait::peer_full:
                     // One client cannot fill the queue: beyond kAuthPerPeer checks waiting, its
                     // new passwords are refused unchecked (a right one is then asked again).
-                    unsigned& mine = auth_per_peer[c.peer];
-                    if (mine >= kAuthPerPeer) {
-                        unauthorized(c, p, now);
-                        return;
-                    }
-                    if (!auth->submit({c.id, key, password, hash, known != web->users.end()})) {
-                        if (mine == 0) auth_per_peer.erase(c.peer);
+                    unauthorized(c, p, now);
+                    return;
+                case PasswordChecks::Wait::start:
+                    if (!auth->submit({c.id, key, creds->password, hash, known != web->users.end()})) {
                         auto r = HttpResponse::text(503, "too many password checks waiting; try again\n");
                         r.headers.emplace_back("Retry-After", "1");
                         answer(c, std::move(r), p, now);
                         return;
                     }
-                    ++mine;
-                    auth_waiting.emplace(key, AuthWait{c.peer, {c.id}});
+                    checks.started(key, c.peer, c.id);
+                    break;
                 }
                 c.pending = std::move(p);
                 c.auth_key = key;
@@ -597,24 +554,8 @@ struct HttpServer::Impl {
     void on_auth_done(Clock::time_point now) {
         if (!auth) return;
         for (auto& d : auth->take()) {
-            std::vector<std::uint64_t> waiting;
-            if (auto w = auth_waiting.find(d.key); w != auth_waiting.end()) {
-                waiting = std::move(w->second.conns);
-                if (auto n = auth_per_peer.find(w->second.peer); n != auth_per_peer.end() && --n->second == 0)
-                    auth_per_peer.erase(n);
-                auth_waiting.erase(w);
-            }
-            if (!d.ok) {
-                log::error("exporter: http: {}", d.ok.error().message);
-            } else if (*d.ok && !auth_ok.contains(d.key)) {
-                if (auth_ok.size() >= kAuthCache) {
-                    auth_ok.erase(auth_ok_order.front());
-                    auth_ok_order.pop_front();
-                }
-                auth_ok.insert(d.key);
-                auth_ok_order.push_back(d.key);
-            }
-            for (const auto id : waiting) {
+            if (!d.ok) log::error("exporter: http: {}", d.ok.error().message);
+            for (const auto id : checks.finished(d.key, d.ok && *d.ok)) {
                 Conn* found = table.find(id);
                 // Gone, answered by its timer meanwhile, or waiting for another check now.
                 if (found == nullptr || found->phase != Phase::auth || found->auth_key != d.key) continue;
