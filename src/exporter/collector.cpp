@@ -286,12 +286,12 @@ struct Collector::Impl {
     bool stopping = false;
     std::thread collector_thread, event_thread;
 
-    void count_error(std::string_view function, const Error& e) {
-        // A MIG handle from before a MIG change: no NVML call failed; the next pass looks the
-        // devices up again.
+    // Counts a failed NVML call; false for a refusal that is none (a MIG handle from before a MIG
+    // change: no NVML call failed, the next pass looks the devices up again).
+    bool count_error(std::string_view function, const Error& e) {
         if (e.code == Code::stale) {
             rediscover = true;
-            return;
+            return false;
         }
         auto it = nvml_errors.find(function);
         if (it == nvml_errors.end()) {
@@ -299,6 +299,7 @@ struct Collector::Impl {
             it = nvml_errors.emplace(std::string(function), 0).first;
         }
         ++it->second;
+        return true;
     }
 
     LabelSet base_labels(const inventory::Gpu& g) const {
@@ -437,8 +438,7 @@ struct Collector::Impl {
                     continue;
                 }
                 if (v.error().code == Code::gpu_lost) return false;
-                count_error(nvml_function(r), v.error());
-                had_error = true;
+                if (count_error(nvml_function(r), v.error())) had_error = true;
                 continue;
             }
             for (const auto& m : catalogue()) {
@@ -469,8 +469,7 @@ struct Collector::Impl {
             if (!s) {
                 if (s.error().code == Code::not_supported) supported = false;  // a driver without GPM buffers
                 else {
-                    count_error("nvmlGpmSampleAlloc", s.error());
-                    had_error = true;
+                    if (count_error("nvmlGpmSampleAlloc", s.error())) had_error = true;
                 }
                 return true;
             }
@@ -480,16 +479,14 @@ struct Collector::Impl {
             if (r.error().code == Code::gpu_lost) return false;
             if (r.error().code == Code::not_supported) supported = false;
             else {
-                count_error(function, r.error());
-                had_error = true;
+                if (count_error(function, r.error())) had_error = true;
             }
             return true;
         }
         if (st.prev) {
             auto m = nvml::GpmSample::metrics(*st.prev, *st.spare, gpm_ids);
             if (!m) {
-                count_error(nvml::kGpmMetricsGet, m.error());
-                had_error = true;
+                if (count_error(nvml::kGpmMetricsGet, m.error())) had_error = true;
             } else {
                 st.last.assign(gpm_rows.size(), std::nullopt);
                 for (std::size_t i = 0; i < gpm_rows.size(); ++i)
@@ -514,8 +511,7 @@ struct Collector::Impl {
             if (t.error().code == Code::gpu_lost) return false;
             if (t.error().code == Code::not_supported) g.unsupported.set(static_cast<std::size_t>(Read::nvlink_throughput));
             else {
-                count_error(nvml_function(Read::nvlink_throughput), t.error());
-                had_error = true;
+                if (count_error(nvml_function(Read::nvlink_throughput), t.error())) had_error = true;
             }
             return true;
         }
@@ -540,8 +536,7 @@ struct Collector::Impl {
         if (!procs) {
             if (procs.error().code == Code::not_supported) unsupported = true;
             else if (procs.error().code != Code::gpu_lost) {
-                count_error("nvmlDeviceGetComputeRunningProcesses_v3", procs.error());
-                had_error = true;
+                if (count_error("nvmlDeviceGetComputeRunningProcesses_v3", procs.error())) had_error = true;
             }
             return;
         }
@@ -555,8 +550,7 @@ struct Collector::Impl {
         if (!samples) {
             if (samples.error().code == Code::not_supported) g.utilization_unsupported = true;
             else if (samples.error().code != Code::gpu_lost) {
-                count_error("nvmlDeviceGetProcessUtilization", samples.error());
-                had_error = true;
+                if (count_error("nvmlDeviceGetProcessUtilization", samples.error())) had_error = true;
             }
             return;
         }
@@ -696,8 +690,7 @@ struct Collector::Impl {
                 if (d) g.device = std::move(*d);
                 else if (d.error().code == Code::gpu_lost) g.lost = true;
                 else {
-                    count_error("nvmlDeviceGetHandleByIndex", d.error());
-                    had_error = true;
+                    if (count_error("nvmlDeviceGetHandleByIndex", d.error())) had_error = true;
                 }
             }
             if (!g.lost && g.device && !read_gpu(g, p.gpu_values[i], p.mig_values[i], p, had_error)) {
