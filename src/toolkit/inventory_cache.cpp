@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <vector>
 
 #include <fmt/format.h>
@@ -166,9 +168,10 @@ Result<CachedInventory> from_cache_text(std::string_view text) {
             g.pci_class = opt_from<std::uint32_t>(jg.at("pci_class"));
             g.numa_node = opt_from<int>(jg.at("numa_node"));
             const auto numa_source = jg.at("numa_source").get<std::string>();
-            g.numa_source = numa_source == "sysfs" ? inventory::NumaSource::sysfs
-                            : numa_source == "nvml" ? inventory::NumaSource::nvml
-                                                    : inventory::NumaSource::none;
+            if (numa_source == "sysfs") g.numa_source = inventory::NumaSource::sysfs;
+            else if (numa_source == "nvml") g.numa_source = inventory::NumaSource::nvml;
+            else if (numa_source == "none") g.numa_source = inventory::NumaSource::none;
+            else throw std::invalid_argument("unknown NUMA source '" + numa_source + "'");
             g.memory_total_mib = jg.at("memory_total_mib").get<std::uint64_t>();
             g.cc_major = jg.at("cc_major").get<int>();
             g.cc_minor = jg.at("cc_minor").get<int>();
@@ -214,7 +217,7 @@ std::optional<std::string> read_own_file(const std::string& path) {
     if (!f) return std::nullopt;
     struct stat st {};
     if (::fstat(f.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 022) != 0 ||
-        st.st_size > (4 << 20))
+        st.st_nlink != 1 || st.st_size > (4 << 20))
         return std::nullopt;
     std::string text(static_cast<size_t>(st.st_size), '\0');
     size_t got = 0;
@@ -226,8 +229,58 @@ std::optional<std::string> read_own_file(const std::string& path) {
     return text;
 }
 
-bool keepable(const inventory::Node& n) {
-    return std::none_of(n.gpus.begin(), n.gpus.end(), [](const inventory::Gpu& g) { return g.lost || !g.error.empty(); });
+// Whether NVML's answer may be kept: every GPU read whole (none lost or failing, no warning,
+// e.g. a MIG device that could not be read), and as many GPUs and MIG devices as the driver's
+// /proc shows (an instance being created shows there before NVML can read it). Otherwise the
+// next create asks NVML again.
+std::string not_keepable(const inventory::Node& n, const RuntimeConfig& config) {
+    for (const auto& g : n.gpus)
+        if (g.lost || !g.error.empty()) return fmt::format("GPU {} is lost or failing", g.index);
+    if (!n.warnings.empty()) return fmt::format("discovery warned: {}", n.warnings.front());
+    const fs::path proc = config.proc_root;
+    const size_t bound = names_in(proc / "driver/nvidia/gpus").size();
+    if (bound != n.gpus.size()) return fmt::format("NVML shows {} GPUs, the driver's /proc {}", n.gpus.size(), bound);
+    size_t instances = 0, migs = 0;
+    const fs::path caps = proc / "driver/nvidia/capabilities";
+    for (const auto& gpu : names_in(caps, "gpu"))
+        for (const auto& gi : names_in(caps / gpu / "mig", "gi")) instances += names_in(caps / gpu / "mig" / gi, "ci").size();
+    for (const auto& g : n.gpus) migs += g.mig_devices.size();
+    if (instances != migs) return fmt::format("NVML shows {} MIG devices, the driver's /proc {}", migs, instances);
+    return {};
+}
+
+// Writes the cache as a new file in its directory, through descriptors: the directory must be
+// this user's and writable by nobody else (else nothing is written), the file is created beside
+// the old one and renamed over it (a link at the path is replaced, never followed).
+Status write_cache(const fs::path& path, std::string_view text) {
+    const fs::path dir = path.parent_path();
+    if (auto st = files::create_directories(dir.parent_path(), 0755); !st) return st;
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return fail(Code::io, "mkdir {}: {}", dir.string(), std::strerror(errno));
+    Fd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!d) return fail(Code::io, "{}: {}", dir.string(), std::strerror(errno));
+    struct stat st {};
+    if (::fstat(d.get(), &st) != 0 || st.st_uid != ::geteuid() || (st.st_mode & 022) != 0)
+        return fail(Code::no_permission, "{}: not this user's own directory (owner {}, mode {:o})", dir.string(), st.st_uid,
+                    st.st_mode & 07777);
+    const std::string name = path.filename().string();
+    const std::string tmp = fmt::format(".{}.tmp-{}", name, ::getpid());
+    ::unlinkat(d.get(), tmp.c_str(), 0);
+    Fd f(::openat(d.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!f) return fail(Code::io, "{}/{}: {}", dir.string(), tmp, std::strerror(errno));
+    std::string_view left = text;
+    while (!left.empty()) {
+        const ssize_t n = ::write(f.get(), left.data(), left.size());
+        if (n <= 0) {
+            ::unlinkat(d.get(), tmp.c_str(), 0);
+            return fail(Code::io, "writing {}/{}: {}", dir.string(), tmp, std::strerror(errno));
+        }
+        left.remove_prefix(static_cast<size_t>(n));
+    }
+    if (::renameat(d.get(), tmp.c_str(), d.get(), name.c_str()) != 0) {
+        ::unlinkat(d.get(), tmp.c_str(), 0);
+        return fail(Code::io, "renaming {}/{}: {}", dir.string(), tmp, std::strerror(errno));
+    }
+    return {};
 }
 
 class CachedNodeSource : public NodeSource {
@@ -236,6 +289,7 @@ public:
         : config_(config), nvml_(std::move(nvml)) {}
 
     Result<inventory::Node> node() override {
+        if (fresh_) return *fresh_;
         if (cached_) return cached_->node;
         if (config_.inventory_cache.empty()) {
             how_ = "NVML (inventory-cache = \"\")";
@@ -256,26 +310,15 @@ public:
         // The witness was read before NVML: a change while NVML is read leaves a witness that no
         // longer matches, so the next create asks again; the other order could keep an old node
         // under a new witness.
-        auto n = nvml_->node();
-        if (!n) return n;
-        how_ = "NVML";
-        if (!keepable(*n)) {
-            how_ = "NVML (not cached: a GPU is lost or failing)";
-            return n;
-        }
-        CachedInventory c{*witness, *n, {}};
-        for (const auto& g : n->gpus)
-            if (auto b = nvml_->brand(g.uuid)) c.brands[g.uuid] = *b;
-        const fs::path path = config_.inventory_cache;
-        // A new file, never the one there: write_atomic would write through a symlink and keep a
-        // refused file's owner and mode.
-        ::unlink(path.c_str());
-        // Its directory root's alone; the ones above it (/run/kgpu) as any other kgpu directory.
-        auto dir = files::create_directories(path.parent_path().parent_path(), 0755);
-        if (dir) dir = files::create_directories(path.parent_path(), 0700);
-        auto wrote = dir ? files::write_atomic(path, to_cache_text(c), 0600) : dir;
-        how_ = wrote ? "NVML, cache written" : fmt::format("NVML (cache not written: {})", wrote.error().message);
-        return n;
+        return from_nvml(*witness);
+    }
+
+    bool refresh() override {
+        if (!cached_) return false;
+        cached_.reset();
+        auto witness = inventory_witness(config_);
+        fresh_ = witness ? from_nvml(*witness, " (the cached inventory did not serve this request)") : nvml_->node();
+        return true;
     }
 
     Result<std::string> brand(const std::string& uuid) override {
@@ -287,6 +330,23 @@ public:
     std::string how() const override { return how_.empty() ? nvml_->how() : how_; }
 
 private:
+    // NVML's inventory, kept under `witness` when it may be.
+    Result<inventory::Node> from_nvml(const std::string& witness, std::string_view why = {}) {
+        auto n = nvml_->node();
+        if (!n) return n;
+        if (auto no = not_keepable(*n, config_); !no.empty()) {
+            how_ = fmt::format("NVML{} (not cached: {})", why, no);
+            return n;
+        }
+        CachedInventory c{witness, *n, {}};
+        for (const auto& g : n->gpus)
+            if (auto b = nvml_->brand(g.uuid)) c.brands[g.uuid] = *b;
+        auto wrote = write_cache(config_.inventory_cache, to_cache_text(c));
+        how_ = wrote ? fmt::format("NVML{}, cache written", why) : fmt::format("NVML{} (cache not written: {})", why, wrote.error().message);
+        return n;
+    }
+
+    std::optional<Result<inventory::Node>> fresh_;
     const RuntimeConfig& config_;
     std::unique_ptr<NodeSource> nvml_;
     std::optional<CachedInventory> cached_;

@@ -165,6 +165,17 @@ Result<std::optional<Modified>> modify_spec(std::string_view text, const Runtime
     if (!node) return std::unexpected(node.error());
     const auto t_edit = std::chrono::steady_clock::now();
     auto sel = resolve_devices(*node, request->devices, config.default_kind);
+    // A cached inventory is asked of NVML again where no witness covers it: a device it does not
+    // know (MIG devices re-created in the same layout get new UUIDs), or "all" on a node where a
+    // GPU's MIG mode may have changed without an instance coming or going.
+    const bool doubt = sel ? sel->all && std::any_of(node->gpus.begin(), node->gpus.end(),
+                                                     [](const auto& g) { return g.mig_mode != inventory::MigMode::unsupported; })
+                           : sel.error().code == Code::not_found;
+    if (doubt && nodes.refresh()) {
+        node = nodes.node();
+        if (!node) return std::unexpected(node.error());
+        sel = resolve_devices(*node, request->devices, config.default_kind);
+    }
     if (!sel) return std::unexpected(sel.error());
     for (auto& n : sel->notes) log.push_back(std::move(n));
     if (sel->empty()) return no_gpu();

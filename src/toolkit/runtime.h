@@ -37,6 +37,9 @@ public:
     virtual Result<std::string> brand(const std::string& uuid) = 0;
     // Where the last node() came from, for the runtime's log ("NVML", "cache", ...).
     virtual std::string how() const { return "NVML"; }
+    // When node() answered from a cache: asks NVML now (node() answers that from then on) and
+    // says true; false when there is nothing fresher to ask.
+    virtual bool refresh() { return false; }
 };
 
 // NVML through the config's nvml-library / driver-root; opened on first use.

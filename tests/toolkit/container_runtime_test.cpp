@@ -275,6 +275,10 @@ struct RuntimeCache : Runtime {
         spec(request);
         return create();
     }
+    void proc_instance(const std::string& rel) {
+        fs::create_directories(fs::path(proc + "/" + rel).parent_path());
+        std::ofstream(proc + "/" + rel) << "DeviceFileMinor: 4\n";
+    }
     // What a loaded driver does before any container starts: its /proc entries exist (the
     // simulator writes them when a process first uses it).
     void load_driver() {
@@ -361,6 +365,60 @@ TEST_F(RuntimeCache, AFileTheRuntimeDidNotWriteIsNeverTrusted) {
     EXPECT_THAT(last_log(), HasSubstr("from NVML, cache written"));
     ASSERT_EQ(create_with({"NVIDIA_VISIBLE_DEVICES=0"}).exit_code, 0);
     EXPECT_THAT(last_log(), HasSubstr("from cache"));
+}
+
+// What no witness covers is asked of NVML again: a device the cached inventory does not know (a
+// real driver gives MIG devices re-created in the same layout new UUIDs); "all" on a node with
+// MIG-capable GPUs likewise (runtime_unit_test.cpp: Modify.AskedAgainOnly...).
+TEST_F(RuntimeCache, WhatTheCacheCannotVouchForIsAskedOfNvml) {
+    load_driver();
+    ASSERT_EQ(create_with({"NVIDIA_VISIBLE_DEVICES=0"}).exit_code, 0);
+    // The cache as it would be had GPU 3 got another UUID since (same witness).
+    std::string text = slurp(cache);
+    const std::string other = "GPU-2fbe396f-df9c-d5a1-4b31-000000000000";
+    for (size_t at; (at = text.find(kGpu3)) != std::string::npos;) text.replace(at, std::string(kGpu3).size(), other);
+    kgpu::test::TempDir scratch;
+    fs::copy_file(scratch.write("inventory.json", text), cache, fs::copy_options::overwrite_existing);
+    ASSERT_EQ(create_with({"NVIDIA_VISIBLE_DEVICES=0"}).exit_code, 0);
+    EXPECT_THAT(last_log(), HasSubstr("from cache"));
+    auto r = create_with({std::string("NVIDIA_VISIBLE_DEVICES=") + kGpu3});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(last_log(), HasSubstr("from NVML (the cached inventory did not serve this request), cache written"));
+    EXPECT_EQ(slurp(cache).find(other), std::string::npos);
+    ASSERT_EQ(create_with({std::string("NVIDIA_VISIBLE_DEVICES=") + kGpu3}).exit_code, 0);
+    EXPECT_THAT(last_log(), HasSubstr("from cache"));
+}
+
+TEST_F(RuntimeCache, NothingIsKeptThatDisagreesWithTheDriversProc) {
+    load_driver();
+    // An instance the driver shows that NVML did not list (being created; on a GPU the simulator
+    // does not keep /proc entries for, so they stay): not kept.
+    proc_instance("driver/nvidia/capabilities/gpu9/mig/gi7/ci0/access");
+    ASSERT_EQ(create_with({"NVIDIA_VISIBLE_DEVICES=0"}).exit_code, 0);
+    EXPECT_THAT(last_log(), HasSubstr("not cached: NVML shows 0 MIG devices, the driver's /proc 1"));
+    EXPECT_FALSE(fs::exists(cache));
+    fs::remove_all(proc + "/driver/nvidia/capabilities/gpu9");
+    ASSERT_EQ(create_with({"NVIDIA_VISIBLE_DEVICES=0"}).exit_code, 0);
+    EXPECT_THAT(last_log(), HasSubstr("cache written"));
+}
+
+TEST_F(RuntimeCache, AHardLinkOrADirectoryOthersMayWriteIsNotUsed) {
+    load_driver();
+    ASSERT_EQ(create_with({"NVIDIA_VISIBLE_DEVICES=0"}).exit_code, 0);
+    // A second name for the file: refused (it could be one planted before the file was replaced).
+    fs::create_hard_link(cache, dir.path() + "/second-name");
+    ASSERT_EQ(create_with({"NVIDIA_VISIBLE_DEVICES=0"}).exit_code, 0);
+    EXPECT_THAT(last_log(), HasSubstr("from NVML, cache written"));
+    ASSERT_EQ(create_with({"NVIDIA_VISIBLE_DEVICES=0"}).exit_code, 0);
+    EXPECT_THAT(last_log(), HasSubstr("from cache"));  // the new file has one name
+    // Its directory writable by others: nothing is written there.
+    const std::string d = fs::path(cache).parent_path().string();
+    fs::remove(cache);
+    ::chmod(d.c_str(), 0777);
+    ASSERT_EQ(create_with({"NVIDIA_VISIBLE_DEVICES=0"}).exit_code, 0);
+    EXPECT_THAT(last_log(), HasSubstr("cache not written: " + d + ": not this user's own directory"));
+    EXPECT_FALSE(fs::exists(cache));
+    ::chmod(d.c_str(), 0700);
 }
 
 TEST_F(Runtime, WithoutALoadedDriverInProcEveryCreateAsksNvml) {

@@ -29,6 +29,11 @@ public:
         return test::toolkit_node();
     }
     Result<std::string> brand(const std::string&) override { return std::string("tesla"); }
+    int refreshes = 0;
+    bool refresh() override {
+        ++refreshes;
+        return true;
+    }
 };
 
 std::string spec_with_env(std::vector<std::string> env) {
@@ -70,6 +75,20 @@ TEST_F(Modify, InjectsTheRequestedGpu) {
     EXPECT_THAT(paths, UnorderedElementsAre("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia3"));
     EXPECT_THAT((*r)->summary, HasSubstr("GPU-2fbe396f"));
     EXPECT_TRUE(s["hooks"].contains("createContainer"));
+}
+
+// A cached inventory (inventory_cache.h) is asked again where no witness vouches for it: a device
+// it does not know, and "all" on a node with MIG-capable GPUs; a known device is not.
+TEST_F(Modify, AskedAgainOnlyWhereTheInventoryMayBeOlderThanItsWitness) {
+    ASSERT_TRUE(run(spec_with_env({"NVIDIA_VISIBLE_DEVICES=GPU-2fbe396f-df9c-d5a1-4b31-c1658bb71f80"})));
+    EXPECT_EQ(nodes.refreshes, 0);
+    auto unknown = run(spec_with_env({"NVIDIA_VISIBLE_DEVICES=GPU-ffffffff"}));
+    ASSERT_FALSE(unknown);
+    EXPECT_THAT(unknown.error().message, HasSubstr("unknown device 'GPU-ffffffff'"));
+    EXPECT_EQ(nodes.refreshes, 1);
+    EXPECT_EQ(nodes.node_calls, 3);  // the second answer was looked at again
+    ASSERT_TRUE(run(spec_with_env({"NVIDIA_VISIBLE_DEVICES=all"})));  // GPU 1 has MIG enabled
+    EXPECT_EQ(nodes.refreshes, 2);
 }
 
 TEST_F(Modify, UnmetRequirementFailsWithTheFix) {
