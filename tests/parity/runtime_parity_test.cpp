@@ -207,6 +207,9 @@ TEST_P(RuntimeParity, NvidiaAndKgpuHandTheLowLevelRuntimeTheSameSpec) {
                                         "low-level-runtime = \"" + kg_runc + "\"\n"
                                         "driver-root = \"" + root.path() + "\"\n"
                                         "proc-root = \"" + root.proc() + "\"\n"
+                                        // The fake root's /proc has a loaded driver: the inventory
+                                        // is kept in the test's directory, never the host's /run.
+                                        "inventory-cache = \"" + kg.path() + "/inventory.json\"\n"
                                         "hook-path = \"" + hook + "\"\n"
                                         "accept-nvidia-visible-devices-envvar-when-unprivileged = true\n"
                                         "accept-nvidia-visible-devices-as-volume-mounts = true\n");
