@@ -59,23 +59,36 @@ std::string file_identity(const std::string& path) {
                        st.st_ctim.tv_nsec);
 }
 
-}  // namespace
+// The witness, and the GPUs and MIG devices the driver's /proc shows (counted while it is read,
+// for not_keepable).
+struct Witness {
+    std::string text;
+    size_t gpus = 0, mig_devices = 0;
+};
 
-std::optional<std::string> inventory_witness(const RuntimeConfig& config) {
+std::optional<Witness> read_witness(const RuntimeConfig& config) {
     const fs::path proc = config.proc_root;
     auto version = files::read(proc / "driver/nvidia/version");
     if (!version) return std::nullopt;
-    std::string w = fmt::format("{}\nnvml-library={} driver-root={} dev-root={}\nmodule: {}\n", kInventoryCacheSchema,
+    Witness out;
+    std::string& w = out.text;
+    w = fmt::format("{}\nnvml-library={} driver-root={} dev-root={}\nmodule: {}\n", kInventoryCacheSchema,
                                 config.nvml_library, config.driver_root, config.dev_root, strings::trim(*version));
     if (auto boot = files::read_line(proc / "sys/kernel/random/boot_id")) w += fmt::format("boot: {}\n", *boot);
     w += "gpus:";
-    for (const auto& bus : names_in(proc / "driver/nvidia/gpus")) w += " " + bus;
+    for (const auto& bus : names_in(proc / "driver/nvidia/gpus")) {
+        w += " " + bus;
+        ++out.gpus;
+    }
     w += "\nmig:";
     const fs::path caps = proc / "driver/nvidia/capabilities";
     for (const auto& gpu : names_in(caps, "gpu"))
         for (const auto& gi : names_in(caps / gpu / "mig", "gi")) {
             w += fmt::format(" {}/{}", gpu, gi);
-            for (const auto& ci : names_in(caps / gpu / "mig" / gi, "ci")) w += fmt::format(" {}/{}/{}", gpu, gi, ci);
+            for (const auto& ci : names_in(caps / gpu / "mig" / gi, "ci")) {
+                w += fmt::format(" {}/{}/{}", gpu, gi, ci);
+                ++out.mig_devices;
+            }
         }
     const fs::path dev = files::under_root(config.dev_root.empty() ? config.driver_root : config.dev_root, "/dev");
     w += "\ndev:";
@@ -88,7 +101,16 @@ std::optional<std::string> inventory_witness(const RuntimeConfig& config) {
             break;
         }
     }
-    return w + "\n";
+    w += "\n";
+    return out;
+}
+
+}  // namespace
+
+std::optional<std::string> inventory_witness(const RuntimeConfig& config) {
+    auto w = read_witness(config);
+    if (!w) return std::nullopt;
+    return std::move(w->text);
 }
 
 namespace {
@@ -231,21 +253,16 @@ std::optional<std::string> read_own_file(const std::string& path) {
 
 // Whether NVML's answer may be kept: every GPU read whole (none lost or failing, no warning,
 // e.g. a MIG device that could not be read), and as many GPUs and MIG devices as the driver's
-// /proc shows (an instance being created shows there before NVML can read it). Otherwise the
-// next create asks NVML again.
-std::string not_keepable(const inventory::Node& n, const RuntimeConfig& config) {
+// /proc showed when the witness was read (an instance being created shows there before NVML can
+// read it). Otherwise the next create asks NVML again.
+std::string not_keepable(const inventory::Node& n, const Witness& w) {
     for (const auto& g : n.gpus)
         if (g.lost || !g.error.empty()) return fmt::format("GPU {} is lost or failing", g.index);
     if (!n.warnings.empty()) return fmt::format("discovery warned: {}", n.warnings.front());
-    const fs::path proc = config.proc_root;
-    const size_t bound = names_in(proc / "driver/nvidia/gpus").size();
-    if (bound != n.gpus.size()) return fmt::format("NVML shows {} GPUs, the driver's /proc {}", n.gpus.size(), bound);
-    size_t instances = 0, migs = 0;
-    const fs::path caps = proc / "driver/nvidia/capabilities";
-    for (const auto& gpu : names_in(caps, "gpu"))
-        for (const auto& gi : names_in(caps / gpu / "mig", "gi")) instances += names_in(caps / gpu / "mig" / gi, "ci").size();
+    if (w.gpus != n.gpus.size()) return fmt::format("NVML shows {} GPUs, the driver's /proc {}", n.gpus.size(), w.gpus);
+    size_t migs = 0;
     for (const auto& g : n.gpus) migs += g.mig_devices.size();
-    if (instances != migs) return fmt::format("NVML shows {} MIG devices, the driver's /proc {}", migs, instances);
+    if (w.mig_devices != migs) return fmt::format("NVML shows {} MIG devices, the driver's /proc {}", migs, w.mig_devices);
     return {};
 }
 
@@ -295,13 +312,13 @@ public:
             how_ = "NVML (inventory-cache = \"\")";
             return nvml_->node();
         }
-        auto witness = inventory_witness(config_);
+        auto witness = read_witness(config_);
         if (!witness) {
             how_ = fmt::format("NVML (no cache: no {}/driver/nvidia/version)", config_.proc_root);
             return nvml_->node();
         }
         if (auto text = read_own_file(config_.inventory_cache)) {
-            if (auto c = from_cache_text(*text); c && c->witness == *witness) {
+            if (auto c = from_cache_text(*text); c && c->witness == witness->text) {
                 cached_ = std::move(*c);
                 how_ = "cache";
                 return cached_->node;
@@ -316,7 +333,7 @@ public:
     bool refresh() override {
         if (!cached_) return false;
         cached_.reset();
-        auto witness = inventory_witness(config_);
+        auto witness = read_witness(config_);
         fresh_ = witness ? from_nvml(*witness, " (the cached inventory did not serve this request)") : nvml_->node();
         return true;
     }
@@ -331,14 +348,14 @@ public:
 
 private:
     // NVML's inventory, kept under `witness` when it may be.
-    Result<inventory::Node> from_nvml(const std::string& witness, std::string_view why = {}) {
+    Result<inventory::Node> from_nvml(const Witness& witness, std::string_view why = {}) {
         auto n = nvml_->node();
         if (!n) return n;
-        if (auto no = not_keepable(*n, config_); !no.empty()) {
+        if (auto no = not_keepable(*n, witness); !no.empty()) {
             how_ = fmt::format("NVML{} (not cached: {})", why, no);
             return n;
         }
-        CachedInventory c{witness, *n, {}};
+        CachedInventory c{witness.text, *n, {}};
         for (const auto& g : n->gpus)
             if (auto b = nvml_->brand(g.uuid)) c.brands[g.uuid] = *b;
         auto wrote = write_cache(config_.inventory_cache, to_cache_text(c));
