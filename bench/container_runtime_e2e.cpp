@@ -13,6 +13,9 @@
 //                        hooks: the hooks run inside runc's create); kgpu is the hooks' binary, so
 //                        they are one `chain` hook
 //   runc, edited apart   the same spec with one hook per step (NVIDIA's form): the chain's gain
+//   runc, edited, with no hook / with /bin/true as its hook / with the chain less update-ldcache:
+//                        where runc's part of the edit goes (the nodes and mounts, running a hook,
+//                        kgpu's hook process, ldconfig)
 //   kgpu, one GPU        kgpu-container-runtime create on the original bundle with
 //                        NVIDIA_VISIBLE_DEVICES=<uuid>: the inventory (from the cache, as on a
 //                        node whose driver shows /proc), the edit, the write, then runc
@@ -187,6 +190,36 @@ int main(int argc, char** argv) {
         spec["hooks"]["createContainer"] = split;
         std::ofstream(apart + "/config.json") << spec.dump();
     }
+    // Where runc's part of the edit goes: the edit with no hook, with /bin/true as its one hook, and
+    // with the chain less its update-ldcache step.
+    const std::string nohooks = bundle("nohooks", "");
+    const std::string truehook = bundle("truehook", "");
+    const std::string noldcache = bundle("noldcache", "");
+    {
+        auto spec = nlohmann::json::parse(slurp(edited + "/config.json"));
+        const nlohmann::json chain = spec["hooks"]["createContainer"];
+        spec["hooks"].erase("createContainer");
+        std::ofstream(nohooks + "/config.json") << spec.dump();
+        spec["hooks"]["createContainer"] = nlohmann::json::array({{{"path", "/bin/true"}, {"args", {"true"}}}});
+        std::ofstream(truehook + "/config.json") << spec.dump();
+        spec["hooks"]["createContainer"] = chain;
+        for (auto& h : spec["hooks"]["createContainer"]) {
+            // The steps are separated by "+"; drop the one that starts with update-ldcache.
+            std::vector<std::vector<nlohmann::json>> steps(1);
+            for (const auto& a : h["args"]) {
+                if (a == "+") steps.emplace_back();
+                else steps.back().push_back(a);
+            }
+            nlohmann::json args = nlohmann::json::array();
+            for (const auto& step : steps) {
+                if (!step.empty() && step.front() == "update-ldcache") continue;
+                if (!args.empty() && args.back() != "chain") args.push_back("+");
+                for (const auto& a : step) args.push_back(a);
+            }
+            h["args"] = args;
+        }
+        std::ofstream(noldcache + "/config.json") << spec.dump();
+    }
     // NVIDIA's runtime, when its binaries are there.
     const std::string peers = [] {
         const char* d = std::getenv("KGPU_SHARED_DIR");
@@ -224,7 +257,7 @@ int main(int argc, char** argv) {
 
     struct Series {
         std::vector<double> wall, cpu;
-    } runc_plain, kgpu_plain, runc_edited, runc_apart, kgpu_gpu, kgpu_gpu_nvml, nv_plain, nv_one;
+    } runc_plain, kgpu_plain, runc_edited, runc_apart, runc_nohooks, runc_noldcache, runc_true, kgpu_gpu, kgpu_gpu_nvml, nv_plain, nv_one;
     // Each create starts from an image without a linker cache of its own (the hooks write one).
     auto fresh_rootfs = [&](const std::string& b) {
         std::error_code ec;
@@ -246,6 +279,9 @@ int main(int argc, char** argv) {
         once(kgpu_plain, {bin + "/kgpu-container-runtime", "create", "--bundle", plain, "b2"}, env);
         once(runc_edited, {"/usr/sbin/runc", "create", "--bundle", edited, "b3"}, env);
         once(runc_apart, {"/usr/sbin/runc", "create", "--bundle", apart, "b5"}, env);
+        once(runc_nohooks, {"/usr/sbin/runc", "create", "--bundle", nohooks, "b9"}, env);
+        once(runc_noldcache, {"/usr/sbin/runc", "create", "--bundle", noldcache, "b10"}, env);
+        once(runc_true, {"/usr/sbin/runc", "create", "--bundle", truehook, "b11"}, env);
         std::ofstream(gpu + "/config.json") << gpu_original;
         once(kgpu_gpu, {bin + "/kgpu-container-runtime", "create", "--bundle", gpu, "b4"}, env);
         std::ofstream(gpu + "/config.json") << gpu_original;
@@ -268,6 +304,10 @@ int main(int argc, char** argv) {
         if (nvidia) std::printf(" | nvidia plain %.2f | nvidia one GPU %.2f", m(nv_plain), m(nv_one));
         std::printf("\n  kgpu's own cost (%s): %.2f ms with a GPU, %.2f ms without\n", label, m(kgpu_gpu) - m(runc_edited),
                     m(kgpu_plain) - m(runc_plain));
+        std::printf("  runc's part of the edit over plain runc (%s): no hook %+.2f ms, /bin/true as the hook %+.2f ms, the chain "
+                    "without update-ldcache %+.2f ms, the whole chain %+.2f ms\n",
+                    label, m(runc_nohooks) - m(runc_plain), m(runc_true) - m(runc_plain), m(runc_noldcache) - m(runc_plain),
+                    m(runc_edited) - m(runc_plain));
         std::printf("  the hooks as one chain (%s): %.2f ms less than one exec per step\n", label, m(runc_apart) - m(runc_edited));
         std::printf("  the inventory from the cache (%s): kgpu one GPU %.2f ms, asking NVML every time %.2f ms (%.2f ms less)", label,
                     m(kgpu_gpu), m(kgpu_gpu_nvml), m(kgpu_gpu_nvml) - m(kgpu_gpu));

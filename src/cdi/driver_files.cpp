@@ -1,17 +1,20 @@
 #include "cdi/driver_files.h"
 
+#include <fcntl.h>
 #include <fnmatch.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <regex>
 #include <set>
 
+#include "common/fd.h"
 #include "common/files.h"
 #include "common/ld_cache.h"
 #include "common/log.h"
@@ -30,17 +33,24 @@ bool is_regular(const fs::path& p) {
     return fs::is_regular_file(p, ec);  // follows symlinks
 }
 
-// Sorted names in `dir` matching the shell pattern `pattern` (Go's filepath.Glob on one level).
-std::vector<std::string> glob_dir(const fs::path& dir, const std::string& pattern) {
+// Every name in `dir`, sorted (none when it cannot be listed).
+std::vector<std::string> list_dir(const fs::path& dir) {
     std::vector<std::string> names;
     std::error_code ec;
-    for (const auto& e : fs::directory_iterator(dir, ec)) {
-        const std::string n = e.path().filename().string();
-        if (::fnmatch(pattern.c_str(), n.c_str(), 0) == 0) names.push_back(n);
-    }
+    for (const auto& e : fs::directory_iterator(dir, ec)) names.push_back(e.path().filename().string());
     std::sort(names.begin(), names.end());
     return names;
 }
+
+std::vector<std::string> matching(const std::vector<std::string>& names, const std::string& pattern) {
+    std::vector<std::string> out;
+    for (const auto& n : names)
+        if (::fnmatch(pattern.c_str(), n.c_str(), 0) == 0) out.push_back(n);
+    return out;
+}
+
+// Sorted names in `dir` matching the shell pattern `pattern` (Go's filepath.Glob on one level).
+std::vector<std::string> glob_dir(const fs::path& dir, const std::string& pattern) { return matching(list_dir(dir), pattern); }
 
 // `candidate` (a file under `root`) with its symlinks resolved, kept inside the root: a link
 // that leaves the driver root (an absolute target) is taken as found. nullopt when it is not a
@@ -61,13 +71,13 @@ std::optional<std::string> resolve_in_root(const fs::path& root, const fs::path&
 fs::path canonical_root_of(const fs::path& root) { return is_root(root) ? fs::path("/") : fs::weakly_canonical(root); }
 
 // Files (not directories) matching `pattern` in each of `dirs` under `root`, symlinks resolved
-// (kept inside the root), each once, in search order.
+// (kept inside the root), each once, in search order; each directory listed through `lister`.
 void locate_resolved(const fs::path& root, const std::vector<std::string>& dirs, const std::string& pattern,
-                     std::vector<HostFile>& out, std::set<std::string>& seen) {
+                     std::vector<HostFile>& out, std::set<std::string>& seen, LibraryLocator& lister) {
     const fs::path canonical_root = canonical_root_of(root);
     for (const auto& dir : dirs) {
         const fs::path host_dir = files::under_root(root, dir);
-        for (const auto& name : glob_dir(host_dir, pattern)) {
+        for (const auto& name : matching(lister.names_in(host_dir), pattern)) {
             auto host = resolve_in_root(root, canonical_root, host_dir / name);
             if (!host || !seen.insert(*host).second) continue;
             out.push_back({relative_to_root(root, *host), *host});
@@ -109,6 +119,12 @@ LibraryLocator::LibraryLocator(fs::path root, std::vector<std::string> search_pa
     : root_(root.empty() ? fs::path("/") : std::move(root)),
       search_paths_(std::move(search_paths)),
       explicit_paths_(!search_paths_.empty()) {}
+
+const std::vector<std::string>& LibraryLocator::names_in(const fs::path& host_dir) {
+    auto it = listings_.find(host_dir.string());
+    if (it == listings_.end()) it = listings_.emplace(host_dir.string(), list_dir(host_dir)).first;
+    return it->second;
+}
 
 std::vector<std::string> LibraryLocator::searched() const {
     std::vector<std::string> out;
@@ -152,7 +168,7 @@ std::vector<HostFile> LibraryLocator::locate(const std::string& pattern) {
     std::vector<HostFile> out;
     std::set<std::string> seen;
     const fs::path search_root = explicit_paths_ ? fs::path("/") : root_;
-    locate_resolved(search_root, explicit_paths_ ? search_paths_ : library_dirs(), pattern, out, seen);
+    locate_resolved(search_root, explicit_paths_ ? search_paths_ : library_dirs(), pattern, out, seen, *this);
     if (!out.empty() || explicit_paths_) {
         if (explicit_paths_)
             for (auto& f : out) f.path = relative_to_root(root_, f.host_path);
@@ -196,8 +212,8 @@ DriverLibraries find_driver_libraries(LibraryLocator& libraries, const std::stri
     std::vector<std::string> lib_dirs = host_dirs;
     for (const auto& d : host_dirs) lib_dirs.push_back(d + "/vdpau");
     std::set<std::string> seen;
-    locate_resolved("/", lib_dirs, "*.so." + driver_version, out.libraries, seen);
-    locate_resolved("/", host_dirs, "libnvidia-nvvm70.so.*", out.libraries, seen);
+    locate_resolved("/", lib_dirs, "*.so." + driver_version, out.libraries, seen, libraries);
+    locate_resolved("/", host_dirs, "libnvidia-nvvm70.so.*", out.libraries, seen, libraries);
     for (auto& f : out.libraries) f.path = relative_to_root(root, f.host_path);
     return out;
 }
@@ -317,52 +333,65 @@ std::vector<std::string> drm_nodes(const fs::path& sysfs_root, const std::string
 
 namespace {
 
+// Up to `size` bytes of `fd` at `offset`, no further than `file_size` (fewer at the end).
+std::string read_span(int fd, uint64_t offset, uint64_t size, uint64_t file_size) {
+    size = offset < file_size ? std::min(size, file_size - offset) : 0;
+    std::string out(size, '\0');
+    size_t got = 0;
+    while (got < size) {
+        const ssize_t n = ::pread(fd, out.data() + got, size - got, static_cast<off_t>(offset + got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        got += static_cast<size_t>(n);
+    }
+    out.resize(got);
+    return out;
+}
+
 template <class T>
-bool read_at(std::ifstream& in, uint64_t offset, T& value) {
-    in.seekg(static_cast<std::streamoff>(offset));
-    in.read(reinterpret_cast<char*>(&value), sizeof value);
-    return static_cast<bool>(in);
+T field(std::string_view bytes, uint64_t at) {
+    T value{};
+    std::memcpy(&value, bytes.data() + at, sizeof value);
+    return value;
 }
 
 }  // namespace
 
+// Reads only what it needs, each piece with one pread: the ELF header, the section headers, the
+// dynamic section and the SONAME's string (the create path runs this for every driver library).
 Result<std::string> read_soname(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return fail(Code::not_found, "cannot open {}", path.string());
-    unsigned char ident[16] = {};
-    in.read(reinterpret_cast<char*>(ident), sizeof ident);
-    if (!in || std::memcmp(ident, "\x7f" "ELF", 4) != 0) return fail(Code::parse, "{}: not an ELF file", path.string());
-    const bool is64 = ident[4] == 2;
-    if ((ident[4] != 1 && ident[4] != 2) || ident[5] != 1)
+    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) return fail(errno == ENOENT ? Code::not_found : Code::io, "cannot open {}: {}", path.string(), std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) return fail(Code::io, "cannot stat {}: {}", path.string(), std::strerror(errno));
+    const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+    const std::string header = read_span(fd.get(), 0, 64, file_size);
+    if (header.size() < 16 || std::memcmp(header.data(), "\x7f" "ELF", 4) != 0)
+        return fail(Code::parse, "{}: not an ELF file", path.string());
+    const bool is64 = header[4] == 2;
+    if ((header[4] != 1 && header[4] != 2) || header[5] != 1)
         return fail(Code::parse, "{}: not a little-endian 32- or 64-bit ELF file", path.string());
-    uint64_t shoff = 0;
-    uint16_t shentsize = 0, shnum = 0;
-    if (is64) {
-        if (!read_at(in, 0x28, shoff) || !read_at(in, 0x3A, shentsize) || !read_at(in, 0x3C, shnum))
-            return fail(Code::parse, "{}: truncated ELF header", path.string());
-    } else {
-        uint32_t off32 = 0;
-        if (!read_at(in, 0x20, off32) || !read_at(in, 0x2E, shentsize) || !read_at(in, 0x30, shnum))
-            return fail(Code::parse, "{}: truncated ELF header", path.string());
-        shoff = off32;
-    }
+    if (header.size() < (is64 ? 0x3Eu : 0x32u)) return fail(Code::parse, "{}: truncated ELF header", path.string());
+    const uint64_t shoff = is64 ? field<uint64_t>(header, 0x28) : field<uint32_t>(header, 0x20);
+    const uint16_t shentsize = field<uint16_t>(header, is64 ? 0x3A : 0x2E);
+    const uint16_t shnum = field<uint16_t>(header, is64 ? 0x3C : 0x30);
+    if (shnum > 0 && shentsize < (is64 ? 0x30u : 0x1Cu))
+        return fail(Code::parse, "{}: section header entries of {} bytes", path.string(), shentsize);
+    // A table that ends early fails only when the section wanted lies past its end.
+    const std::string table = read_span(fd.get(), shoff, uint64_t{shnum} * shentsize, file_size);
     struct Section {
         uint32_t type = 0;
         uint64_t offset = 0, size = 0;
         uint32_t link = 0;
     };
     auto section = [&](uint16_t i, Section& s) {
-        const uint64_t at = shoff + static_cast<uint64_t>(i) * shentsize;
-        if (is64) {
-            return read_at(in, at + 4, s.type) && read_at(in, at + 0x18, s.offset) && read_at(in, at + 0x20, s.size) &&
-                   read_at(in, at + 0x28, s.link);
-        }
-        uint32_t off = 0, size = 0;
-        bool ok = read_at(in, at + 4, s.type) && read_at(in, at + 0x10, off) && read_at(in, at + 0x14, size) &&
-                  read_at(in, at + 0x18, s.link);
-        s.offset = off;
-        s.size = size;
-        return ok;
+        const uint64_t at = uint64_t{i} * shentsize;
+        if (at + shentsize > table.size()) return false;
+        s.type = field<uint32_t>(table, at + 4);
+        s.offset = is64 ? field<uint64_t>(table, at + 0x18) : field<uint32_t>(table, at + 0x10);
+        s.size = is64 ? field<uint64_t>(table, at + 0x20) : field<uint32_t>(table, at + 0x14);
+        s.link = field<uint32_t>(table, at + (is64 ? 0x28 : 0x18));
+        return true;
     };
     std::vector<std::string> sonames;
     for (uint16_t i = 0; i < shnum; ++i) {
@@ -373,25 +402,18 @@ Result<std::string> read_soname(const fs::path& path) {
         if (dyn.link >= shnum || !section(static_cast<uint16_t>(dyn.link), strtab))
             return fail(Code::parse, "{}: bad string table of the dynamic section", path.string());
         const uint64_t entry = is64 ? 16 : 8;
-        for (uint64_t at = dyn.offset; at + entry <= dyn.offset + dyn.size; at += entry) {
-            int64_t tag = 0;
-            uint64_t val = 0;
-            if (is64) {
-                if (!read_at(in, at, tag) || !read_at(in, at + 8, val)) break;
-            } else {
-                int32_t t32 = 0;
-                uint32_t v32 = 0;
-                if (!read_at(in, at, t32) || !read_at(in, at + 4, v32)) break;
-                tag = t32;
-                val = v32;
-            }
-            if (tag == 0) break;  // DT_NULL
+        // The entries the file holds (a section past its end is read as far as it goes).
+        const std::string entries = read_span(fd.get(), dyn.offset, dyn.size, file_size);
+        for (uint64_t at = 0; at + entry <= entries.size(); at += entry) {
+            const int64_t tag = is64 ? field<int64_t>(entries, at) : field<int32_t>(entries, at);
+            const uint64_t val = is64 ? field<uint64_t>(entries, at + 8) : field<uint32_t>(entries, at + 4);
+            if (tag == 0) break;      // DT_NULL
             if (tag != 14) continue;  // DT_SONAME
             if (val >= strtab.size) return fail(Code::parse, "{}: SONAME outside the string table", path.string());
-            in.seekg(static_cast<std::streamoff>(strtab.offset + val));
-            std::string name;
-            std::getline(in, name, '\0');
-            sonames.push_back(name);
+            // Up to its NUL, the end of the file, or 4 KiB (no library's name is longer).
+            std::string name = read_span(fd.get(), strtab.offset + val, std::min<uint64_t>(strtab.size - val, 4096), file_size);
+            name.resize(std::min(name.size(), name.find('\0')));
+            sonames.push_back(std::move(name));
         }
         break;
     }

@@ -56,6 +56,9 @@ public:
     // The host directories searched, then the cache when it was read ("<path>" or "<path> (why
     // not used)"), for the error when nothing is found.
     std::vector<std::string> searched() const;
+    // The names in the host directory `host_dir`, sorted: read once for the locator's life (one
+    // spec's generation looks into the same library directories for several patterns).
+    const std::vector<std::string>& names_in(const std::filesystem::path& host_dir);
 
 private:
     const std::vector<std::string>& cache_files();
@@ -64,6 +67,7 @@ private:
     bool explicit_paths_ = false;
     std::optional<std::vector<std::string>> cache_files_;  // host paths, once read
     std::string cache_note_;                                // why the cache gave nothing
+    std::map<std::string, std::vector<std::string>> listings_;  // names_in's, by host directory
 };
 
 // What find_driver_libraries found, and where it looked.

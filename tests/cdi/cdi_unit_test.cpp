@@ -5,6 +5,7 @@
 
 #include <sys/stat.h>
 
+#include <cstring>
 #include <filesystem>
 
 #include "cdi/driver_files.h"
@@ -174,6 +175,52 @@ TEST(CdiDriverFiles, SonameOfARealSharedObject) {
     ASSERT_FALSE(text);
     EXPECT_EQ(text.error().code, Code::parse);
     EXPECT_FALSE(cdi::read_soname(d.path() + "/missing.so.1"));
+}
+
+// A 64-bit ELF file laid out by hand: header, three section headers (null, .dynamic, .dynstr),
+// the dynamic entries at 256 (DT_SONAME, DT_NULL) and the string table at 300.
+std::string tiny_elf(std::string_view soname) {
+    std::string f(320 + soname.size() + 1, '\0');
+    auto put = [&](size_t at, auto value) { std::memcpy(f.data() + at, &value, sizeof value); };
+    std::memcpy(f.data(), "\x7f" "ELF\x02\x01\x01", 7);
+    put(0x28, uint64_t{64});  // e_shoff
+    put(0x3A, uint16_t{64});  // e_shentsize
+    put(0x3C, uint16_t{3});   // e_shnum
+    put(128 + 4, uint32_t{6});  // [1] SHT_DYNAMIC
+    put(128 + 0x18, uint64_t{256});
+    put(128 + 0x20, uint64_t{32});
+    put(128 + 0x28, uint32_t{2});
+    put(192 + 4, uint32_t{3});  // [2] SHT_STRTAB
+    put(192 + 0x18, uint64_t{300});
+    put(192 + 0x20, uint64_t{20 + soname.size() + 1});
+    put(256, int64_t{14});  // DT_SONAME at string 20
+    put(264, uint64_t{20});
+    std::memcpy(f.data() + 320, soname.data(), soname.size());
+    return f;
+}
+
+TEST(CdiDriverFiles, SonameOfAFileCutShort) {
+    test::TempDir d;
+    auto whole = cdi::read_soname(d.write("libx.so.7.1", tiny_elf("libx.so.7")));
+    ASSERT_TRUE(whole) << whole.error().message;
+    EXPECT_EQ(*whole, "libx.so.7");
+    // The name runs to the end of the file: read as far as it goes.
+    auto cut_name = cdi::read_soname(d.write("libx.so.7.2", tiny_elf("libx.so.7").substr(0, 324)));
+    ASSERT_TRUE(cut_name) << cut_name.error().message;
+    EXPECT_EQ(*cut_name, "libx");
+    // The dynamic section is past the end: no SONAME.
+    auto no_dynamic = cdi::read_soname(d.write("libx.so.7.3", tiny_elf("libx.so.7").substr(0, 256)));
+    ASSERT_TRUE(no_dynamic) << no_dynamic.error().message;
+    EXPECT_EQ(*no_dynamic, "");
+    // The section headers end early.
+    auto cut_table = cdi::read_soname(d.write("libx.so.7.4", tiny_elf("libx.so.7").substr(0, 150)));
+    ASSERT_FALSE(cut_table);
+    EXPECT_EQ(cut_table.error().code, Code::parse);
+    EXPECT_THAT(cut_table.error().message, ::testing::HasSubstr("truncated section headers"));
+    // Only the ELF magic and class.
+    auto cut_header = cdi::read_soname(d.write("libx.so.7.5", tiny_elf("libx.so.7").substr(0, 20)));
+    ASSERT_FALSE(cut_header);
+    EXPECT_THAT(cut_header.error().message, ::testing::HasSubstr("truncated ELF header"));
 }
 
 TEST(CdiDriverFiles, LibraryLinksFollowTheSonameAndTheHostsLinks) {
