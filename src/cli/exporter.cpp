@@ -137,6 +137,10 @@ CLI::App* add_exporter_command(CLI::App& app, ExporterFlags& f) {
     cmd->add_option("--web-config-file", f.options.http.web_config_file,
                     "TLS and basic auth: a web config file in Prometheus exporter-toolkit format (as dcgm-exporter)")
         ->envname("DCGM_EXPORTER_WEB_CONFIG_FILE");
+    cmd->add_option("--ready-file", f.options.ready_file,
+                    "kgpu's own: once serving, write the address bound (host:port, the port picked for port 0) "
+                    "to this file; removed on exit")
+        ->envname("KGPU_EXPORTER_READY_FILE");
     // The numeric flags, from their table (text checked by run_exporter; defaults from exporter/).
     const exporter::ExporterOptions defaults;
     f.numbers.resize(std::size(kNumberFlags));
@@ -411,6 +415,12 @@ int run_exporter(const ExporterFlags& f) {
         if (!parse_positive(text, n.max, value))
             return usage(long_name(n.names), fmt::format("expected {} between 1 and {}, got '{}'", n.what, n.max, text));
         n.set(opts, value);
+    }
+    if (!opts.ready_file.empty()) {
+        const std::filesystem::path dir = std::filesystem::path(opts.ready_file).parent_path();
+        std::error_code ec;
+        if (opts.ready_file.ends_with('/') || !std::filesystem::is_directory(dir.empty() ? "." : dir, ec))
+            return usage("--ready-file", fmt::format("expected a file in an existing directory, got '{}'", opts.ready_file));
     }
     if (!opts.http.web_config_file.empty()) {
         if (auto s = exporter::check_web_config(opts.http.web_config_file); !s)

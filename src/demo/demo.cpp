@@ -174,7 +174,8 @@ std::optional<Failure> Demo::start() {
                                        "--pod-resources-kubelet-socket", host_.pod_resources_socket().string(),
                                        // no CRI on the fake host: never talk to this machine's containerd
                                        "--container-runtime-endpoint",
-                                       "unix://" + (host_.root / "run/containerd/containerd.sock").string()});
+                                       "unix://" + (host_.root / "run/containerd/containerd.sock").string(),
+                                       "--ready-file", (work_ / "exporter.ready").string()});
     if (opts_.mps)
         exporter.argv.insert(exporter.argv.end(), {"--mps-root", mps_root_.string(), "--kubernetes-virtual-gpus"});
     auto e = Child::spawn(exporter);

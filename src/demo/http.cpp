@@ -12,6 +12,7 @@
 #include <regex>
 
 #include "common/fd.h"
+#include "common/strings.h"
 
 namespace kgpu::demo {
 
@@ -86,19 +87,19 @@ Result<HttpResponse> http_get(const std::string& host, int port, const std::stri
     return out;
 }
 
-Result<std::optional<ListenAddress>> find_listening_address(std::string_view log) {
-    // The exporter's success line, "<time> INFO exporter: listening on 127.0.0.1:PORT". The port
-    // is matched as digits of any length and range-checked here, so a long digit string is an
-    // error, not an exception from stoi.
-    static const std::regex re(R"(exporter: listening on ([0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}):([0-9]+))");
+Result<std::optional<ListenAddress>> parse_ready_address(std::string_view text) {
+    if (text.empty()) return std::nullopt;
+    // The port is matched as digits of any length and range-checked here, so a long digit string
+    // is an error, not an exception from stoi.
+    static const std::regex re(R"(([0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}):([0-9]+)\n)");
     std::match_results<std::string_view::const_iterator> m;
-    if (!std::regex_search(log.begin(), log.end(), m, re)) return std::nullopt;
+    if (!std::regex_match(text.begin(), text.end(), m, re))
+        return fail(Code::parse, "expected '<ipv4>:<port>' and a newline, got '{}'", strings::trim(text.substr(0, 80)));
     const std::string digits = m[2].str();
     const std::string addr = m[1].str() + ":" + digits;
-    if (digits.size() > 5) return fail(Code::parse, "kgpu exporter logged 'listening on {}': not a TCP port", addr);
+    if (digits.size() > 5) return fail(Code::parse, "'{}': not a TCP port", addr);
     const int port = std::atoi(digits.c_str());
-    if (port < 1 || port > 65535)
-        return fail(Code::parse, "kgpu exporter logged 'listening on {}': the port must be 1..65535", addr);
+    if (port < 1 || port > 65535) return fail(Code::parse, "'{}': the port must be 1..65535", addr);
     return ListenAddress{m[1].str(), port};
 }
 

@@ -29,13 +29,13 @@ Result<HttpResponse> http_get(const std::string& host, int port, const std::stri
                               size_t max_bytes = kMaxResponseBytes);
 
 struct ListenAddress {
-    std::string host;  // IPv4, as logged
+    std::string host;  // IPv4, as written
     int port = 0;      // 1..65535
 };
 
-// Where `kgpu exporter` listens, from its log: the line "exporter: listening on <ipv4>:<port>"
-// (src/exporter/exporter.cpp). nullopt while no such line is there. Errors: parse when the line
-// names port 0 or a port above 65535.
-Result<std::optional<ListenAddress>> find_listening_address(std::string_view log);
+// Where `kgpu exporter` listens, from the text of its --ready-file: "<ipv4>:<port>\n"
+// (src/exporter/exporter.cpp writes it atomically). nullopt while the text is empty (no file yet).
+// Errors: parse for anything else, or a port 0 or above 65535.
+Result<std::optional<ListenAddress>> parse_ready_address(std::string_view text);
 
 }  // namespace kgpu::demo

@@ -202,14 +202,15 @@ std::optional<Failure> Demo::step_xid() {
     return std::nullopt;
 }
 
-// Reads the exporter's address from its log ("listening on <address>"). The exporter logs it
-// after its GPUs are registered for XID events, so an XID appended afterwards reaches it.
+// Reads the exporter's address from its --ready-file, which it writes once serving, after its
+// GPUs are registered for XID events (so an XID appended afterwards reaches it).
 std::optional<Failure> Demo::wait_exporter() {
     if (exporter_port_ != 0) return std::nullopt;
+    const fs::path ready = work_ / "exporter.ready";
     auto end = Clock::now() + opts_.step_timeout;
     while (exporter_port_ == 0) {
-        auto where = find_listening_address(read_or_empty(exporter_.log_path()));
-        if (!where) return step_failure(where.error().message, exporter_.log_path());
+        auto where = parse_ready_address(read_or_empty(ready));
+        if (!where) return step_failure(fmt::format("{}: {}", ready.string(), where.error().message), exporter_.log_path());
         if (*where) {
             exporter_host_ = (*where)->host;
             exporter_port_ = (*where)->port;
@@ -219,12 +220,12 @@ std::optional<Failure> Demo::wait_exporter() {
         if (auto code = exporter_.poll())
             return step_failure(fmt::format("kgpu exporter exited with {} before listening", *code), exporter_.log_path());
         if (Clock::now() > end)
-            return step_failure(fmt::format("kgpu exporter did not log 'listening on <address>' within {} s",
+            return step_failure(fmt::format("kgpu exporter did not write its --ready-file {} within {} s", ready.string(),
                                             opts_.step_timeout.count()),
                                 exporter_.log_path());
         std::this_thread::sleep_for(50ms);
     }
-    say("  kgpu exporter listens on {}:{} (read from its log; it watches XID events from then on)", exporter_host_,
+    say("  kgpu exporter listens on {}:{} (from its --ready-file; it watches XID events from then on)", exporter_host_,
         exporter_port_);
     return std::nullopt;
 }

@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "common/fd.h"
+#include "common/files.h"
 #include "common/log.h"
 #include "common/memory.h"
 #include "common/process.h"
@@ -118,6 +119,13 @@ int run_exporter(const ExporterOptions& options, const std::function<Result<nvml
     collector.set_http_stats([s = server->get()] { return s->stats(); });
     collector.start();
     log::info("exporter: listening on {}{}", (*server)->bound_address(), (*server)->tls() ? " (TLS)" : "");
+    if (!options.ready_file.empty()) {
+        if (auto w = files::write_atomic(options.ready_file, (*server)->bound_address() + "\n"); !w) {
+            log::error("exporter: --ready-file: {}", w.error().message);
+            collector.stop();
+            return 1;
+        }
+    }
 
     // 10 s after start the pages of code and read-only data that start-up brought in (flags,
     // discovery, the server's setup, the first passes' one-time work) and the free heap go back
@@ -153,6 +161,9 @@ int run_exporter(const ExporterOptions& options, const std::function<Result<nvml
         code = 1;
         break;
     }
+    // The ready file goes first: whoever reads it must not find an address that no longer answers.
+    if (!options.ready_file.empty() && ::unlink(options.ready_file.c_str()) != 0 && errno != ENOENT)
+        log::warn("exporter: removing --ready-file {}: {}", options.ready_file, std::strerror(errno));
     collector.stop();  // first: its passes read the server's counters
     server->reset();
     return code;

@@ -20,6 +20,9 @@ namespace kgpu::exporter {
 struct ExporterOptions {
     HttpOptions http;
     CollectorOptions collector;
+    // Once serving, the address bound (e.g. "127.0.0.1:40123" for --address 127.0.0.1:0) and a
+    // newline are written here atomically; the file is removed before the server stops. "" for none.
+    std::string ready_file;
 };
 
 // The HTTP routes over a collector (tests call it without a server).
@@ -28,8 +31,9 @@ HttpResponse route(const HttpRequest& request, const Collector& collector,
 
 // Blocks SIGTERM/SIGINT (before any thread starts, so only the main thread takes them), opens
 // NVML with `open_nvml`, runs one collection pass, starts serving, logs
-// "exporter: listening on <address>", and returns when a signal arrives.
-// Exit code: 0 after a signal; 1 when NVML cannot be opened or the address cannot be bound.
+// "exporter: listening on <address>" (and writes options.ready_file), and returns when a signal
+// arrives. Exit code: 0 after a signal; 1 when NVML cannot be opened, the address cannot be
+// bound or the ready file cannot be written.
 int run_exporter(const ExporterOptions& options, const std::function<Result<nvml::Session>()>& open_nvml);
 
 }  // namespace kgpu::exporter

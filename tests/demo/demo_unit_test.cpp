@@ -245,24 +245,25 @@ TEST(DemoProcess, CancellationWinsOverAnExitSeenWithIt) {
     EXPECT_EQ(rc.error().code, kgpu::Code::unavailable);
 }
 
-TEST(DemoHttp, FindsTheExportersAddressInItsLog) {
-    auto none = demo::find_listening_address("2024-01-01T00:00:00Z INFO exporter: starting\n");
+TEST(DemoHttp, ReadsTheExportersAddressFromItsReadyFile) {
+    auto none = demo::parse_ready_address("");
     ASSERT_TRUE(none);
     EXPECT_FALSE(*none);
-    auto ok = demo::find_listening_address("t INFO collector: up\nt INFO exporter: listening on 127.0.0.1:40123\n");
+    auto ok = demo::parse_ready_address("127.0.0.1:40123\n");
     ASSERT_TRUE(ok) << ok.error().message;
     ASSERT_TRUE(*ok);
     EXPECT_EQ((*ok)->host, "127.0.0.1");
     EXPECT_EQ((*ok)->port, 40123);
-    // Only the exporter's own line counts: an error message "listening on ..." is not it.
-    auto other = demo::find_listening_address("t ERROR http: listening on 127.0.0.1:80: address in use\n");
-    ASSERT_TRUE(other);
-    EXPECT_FALSE(*other);
-    for (const char* bad : {"exporter: listening on 127.0.0.1:0", "exporter: listening on 127.0.0.1:65536",
-                            "exporter: listening on 127.0.0.1:99999999999999999999999999"}) {
-        auto r = demo::find_listening_address(bad);
+    for (const char* bad : {"127.0.0.1:0\n", "127.0.0.1:65536\n", "127.0.0.1:99999999999999999999999999\n"}) {
+        auto r = demo::parse_ready_address(bad);
         ASSERT_FALSE(r) << bad;
-        EXPECT_THAT(r.error().message, HasSubstr("listening on 127.0.0.1:")) << bad;
+        EXPECT_THAT(r.error().message, HasSubstr("'127.0.0.1:")) << bad;
+    }
+    // Anything but one address and its newline (a log line, no newline yet) is not it.
+    for (const char* bad : {"t INFO exporter: listening on 127.0.0.1:80\n", "127.0.0.1:80", "[::1]:80\n"}) {
+        auto r = demo::parse_ready_address(bad);
+        ASSERT_FALSE(r) << bad;
+        EXPECT_THAT(r.error().message, HasSubstr("expected '<ipv4>:<port>'")) << bad;
     }
 }
 

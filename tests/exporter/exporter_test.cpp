@@ -46,19 +46,10 @@ public:
                                          "--collect-interval", "200",      "--nvml-library", KGPU_SIM_LIBRARY};
         argv.insert(argv.end(), extra.begin(), extra.end());
         env["KGPU_SIM_NODE"] = fixture(node);
+        argv.insert(argv.end(), {"--ready-file", ready_.path() + "/ready"});
         proc_ = std::make_unique<ChildProcess>(argv, env);
-        const std::regex re("listening on 127\\.0\\.0\\.1:([0-9]+)");
-        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-        while (std::chrono::steady_clock::now() < deadline && proc_->running()) {
-            std::smatch m;
-            const std::string err = proc_->err();
-            if (std::regex_search(err, m, re)) {
-                port_ = std::stoi(m[1]);
-                return;
-            }
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        }
-        ADD_FAILURE() << "exporter did not start; stderr:\n" << proc_->err();
+        port_ = wait_for_ready_port(*proc_, ready_.path() + "/ready");
+        if (port_ == 0) ADD_FAILURE() << "exporter did not start; stderr:\n" << proc_->err();
     }
     int port() const { return port_; }
     ChildProcess& proc() { return *proc_; }
@@ -83,9 +74,25 @@ public:
     }
 
 private:
+    TempDir ready_;
     std::unique_ptr<ChildProcess> proc_;
     int port_ = 0;
 };
+
+TEST(ExporterCli, ReadyFileNamesTheBoundPortAndGoesBeforeTheServerStops) {
+    TempDir dir;
+    const std::string ready = dir.path() + "/ready";
+    ChildProcess p({KGPU_BINARY, "exporter", "--address", "127.0.0.1:0", "--nvml-library", KGPU_SIM_LIBRARY, "--ready-file", ready},
+                   {{"KGPU_SIM_NODE", fixture("t4x4.yaml")}});
+    const int port = wait_for_ready_port(p, ready);
+    ASSERT_GT(port, 0) << p.err();
+    EXPECT_EQ(read_file(ready), "127.0.0.1:" + std::to_string(port) + "\n");
+    // The port in the file is the one serving (not a port picked and given back).
+    EXPECT_EQ(http_request(port, "GET", "/health").status, 200);
+    p.signal(SIGTERM);
+    EXPECT_EQ(p.wait(30000), 0) << p.err();
+    EXPECT_FALSE(std::filesystem::exists(ready));
+}
 
 TEST(ExporterCli, BadFlagsExitTwoNamingTheFlag) {
     const std::map<std::string, std::string> env = {{"KGPU_SIM_NODE", fixture("t4x4.yaml")}};
@@ -96,6 +103,7 @@ TEST(ExporterCli, BadFlagsExitTwoNamingTheFlag) {
     for (const auto& c : std::vector<Case>{{{"--address", "9400"}, "--address"},
                                            {{"--address", "host:99999"}, "--address"},
                                            {{"--collect-interval", "0"}, "--collect-interval"},
+                                           {{"--ready-file", "/nonexistent/kgpu/ready"}, "--ready-file"},
                                            {{"--collect-interval", "fast"}, "--collect-interval"},
                                            {{"--hostname-label", "HOST"}, "--hostname-label"},
                                            {{"--kubernetes-gpu-id-type", "serial"}, "--kubernetes-gpu-id-type"},

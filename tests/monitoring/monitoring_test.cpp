@@ -272,16 +272,11 @@ TEST(Dashboard, EveryPanelAndAlertHasDataFromARealPrometheusScrapingASimulatedNo
                            "--nvml-library", KGPU_SIM_LIBRARY, "--kubernetes", "--pod-resources-kubelet-socket",
                            dir.path() + "/pod-resources.sock", "--container-runtime-endpoint",
                            "unix://" + dir.path() + "/cri.sock", "--proc-root", dir.path() + "/proc", "--mps-root",
-                           mps_root},
+                           mps_root, "--ready-file", dir.path() + "/exporter-ready"},
                           {{"KGPU_SIM_NODE", kSource + "/sim/nodes/dgx-h100.yaml"}, {"KGPU_SIM_EVENTS", events},
                            {"NODE_NAME", "sim-node"}});
-    int port = 0;
-    ASSERT_TRUE(eventually([&] {
-        std::smatch m;
-        const std::string err = exporter.err();
-        if (std::regex_search(err, m, std::regex("listening on 127\\.0\\.0\\.1:([0-9]+)"))) port = std::stoi(m[1]);
-        return port != 0 || !exporter.running();
-    }, std::chrono::seconds(60), std::chrono::milliseconds(250)) && port != 0) << exporter.err();
+    const int port = wait_for_ready_port(exporter, dir.path() + "/exporter-ready");
+    ASSERT_GT(port, 0) << exporter.err();
 
     // Prometheus as the ServiceMonitor configures it: job kgpu-exporter, the node's name as `node`,
     // the exporter's pod labels kept (honor_labels), the alert rules evaluated every second.

@@ -8,7 +8,6 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <thread>
 
 #include "deviceplugin/plugin_fixture.h"
@@ -45,17 +44,10 @@ TEST(MpsExporter, LimitsDaemonStateAndPodsOnReplicas) {
                            "--nvml-library", KGPU_SIM_LIBRARY, "--mps-root", root, "--kubernetes",
                            "--pod-resources-kubelet-socket", dir.path() + "/pod-resources.sock",
                            "--container-runtime-endpoint", "unix://" + dir.path() + "/no-cri.sock",
-                           "--kubernetes-virtual-gpus"},
+                           "--kubernetes-virtual-gpus", "--ready-file", dir.path() + "/ready"},
                           env);
-    int port = 0;
-    ASSERT_TRUE(eventually([&] {
-        std::smatch m;
-        const std::string err = exporter.err();
-        static const std::regex re("listening on 127\\.0\\.0\\.1:([0-9]+)");
-        if (!std::regex_search(err, m, re)) return false;
-        port = std::stoi(m[1]);
-        return true;
-    })) << exporter.err();
+    const int port = wait_for_ready_port(exporter, dir.path() + "/ready");
+    ASSERT_GT(port, 0) << exporter.err();
     auto scrape = [&] { return parse_metrics(http_request(port, "GET", "/metrics").body); };
     const std::map<std::string, std::string> res{{"resource", "nvidia.com/gpu"}};
 

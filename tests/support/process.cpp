@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 namespace kgpu::test {
 namespace {
@@ -112,6 +113,23 @@ std::string TempDir::write(const std::string& name, const std::string& content) 
     std::filesystem::create_directories(p.parent_path());
     std::ofstream(p) << content;
     return p.string();
+}
+
+int wait_for_ready_port(ChildProcess& proc, const std::string& ready_file, std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+        // Written atomically: there means whole.
+        std::ifstream in(ready_file);
+        std::string line;
+        if (in && std::getline(in, line)) {
+            const auto colon = line.rfind(':');
+            const int port = colon == std::string::npos ? 0 : std::atoi(line.c_str() + colon + 1);
+            if (port <= 0 || port > 65535) throw std::runtime_error("ready file " + ready_file + ": not host:port: " + line);
+            return port;
+        }
+        if (!proc.running() || std::chrono::steady_clock::now() > deadline) return 0;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
 }
 
 long proc_status_kib(int pid, std::string_view key) {

@@ -2,6 +2,7 @@
 // (integration tests run the built kgpu binary this way).
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <string>
 #include <string_view>
@@ -46,6 +47,11 @@ private:
     std::string out_path_, err_path_;
     std::string dir_;
 };
+
+// The port a server wrote to its ready file (`kgpu exporter --ready-file`: "host:port\n"), once
+// the file is there; 0 when `proc` exits first or nothing comes within `timeout`.
+int wait_for_ready_port(ChildProcess& proc, const std::string& ready_file,
+                        std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
 // A field of /proc/<pid>/status in KiB ("VmRSS:", "VmHWM:"); -1 when the process or the field
 // is not there.
