@@ -24,19 +24,13 @@
 #include "tls_client.h"
 #include "support/fake_cri.h"
 #include "support/fake_pod_resources.h"
+#include "support/files.h"
 #include "support/process.h"
 
 namespace kgpu::test {
 namespace {
 
 std::string fixture(const std::string& name) { return std::string(KGPU_SOURCE_DIR) + "/sim/nodes/" + name; }
-
-std::string read_file(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
 
 // A running `kgpu exporter` on 127.0.0.1 with a port it picked.
 class Exporter {
@@ -86,7 +80,7 @@ TEST(ExporterCli, ReadyFileNamesTheBoundPortAndGoesBeforeTheServerStops) {
                    {{"KGPU_SIM_NODE", fixture("t4x4.yaml")}});
     const int port = wait_for_ready_port(p, ready);
     ASSERT_GT(port, 0) << p.err();
-    EXPECT_EQ(read_file(ready), "127.0.0.1:" + std::to_string(port) + "\n");
+    EXPECT_EQ(slurp(ready), "127.0.0.1:" + std::to_string(port) + "\n");
     // The port in the file is the one serving (not a port picked and given back).
     EXPECT_EQ(http_request(port, "GET", "/health").status, 200);
     p.signal(SIGTERM);
@@ -149,7 +143,7 @@ TEST(ExporterCli, NvmlThatCannotLoadExitsOne) {
 TEST(ExporterCli, PrintsTheMetricsDocsPage) {
     auto r = run_process({KGPU_BINARY, "exporter", "--print-metrics-markdown"});
     EXPECT_EQ(r.exit_code, 0);
-    EXPECT_EQ(r.out, read_file(std::string(KGPU_SOURCE_DIR) + "/docs/metrics.md"));
+    EXPECT_EQ(r.out, slurp(std::string(KGPU_SOURCE_DIR) + "/docs/metrics.md"));
 }
 
 TEST(ExporterCli, EnvVarsInDcgmExportersNames) {
@@ -607,7 +601,7 @@ TEST(ExporterServe, TheKubeApiCountsOfKgpuLabelsAreServed) {
     Exporter e("t4x4.yaml", {"--kube-api-status-dir", dir.path() + "/status"});
     ASSERT_TRUE(e.wait_metrics([](const ParsedMetrics& m) {
         return m.value("kgpu_kube_api_errors_total", {{"component", "labels"}, {"kind", "unreachable"}}).value_or(0) >= 1;
-    })) << read_file(dir.path() + "/status/labels.json");
+    })) << slurp(dir.path() + "/status/labels.json");
     auto m = e.metrics();
     EXPECT_GE(m.value("kgpu_kube_api_requests_total", {{"component", "labels"}, {"method", "GET"}, {"code", "<error>"}}).value_or(0), 1.0);
     EXPECT_TRUE(m.find("kgpu_kube_api_last_success_timestamp_seconds").empty());
