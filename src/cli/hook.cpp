@@ -20,45 +20,56 @@ void add_container_spec(CLI::App& c, HookOptions& o) {
                  "The OCI container state file (default: read from stdin, as the runtime passes it)");
 }
 
-void add_hooks(CLI::App& parent, HookOptions& o) {
-    auto* ld = parent.add_subcommand("update-ldcache", "Add folders to the container's linker cache (runs the host's ldconfig in the container's root)");
-    ld->add_option("--folder", o.folders, "A folder to add to the linker's search path (repeatable)");
-    ld->add_option("--ldconfig-path", o.ldconfig_path, "The host's ldconfig (an @ prefix is accepted)")->capture_default_str();
-    add_container_spec(*ld, o);
-
-    auto* sl = parent.add_subcommand("create-symlinks", "Create symlinks in the container");
-    sl->add_option("--link", o.links, "<target>::<link> (repeatable); the link is replaced when it points elsewhere");
-    add_container_spec(*sl, o);
-
-    auto* cc = parent.add_subcommand("enable-cuda-compat",
-                                     "Put the image's CUDA forward-compatibility libraries first when the host driver is older");
-    cc->add_option("--host-driver-version", o.host_driver_version, "The host's driver version (e.g. 550.54.15)");
-    cc->add_option("--host-cuda-version", o.host_cuda_version, "The CUDA version the host driver supports (e.g. 12.4)");
-    cc->add_option("--cuda-compat-container-root", o.compat_dir, "Where the compat libraries are in the container")
-        ->capture_default_str();
-    add_container_spec(*cc, o);
-
-    auto* dm = parent.add_subcommand("disable-device-node-modification",
-                                     "Make NVML in the container never create device nodes (ModifyDeviceFiles: 0)");
-    dm->add_option("--nvidia-params-path", o.params_path, "The host's NVIDIA driver parameters file")
-        ->capture_default_str()
-        ->group("");  // for tests; NVIDIA's hook has no such flag
-    add_container_spec(*dm, o);
-
-    auto* ap = parent.add_subcommand("update-application-profile",
-                                     "Restrict EGL/Vulkan in the container to its GPUs (an application profile)");
-    add_container_spec(*ap, o);
-
-    auto* ch = parent.add_subcommand("chmod", "Set the mode of paths in the container");
-    ch->add_option("--path", o.paths, "A path in the container (repeatable)");
-    ch->add_option("--mode", o.mode, "The mode, in octal (e.g. 755)");
-    add_container_spec(*ch, o);
-
-    // Parsed by run_chain (its steps are hooks of their own); here for --help.
-    parent.add_subcommand(std::string(cdi::kChain), "Several of these hooks in one exec: <hook> [args] + <hook> [args] ... "
-                                                    "(kgpu's runtime writes it when the hooks' binary is kgpu)")
-        ->allow_extras()
-        ->prefix_command();
+// The hooks' subcommands; with `only`, that one alone (a chain's step or a hook exec'd by runc
+// builds no parser for the hooks it does not run: building them all was most of a step's CPU).
+void add_hooks(CLI::App& parent, HookOptions& o, std::string_view only = {}) {
+    auto want = [&](std::string_view name) { return only.empty() || only == name; };
+    if (want("update-ldcache")) {
+        auto* ld = parent.add_subcommand("update-ldcache", "Add folders to the container's linker cache (runs the host's ldconfig in the container's root)");
+        ld->add_option("--folder", o.folders, "A folder to add to the linker's search path (repeatable)");
+        ld->add_option("--ldconfig-path", o.ldconfig_path, "The host's ldconfig (an @ prefix is accepted)")->capture_default_str();
+        add_container_spec(*ld, o);
+    }
+    if (want("create-symlinks")) {
+        auto* sl = parent.add_subcommand("create-symlinks", "Create symlinks in the container");
+        sl->add_option("--link", o.links, "<target>::<link> (repeatable); the link is replaced when it points elsewhere");
+        add_container_spec(*sl, o);
+    }
+    if (want("enable-cuda-compat")) {
+        auto* cc = parent.add_subcommand("enable-cuda-compat",
+                                         "Put the image's CUDA forward-compatibility libraries first when the host driver is older");
+        cc->add_option("--host-driver-version", o.host_driver_version, "The host's driver version (e.g. 550.54.15)");
+        cc->add_option("--host-cuda-version", o.host_cuda_version, "The CUDA version the host driver supports (e.g. 12.4)");
+        cc->add_option("--cuda-compat-container-root", o.compat_dir, "Where the compat libraries are in the container")
+            ->capture_default_str();
+        add_container_spec(*cc, o);
+    }
+    if (want("disable-device-node-modification")) {
+        auto* dm = parent.add_subcommand("disable-device-node-modification",
+                                         "Make NVML in the container never create device nodes (ModifyDeviceFiles: 0)");
+        dm->add_option("--nvidia-params-path", o.params_path, "The host's NVIDIA driver parameters file")
+            ->capture_default_str()
+            ->group("");  // for tests; NVIDIA's hook has no such flag
+        add_container_spec(*dm, o);
+    }
+    if (want("update-application-profile")) {
+        auto* ap = parent.add_subcommand("update-application-profile",
+                                         "Restrict EGL/Vulkan in the container to its GPUs (an application profile)");
+        add_container_spec(*ap, o);
+    }
+    if (want("chmod")) {
+        auto* ch = parent.add_subcommand("chmod", "Set the mode of paths in the container");
+        ch->add_option("--path", o.paths, "A path in the container (repeatable)");
+        ch->add_option("--mode", o.mode, "The mode, in octal (e.g. 755)");
+        add_container_spec(*ch, o);
+    }
+    if (want(cdi::kChain)) {
+        // Parsed by run_chain (its steps are hooks of their own); here for --help.
+        parent.add_subcommand(std::string(cdi::kChain), "Several of these hooks in one exec: <hook> [args] + <hook> [args] ... "
+                                                        "(kgpu's runtime writes it when the hooks' binary is kgpu)")
+            ->allow_extras()
+            ->prefix_command();
+    }
 
     parent.add_flag("--debug,-d", o.debug, "Accepted for nvidia-cdi-hook compatibility");
     parent.add_flag("--quiet", o.quiet, "Accepted for nvidia-cdi-hook compatibility");
@@ -121,11 +132,11 @@ int run_hook(CLI::App& hook_cmd, const HookOptions& o) {
 
 namespace {
 
-std::unique_ptr<CLI::App> hook_parser(const std::string& program, HookOptions& o) {
+std::unique_ptr<CLI::App> hook_parser(const std::string& program, HookOptions& o, std::string_view only = {}) {
     auto app = std::make_unique<CLI::App>(program == "nvidia-cdi-hook" ? "nvidia-cdi-hook (kgpu): createContainer hooks for CDI specs"
                                                                        : "kgpu hook: createContainer hooks for CDI specs");
     app->name(program == "nvidia-cdi-hook" ? program : "kgpu hook");
-    add_hooks(*app, o);
+    add_hooks(*app, o, only);
     return app;
 }
 
@@ -168,7 +179,7 @@ int run_chain(const std::string& program, const std::vector<std::string>& args) 
             return 2;
         }
         Step s;
-        auto app = hook_parser(program, s.options);
+        auto app = hook_parser(program, s.options, steps[n].front());
         std::vector<std::string> reversed(steps[n].rbegin(), steps[n].rend());
         try {
             app->parse(reversed);
@@ -206,7 +217,10 @@ int run_hook_argv(const std::string& program, const std::vector<std::string>& ar
     while (first < args.size() && (args[first] == "--debug" || args[first] == "-d" || args[first] == "--quiet")) ++first;
     if (first < args.size() && args[first] == cdi::kChain) return run_chain(program, {args.begin() + first + 1, args.end()});
     HookOptions o;
-    auto parser = hook_parser(program, o);
+    // A hook's name first (as runc runs it): only its parser; anything else (--help, a typo): all,
+    // so that the help and the error list them.
+    const bool named = first < args.size() && cdi::is_hook_name(args[first]) && args[first] != cdi::kChain;
+    auto parser = hook_parser(program, o, named ? std::string_view(args[first]) : std::string_view());
     CLI::App& app = *parser;
     std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11's vector form takes them reversed
     try {
