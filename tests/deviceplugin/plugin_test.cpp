@@ -259,7 +259,9 @@ TEST_F(DevicePluginTest, SighupReloadsTheConfigOverTheOpenStream) {
     // A broken file on SIGHUP keeps the running config.
     std::ofstream(cfg) << "version: v1\nflags:\n  migStrategy: sometimes\n";
     plugin_->signal(SIGHUP);
-    std::this_thread::sleep_for(500ms);
+    // Waits for the plugin to say it kept its configuration (a sleep would pass unhandled).
+    EXPECT_TRUE(kgpu::test::eventually([&] { return plugin_->err().find("SIGHUP: keeping the running configuration") != std::string::npos; }))
+        << plugin_->err();
     EXPECT_TRUE(plugin_->running());
     EXPECT_TRUE(kubelet_->devices(kGpu).contains(replica));
     std::filesystem::remove(cfg);
@@ -370,7 +372,9 @@ TEST(DevicePluginStart, NoNvmlWithoutFailOnInitErrorWaitsForTheDriver) {
     ChildProcess plugin({KGPU_BINARY, "device-plugin", "--device-plugin-path", dir.path(), "--nvml-library", lib,
                          "--fail-on-init-error=false", "--cdi-spec-dir", cdi.path()},
                         {{"KGPU_SIM_NODE", fixture("t4x4.yaml")}, {"KGPU_INIT_RETRY_MS", "200"}});
-    std::this_thread::sleep_for(700ms);
+    // Its first failed start said so: it runs on, retrying, registered with nothing.
+    EXPECT_TRUE(kgpu::test::eventually([&] { return plugin.err().find("serving no resource and retrying") != std::string::npos; }))
+        << plugin.err();
     EXPECT_TRUE(plugin.running());
     EXPECT_FALSE(kubelet.wait_registered(kGpu, 1, 100ms).has_value());
     // The driver appears, whole, as a package manager installs it (written beside, then renamed):
