@@ -272,7 +272,7 @@ std::string not_keepable(const inventory::Node& n, const Witness& w) {
 Status write_cache(const fs::path& path, std::string_view text) {
     const fs::path dir = path.parent_path();
     if (auto st = files::create_directories(dir.parent_path(), 0755); !st) return st;
-    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return fail(Code::io, "mkdir {}: {}", dir.string(), std::strerror(errno));
+    if (auto st = files::create_directories(dir, 0700); !st) return st;
     Fd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!d) return fail(Code::io, "{}: {}", dir.string(), std::strerror(errno));
     struct stat st {};
@@ -287,6 +287,7 @@ Status write_cache(const fs::path& path, std::string_view text) {
     std::string_view left = text;
     while (!left.empty()) {
         const ssize_t n = ::write(f.get(), left.data(), left.size());
+        if (n < 0 && errno == EINTR) continue;
         if (n <= 0) {
             ::unlinkat(d.get(), tmp.c_str(), 0);
             return fail(Code::io, "writing {}/{}: {}", dir.string(), tmp, std::strerror(errno));
@@ -312,13 +313,13 @@ public:
             how_ = "NVML (inventory-cache = \"\")";
             return nvml_->node();
         }
-        auto witness = read_witness(config_);
-        if (!witness) {
+        witness_ = read_witness(config_);
+        if (!witness_) {
             how_ = fmt::format("NVML (no cache: no {}/driver/nvidia/version)", config_.proc_root);
             return nvml_->node();
         }
         if (auto text = read_own_file(config_.inventory_cache)) {
-            if (auto c = from_cache_text(*text); c && c->witness == witness->text) {
+            if (auto c = from_cache_text(*text); c && c->witness == witness_->text) {
                 cached_ = std::move(*c);
                 how_ = "cache";
                 return cached_->node;
@@ -327,14 +328,15 @@ public:
         // The witness was read before NVML: a change while NVML is read leaves a witness that no
         // longer matches, so the next create asks again; the other order could keep an old node
         // under a new witness.
-        return from_nvml(*witness);
+        return from_nvml(*witness_);
     }
 
+    // The cache was kept under the witness node() read, so there is one; NVML is asked after it
+    // was read, which keeps the order from_nvml needs.
     bool refresh() override {
         if (!cached_) return false;
         cached_.reset();
-        auto witness = read_witness(config_);
-        fresh_ = witness ? from_nvml(*witness, " (the cached inventory did not serve this request)") : nvml_->node();
+        fresh_ = from_nvml(*witness_, " (the cached inventory did not serve this request)");
         return true;
     }
 
@@ -363,6 +365,7 @@ private:
         return n;
     }
 
+    std::optional<Witness> witness_;  // read by node(), before NVML
     std::optional<Result<inventory::Node>> fresh_;
     const RuntimeConfig& config_;
     std::unique_ptr<NodeSource> nvml_;
