@@ -13,6 +13,7 @@ std::vector<HealthMonitor::Gpu> HealthMonitor::make_gpus(const nvml::Session& se
     for (const auto& g : node.gpus) {
         Gpu gpu;
         gpu.uuid = g.uuid;
+        gpu.index = g.index;
         gpu.state.label = fmt::format("GPU {} ({})", g.index, g.uuid);
         if (auto d = session.device_by_index(g.index)) gpu.device = *d;
         if (g.lost) {
@@ -230,6 +231,15 @@ void HealthMonitor::probe(size_t i) {
     Gpu& g = gpus_[i];
     if (!g.device) return;
     auto uuid = g.device->uuid();
+    if (!uuid && uuid.error().code == Code::stale) {
+        // The GPU answers again after GPU_IS_LOST, and NVML handles from before are refused (the
+        // nvml layer's handle generations): take a new one, which the events register with too.
+        if (auto d = session_.device_by_index(g.index)) {
+            log::info("{}: NVML handle taken again ({})", g.state.label, uuid.error().message);
+            g.device = std::move(*d);
+            uuid = g.device->uuid();
+        }
+    }
     if (!uuid) {
         if (g.answering) log::info("{} stopped answering: {}", g.state.label, uuid.error().message);
         g.answering = false;
@@ -357,13 +367,14 @@ void HealthMonitor::run() {
             {
                 std::lock_guard lk(mu_);
                 for (size_t i = 0; i < gpus_.size(); ++i) {
-                    const bool was_lost = gpus_[i].state.bad == Bad::lost;
+                    const bool was_lost = gpus_[i].state.bad == Bad::lost || !gpus_[i].answering;
                     probe(i);
-                    came_back |= was_lost && gpus_[i].state.healthy;
+                    came_back |= was_lost && gpus_[i].answering;
                 }
             }
             ++probe_rounds_;
-            // A GPU that came back may have lost its event registration: register everything again.
+            // A GPU that came back (healthy or still waiting for pending state to clear) may have
+            // lost its event registration, and its handle may be new: register everything again.
             if (came_back) rebuild();
         }
         notify();

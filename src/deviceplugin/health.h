@@ -137,6 +137,7 @@ private:
     };
     struct Gpu {
         std::string uuid;
+        unsigned index = 0;  // NVML's, as discovered
         std::optional<nvml::Device> device;
         State state;
         std::vector<Mig> migs;

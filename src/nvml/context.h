@@ -2,13 +2,13 @@
 // calls nvmlShutdown, balancing the nvmlInit of Session::open.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <expected>
-#include <mutex>
-#include <unordered_map>
 #include <memory>
 #include <string_view>
 
+#include "nvml/device.h"
 #include "nvml/error.h"
 #include "nvml/library.h"
 
@@ -22,37 +22,59 @@ struct Context {
     const EntryPoints& api() const { return lib->api(); }
 };
 
-// Handle generations (DCGM's idea): NVML hands out a MIG device's handle by slot, and after the
-// GPU's MIG configuration changes the same slot, even the same handle, may name another
-// instance. Every Device remembers the generation of its GPU's MIG configuration it was taken in;
-// an EventSet that sees the GPU's MigConfigChange event moves the generation on, and from then
-// on every call through an older MIG device handle is refused (Device::live) instead of reading
-// whatever instance sits there now. Process-wide, like NVML's handles; keyed by the GPU's handle.
-class MigGenerations {
-public:
-    static MigGenerations& instance() {
-        static MigGenerations g;
-        return g;
+// Handle generations (DCGM's idea). NVML hands out handles by slot: after a GPU's MIG
+// configuration changes the same slot, even the same handle, may name another instance, and after
+// a GPU stops answering (GPU_IS_LOST: fallen off the bus, reset) and comes back nothing says its
+// old handles still name what they did. So every GPU has one epoch for the life of the process
+// (keyed by its handle, process-wide like NVML's handles), and every Device remembers the epoch it
+// was taken in; Device::call refuses (Code::stale) a handle taken before
+//  - a MIG configuration change of its GPU that an EventSet of this process saw (MIG devices only:
+//    a GPU's own handle stays valid across MIG changes), or
+//  - its GPU answering again after a call answered GPU_IS_LOST (GPUs and their MIG devices).
+// Whoever holds a Device looks it up again on Code::stale.
+struct GpuEpoch {
+    std::atomic<std::uint64_t> mig{0};  // MIG configuration changes seen
+    // Times the GPU came back, times two, plus one while it is lost (a call answered GPU_IS_LOST
+    // and none has succeeded since). One word, so a handle taken meanwhile reads both at once.
+    std::atomic<std::uint64_t> resets{0};
+    // The reset generation a handle taken now belongs to: while the GPU is lost, the one after
+    // it comes back (a handle taken then is as new as one taken after).
+    std::uint64_t reset_now() const {
+        const std::uint64_t w = resets.load();
+        return (w >> 1) + (w & 1);
     }
-    std::uint64_t now(const void* gpu) const {
-        std::lock_guard lk(mu_);
-        auto it = gens_.find(gpu);
-        return it == gens_.end() ? 0 : it->second;
+    // A call answered GPU_IS_LOST / succeeded: the latter, on a lost GPU, starts the next generation.
+    void saw_lost() { resets.fetch_or(1); }
+    void saw_answer() {
+        std::uint64_t w = resets.load(std::memory_order_relaxed);
+        while ((w & 1) && !resets.compare_exchange_weak(w, w + 1)) {
+        }
     }
-    std::uint64_t advance(const void* gpu) {
-        std::lock_guard lk(mu_);
-        return ++gens_[gpu];
-    }
-
-private:
-    mutable std::mutex mu_;
-    std::unordered_map<const void*, std::uint64_t> gens_;
 };
+// The epoch of the GPU whose handle this is; the same object for as long as the process lives.
+GpuEpoch& epoch_of(const nvmlDevice_st* gpu);
 
-// The first statement of every Device getter: a stale MIG handle is refused (Device::live).
-#define KGPU_NVML_LIVE()                                                                           \
+// Every call on a device: a stale handle is refused before the call (Device::live) and after it,
+// when this very call saw its GPU come back; otherwise NVML's return code, for the caller to judge.
+template <class Fn, class... Args>
+Result<int> Device::call(Fn fn, Args... args) const {
+    if (auto st = live(); !st) return std::unexpected(st.error());
+    const int r = fn(handle_, args...);
+    if (r == NVML_ERROR_GPU_IS_LOST) epoch_->saw_lost();
+    else if (r == NVML_SUCCESS) {
+        epoch_->saw_answer();
+        if (auto st = live(); !st) return std::unexpected(st.error());
+    }
+    return r;
+}
+
+// One call on this device, in a Device member returning a Result or Status: a stale handle or a
+// failed call returns its error (the entry point named by its table field).
+#define KGPU_DEVICE_CALL(field, ...)                                                               \
     do {                                                                                           \
-        if (auto live_ = live(); !live_) return std::unexpected(live_.error());                    \
+        auto r_ = call(ctx_->api().field, __VA_ARGS__);                                            \
+        if (!r_) return std::unexpected(r_.error());                                               \
+        if (*r_ != NVML_SUCCESS) return failed(*ctx_, #field, *r_);                                \
     } while (0)
 
 // The error of a failed call, naming the entry point by its table field ("DeviceGetBrand").

@@ -1,6 +1,8 @@
 #include "nvml/device.h"
 
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 
 #include "common/strings.h"
 #include "nvml/context.h"
@@ -121,71 +123,85 @@ Result<Session> open_session(const LoadOptions& options) {
 
 // ---- Device -----------------------------------------------------------------------------------
 
+GpuEpoch& epoch_of(const nvmlDevice_st* gpu) {
+    // Never freed: a Device may outlive every Session (it holds the Context), and a GPU's epoch
+    // must outlive its Devices. One node-based entry per GPU handle this process was given.
+    static std::mutex mu;
+    static auto* epochs = new std::unordered_map<const nvmlDevice_st*, std::unique_ptr<GpuEpoch>>();
+    std::lock_guard lk(mu);
+    auto& e = (*epochs)[gpu];
+    if (!e) e = std::make_unique<GpuEpoch>();
+    return *e;
+}
+
+Device::Device(std::shared_ptr<const Context> ctx, nvmlDevice_st* handle)
+    : ctx_(std::move(ctx)), handle_(handle), epoch_(&epoch_of(handle)), reset_generation_(epoch_->reset_now()) {}
+
+Device::Device(std::shared_ptr<const Context> ctx, nvmlDevice_st* handle, const Device& gpu, std::uint64_t mig_generation)
+    : ctx_(std::move(ctx)),
+      handle_(handle),
+      mig_(true),
+      epoch_(gpu.epoch_),
+      mig_generation_(mig_generation),
+      reset_generation_(epoch_->reset_now()) {}
+
 Result<std::string> Device::uuid() const {
-    KGPU_NVML_LIVE();
     char buf[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
-    KGPU_CALL(DeviceGetUUID, handle_, buf, sizeof buf);
+    KGPU_DEVICE_CALL(DeviceGetUUID, buf, sizeof buf);
     return from_buffer(buf, sizeof buf);
 }
 
 Result<std::string> Device::name() const {
-    KGPU_NVML_LIVE();
     char buf[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {};
-    KGPU_CALL(DeviceGetName, handle_, buf, sizeof buf);
+    KGPU_DEVICE_CALL(DeviceGetName, buf, sizeof buf);
     return from_buffer(buf, sizeof buf);
 }
 
 Result<std::string> Device::serial() const {
-    KGPU_NVML_LIVE();
     char buf[NVML_DEVICE_SERIAL_BUFFER_SIZE + 2] = {};
-    KGPU_CALL(DeviceGetSerial, handle_, buf, sizeof buf);
+    KGPU_DEVICE_CALL(DeviceGetSerial, buf, sizeof buf);
     return from_buffer(buf, sizeof buf);
 }
 
 Result<std::string> Device::vbios_version() const {
-    KGPU_NVML_LIVE();
     char buf[NVML_DEVICE_VBIOS_VERSION_BUFFER_SIZE] = {};
-    KGPU_CALL(DeviceGetVbiosVersion, handle_, buf, sizeof buf);
+    KGPU_DEVICE_CALL(DeviceGetVbiosVersion, buf, sizeof buf);
     return from_buffer(buf, sizeof buf);
 }
 
 Result<std::string> Device::inforom_version(Inforom object) const {
-    KGPU_NVML_LIVE();
     char buf[NVML_DEVICE_INFOROM_VERSION_BUFFER_SIZE] = {};
-    KGPU_CALL(DeviceGetInforomVersion, handle_, static_cast<nvmlInforomObject_t>(object), buf, sizeof buf);
+    KGPU_DEVICE_CALL(DeviceGetInforomVersion, static_cast<nvmlInforomObject_t>(object), buf, sizeof buf);
     return from_buffer(buf, sizeof buf);
 }
 
 Result<std::string> Device::inforom_image_version() const {
-    KGPU_NVML_LIVE();
     char buf[NVML_DEVICE_INFOROM_VERSION_BUFFER_SIZE] = {};
-    KGPU_CALL(DeviceGetInforomImageVersion, handle_, buf, sizeof buf);
+    KGPU_DEVICE_CALL(DeviceGetInforomImageVersion, buf, sizeof buf);
     return from_buffer(buf, sizeof buf);
 }
 
 Result<unsigned> Device::minor_number() const {
-    KGPU_NVML_LIVE();
     unsigned v = 0;
-    KGPU_CALL(DeviceGetMinorNumber, handle_, &v);
+    KGPU_DEVICE_CALL(DeviceGetMinorNumber, &v);
     return v;
 }
 
 Result<unsigned> Device::index() const {
-    KGPU_NVML_LIVE();
     unsigned v = 0;
-    KGPU_CALL(DeviceGetIndex, handle_, &v);
+    KGPU_DEVICE_CALL(DeviceGetIndex, &v);
     return v;
 }
 
 Result<PciInfo> Device::pci_info() const {
-    KGPU_NVML_LIVE();
     nvmlPciInfo_t p{};
-    nvmlReturn_t r = ctx_->api().DeviceGetPciInfo(handle_, &p);
-    if (r == NVML_SUCCESS) return to_pci(p);
-    if (r != NVML_ERROR_NOT_SUPPORTED) return std::unexpected(make_error(*ctx_->lib, ctx_->lib->symbol_name("DeviceGetPciInfo"), r));
+    auto r = call(ctx_->api().DeviceGetPciInfo, &p);
+    if (!r) return std::unexpected(r.error());
+    if (*r == NVML_SUCCESS) return to_pci(p);
+    if (*r != NVML_ERROR_NOT_SUPPORTED) return failed(*ctx_, "DeviceGetPciInfo", *r);
     // An older driver: the older struct, whose busId is the short form.
     nvmlPciInfo_v2_t old{};
-    KGPU_CALL(DeviceGetPciInfoV2, handle_, &old);
+    KGPU_DEVICE_CALL(DeviceGetPciInfoV2, &old);
     PciInfo out;
     out.domain = old.domain;
     out.bus = old.bus;
@@ -198,57 +214,51 @@ Result<PciInfo> Device::pci_info() const {
 }
 
 Result<int> Device::numa_node() const {
-    KGPU_NVML_LIVE();
     unsigned v = 0;
-    KGPU_CALL(DeviceGetNumaNodeId, handle_, &v);
+    KGPU_DEVICE_CALL(DeviceGetNumaNodeId, &v);
     return static_cast<int>(v);
 }
 
 Result<MemoryInfo> Device::memory() const {
-    KGPU_NVML_LIVE();
     nvmlMemory_v2_t m2{};
     m2.version = nvmlMemory_v2;
-    nvmlReturn_t r = ctx_->api().DeviceGetMemoryInfoV2(handle_, &m2);
-    if (r == NVML_SUCCESS) return MemoryInfo{m2.total, m2.reserved, m2.free, m2.used};
-    if (r != NVML_ERROR_NOT_SUPPORTED && r != NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
-        return std::unexpected(make_error(*ctx_->lib, ctx_->lib->symbol_name("DeviceGetMemoryInfoV2"), r));
+    auto r = call(ctx_->api().DeviceGetMemoryInfoV2, &m2);
+    if (!r) return std::unexpected(r.error());
+    if (*r == NVML_SUCCESS) return MemoryInfo{m2.total, m2.reserved, m2.free, m2.used};
+    if (*r != NVML_ERROR_NOT_SUPPORTED && *r != NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        return failed(*ctx_, "DeviceGetMemoryInfoV2", *r);
     nvmlMemory_t m{};
-    KGPU_CALL(DeviceGetMemoryInfo, handle_, &m);
+    KGPU_DEVICE_CALL(DeviceGetMemoryInfo, &m);
     return MemoryInfo{m.total, 0, m.free, m.used};
 }
 
 Result<std::pair<int, int>> Device::compute_capability() const {
-    KGPU_NVML_LIVE();
     int major = 0, minor = 0;
-    KGPU_CALL(DeviceGetCudaComputeCapability, handle_, &major, &minor);
+    KGPU_DEVICE_CALL(DeviceGetCudaComputeCapability, &major, &minor);
     return std::pair{major, minor};
 }
 
 Result<unsigned> Device::architecture() const {
-    KGPU_NVML_LIVE();
     nvmlDeviceArchitecture_t a = 0;
-    KGPU_CALL(DeviceGetArchitecture, handle_, &a);
+    KGPU_DEVICE_CALL(DeviceGetArchitecture, &a);
     return a;
 }
 
 Result<unsigned> Device::power_limit_mw() const {
-    KGPU_NVML_LIVE();
     unsigned v = 0;
-    KGPU_CALL(DeviceGetEnforcedPowerLimit, handle_, &v);
+    KGPU_DEVICE_CALL(DeviceGetEnforcedPowerLimit, &v);
     return v;
 }
 
 Result<bool> Device::persistence_mode() const {
-    KGPU_NVML_LIVE();
     nvmlEnableState_t s = NVML_FEATURE_DISABLED;
-    KGPU_CALL(DeviceGetPersistenceMode, handle_, &s);
+    KGPU_DEVICE_CALL(DeviceGetPersistenceMode, &s);
     return s == NVML_FEATURE_ENABLED;
 }
 
 Result<bool> Device::display_active() const {
-    KGPU_NVML_LIVE();
     nvmlEnableState_t s = NVML_FEATURE_DISABLED;
-    KGPU_CALL(DeviceGetDisplayActive, handle_, &s);
+    KGPU_DEVICE_CALL(DeviceGetDisplayActive, &s);
     return s == NVML_FEATURE_ENABLED;
 }
 
@@ -262,65 +272,58 @@ std::string_view to_string(ComputeMode mode) {
 }
 
 Result<ComputeMode> Device::compute_mode() const {
-    KGPU_NVML_LIVE();
     nvmlComputeMode_t m = NVML_COMPUTEMODE_DEFAULT;
-    KGPU_CALL(DeviceGetComputeMode, handle_, &m);
+    KGPU_DEVICE_CALL(DeviceGetComputeMode, &m);
     if (m != NVML_COMPUTEMODE_DEFAULT && m != NVML_COMPUTEMODE_PROHIBITED && m != NVML_COMPUTEMODE_EXCLUSIVE_PROCESS)
         return fail(Code::parse, "{}: unknown compute mode {}", ctx_->lib->symbol_name("DeviceGetComputeMode"), m);
     return static_cast<ComputeMode>(m);
 }
 
 Status Device::set_compute_mode(ComputeMode mode) const {
-    KGPU_NVML_LIVE();
-    KGPU_CALL(DeviceSetComputeMode, handle_, static_cast<nvmlComputeMode_t>(mode));
+    KGPU_DEVICE_CALL(DeviceSetComputeMode, static_cast<nvmlComputeMode_t>(mode));
     return {};
 }
 
 Result<std::pair<bool, bool>> Device::ecc_mode() const {
-    KGPU_NVML_LIVE();
     nvmlEnableState_t cur = NVML_FEATURE_DISABLED, pend = NVML_FEATURE_DISABLED;
-    KGPU_CALL(DeviceGetEccMode, handle_, &cur, &pend);
+    KGPU_DEVICE_CALL(DeviceGetEccMode, &cur, &pend);
     return std::pair{cur == NVML_FEATURE_ENABLED, pend == NVML_FEATURE_ENABLED};
 }
 
 Result<RemappedRows> Device::remapped_rows() const {
-    KGPU_NVML_LIVE();
     unsigned corr = 0, unc = 0, pending = 0, failure = 0;
-    KGPU_CALL(DeviceGetRemappedRows, handle_, &corr, &unc, &pending, &failure);
+    KGPU_DEVICE_CALL(DeviceGetRemappedRows, &corr, &unc, &pending, &failure);
     return RemappedRows{corr, unc, pending != 0, failure != 0};
 }
 
 Result<bool> Device::retired_pages_pending() const {
-    KGPU_NVML_LIVE();
     nvmlEnableState_t s = NVML_FEATURE_DISABLED;
-    KGPU_CALL(DeviceGetRetiredPagesPendingStatus, handle_, &s);
+    KGPU_DEVICE_CALL(DeviceGetRetiredPagesPendingStatus, &s);
     return s == NVML_FEATURE_ENABLED;
 }
 
 Result<unsigned> Device::recovery_action() const {
-    KGPU_NVML_LIVE();
     nvmlFieldValue_t v{};
     v.fieldId = NVML_FI_DEV_GET_GPU_RECOVERY_ACTION;
-    KGPU_CALL(DeviceGetFieldValues, handle_, 1, &v);
+    KGPU_DEVICE_CALL(DeviceGetFieldValues, 1, &v);
     if (auto st = check(*ctx_, "DeviceGetFieldValues", v.nvmlReturn); !st) return std::unexpected(st.error());
     return v.value.uiVal;
 }
 
 Result<std::vector<ProcessMemory>> Device::compute_processes() const {
-    KGPU_NVML_LIVE();
     // Ask for the count first; a process may start in between, so retry on INSUFFICIENT_SIZE.
     for (int attempt = 0; attempt < 3; ++attempt) {
         unsigned count = 0;
-        nvmlReturn_t r = ctx_->api().DeviceGetComputeRunningProcesses(handle_, &count, nullptr);
-        if (r == NVML_SUCCESS) return std::vector<ProcessMemory>{};
-        if (r != NVML_ERROR_INSUFFICIENT_SIZE) {
-            if (auto st = check(*ctx_, "DeviceGetComputeRunningProcesses", r); !st) return std::unexpected(st.error());
-        }
+        auto r = call(ctx_->api().DeviceGetComputeRunningProcesses, &count, nullptr);
+        if (!r) return std::unexpected(r.error());
+        if (*r == NVML_SUCCESS) return std::vector<ProcessMemory>{};
+        if (*r != NVML_ERROR_INSUFFICIENT_SIZE) return failed(*ctx_, "DeviceGetComputeRunningProcesses", *r);
         std::vector<nvmlProcessInfo_t> infos(count + 4);
         count = static_cast<unsigned>(infos.size());
-        r = ctx_->api().DeviceGetComputeRunningProcesses(handle_, &count, infos.data());
-        if (r == NVML_ERROR_INSUFFICIENT_SIZE) continue;
-        if (auto st = check(*ctx_, "DeviceGetComputeRunningProcesses", r); !st) return std::unexpected(st.error());
+        r = call(ctx_->api().DeviceGetComputeRunningProcesses, &count, infos.data());
+        if (!r) return std::unexpected(r.error());
+        if (*r == NVML_ERROR_INSUFFICIENT_SIZE) continue;
+        if (*r != NVML_SUCCESS) return failed(*ctx_, "DeviceGetComputeRunningProcesses", *r);
         std::vector<ProcessMemory> out;
         for (unsigned i = 0; i < count && i < infos.size(); ++i) {
             // NVML_VALUE_NOT_AVAILABLE (all ones) means the driver does not say.
@@ -334,58 +337,58 @@ Result<std::vector<ProcessMemory>> Device::compute_processes() const {
 }
 
 Result<MigMode> Device::mig_mode() const {
-    KGPU_NVML_LIVE();
     unsigned cur = 0, pend = 0;
-    KGPU_CALL(DeviceGetMigMode, handle_, &cur, &pend);
+    KGPU_DEVICE_CALL(DeviceGetMigMode, &cur, &pend);
     return MigMode{cur == NVML_DEVICE_MIG_ENABLE, pend == NVML_DEVICE_MIG_ENABLE};
 }
 
 Result<unsigned> Device::max_mig_devices() const {
-    KGPU_NVML_LIVE();
     unsigned v = 0;
-    KGPU_CALL(DeviceGetMaxMigDeviceCount, handle_, &v);
+    KGPU_DEVICE_CALL(DeviceGetMaxMigDeviceCount, &v);
     return v;
 }
 
 Result<std::optional<Device>> Device::mig_device(unsigned i) const {
-    KGPU_NVML_LIVE();
     nvmlDevice_t h = nullptr;
     // The generation before the handle: a change in between leaves the handle already refused.
-    const std::uint64_t generation = MigGenerations::instance().now(handle_);
-    nvmlReturn_t r = ctx_->api().DeviceGetMigDeviceHandleByIndex(handle_, i, &h);
-    if (r == NVML_ERROR_NOT_FOUND) return std::optional<Device>{};
-    if (auto st = check(*ctx_, "DeviceGetMigDeviceHandleByIndex", r); !st) return std::unexpected(st.error());
-    return std::optional<Device>(Device(ctx_, h, handle_, generation));
+    const std::uint64_t generation = epoch_->mig.load();
+    auto r = call(ctx_->api().DeviceGetMigDeviceHandleByIndex, i, &h);
+    if (!r) return std::unexpected(r.error());
+    if (*r == NVML_ERROR_NOT_FOUND) return std::optional<Device>{};
+    if (*r != NVML_SUCCESS) return failed(*ctx_, "DeviceGetMigDeviceHandleByIndex", *r);
+    return std::optional<Device>(Device(ctx_, h, *this, generation));
 }
 
 Status Device::live() const {
-    if (parent_ == nullptr) return {};
-    const std::uint64_t now = MigGenerations::instance().now(parent_);
-    if (now == generation_) return {};
+    if (const std::uint64_t now = epoch_->resets.load() >> 1; now > reset_generation_)
+        return fail(Code::stale,
+                    "{} handle taken before its GPU stopped answering and came back (reset generation {}, now {}): "
+                    "look the device up again",
+                    mig_ ? "MIG device" : "GPU", reset_generation_, now);
+    if (!mig_) return {};
+    const std::uint64_t now = epoch_->mig.load();
+    if (now == mig_generation_) return {};
     return fail(Code::stale,
                 "MIG device handle taken before its GPU's MIG configuration changed (generation {}, now {}): look the "
                 "device up again",
-                generation_, now);
+                mig_generation_, now);
 }
 
 Result<unsigned> Device::gpu_instance_id() const {
-    KGPU_NVML_LIVE();
     unsigned v = 0;
-    KGPU_CALL(DeviceGetGpuInstanceId, handle_, &v);
+    KGPU_DEVICE_CALL(DeviceGetGpuInstanceId, &v);
     return v;
 }
 
 Result<unsigned> Device::compute_instance_id() const {
-    KGPU_NVML_LIVE();
     unsigned v = 0;
-    KGPU_CALL(DeviceGetComputeInstanceId, handle_, &v);
+    KGPU_DEVICE_CALL(DeviceGetComputeInstanceId, &v);
     return v;
 }
 
 Result<DeviceAttributes> Device::attributes() const {
-    KGPU_NVML_LIVE();
     nvmlDeviceAttributes_t a{};
-    KGPU_CALL(DeviceGetAttributes, handle_, &a);
+    KGPU_DEVICE_CALL(DeviceGetAttributes, &a);
     DeviceAttributes out;
     out.multiprocessor_count = a.multiprocessorCount;
     out.gpu_instance_slice_count = a.gpuInstanceSliceCount;
@@ -400,30 +403,27 @@ Result<DeviceAttributes> Device::attributes() const {
 }
 
 Result<int> Device::common_ancestor(const Device& other) const {
-    KGPU_NVML_LIVE();
+    if (auto st = other.live(); !st) return std::unexpected(st.error());
     nvmlGpuTopologyLevel_t level = NVML_TOPOLOGY_SYSTEM;
-    KGPU_CALL(DeviceGetTopologyCommonAncestor, handle_, other.handle_, &level);
+    KGPU_DEVICE_CALL(DeviceGetTopologyCommonAncestor, other.handle_, &level);
     return static_cast<int>(level);
 }
 
 Result<bool> Device::nvlink_active(unsigned link) const {
-    KGPU_NVML_LIVE();
     nvmlEnableState_t s = NVML_FEATURE_DISABLED;
-    KGPU_CALL(DeviceGetNvLinkState, handle_, link, &s);
+    KGPU_DEVICE_CALL(DeviceGetNvLinkState, link, &s);
     return s == NVML_FEATURE_ENABLED;
 }
 
 Result<std::string> Device::nvlink_remote_bus_id(unsigned link) const {
-    KGPU_NVML_LIVE();
     nvmlPciInfo_t p{};
-    KGPU_CALL(DeviceGetNvLinkRemotePciInfo, handle_, link, &p);
+    KGPU_DEVICE_CALL(DeviceGetNvLinkRemotePciInfo, link, &p);
     return strings::upper(from_buffer(p.busId, sizeof p.busId));
 }
 
 Result<NvLinkPeerType> Device::nvlink_remote_type(unsigned link) const {
-    KGPU_NVML_LIVE();
     nvmlIntNvLinkDeviceType_t t = NVML_NVLINK_DEVICE_TYPE_UNKNOWN;
-    KGPU_CALL(DeviceGetNvLinkRemoteDeviceType, handle_, link, &t);
+    KGPU_DEVICE_CALL(DeviceGetNvLinkRemoteDeviceType, link, &t);
     switch (t) {
         case NVML_NVLINK_DEVICE_TYPE_GPU: return NvLinkPeerType::gpu;
         case NVML_NVLINK_DEVICE_TYPE_SWITCH: return NvLinkPeerType::switch_;

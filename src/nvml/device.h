@@ -21,6 +21,7 @@ namespace kgpu::nvml {
 class Library;
 class GpmSample;
 struct Context;  // library + the init it holds; shuts NVML down when the last owner goes
+struct GpuEpoch;  // a GPU's handle generations (context.h)
 
 struct PciInfo {
     std::string bus_id;          // NVML form, "00000000:3B:00.0"
@@ -198,23 +199,29 @@ public:
     Result<unsigned> brand() const;             // nvmlBrandType_t (2 Tesla, 14 NVIDIA, ...)
     Result<unsigned> performance_state() const; // P-state number, 0..15 (32 unknown)
 
-    // Whether this handle may still be used: a MIG device's handle taken before its GPU's MIG
-    // configuration changed (an EventSet of this process saw the GPU's MigConfigChange event) is
-    // refused, Code::stale naming both generations; look the device up again. Every getter
-    // checks it first. A GPU's own handle stays valid across MIG changes.
+    // Whether this handle may still be used (context.h, "Handle generations"): refused,
+    // Code::stale naming both generations, when it was taken before its GPU came back from
+    // GPU_IS_LOST, or (a MIG device) before a MIG configuration change of its GPU that an EventSet
+    // of this process saw; look the device up again. Every call on the device checks it.
     Status live() const;
 
 private:
     friend class Session;
     friend class EventSet;
-    Device(std::shared_ptr<const Context> ctx, nvmlDevice_st* handle) : ctx_(std::move(ctx)), handle_(handle) {}
-    // A MIG device of `gpu`, taken in MIG generation `generation` of it.
-    Device(std::shared_ptr<const Context> ctx, nvmlDevice_st* handle, nvmlDevice_st* gpu, std::uint64_t generation)
-        : ctx_(std::move(ctx)), handle_(handle), parent_(gpu), generation_(generation) {}
+    // A GPU (or a device NVML gave by index or UUID), in its GPU's epoch as it is now.
+    Device(std::shared_ptr<const Context> ctx, nvmlDevice_st* handle);
+    // A MIG device of `gpu`, in the MIG generation `mig_generation` of it.
+    Device(std::shared_ptr<const Context> ctx, nvmlDevice_st* handle, const Device& gpu, std::uint64_t mig_generation);
+    // Calls entry point `fn` with this device's handle first (defined in context.h): every call
+    // on a device goes through it, so none skips live().
+    template <class Fn, class... Args>
+    Result<int> call(Fn fn, Args... args) const;
+
     std::shared_ptr<const Context> ctx_;
-    nvmlDevice_st* handle_ = nullptr;
-    nvmlDevice_st* parent_ = nullptr;  // the GPU of a MIG device; null for a GPU
-    std::uint64_t generation_ = 0;
+    nvmlDevice_st* handle_ = nullptr;  // passed to NVML by call() only
+    bool mig_ = false;                 // a MIG device of the GPU that epoch_ belongs to
+    GpuEpoch* epoch_ = nullptr;
+    std::uint64_t mig_generation_ = 0, reset_generation_ = 0;  // taken in these
 };
 
 class Session {

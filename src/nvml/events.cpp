@@ -34,15 +34,15 @@ EventSet::~EventSet() {
 
 Result<unsigned long long> EventSet::add(const Device& device, unsigned long long mask, int key) {
     unsigned long long supported = 0;
-    nvmlReturn_t r = ctx_->api().DeviceGetSupportedEventTypes(device.handle_, &supported);
-    if (r != NVML_SUCCESS && r != NVML_ERROR_NOT_SUPPORTED)
-        return std::unexpected(make_error(*ctx_->lib, ctx_->lib->symbol_name("DeviceGetSupportedEventTypes"), r));
+    auto r = device.call(ctx_->api().DeviceGetSupportedEventTypes, &supported);
+    if (!r) return std::unexpected(r.error());
+    if (*r != NVML_SUCCESS && *r != NVML_ERROR_NOT_SUPPORTED) return failed(*ctx_, "DeviceGetSupportedEventTypes", *r);
     // An old driver without the query: try the whole mask and let the registration decide.
-    const unsigned long long want = r == NVML_SUCCESS ? (mask & supported) : mask;
+    const unsigned long long want = *r == NVML_SUCCESS ? (mask & supported) : mask;
     if (want == 0) return 0ull;
-    r = ctx_->api().DeviceRegisterEvents(device.handle_, want, set_);
-    if (r != NVML_SUCCESS)
-        return std::unexpected(make_error(*ctx_->lib, ctx_->lib->symbol_name("DeviceRegisterEvents"), r));
+    r = device.call(ctx_->api().DeviceRegisterEvents, want, set_);
+    if (!r) return std::unexpected(r.error());
+    if (*r != NVML_SUCCESS) return failed(*ctx_, "DeviceRegisterEvents", *r);
     keys_.emplace_back(device.handle_, key);
     return want;
 }
@@ -81,7 +81,7 @@ Result<std::optional<Event>> EventSet::wait(unsigned timeout_ms) const {
         }
     }
     // The GPU's MIG devices are other instances now: the handles taken before are refused.
-    if ((e.type & kEventMigConfigChange) && gpu != nullptr) MigGenerations::instance().advance(gpu);
+    if ((e.type & kEventMigConfigChange) && gpu != nullptr) ++epoch_of(gpu).mig;
     return std::optional<Event>(e);
 }
 

@@ -66,39 +66,30 @@ Result<std::vector<std::optional<double>>> GpmSample::metrics(const GpmSample& o
 // ---- Device -----------------------------------------------------------------------------------
 
 Result<bool> Device::gpm_supported() const {
-    KGPU_NVML_LIVE();
     nvmlGpmSupport_t support{};
     support.version = NVML_GPM_SUPPORT_VERSION;
-    if (nvmlReturn_t r = ctx_->api().GpmQueryDeviceSupport(handle_, &support); r != NVML_SUCCESS)
-        return failed(*ctx_, "GpmQueryDeviceSupport", r);
+    KGPU_DEVICE_CALL(GpmQueryDeviceSupport, &support);
     return support.isSupportedDevice != 0;
 }
 
 Status Device::gpm_sample(GpmSample& into) const {
-    KGPU_NVML_LIVE();
     if (!into.handle_) return fail(Code::invalid_argument, "GPM sample moved from");
-    if (nvmlReturn_t r = ctx_->api().GpmSampleGet(handle_, nvmlGpmSample_t{into.handle_}); r != NVML_SUCCESS)
-        return failed(*ctx_, "GpmSampleGet", r);
+    KGPU_DEVICE_CALL(GpmSampleGet, nvmlGpmSample_t{into.handle_});
     return {};
 }
 
 Status Device::gpm_mig_sample(unsigned gpu_instance_id, GpmSample& into) const {
-    KGPU_NVML_LIVE();
     if (!into.handle_) return fail(Code::invalid_argument, "GPM sample moved from");
-    if (nvmlReturn_t r = ctx_->api().GpmMigSampleGet(handle_, gpu_instance_id, nvmlGpmSample_t{into.handle_});
-        r != NVML_SUCCESS)
-        return failed(*ctx_, "GpmMigSampleGet", r);
+    KGPU_DEVICE_CALL(GpmMigSampleGet, gpu_instance_id, nvmlGpmSample_t{into.handle_});
     return {};
 }
 
 Result<NvLinkThroughput> Device::nvlink_throughput() const {
-    KGPU_NVML_LIVE();
     nvmlFieldValue_t v[2]{};
     v[0].fieldId = NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX;
     v[1].fieldId = NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX;
     v[0].scopeId = v[1].scopeId = NVML_NVLINK_SCOPE_ALL_LINKS;
-    if (nvmlReturn_t r = ctx_->api().DeviceGetFieldValues(handle_, 2, v); r != NVML_SUCCESS)
-        return failed(*ctx_, "DeviceGetFieldValues", r);
+    KGPU_DEVICE_CALL(DeviceGetFieldValues, 2, v);
     // Each field carries its own status; NOT_SUPPORTED on a GPU without NVLink.
     for (const auto& f : v)
         if (f.nvmlReturn != NVML_SUCCESS) return failed(*ctx_, "DeviceGetFieldValues", f.nvmlReturn);
@@ -116,19 +107,19 @@ Result<NvLinkThroughput> Device::nvlink_throughput() const {
 }
 
 Result<std::vector<ProcessUtilization>> Device::process_utilization(std::uint64_t since_us) const {
-    KGPU_NVML_LIVE();
     // The driver answers how many samples it has; it may have more by the second call, so retry
     // a few times with a larger buffer.
     unsigned count = 0;
-    nvmlReturn_t r = ctx_->api().DeviceGetProcessUtilization(handle_, nullptr, &count, since_us);
+    auto r = call(ctx_->api().DeviceGetProcessUtilization, nullptr, &count, since_us);
     for (int attempt = 0; attempt < 4; ++attempt) {
-        if (r == NVML_ERROR_NOT_FOUND) return std::vector<ProcessUtilization>{};
-        if (r != NVML_ERROR_INSUFFICIENT_SIZE && r != NVML_SUCCESS) return failed(*ctx_, "DeviceGetProcessUtilization", r);
-        if (r == NVML_SUCCESS && count == 0) return std::vector<ProcessUtilization>{};
+        if (!r) return std::unexpected(r.error());
+        if (*r == NVML_ERROR_NOT_FOUND) return std::vector<ProcessUtilization>{};
+        if (*r != NVML_ERROR_INSUFFICIENT_SIZE && *r != NVML_SUCCESS) return failed(*ctx_, "DeviceGetProcessUtilization", *r);
+        if (*r == NVML_SUCCESS && count == 0) return std::vector<ProcessUtilization>{};
         std::vector<nvmlProcessUtilizationSample_t> buf(count + 8);
         unsigned n = static_cast<unsigned>(buf.size());
-        r = ctx_->api().DeviceGetProcessUtilization(handle_, buf.data(), &n, since_us);
-        if (r == NVML_SUCCESS) {
+        r = call(ctx_->api().DeviceGetProcessUtilization, buf.data(), &n, since_us);
+        if (r && *r == NVML_SUCCESS) {
             std::vector<ProcessUtilization> out;
             out.reserve(n);
             for (unsigned i = 0; i < n && i < buf.size(); ++i)
@@ -138,7 +129,8 @@ Result<std::vector<ProcessUtilization>> Device::process_utilization(std::uint64_
         }
         count = n;
     }
-    return failed(*ctx_, "DeviceGetProcessUtilization", r);
+    if (!r) return std::unexpected(r.error());
+    return failed(*ctx_, "DeviceGetProcessUtilization", *r);
 }
 
 }  // namespace kgpu::nvml

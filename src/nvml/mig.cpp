@@ -31,11 +31,8 @@ unsigned ci_index_for(unsigned slices) {
 }  // namespace
 
 Result<MigActivation> Device::set_mig_mode(bool enabled) const {
-    KGPU_NVML_LIVE();
     nvmlReturn_t activation = NVML_SUCCESS;
-    const nvmlReturn_t r =
-        ctx_->api().DeviceSetMigMode(handle_, enabled ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE, &activation);
-    if (r != NVML_SUCCESS) return failed(*ctx_, "DeviceSetMigMode", r);
+    KGPU_DEVICE_CALL(DeviceSetMigMode, enabled ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE, &activation);
     if (activation == NVML_SUCCESS) return MigActivation::now;
     if (activation == NVML_ERROR_IN_USE) return MigActivation::needs_reset;
     if (activation == NVML_ERROR_RESET_REQUIRED) return MigActivation::needs_reboot;
@@ -43,13 +40,13 @@ Result<MigActivation> Device::set_mig_mode(bool enabled) const {
 }
 
 Result<std::vector<GpuInstanceProfile>> Device::gpu_instance_profiles() const {
-    KGPU_NVML_LIVE();
     std::vector<GpuInstanceProfile> out;
     for (unsigned index = 0; index < NVML_GPU_INSTANCE_PROFILE_COUNT; ++index) {
         nvmlGpuInstanceProfileInfo_t info{};
-        nvmlReturn_t r = ctx_->api().DeviceGetGpuInstanceProfileInfo(handle_, index, &info);
-        if (r == NVML_ERROR_NOT_SUPPORTED || r == NVML_ERROR_INVALID_ARGUMENT) continue;  // not on this GPU
-        if (r != NVML_SUCCESS) return failed(*ctx_, "DeviceGetGpuInstanceProfileInfo", r);
+        auto r = call(ctx_->api().DeviceGetGpuInstanceProfileInfo, index, &info);
+        if (!r) return std::unexpected(r.error());
+        if (*r == NVML_ERROR_NOT_SUPPORTED || *r == NVML_ERROR_INVALID_ARGUMENT) continue;  // not on this GPU
+        if (*r != NVML_SUCCESS) return failed(*ctx_, "DeviceGetGpuInstanceProfileInfo", *r);
         GpuInstanceProfile p;
         p.index = index;
         p.id = info.id;
@@ -57,13 +54,9 @@ Result<std::vector<GpuInstanceProfile>> Device::gpu_instance_profiles() const {
         p.instance_count = info.instanceCount;
         p.memory_mb = info.memorySizeMB;
         unsigned count = 0;
-        r = ctx_->api().DeviceGetGpuInstancePossiblePlacements(handle_, info.id, nullptr, &count);
-        if (r != NVML_SUCCESS) return failed(*ctx_, "DeviceGetGpuInstancePossiblePlacements", r);
+        KGPU_DEVICE_CALL(DeviceGetGpuInstancePossiblePlacements, info.id, nullptr, &count);
         std::vector<nvmlGpuInstancePlacement_t> placements(count);
-        if (count) {
-            r = ctx_->api().DeviceGetGpuInstancePossiblePlacements(handle_, info.id, placements.data(), &count);
-            if (r != NVML_SUCCESS) return failed(*ctx_, "DeviceGetGpuInstancePossiblePlacements", r);
-        }
+        if (count) KGPU_DEVICE_CALL(DeviceGetGpuInstancePossiblePlacements, info.id, placements.data(), &count);
         for (unsigned i = 0; i < count; ++i) p.placements.emplace_back(placements[i].start, placements[i].size);
         out.push_back(std::move(p));
     }
@@ -71,21 +64,19 @@ Result<std::vector<GpuInstanceProfile>> Device::gpu_instance_profiles() const {
 }
 
 Result<std::vector<GpuInstanceInfo>> Device::gpu_instances(const GpuInstanceProfile& profile) const {
-    KGPU_NVML_LIVE();
     std::vector<nvmlGpuInstance_t> handles(std::max(profile.instance_count, 1u) + 8);
     unsigned count = static_cast<unsigned>(handles.size());
-    nvmlReturn_t r = ctx_->api().DeviceGetGpuInstances(handle_, profile.id, handles.data(), &count);
-    if (r != NVML_SUCCESS) return failed(*ctx_, "DeviceGetGpuInstances", r);
+    KGPU_DEVICE_CALL(DeviceGetGpuInstances, profile.id, handles.data(), &count);
     std::vector<GpuInstanceInfo> out;
     for (unsigned i = 0; i < count && i < handles.size(); ++i) {
         nvmlGpuInstanceInfo_t info{};
-        if (r = ctx_->api().GpuInstanceGetInfo(handles[i], &info); r != NVML_SUCCESS)
+        if (nvmlReturn_t r = ctx_->api().GpuInstanceGetInfo(handles[i], &info); r != NVML_SUCCESS)
             return failed(*ctx_, "GpuInstanceGetInfo", r);
         GpuInstanceInfo gi{handles[i], info.id, info.profileId, info.placement.start, info.placement.size, 0};
         for (unsigned ci = 0; ci < NVML_COMPUTE_INSTANCE_PROFILE_COUNT; ++ci) {
             nvmlComputeInstance_t cis[8] = {};
             unsigned n = 8;
-            r = ctx_->api().GpuInstanceGetComputeInstances(handles[i], ci, cis, &n);
+            const nvmlReturn_t r = ctx_->api().GpuInstanceGetComputeInstances(handles[i], ci, cis, &n);
             if (r == NVML_ERROR_NOT_SUPPORTED || r == NVML_ERROR_INVALID_ARGUMENT) continue;
             if (r != NVML_SUCCESS) return failed(*ctx_, "GpuInstanceGetComputeInstances", r);
             gi.compute_instances += n;
@@ -96,17 +87,16 @@ Result<std::vector<GpuInstanceInfo>> Device::gpu_instances(const GpuInstanceProf
 }
 
 Result<GpuInstanceInfo> Device::create_gpu_instance(const GpuInstanceProfile& profile, unsigned start) const {
-    KGPU_NVML_LIVE();
     auto placement = std::find_if(profile.placements.begin(), profile.placements.end(),
                                   [&](const auto& p) { return p.first == start; });
     if (placement == profile.placements.end())
         return std::unexpected(Error{Code::invalid_argument, "no placement at memory slice " + std::to_string(start)});
     const nvmlGpuInstancePlacement_t where{placement->first, placement->second};
     nvmlGpuInstance_t gi = nullptr;
-    nvmlReturn_t r = ctx_->api().DeviceCreateGpuInstanceWithPlacement(handle_, profile.id, &where, &gi);
-    if (r != NVML_SUCCESS) return failed(*ctx_, "DeviceCreateGpuInstanceWithPlacement", r);
+    KGPU_DEVICE_CALL(DeviceCreateGpuInstanceWithPlacement, profile.id, &where, &gi);
     nvmlGpuInstanceInfo_t info{};
-    if (r = ctx_->api().GpuInstanceGetInfo(gi, &info); r != NVML_SUCCESS) return failed(*ctx_, "GpuInstanceGetInfo", r);
+    nvmlReturn_t r = ctx_->api().GpuInstanceGetInfo(gi, &info);
+    if (r != NVML_SUCCESS) return failed(*ctx_, "GpuInstanceGetInfo", r);
     GpuInstanceInfo out{gi, info.id, info.profileId, info.placement.start, info.placement.size, 0};
     // One compute instance of the whole GPU instance: the profile whose slice count is the GI's.
     nvmlComputeInstanceProfileInfo_t ci{};
@@ -123,7 +113,6 @@ Result<GpuInstanceInfo> Device::create_gpu_instance(const GpuInstanceProfile& pr
 }
 
 Status Device::destroy_gpu_instance(const GpuInstanceInfo& instance) const {
-    KGPU_NVML_LIVE();
     for (unsigned ci = 0; ci < NVML_COMPUTE_INSTANCE_PROFILE_COUNT; ++ci) {
         nvmlComputeInstance_t cis[8] = {};
         unsigned n = 8;

@@ -8,17 +8,14 @@
 namespace kgpu::nvml {
 
 Result<unsigned> Device::brand() const {
-    KGPU_NVML_LIVE();
     nvmlBrandType_t b = 0;
-    if (nvmlReturn_t r = ctx_->api().DeviceGetBrand(handle_, &b); r != NVML_SUCCESS) return failed(*ctx_, "DeviceGetBrand", r);
+    KGPU_DEVICE_CALL(DeviceGetBrand, &b);
     return static_cast<unsigned>(b);
 }
 
 Result<unsigned> Device::performance_state() const {
-    KGPU_NVML_LIVE();
     nvmlPstates_t p{};
-    if (nvmlReturn_t r = ctx_->api().DeviceGetPerformanceState(handle_, &p); r != NVML_SUCCESS)
-        return failed(*ctx_, "DeviceGetPerformanceState", r);
+    KGPU_DEVICE_CALL(DeviceGetPerformanceState, &p);
     return static_cast<unsigned>(p);
 }
 

@@ -141,3 +141,30 @@ TEST(HealthMonitor, AResetBeforeTheNextProbeStillCounts) {
 }
 
 }  // namespace
+
+// A GPU that stopped answering and came back: the NVML layer refuses the handle from before (#24
+// item 9, handle generations), the monitor takes a new one and registers its events with it, so
+// an XID after the return still reaches it.
+TEST(HealthMonitor, AGpuThatCameBackIsWatchedThroughANewHandle) {
+    SimNode sim;
+    ASSERT_TRUE(sim.open()) << sim.error;
+    ManualClock clock;
+    HealthMonitor monitor(*sim.session, *sim.node, HealthConfig{}, sim.counter(), 20ms, {}, 1h);
+    monitor.set_time_source(clock.source());
+    monitor.start();
+    auto before = sim.session->device_by_index(3);
+    ASSERT_TRUE(before);
+    sim.append("lost 3");
+    ASSERT_TRUE(eventually([&] { return sim.unhealthy == 1; })) << "XID 79";
+    sim.append("restore 3");
+    ASSERT_TRUE(eventually([&] {  // the simulator applied it: a handle taken now answers
+        auto d = sim.session->device_by_index(3);
+        return d && d->uuid().has_value();
+    }));
+    clock.advance(20ms);
+    ASSERT_TRUE(eventually([&] { return sim.unhealthy == 0; })) << "the GPU answers again";
+    EXPECT_EQ(before->uuid().error().code, kgpu::Code::stale) << "a handle from before it was lost";
+    sim.append("xid 3 94");
+    EXPECT_TRUE(eventually([&] { return sim.unhealthy == 1; })) << "no event through the new handle";
+    monitor.stop();
+}

@@ -1,12 +1,15 @@
 // Handle generations (#24 item 9): a MIG device handle taken before its GPU's MIG configuration
 // changed is refused once this process has seen the change, even where the driver kept the
-// instance and its handle; looked up again, the device answers. Through the real dlopen of the
-// simulator, whose MIG layout commands keep unchanged instances' handles as the driver does.
+// instance and its handle; a GPU's and its MIG devices' handles taken before the GPU stopped
+// answering (GPU_IS_LOST) are refused once it answers again. Looked up again, the device answers.
+// Through the real dlopen of the simulator, whose MIG layout commands keep unchanged instances'
+// handles as the driver does, and whose restored GPU answers through its old handle.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <fstream>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -39,6 +42,17 @@ struct Generations : ::testing::Test {
     ~Generations() override {
         session.reset();
         ::unsetenv("KGPU_SIM_EVENTS");
+    }
+    void command(const std::string& line) { std::ofstream(events, std::ios::app) << line << "\n"; }
+    // Polls `call` until it fails with `code` (the simulator applies appended lines within 200 ms).
+    template <class F>
+    bool wait_for(F call, Code code) {
+        for (int i = 0; i < 100; ++i) {
+            auto r = call();
+            if (!r && r.error().code == code) return true;
+            std::this_thread::sleep_for(std::chrono::milliseconds(25));
+        }
+        return false;
     }
     // GPU 0 keeps its first six 1g.10gb instances (same GI ids and placements: the driver keeps
     // their handles) and loses the seventh.
@@ -112,6 +126,57 @@ TEST_F(Generations, HandlesStayValidUntilTheProcessSeesAChange) {
     EXPECT_FALSE((*old0)->live());
     EXPECT_TRUE((*mig)->live());
     EXPECT_TRUE((*mig)->uuid());
+}
+
+TEST_F(Generations, HandlesFromBeforeTheGpuWasLostAreRefusedOnceItAnswersAgain) {
+    auto gpu = session->device_by_index(0);
+    ASSERT_TRUE(gpu) << gpu.error().message;
+    auto mig = gpu->mig_device(0);
+    ASSERT_TRUE(mig && *mig);
+    auto other = session->device_by_index(1);
+    ASSERT_TRUE(other);
+
+    command("lost 0");
+    ASSERT_TRUE(wait_for([&] { return gpu->uuid(); }, Code::gpu_lost));
+    // While it is gone every handle says so (none is refused yet), and one taken meanwhile belongs
+    // to the GPU as it comes back.
+    EXPECT_EQ((*mig)->uuid().error().code, Code::gpu_lost);
+    auto during = session->device_by_index(0);
+    ASSERT_TRUE(during);
+    EXPECT_EQ(during->memory().error().code, Code::gpu_lost);
+
+    command("restore 0");
+    // The simulator answers through the old handle again; kgpu refuses what it answered.
+    ASSERT_TRUE(wait_for([&] { return gpu->uuid(); }, Code::stale));
+    auto refused = gpu->memory();
+    ASSERT_FALSE(refused);
+    EXPECT_EQ(refused.error().code, Code::stale);
+    EXPECT_THAT(refused.error().message,
+                HasSubstr("GPU handle taken before its GPU stopped answering and came back (reset generation"));
+    EXPECT_FALSE(gpu->live());
+    EXPECT_FALSE(gpu->mig_device(0)) << "a MIG device is not taken through a refused GPU handle";
+    auto mig_refused = (*mig)->uuid();
+    ASSERT_FALSE(mig_refused);
+    EXPECT_THAT(mig_refused.error().message, HasSubstr("MIG device handle taken before its GPU stopped answering"));
+
+    // Taken while it was gone, or again now: answers, and so do its MIG devices.
+    EXPECT_TRUE(during->live());
+    EXPECT_TRUE(during->uuid());
+    auto again = session->device_by_index(0);
+    ASSERT_TRUE(again);
+    EXPECT_TRUE(again->uuid());
+    auto mig_again = again->mig_device(0);
+    ASSERT_TRUE(mig_again && *mig_again);
+    EXPECT_EQ((*mig_again)->uuid().value_or(""), kSlot0);
+    // Another GPU's handles are untouched.
+    EXPECT_TRUE(other->uuid());
+
+    // Lost a second time: the handle taken after the first return is refused after the second.
+    command("lost 0");
+    ASSERT_TRUE(wait_for([&] { return again->uuid(); }, Code::gpu_lost));
+    command("restore 0");
+    ASSERT_TRUE(wait_for([&] { return again->uuid(); }, Code::stale));
+    EXPECT_TRUE(session->device_by_index(0)->uuid());
 }
 
 }  // namespace
