@@ -674,27 +674,6 @@ TEST(ExporterServe, SimEventsAtTheNextInterval) {
     EXPECT_EQ(e.get("/health").status, 200) << "a lost GPU shows in the metrics, not in /health";
 }
 
-int free_port() {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    socklen_t len = sizeof a;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    ::close(fd);
-    return ntohs(a.sin_port);
-}
-
-std::string url_encode(const std::string& s) {
-    std::string out;
-    for (unsigned char c : s) {
-        if (std::isalnum(c) || c == '_' || c == '-' || c == '.') out += static_cast<char>(c);
-        else out += fmt::format("%{:02X}", c);
-    }
-    return out;
-}
-
 TEST(ExporterPrometheus, ARealPrometheusScrapesGpuMetricsWithPodLabels) {
     if (::access("/usr/bin/prometheus", X_OK) != 0) GTEST_SKIP() << "/usr/bin/prometheus is missing (Debian package prometheus)";
     TempDir dir;
@@ -709,13 +688,14 @@ TEST(ExporterPrometheus, ARealPrometheusScrapesGpuMetricsWithPodLabels) {
         return !m.find("DCGM_FI_DEV_GPU_UTIL", {{"pod", "trainer-0"}}).empty();
     })) << "pod labels never showed up";
 
-    const int prom_port = free_port();
     const std::string config = dir.write("prometheus.yml",
                                          "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
                                          "scrape_configs:\n  - job_name: kgpu\n    static_configs:\n"
                                          "      - targets: ['127.0.0.1:" + std::to_string(e.port()) + "']\n");
     ChildProcess prom({"/usr/bin/prometheus", "--config.file=" + config, "--storage.tsdb.path=" + dir.path() + "/tsdb",
-                       "--web.listen-address=127.0.0.1:" + std::to_string(prom_port), "--log.level=warn"});
+                       "--web.listen-address=127.0.0.1:0", "--log.level=warn"});
+    const int prom_port = wait_for_listening_port(prom);
+    ASSERT_GT(prom_port, 0) << "Prometheus never listened; its log:\n" << prom.err();
     const std::string query = "/api/v1/query?query=" + url_encode("DCGM_FI_DEV_GPU_UTIL{pod=\"trainer-0\",namespace=\"ml\"}");
     nlohmann::json result;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
@@ -800,13 +780,14 @@ TEST(ExporterPrometheus, EveryPanelOfDcgmExportersGrafanaDashboardHasData) {
     const std::string events = dir.write("events", "util 0 90 60\nutil 5 40 20\ngpm 6 tensor_util=70\n");
     Exporter e("dgx-h100.yaml", {}, {{"KGPU_SIM_EVENTS", events}});
     ASSERT_NE(e.port(), 0);
-    const int prom_port = free_port();
     const std::string config = dir.write("prometheus.yml",
                                          "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
                                          "scrape_configs:\n  - job_name: dcgm\n    static_configs:\n"
                                          "      - targets: ['127.0.0.1:" + std::to_string(e.port()) + "']\n");
     ChildProcess prom({"/usr/bin/prometheus", "--config.file=" + config, "--storage.tsdb.path=" + dir.path() + "/tsdb",
-                       "--web.listen-address=127.0.0.1:" + std::to_string(prom_port), "--log.level=warn"});
+                       "--web.listen-address=127.0.0.1:0", "--log.level=warn"});
+    const int prom_port = wait_for_listening_port(prom);
+    ASSERT_GT(prom_port, 0) << "Prometheus never listened; its log:\n" << prom.err();
 
     // The template variables, as Grafana fills them: label_values(DCGM_FI_DEV_GPU_TEMP, instance|gpu).
     auto label_values = [&](const std::string& label) {
@@ -1080,7 +1061,6 @@ TEST(ExporterTls, APrometheusWithTlsAndBasicAuthScrapesAndAWrongPasswordDoesNot)
     EXPECT_NE(mapped_libraries(e.proc().pid()).find("libssl"), std::string::npos) << "OpenSSL is loaded for TLS";
     EXPECT_EQ(http_request(e.port(), "GET", "/metrics").status, 400) << "plain HTTP on the TLS port";
 
-    const int prom_port = free_port();
     auto job = [&](const std::string& name, const std::string& password) {
         return "  - job_name: " + name + "\n    scheme: https\n    tls_config:\n      ca_file: " + pki->ca_cert +
                "\n    basic_auth:\n      username: alice\n      password: " + password +
@@ -1089,7 +1069,9 @@ TEST(ExporterTls, APrometheusWithTlsAndBasicAuthScrapesAndAWrongPasswordDoesNot)
     const std::string config = dir.write("prometheus.yml", "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
                                                            "scrape_configs:\n" + job("kgpu", "secret") + job("intruder", "guess"));
     ChildProcess prom({"/usr/bin/prometheus", "--config.file=" + config, "--storage.tsdb.path=" + dir.path() + "/tsdb",
-                       "--web.listen-address=127.0.0.1:" + std::to_string(prom_port), "--log.level=warn"});
+                       "--web.listen-address=127.0.0.1:0", "--log.level=warn"});
+    const int prom_port = wait_for_listening_port(prom);
+    ASSERT_GT(prom_port, 0) << "Prometheus never listened; its log:\n" << prom.err();
     std::map<std::string, std::string> up;
     std::size_t temps = 0;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -268,6 +269,21 @@ std::optional<std::string> gunzip(std::string_view data) {
     }
     inflateEnd(&zs);
     if (rc != Z_STREAM_END) return std::nullopt;
+    return out;
+}
+
+std::string url_encode(std::string_view s) {
+    static constexpr char kHex[] = "0123456789ABCDEF";
+    std::string out;
+    for (unsigned char c : s) {
+        if (std::isalnum(c) || c == '_' || c == '-' || c == '.') {
+            out += static_cast<char>(c);
+        } else {
+            out += '%';
+            out += kHex[c >> 4];
+            out += kHex[c & 15];
+        }
+    }
     return out;
 }
 

@@ -55,6 +55,9 @@ HttpResult http_request(int port, std::string_view method, std::string_view path
 // 127.0.0.2: the server sees another client); -1 on failure.
 int connect_loopback(int port, const char* source_ip = nullptr);
 
+// A query-string value, percent-encoded (everything but letters, digits, '_', '-' and '.').
+std::string url_encode(std::string_view s);
+
 // gunzip; nullopt on a malformed stream.
 std::optional<std::string> gunzip(std::string_view data);
 

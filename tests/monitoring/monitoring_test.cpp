@@ -165,33 +165,6 @@ TEST(Dashboard, IsAnImportableGrafanaDashboard) {
                 rows.end());
 }
 
-int free_port() {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    socklen_t len = sizeof a;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    ::close(fd);
-    return ntohs(a.sin_port);
-}
-
-std::string url_encode(const std::string& s) {
-    static const char* hex = "0123456789ABCDEF";
-    std::string out;
-    for (unsigned char c : s) {
-        if (std::isalnum(c) || c == '_' || c == '-' || c == '.') {
-            out += static_cast<char>(c);
-        } else {
-            out += '%';
-            out += hex[c >> 4];
-            out += hex[c & 15];
-        }
-    }
-    return out;
-}
-
 class Prometheus {
 public:
     explicit Prometheus(int port) : port_(port) {}
@@ -280,7 +253,6 @@ TEST(Dashboard, EveryPanelAndAlertHasDataFromARealPrometheusScrapingASimulatedNo
 
     // Prometheus as the ServiceMonitor configures it: job kgpu-exporter, the node's name as `node`,
     // the exporter's pod labels kept (honor_labels), the alert rules evaluated every second.
-    const int prom_port = free_port();
     const std::string config = dir.write("prometheus.yml",
                                          "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
                                          "rule_files:\n  - " + kRules + "\n"
@@ -288,7 +260,9 @@ TEST(Dashboard, EveryPanelAndAlertHasDataFromARealPrometheusScrapingASimulatedNo
                                          "    static_configs:\n      - targets: ['127.0.0.1:" + std::to_string(port) + "']\n"
                                          "        labels:\n          node: sim-node\n");
     ChildProcess prom({"/usr/bin/prometheus", "--config.file=" + config, "--storage.tsdb.path=" + dir.path() + "/tsdb",
-                       "--web.listen-address=127.0.0.1:" + std::to_string(prom_port), "--log.level=warn"});
+                       "--web.listen-address=127.0.0.1:0", "--log.level=warn"});
+    const int prom_port = wait_for_listening_port(prom);
+    ASSERT_GT(prom_port, 0) << "Prometheus never listened; its log:\n" << prom.err();
     Prometheus p(prom_port);
     // The faults once Prometheus has the XID counters at 0 (a counter first scraped at 1 has no increase).
     ASSERT_TRUE(eventually([&] {

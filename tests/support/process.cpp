@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -129,6 +130,38 @@ int wait_for_ready_port(ChildProcess& proc, const std::string& ready_file, std::
         }
         if (!proc.running() || std::chrono::steady_clock::now() > deadline) return 0;
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+}
+
+int wait_for_listening_port(ChildProcess& proc, std::chrono::milliseconds timeout) {
+    const std::string proc_dir = "/proc/" + std::to_string(proc.pid());
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+        std::set<std::string> sockets;  // inodes of the child's sockets
+        std::error_code ec;
+        for (const auto& e : std::filesystem::directory_iterator(proc_dir + "/fd", ec)) {
+            const std::string target = std::filesystem::read_symlink(e.path(), ec).string();
+            if (!ec && target.starts_with("socket:[") && target.ends_with("]"))
+                sockets.insert(target.substr(8, target.size() - 9));
+        }
+        // "sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode ...", hex
+        // address:port; st 0A is LISTEN.
+        std::set<int> ports;
+        std::ifstream tcp(proc_dir + "/net/tcp");
+        std::string line;
+        std::getline(tcp, line);
+        while (std::getline(tcp, line)) {
+            std::istringstream fields(line);
+            std::string sl, local, remote, state, queues, timer, retransmits, uid, to, inode;
+            if (!(fields >> sl >> local >> remote >> state >> queues >> timer >> retransmits >> uid >> to >> inode)) continue;
+            const auto colon = local.find(':');
+            if (state == "0A" && sockets.contains(inode) && colon != std::string::npos)
+                ports.insert(std::stoi(local.substr(colon + 1), nullptr, 16));
+        }
+        if (ports.size() > 1) throw std::runtime_error(proc_dir + " listens on more than one TCP port");
+        if (ports.size() == 1) return *ports.begin();
+        if (!proc.running() || std::chrono::steady_clock::now() > deadline) return 0;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
 }
 

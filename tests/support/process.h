@@ -53,6 +53,12 @@ private:
 int wait_for_ready_port(ChildProcess& proc, const std::string& ready_file,
                         std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
+// The port of the IPv4 TCP socket `proc` listens on, read from its open sockets (/proc/<pid>/fd
+// and /proc/<pid>/net/tcp), for a server told to bind port 0 that has no ready file (Prometheus:
+// --web.listen-address=127.0.0.1:0); 0 when it exits first or listens on nothing within `timeout`.
+// Throws when it listens on more than one port.
+int wait_for_listening_port(ChildProcess& proc, std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
 // A field of /proc/<pid>/status in KiB ("VmRSS:", "VmHWM:"); -1 when the process or the field
 // is not there.
 long proc_status_kib(int pid, std::string_view key);
