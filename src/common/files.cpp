@@ -2,12 +2,14 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -180,17 +182,7 @@ Status write_atomic(const std::filesystem::path& path, std::string_view content,
         return fail(e == EPERM || e == EACCES ? Code::no_permission : Code::io, "cannot write {}{} ({}): {}", file.string(),
                     via, what, std::strerror(e));
     };
-    const char* p = content.data();
-    size_t left = content.size();
-    while (left > 0) {
-        ssize_t n = ::write(fd, p, left);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return cleanup("write", errno);
-        }
-        p += n;
-        left -= static_cast<size_t>(n);
-    }
+    if (int e = write_all(fd, content)) return cleanup("write", e);
     if (exists && (existing.st_uid != ::geteuid() || existing.st_gid != ::getegid()) &&
         ::fchown(fd, existing.st_uid, existing.st_gid) != 0) {
         // The new file would belong to someone else than the old one: refuse rather than change it.
@@ -301,6 +293,46 @@ Result<std::filesystem::path> resolve_in_root(const std::filesystem::path& root,
     }
     fs::path out = root;
     for (const auto& d : done) out /= d;
+    return out;
+}
+
+int write_all(int fd, std::string_view content) {
+    while (!content.empty()) {
+        const ssize_t n = ::write(fd, content.data(), content.size());
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return errno;
+        }
+        content.remove_prefix(static_cast<size_t>(n));
+    }
+    return 0;
+}
+
+std::optional<WriteFailure> replace_at(int dir_fd, const std::string& name, std::string_view content, unsigned mode,
+                                       bool exclusive) {
+    const std::string file = exclusive ? name : "." + name + ".kgpu-" + random_suffix();
+    const int fd = ::openat(dir_fd, file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+    if (fd < 0) return WriteFailure{"creating", errno};
+    auto failed = [&](std::string_view step, int e) {
+        ::close(fd);
+        ::unlinkat(dir_fd, file.c_str(), 0);  // ours (O_EXCL): nothing half-written stays
+        return WriteFailure{step, e};
+    };
+    if (int e = write_all(fd, content)) return failed("writing", e);
+    if (::fchmod(fd, mode) != 0) return failed("chmod", errno);  // exactly `mode`, whatever the umask
+    if (!exclusive && ::renameat(dir_fd, file.c_str(), dir_fd, name.c_str()) != 0) return failed("replacing", errno);
+    ::close(fd);
+    return std::nullopt;
+}
+
+std::string random_suffix() {
+    unsigned char b[8] = {};
+    if (::getrandom(b, sizeof b, 0) != sizeof b) {
+        auto v = static_cast<unsigned long long>(::getpid()) * 2654435761ull ^ static_cast<unsigned long long>(::time(nullptr));
+        std::memcpy(b, &v, sizeof b);
+    }
+    std::string out;
+    for (unsigned char c : b) out += fmt::format("{:02x}", c);
     return out;
 }
 

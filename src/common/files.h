@@ -2,7 +2,9 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "common/error.h"
 
@@ -57,5 +59,25 @@ std::filesystem::path under_root(const std::filesystem::path& root, const std::f
 // empty, `path` is returned unchanged (the kernel resolves it). Errors: invalid_argument when
 // `path` is not absolute or a loop has more than 40 links; io when a link cannot be read.
 Result<std::filesystem::path> resolve_in_root(const std::filesystem::path& root, const std::filesystem::path& path);
+
+// Writes all of `content` to `fd`, retrying short and interrupted writes: 0, or the errno of the
+// write that failed.
+int write_all(int fd, std::string_view content);
+
+// Writes `content` as `name` in the directory open as `dir_fd`, through descriptors only: a new
+// file beside the old one (O_EXCL | O_NOFOLLOW, exactly `mode`) renamed over it, so a link or a
+// hard link at the name is replaced, never followed or written through. With `exclusive` the file
+// is created under the name itself and an existing name is an error (EEXIST). Nothing
+// half-written stays. On failure: the step that failed ("creating", "writing", "chmod",
+// "replacing") and its errno, for the caller to name the file as it knows it.
+struct WriteFailure {
+    std::string_view step;
+    int error = 0;
+};
+std::optional<WriteFailure> replace_at(int dir_fd, const std::string& name, std::string_view content, unsigned mode,
+                                       bool exclusive = false);
+
+// 16 random hex digits, for scratch file names.
+std::string random_suffix();
 
 }  // namespace kgpu::files

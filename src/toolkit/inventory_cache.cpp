@@ -279,25 +279,8 @@ Status write_cache(const fs::path& path, std::string_view text) {
     if (::fstat(d.get(), &st) != 0 || st.st_uid != ::geteuid() || (st.st_mode & 022) != 0)
         return fail(Code::no_permission, "{}: not this user's own directory (owner {}, mode {:o})", dir.string(), st.st_uid,
                     st.st_mode & 07777);
-    const std::string name = path.filename().string();
-    const std::string tmp = fmt::format(".{}.tmp-{}", name, ::getpid());
-    ::unlinkat(d.get(), tmp.c_str(), 0);
-    Fd f(::openat(d.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-    if (!f) return fail(Code::io, "{}/{}: {}", dir.string(), tmp, std::strerror(errno));
-    std::string_view left = text;
-    while (!left.empty()) {
-        const ssize_t n = ::write(f.get(), left.data(), left.size());
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-            ::unlinkat(d.get(), tmp.c_str(), 0);
-            return fail(Code::io, "writing {}/{}: {}", dir.string(), tmp, std::strerror(errno));
-        }
-        left.remove_prefix(static_cast<size_t>(n));
-    }
-    if (::renameat(d.get(), tmp.c_str(), d.get(), name.c_str()) != 0) {
-        ::unlinkat(d.get(), tmp.c_str(), 0);
-        return fail(Code::io, "renaming {}/{}: {}", dir.string(), tmp, std::strerror(errno));
-    }
+    if (auto f = files::replace_at(d.get(), path.filename().string(), text, 0600))
+        return fail(Code::io, "{} {}: {}", f->step, path.string(), std::strerror(f->error));
     return {};
 }
 

@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -19,17 +18,6 @@
 namespace kgpu::toolkit {
 
 std::string fd_path(int fd) { return fmt::format("/proc/self/fd/{}", fd); }
-
-std::string random_suffix() {
-    unsigned char b[8] = {};
-    if (::getrandom(b, sizeof b, 0) != sizeof b) {
-        auto v = static_cast<unsigned long long>(::getpid()) * 2654435761ull ^ static_cast<unsigned long long>(::time(nullptr));
-        std::memcpy(b, &v, sizeof b);
-    }
-    std::string out;
-    for (unsigned char c : b) out += fmt::format("{:02x}", c);
-    return out;
-}
 
 namespace {
 
@@ -152,26 +140,12 @@ Status RootDir::write_file(std::string_view rel, std::string_view content, mode_
     if (!dir_fd) return std::unexpected(dir_fd.error());
     // Replacing: a new file renamed over the old name. Opening the old one with O_TRUNC would
     // write through a hard link the image put there (to any file on the same file system).
-    const std::string file = exclusive ? name : "." + name + ".kgpu-" + random_suffix();
-    int fd = ::openat(dir_fd->get(), file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
-    if (fd < 0) return fail(code_of(errno), "creating /{} in container root {}: {}", r, path_, std::strerror(errno));
-    Fd f(fd);
-    auto failed = [&](std::string_view what, int e) -> Status {
-        ::unlinkat(dir_fd->get(), file.c_str(), 0);  // ours (O_EXCL): nothing half-written stays
-        return fail(e == EPERM || e == EACCES ? Code::no_permission : Code::io, "{} /{} in container root {}: {}", what, r, path_,
-                    std::strerror(e));
-    };
-    std::string_view left = content;
-    while (!left.empty()) {
-        ssize_t n = ::write(f.get(), left.data(), left.size());
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return failed("writing", errno);
-        }
-        left.remove_prefix(static_cast<size_t>(n));
+    if (auto f = files::replace_at(dir_fd->get(), name, content, mode, exclusive)) {
+        const Code code = f->step == "creating" ? code_of(f->error)
+                          : f->error == EPERM || f->error == EACCES ? Code::no_permission
+                                                                    : Code::io;
+        return fail(code, "{} /{} in container root {}: {}", f->step, r, path_, std::strerror(f->error));
     }
-    if (::fchmod(f.get(), mode) != 0) return failed("chmod", errno);
-    if (!exclusive && ::renameat(dir_fd->get(), file.c_str(), dir_fd->get(), name.c_str()) != 0) return failed("replacing", errno);
     return {};
 }
 

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "common/fd.h"
+#include "common/files.h"
 
 namespace kgpu::toolkit {
 
@@ -56,6 +57,6 @@ private:
 std::string fd_path(int fd);
 
 // A random suffix for scratch names ("00-kgpu-<suffix>.conf").
-std::string random_suffix();
+using files::random_suffix;
 
 }  // namespace kgpu::toolkit
