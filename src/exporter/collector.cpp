@@ -57,7 +57,6 @@ std::string gzip_compress(std::string_view data) {
 }
 
 // ---- Collector ----------------------------------------------------------------------------------
-namespace collector_impl {
 
 bool stateful(Read r) { return r == Read::nvlink_throughput || r == Read::gpm; }
 
@@ -135,8 +134,6 @@ std::string sanitize_label_name(std::string_view name) {
 }
 
 std::string xid_key(const inventory::Gpu& g) { return g.uuid.empty() ? fmt::format("index:{}", g.index) : g.uuid; }
-
-}  // namespace collector_impl
 
 Collector::Impl::Impl(nvml::Session s, const CollectorOptions& o) : session(std::move(s)), options(o) {
     const CounterSelection& sel = options.counters;

@@ -35,8 +35,6 @@
 
 namespace kgpu::exporter {
 
-namespace collector_impl {
-
 using Clock = std::chrono::steady_clock;
 using Values = std::array<std::optional<double>, kMetricCount>;
 using ReadSet = std::bitset<kReadCount>;
@@ -71,24 +69,7 @@ std::string model_name(std::string_view name, bool replace_blanks);
 std::string sanitize_label_name(std::string_view name);
 std::string xid_key(const inventory::Gpu& g);
 
-}  // namespace collector_impl
-
-using collector_impl::model_name;
-using collector_impl::read_source;
-using collector_impl::reads_for;
-using collector_impl::sanitize_label_name;
-using collector_impl::stateful;
-using collector_impl::xid_key;
-
 struct Collector::Impl {
-    using Clock = collector_impl::Clock;
-    using Values = collector_impl::Values;
-    using ReadSet = collector_impl::ReadSet;
-    using DeviceKey = collector_impl::DeviceKey;
-    using PodSlot = collector_impl::PodSlot;
-    using GpmState = collector_impl::GpmState;
-    static constexpr auto kGpmMinGap = collector_impl::kGpmMinGap;
-
     struct Mig {
         inventory::MigDevice info;
         std::optional<nvml::Device> device;
