@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <sstream>
 
 #include "parity/parity.h"
@@ -113,5 +114,93 @@ TEST(LabelsParityCases, EveryFixtureEveryStrategyAtLeast48) {
     EXPECT_EQ(covered, fixtures);
     EXPECT_GE(cases().size(), 48u);
 }
+
+// GFD's own settings from the config file (its `flags:` and `flags.gfd:` sections, as GFD's
+// NewConfig reads them), and what wins over them: both binaries get the same file, with only the
+// output file's name different, and the same flags and variables.
+struct FileCase {
+    std::string name;
+    std::string flags;                           // the file's flags: section, {out} and {machine} replaced
+    std::vector<std::string> args;               // given to both, {out} replaced by each one's file
+    std::map<std::string, std::string> env;      // given to both
+    bool nvml = true;                            // false: neither finds an NVML library
+};
+
+void PrintTo(const FileCase& c, std::ostream* os) { *os << c.name; }
+
+class LabelsFromConfigFile : public ::testing::TestWithParam<FileCase> {};
+
+TEST_P(LabelsFromConfigFile, GfdAndKgpuReadTheSameSettings) {
+    KGPU_REQUIRE_PEER(gfd, "gpu-feature-discovery");
+    const FileCase& c = GetParam();
+    const std::string node = kSource + "/sim/nodes/a100-mig.yaml";
+    TempDir sys, out;
+    kgpu::parity::write_sysfs(sys, node, kgpu::parity::PciKind::compute);
+    const std::string machine = out.write("product_name", "DGX H100\n");
+    auto filled = [&](std::string text, const std::string& who) {
+        for (const auto& [key, value] : {std::pair<std::string, std::string>{"{out}", out.path() + "/" + who},
+                                         {"{machine}", machine}}) {
+            for (auto at = text.find(key); at != std::string::npos; at = text.find(key, at + value.size()))
+                text.replace(at, key.size(), value);
+        }
+        return text;
+    };
+    auto run = [&](const std::string& who, std::vector<std::string> argv, std::map<std::string, std::string> env) {
+        const std::string config = out.write(who + ".yaml", "version: v1\nflags:\n" + filled(c.flags, who + "-file"));
+        argv.insert(argv.end(), {"--config-file", config});
+        for (const auto& a : c.args) argv.push_back(filled(a, who));
+        env.insert(c.env.begin(), c.env.end());
+        env["KGPU_SIM_NODE"] = node;
+        // GFD runs until told otherwise when it misses `oneshot`: bounded, so the failure is an exit code.
+        argv.insert(argv.begin(), {"/usr/bin/timeout", "30"});
+        return run_process(argv, env);
+    };
+    const std::string sim_dir = fs::path(KGPU_SIM_LIBRARY).parent_path().string();
+    const auto g = run("gfd", kgpu::parity::in_namespace({{sys.path(), "/sys"}}, {gfd}),
+                       {{"LD_LIBRARY_PATH", c.nvml ? sim_dir : out.path() + "/no-nvml"}});
+    ASSERT_NE(g.exit_code, 127) << "cannot run " << gfd << ": " << g.err;
+    const auto k = run("kgpu",
+                       {KGPU_BINARY, "labels", "--nvml-library", c.nvml ? KGPU_SIM_LIBRARY : out.path() + "/no-nvml/libnvidia-ml.so.1",
+                        "--sysfs-root", sys.path()},
+                       {});
+    SCOPED_TRACE("GFD stderr:\n" + g.err + "\nkgpu stderr:\n" + k.err);
+    EXPECT_NE(g.exit_code, 124) << "GFD did not run once";
+    EXPECT_NE(k.exit_code, 124) << "kgpu did not run once";
+    // Each wrote where the winning setting said, and only there.
+    EXPECT_EQ(fs::exists(out.path() + "/gfd"), fs::exists(out.path() + "/kgpu")) << "the flag's output file";
+    EXPECT_EQ(fs::exists(out.path() + "/gfd-file"), fs::exists(out.path() + "/kgpu-file")) << "the file's output file";
+    const std::string gfd_out = fs::exists(out.path() + "/gfd") ? "/gfd" : "/gfd-file";
+    const std::string kgpu_out = fs::exists(out.path() + "/kgpu") ? "/kgpu" : "/kgpu-file";
+    kgpu::parity::expect_parity("labels", "config-file/" + c.name, result(k, out.path() + kgpu_out),
+                                result(g, out.path() + gfd_out));
+    if (g.exit_code == 0) {
+        EXPECT_TRUE(fs::exists(out.path() + gfd_out)) << "GFD labelled nothing: a comparison of two empty results";
+    }
+}
+
+std::vector<FileCase> file_cases() {
+    const std::string gfd_block = "  gfd:\n    oneshot: true\n    machineTypeFile: {machine}\n";
+    return {
+        // Everything from the file: no flag at all.
+        {"everything-from-the-file",
+         "  migStrategy: mixed\n  gfd:\n    oneshot: true\n    noTimestamp: true\n    outputFile: {out}\n"
+         "    machineTypeFile: {machine}\n",
+         {}, {}},
+        // A flag and a variable win over the file: the strategy from GFD_MIG_STRATEGY, the output file
+        // and the timestamp from flags.
+        {"flags-and-variables-win",
+         "  migStrategy: single\n  gfd:\n    oneshot: true\n    noTimestamp: false\n    outputFile: {out}\n"
+         "    machineTypeFile: {machine}\n",
+         {"--output-file", "{out}", "--no-timestamp"}, {{"GFD_MIG_STRATEGY", "mixed"}}},
+        // failOnInitError from the file, without a driver: labels without devices, or a failure.
+        {"no-driver-fail-on-init-error-false", "  failOnInitError: false\n" + gfd_block + "    noTimestamp: true\n",
+         {"--output-file", "{out}"}, {}, false},
+        {"no-driver-fail-on-init-error-true", "  failOnInitError: true\n" + gfd_block + "    noTimestamp: true\n",
+         {"--output-file", "{out}"}, {}, false},
+    };
+}
+
+INSTANTIATE_TEST_SUITE_P(Settings, LabelsFromConfigFile, ::testing::ValuesIn(file_cases()),
+                         [](const auto& info) { return test_name(info.param.name); });
 
 }  // namespace
