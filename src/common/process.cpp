@@ -77,6 +77,25 @@ std::vector<std::string> child_environment(const std::map<std::string, std::stri
     return out;
 }
 
+ExecImage::ExecImage(std::vector<std::string> argv, std::vector<std::string> env)
+    : argv_strings_(std::move(argv)), env_strings_(std::move(env)) {
+    for (auto& s : argv_strings_) argv_.push_back(s.data());
+    argv_.push_back(nullptr);
+    for (auto& s : env_strings_) envp_.push_back(s.data());
+    envp_.push_back(nullptr);
+}
+
+void ExecImage::exec_in_child(int in, int out, int err) const {
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::signal(SIGPIPE, SIG_DFL);
+    if (in >= 0) ::dup2(in, STDIN_FILENO);
+    if (out >= 0) ::dup2(out, STDOUT_FILENO);
+    if (err >= 0) ::dup2(err, STDERR_FILENO);
+    ::execve(argv_[0], argv_.data(), envp_.data());
+}
+
 Result<Completed> run(const RunOptions& opts) {
     using clock = std::chrono::steady_clock;
     if (opts.argv.empty()) return fail(Code::invalid_argument, "run: empty argv");
@@ -90,12 +109,7 @@ Result<Completed> run(const RunOptions& opts) {
     } else {
         for (const auto& [k, v] : opts.set_env) env_strings.push_back(k + "=" + v);
     }
-    std::vector<char*> envp, argv;
-    for (auto& s : env_strings) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    std::vector<std::string> argv_copy = opts.argv;
-    for (auto& s : argv_copy) argv.push_back(s.data());
-    argv.push_back(nullptr);
+    const ExecImage image(opts.argv, std::move(env_strings));
     const std::string exec_failed = "exec " + program + " failed: ";
     const std::string chroot_failed = "chroot " + opts.root + " failed: ";
 
@@ -106,18 +120,12 @@ Result<Completed> run(const RunOptions& opts) {
     pid_t pid = ::fork();
     if (pid < 0) return fail(Code::io, "running {}: fork: {}", program, std::strerror(errno));
     if (pid == 0) {
-        sigset_t none;
-        sigemptyset(&none);
-        ::sigprocmask(SIG_SETMASK, &none, nullptr);
-        ::signal(SIGPIPE, SIG_DFL);
-        ::dup2(in_r.get(), STDIN_FILENO);
-        ::dup2(out_w.get(), STDOUT_FILENO);
-        ::dup2(err_w.get(), STDERR_FILENO);
         if (!opts.root.empty() && (::chroot(opts.root.c_str()) != 0 || ::chdir("/") != 0)) {
+            ::dup2(err_w.get(), STDERR_FILENO);
             write_failure(chroot_failed, errno);
             ::_exit(126);
         }
-        ::execve(argv[0], argv.data(), envp.data());
+        image.exec_in_child(in_r.get(), out_w.get(), err_w.get());
         write_failure(exec_failed, errno);
         ::_exit(127);
     }

@@ -47,6 +47,24 @@ Result<Completed> run(const RunOptions& opts);
 // this process's environment without the keys of `set` and `unset`, then `set`'s entries.
 std::vector<std::string> child_environment(const std::map<std::string, std::string>& set,
                                            const std::vector<std::string>& unset = {});
+// argv and envp as execve takes them, built before fork: after fork in a threaded process only
+// async-signal-safe calls are allowed, so nothing may be allocated there. Neither copied nor
+// moved (the pointers point into its own strings).
+class ExecImage {
+public:
+    ExecImage(std::vector<std::string> argv, std::vector<std::string> env);
+    ExecImage(const ExecImage&) = delete;
+    ExecImage& operator=(const ExecImage&) = delete;
+    // In the forked child: the signal mask emptied and SIGPIPE back to its default (a caller
+    // blocking signals for a signalfd must not pass that on), stdin, stdout and stderr from the
+    // given descriptors (-1: left as it is), then execve. Returns only when exec failed (errno).
+    void exec_in_child(int in, int out, int err) const;
+
+private:
+    std::vector<std::string> argv_strings_, env_strings_;
+    std::vector<char*> argv_, envp_;
+};
+
 // The set of `signals`.
 sigset_t signal_set(std::initializer_list<int> signals);
 

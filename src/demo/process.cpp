@@ -19,13 +19,7 @@ Result<Child> Child::spawn(const SpawnOptions& opts) {
     if (opts.argv.empty()) return fail(Code::invalid_argument, "spawn: empty argv");
     // Everything the child needs is built before fork: after fork in a threaded process only
     // async-signal-safe calls are allowed.
-    std::vector<std::string> env_strings = process::child_environment(opts.set_env, opts.unset_env);
-    std::vector<char*> envp, argv;
-    for (auto& s : env_strings) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    std::vector<std::string> argv_copy = opts.argv;
-    for (auto& s : argv_copy) argv.push_back(s.data());
-    argv.push_back(nullptr);
+    const process::ExecImage image(opts.argv, process::child_environment(opts.set_env, opts.unset_env));
 
     int log_fd = ::open(opts.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (log_fd < 0) return fail(Code::io, "opening {}: {}", opts.log_path, std::strerror(errno));
@@ -57,14 +51,7 @@ Result<Child> Child::spawn(const SpawnOptions& opts) {
         // only the demo, which then stops its children in order; the parent sets it too, so it
         // holds by the time spawn() returns, whichever of the two runs first.
         ::setpgid(0, 0);
-        sigset_t none;
-        sigemptyset(&none);
-        ::sigprocmask(SIG_SETMASK, &none, nullptr);
-        ::signal(SIGPIPE, SIG_DFL);
-        if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
-        ::dup2(out_fd, STDOUT_FILENO);
-        ::dup2(log_fd, STDERR_FILENO);
-        ::execve(argv[0], argv.data(), envp.data());
+        image.exec_in_child(null_fd, out_fd, log_fd);
         const char msg[] = "kgpu demo: exec failed\n";
         [[maybe_unused]] auto n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
         ::_exit(127);
