@@ -123,23 +123,30 @@ Result<int> config_version(std::string_view text, std::string_view source, const
     return version_of(*doc, source, options);
 }
 
-Result<Edited> configure(std::string_view text, std::string_view source, const ContainerdOptions& o,
-                         const std::optional<SourceText>& from) {
-    if (auto st = check_options(o); !st) return std::unexpected(st.error());
+Result<ParsedSources> parse_sources(std::string_view text, std::string_view source, const std::optional<SourceText>& from) {
     auto doc = tomledit::parse(text, source);
     if (!doc) return std::unexpected(doc.error());
-    std::optional<toml::table> from_doc;
+    ParsedSources out{std::move(*doc), std::nullopt};
     if (from) {
         auto f = tomledit::parse(from->text, from->name);
         if (!f) return std::unexpected(f.error());
-        from_doc = std::move(*f);
+        out.from = std::move(*f);
     }
-    auto version = version_of(from_doc ? *from_doc : *doc, from ? std::string_view(from->name) : source, o);
+    return out;
+}
+
+Result<Edited> configure(std::string_view text, std::string_view source, const ContainerdOptions& o,
+                         const std::optional<SourceText>& from) {
+    if (auto st = check_options(o); !st) return std::unexpected(st.error());
+    auto parsed = parse_sources(text, source, from);
+    if (!parsed) return std::unexpected(parsed.error());
+    toml::table* doc = &parsed->doc;
+    auto version = version_of(parsed->templates(), from ? std::string_view(from->name) : source, o);
     if (!version) return std::unexpected(version.error());
     const int v = *version;
 
     toml::table target = *doc;
-    if (auto st = add_runtime(target, from_doc ? *from_doc : *doc, v, o, source); !st) return std::unexpected(st.error());
+    if (auto st = add_runtime(target, parsed->templates(), v, o, source); !st) return std::unexpected(st.error());
 
     // The same result as text edits of the operator's file.
     tomledit::Text t{std::string(text), std::string(source)};
@@ -188,15 +195,10 @@ Result<DropIn> configure_drop_in(std::string_view text, std::string_view source,
     if (auto st = check_options(o); !st) return std::unexpected(st.error());
     if (drop_in_path.empty() || drop_in_path.front() != '/')
         return fail(Code::invalid_argument, "--drop-in-config '{}': expected an absolute path", drop_in_path);
-    auto main = tomledit::parse(text, source);
-    if (!main) return std::unexpected(main.error());
-    std::optional<toml::table> from_doc;
-    if (from) {
-        auto f = tomledit::parse(from->text, from->name);
-        if (!f) return std::unexpected(f.error());
-        from_doc = std::move(*f);
-    }
-    const toml::table& src = from_doc ? *from_doc : *main;
+    auto parsed = parse_sources(text, source, from);
+    if (!parsed) return std::unexpected(parsed.error());
+    toml::table* main = &parsed->doc;
+    const toml::table& src = parsed->templates();
     auto version = version_of(src, from ? std::string_view(from->name) : source, o);
     if (!version) return std::unexpected(version.error());
     const int v = *version;

@@ -61,16 +61,10 @@ Result<std::string> crio_drop_in(const SourceText& source, const CrioOptions& o)
 
 Result<Edited> configure_crio(std::string_view text, std::string_view source, const CrioOptions& o,
                               const std::optional<SourceText>& from) {
-    auto doc = tomledit::parse(text, source);
-    if (!doc) return std::unexpected(doc.error());
-    std::optional<toml::table> from_doc;
-    if (from) {
-        auto f = tomledit::parse(from->text, from->name);
-        if (!f) return std::unexpected(f.error());
-        from_doc = std::move(*f);
-    }
-    toml::table target = *doc;
-    if (auto st = add_runtime(target, from_doc ? *from_doc : *doc, o, source); !st) return std::unexpected(st.error());
+    auto parsed = parse_sources(text, source, from);
+    if (!parsed) return std::unexpected(parsed.error());
+    toml::table target = parsed->doc;
+    if (auto st = add_runtime(target, parsed->templates(), o, source); !st) return std::unexpected(st.error());
 
     tomledit::Text t{std::string(text), std::string(source)};
     // A layout kgpu cannot edit in place says so and that the drop-in works.

@@ -1,11 +1,25 @@
 // What the container engines (containerd, CRI-O, Docker) share in `kgpu runtime configure`.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/error.h"
+#include "runtime/containerd.h"
+#include "runtime/toml_edit.h"
+
 namespace kgpu::runtime {
+
+// The config being edited and, when given, the one the templates are read from (`from`), parsed.
+struct ParsedSources {
+    toml::table doc;
+    std::optional<toml::table> from;
+    // Where the templates come from: `from` when given, else the config itself.
+    const toml::table& templates() const { return from ? *from : doc; }
+};
+Result<ParsedSources> parse_sources(std::string_view text, std::string_view source, const std::optional<SourceText>& from);
 
 // The runtimes whose settings the NVIDIA runtime copies, in order (nvidia-ctk's
 // GetLowLevelRuntimes): the engine's default runtime unless it is empty or an nvidia* runtime
