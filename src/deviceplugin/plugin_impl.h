@@ -3,6 +3,8 @@
 // inotify, the paused-GPUs file, Node reporting) share.
 #pragma once
 
+#include <signal.h>
+
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -85,6 +87,22 @@ public:
     int run();
 
 private:
+    // run()'s steps. The signalfd (SIGTERM, SIGINT, SIGHUP) and the MIG change eventfd; false
+    // (logged) when either cannot be made.
+    bool open_control_fds(const sigset_t& mask);
+    // Waits while the device-plugin directory does not exist; false when a signal said stop.
+    bool wait_for_plugin_dir();
+    // The inotify watch of the device-plugin directory and the kubelet socket's; false (logged)
+    // when it cannot be set up.
+    bool watch_plugin_dirs();
+    // Serving starts (apply); an exit code, or -1 to go on (serving, or retrying later).
+    int try_serving(bool first);
+    // Until a signal says stop: signals, directory changes, MIG changes, the config label,
+    // retries; the exit code.
+    int control_loop();
+    // Stops everything and returns `code` (or ends the process at once, see stop_serving).
+    int finish(int code);
+
     Status apply(const Config& cfg, Trigger trigger);
     // Stops everything served. `exiting` (the process ends next): the health thread gets a
     // short grace to leave NVML's uninterruptible wait; returns false when it did not, and then
@@ -133,6 +151,8 @@ private:
     // eventfd: the health thread saw a MIG configuration change. Before served_: it outlives the
     // health thread.
     Fd mig_fd_;
+    Fd signal_fd_;   // SIGTERM, SIGINT, SIGHUP (blocked for the whole process)
+    Fd inotify_fd_;  // the device-plugin directories and the paused-GPUs file's
     std::optional<Served> served_;
     bool nvml_failed_logged_ = false;
     Clock::time_point next_init_{};
