@@ -219,23 +219,9 @@ Result<v1beta1::PreferredAllocationResponse> Plugin::prefer(const Entry& e,
 //  - sighup: any error is returned before anything changed (the running config stays);
 //  - node_change: NVML errors are returned (nothing changed); a node the config cannot serve
 //    any more is logged and nothing is served until the node or the config changes.
-Status Plugin::apply(const Config& cfg, Trigger trigger) {
-    const Config& old = opts_.config;
-    const bool same_driver = served_ && served_->session && cfg.nvml_library == old.nvml_library &&
-                             cfg.nvidia_driver_root == old.nvidia_driver_root;
-    std::optional<nvml::Session> session;
-    if (same_driver) {
-        session = *served_->session;
-    } else {
-        auto s = nvml::open_session({cfg.nvml_library, cfg.nvidia_driver_root});
-        if (!s) return std::unexpected(s.error());
-        session = std::move(*s);
-    }
-    auto node = inventory::discover(*session);
-    if (!node) return std::unexpected(node.error());
-
+Result<std::vector<Resource>> Plugin::resources_for(const Config& cfg, const inventory::Node& node, Trigger trigger) {
     std::vector<std::string> warnings;
-    auto resources = build_resources(*node, cfg, &warnings);
+    auto resources = build_resources(node, cfg, &warnings);
     if (!resources) {
         const Error& err = resources.error();
         const bool fatal = trigger == Trigger::sighup || err.code == Code::parse ||
@@ -256,30 +242,11 @@ Status Plugin::apply(const Config& cfg, Trigger trigger) {
     log::info("{}", describe_resources(*resources, cfg));
     if (resources->empty() && reported_.first("no-resources"))
         log::warn("no GPUs to serve on this node: serving no resource (run `kgpu doctor` if this is unexpected)");
+    return resources;
+}
 
-    // What the servers, the registration and the health monitor are built on: a change restarts
-    // everything (as before a reload).
-    if (served_ && (!same_driver || cfg.device_plugin_path != old.device_plugin_path ||
-                    cfg.kubelet_socket_path() != old.kubelet_socket_path() || !same_health(cfg.health, old.health))) {
-        log::info("the driver, the socket paths or the health policy changed: restarting every server");
-        stop_serving(false);
-    }
-    // The CDI strategies name devices `nvidia.com/gpu=<index|UUID>`; the runtime resolves those
-    // names from this spec, (re)written whenever the node is (re)discovered (cdi_refresh.h).
-    if (CdiSpecRefresher::wanted(cfg)) write_cdi_spec(*node, cfg, loaded_driver_version(cfg.proc_root));
-
-    if (!served_) served_.emplace();
-    served_->session = *session;
-    served_->node = *node;
-    const auto config = std::make_shared<const Config>(cfg);
-    std::map<std::string, Resource*> wanted;
-    std::vector<std::string> mps_names;
-    for (auto& r : *resources) {
-        wanted[r.name] = &r;
-        if (r.mps) mps_names.push_back(r.name);
-    }
-
-    // 1. Resources that disappeared: empty list first (so the kubelet drops the devices), then stop.
+void Plugin::drop_unwanted(const std::map<std::string, Resource*>& wanted) {
+    // Empty list first (so the kubelet drops the devices), then stop.
     std::vector<std::unique_ptr<Entry>> gone;
     {
         std::lock_guard lk(mu_);
@@ -298,10 +265,10 @@ Status Plugin::apply(const Config& cfg, Trigger trigger) {
         if (served_->registrar) served_->registrar->remove(e->name);
         e->server->stop(true);
     }
-    gone.clear();
+}
 
-    // 2. Changed and new resources.
-    opts_.config = cfg;
+std::vector<Entry*> Plugin::update_entries(const std::map<std::string, Resource*>& wanted, const Config& cfg,
+                                           const inventory::Node& node) {
     if (!served_->registrar) {
         Registrar::Options ro;
         ro.kubelet_socket = cfg.kubelet_socket_path();
@@ -309,11 +276,12 @@ Status Plugin::apply(const Config& cfg, Trigger trigger) {
         served_->registrar = std::make_shared<Registrar>(ro);
         served_->registrar->start();
     }
+    const auto config = std::make_shared<const Config>(cfg);
     std::vector<Entry*> fresh;
     for (auto& [name, r] : wanted) {
         auto state = std::make_shared<EntryState>();
         state->resource = std::move(*r);
-        state->allocator = std::make_unique<Allocator>(state->resource, node->topology, cfg.shared_allocation_policy);
+        state->allocator = std::make_unique<Allocator>(state->resource, node.topology, cfg.shared_allocation_policy);
         state->config = config;
         std::lock_guard lk(mu_);
         auto it = std::find_if(served_->entries.begin(), served_->entries.end(),
@@ -342,15 +310,17 @@ Status Plugin::apply(const Config& cfg, Trigger trigger) {
         fresh.push_back(raw);
         served_->entries.push_back(std::move(e));
     }
+    return fresh;
+}
 
-    // 3. Health: MPS daemons first (their first check is synchronous, like the GPUs' probes);
-    //    then a new monitor (started first: it probes every GPU before the snapshot, so the
-    //    first list already says what the probes see, issue #12), or the running one told about
-    //    the rediscovered node.
+void Plugin::watch_health(const Config& cfg, const nvml::Session& session, const std::vector<std::string>& mps_names) {
+    // MPS daemons first (their first check is synchronous, like the GPUs' probes); then a new
+    // monitor (started first: it probes every GPU before the snapshot, so the first list already
+    // says what the probes see, issue #12), or the running one told about the rediscovered node.
     watch_mps(cfg, mps_names);
     if (!served_->health) {
         served_->health = std::make_unique<HealthMonitor>(
-            *session, served_->node, cfg.health, [this](const std::vector<GpuHealth>& h) { on_health(h); },
+            session, served_->node, cfg.health, [this](const std::vector<GpuHealth>& h) { on_health(h); },
             opts_.probe_interval,
             [this](unsigned) {
                 const std::uint64_t one = 1;
@@ -361,15 +331,58 @@ Status Plugin::apply(const Config& cfg, Trigger trigger) {
     } else {
         served_->health->update_node(served_->node);
     }
-    {
-        // The snapshot under mu_: the health thread's on_health takes mu_ after its own snapshot,
-        // so one taken outside could overwrite a newer state with an older one (and republish a
-        // GPU that just turned Unhealthy as Healthy). The monitor never calls out under its lock.
-        std::lock_guard lk(mu_);
-        auto snapshot = served_->health->snapshot();
-        report_health_locked(snapshot);  // a GPU Unhealthy at start is worth an Event too
-        health_ = std::move(snapshot);
+    // The snapshot under mu_: the health thread's on_health takes mu_ after its own snapshot, so
+    // one taken outside could overwrite a newer state with an older one (and republish a GPU that
+    // just turned Unhealthy as Healthy). The monitor never calls out under its lock.
+    std::lock_guard lk(mu_);
+    auto snapshot = served_->health->snapshot();
+    report_health_locked(snapshot);  // a GPU Unhealthy at start is worth an Event too
+    health_ = std::move(snapshot);
+}
+
+Status Plugin::apply(const Config& cfg, Trigger trigger) {
+    const Config& old = opts_.config;
+    const bool same_driver = served_ && served_->session && cfg.nvml_library == old.nvml_library &&
+                             cfg.nvidia_driver_root == old.nvidia_driver_root;
+    std::optional<nvml::Session> session;
+    if (same_driver) {
+        session = *served_->session;
+    } else {
+        auto s = nvml::open_session({cfg.nvml_library, cfg.nvidia_driver_root});
+        if (!s) return std::unexpected(s.error());
+        session = std::move(*s);
     }
+    auto node = inventory::discover(*session);
+    if (!node) return std::unexpected(node.error());
+    auto resources = resources_for(cfg, *node, trigger);
+    if (!resources) return std::unexpected(resources.error());
+
+    // What the servers, the registration and the health monitor are built on: a change restarts
+    // everything (as before a reload).
+    if (served_ && (!same_driver || cfg.device_plugin_path != old.device_plugin_path ||
+                    cfg.kubelet_socket_path() != old.kubelet_socket_path() || !same_health(cfg.health, old.health))) {
+        log::info("the driver, the socket paths or the health policy changed: restarting every server");
+        stop_serving(false);
+    }
+    // The CDI strategies name devices `nvidia.com/gpu=<index|UUID>`; the runtime resolves those
+    // names from this spec, (re)written whenever the node is (re)discovered (cdi_refresh.h).
+    if (CdiSpecRefresher::wanted(cfg)) write_cdi_spec(*node, cfg, loaded_driver_version(cfg.proc_root));
+
+    if (!served_) served_.emplace();
+    served_->session = *session;
+    served_->node = *node;
+    std::map<std::string, Resource*> wanted;
+    std::vector<std::string> mps_names;
+    for (auto& r : *resources) {
+        wanted[r.name] = &r;
+        if (r.mps) mps_names.push_back(r.name);
+    }
+    // 1. Resources that disappeared; 2. changed and new ones; 3. health; then every list is
+    //    published and the new servers start.
+    drop_unwanted(wanted);
+    opts_.config = cfg;
+    const std::vector<Entry*> fresh = update_entries(wanted, cfg, *node);
+    watch_health(cfg, *session, mps_names);
     {
         std::lock_guard lk(mu_);
         for (auto& e : served_->entries) publish_locked(*e);

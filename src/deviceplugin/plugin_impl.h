@@ -104,6 +104,16 @@ private:
     int finish(int code);
 
     Status apply(const Config& cfg, Trigger trigger);
+    // apply()'s steps. The resources `cfg` makes of `node`, with their warnings logged (once
+    // each); an error only where the trigger makes it fatal.
+    Result<std::vector<Resource>> resources_for(const Config& cfg, const inventory::Node& node, Trigger trigger);
+    // Stops serving the resources not in `wanted` (an empty list first).
+    void drop_unwanted(const std::map<std::string, Resource*>& wanted);
+    // Takes `wanted`'s resources into the served entries (moved from); the entries made new.
+    std::vector<Entry*> update_entries(const std::map<std::string, Resource*>& wanted, const Config& cfg,
+                                       const inventory::Node& node);
+    // The MPS daemons' and the GPUs' health for the served node; health_ from the first probes.
+    void watch_health(const Config& cfg, const nvml::Session& session, const std::vector<std::string>& mps_names);
     // Stops everything served. `exiting` (the process ends next): the health thread gets a
     // short grace to leave NVML's uninterruptible wait; returns false when it did not, and then
     // served_ is left in place (destroying it would wait for the thread) for the caller to end
