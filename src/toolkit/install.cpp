@@ -323,222 +323,284 @@ Result<int> socket_owner(const std::string& socket) {
     return cred.pid;
 }
 
-Result<InstallReport> install(const InstallOptions& o) {
-    InstallReport report;
+namespace {
+
+// install()'s state and steps, in the order install() runs them. Each step returns an error
+// that ends the install; what the steps before it did stays done.
+class Installer {
+public:
+    explicit Installer(const InstallOptions& o) : o_(o) {}
+
+    Result<InstallReport> run() {
+        if (auto st = resolve_paths(); !st) return std::unexpected(st.error());
+        if (auto st = stage_binary(); !st) return std::unexpected(st.error());
+        if (auto st = verify_on_host(); !st) return std::unexpected(st.error());
+        if (auto st = write_runtime_config(); !st) return std::unexpected(st.error());
+        if (auto st = swap_in(); !st) return std::unexpected(st.error());
+        if (auto st = configure_containerd(); !st) return std::unexpected(st.error());
+        if (auto st = dev_char_links(); !st) return std::unexpected(st.error());
+        if (auto st = restart_containerd(); !st) return std::unexpected(st.error());
+        return std::move(report_);
+    }
+
+private:
     // Each line is handed on as soon as its step is done, not only in the report: a restart of
     // containerd loses what the init container prints after it (see options.progress).
-    auto say = [&](std::string line) {
-        if (o.progress) o.progress(line);
-        report.lines.push_back(std::move(line));
-    };
-    if (o.install_dir.empty() || o.install_dir.front() != '/')
-        return fail(Code::invalid_argument, "--install-dir '{}': expected an absolute host path", o.install_dir);
-    if (o.runtime_config_path.empty() || o.runtime_config_path.front() != '/' ||
-        o.runtime_config_path.find('\n') != std::string::npos)
-        return fail(Code::invalid_argument, "--runtime-config '{}': expected an absolute host path", o.runtime_config_path);
+    void say(std::string line) {
+        if (o_.progress) o_.progress(line);
+        report_.lines.push_back(std::move(line));
+    }
+
     // Every host path, resolved inside --host-root before anything is written (host_path()). The
     // install directory's own entries are named under the resolved directory, so that the links
     // kgpu-container-runtime and nvidia-cdi-hook are replaced, not followed.
-    std::map<std::string, fs::path> resolved;
-    for (const std::string& p : {o.install_dir, o.runtime_config_path, o.containerd_config, o.drop_in, o.containerd_socket,
-                                 o.dbus_socket}) {
-        if (p.empty() || p.front() != '/' || resolved.contains(p)) continue;
-        auto r = host_path(o, p);
-        if (!r) return std::unexpected(r.error());
-        resolved.emplace(p, std::move(*r));
+    Status resolve_paths() {
+        if (o_.install_dir.empty() || o_.install_dir.front() != '/')
+            return fail(Code::invalid_argument, "--install-dir '{}': expected an absolute host path", o_.install_dir);
+        if (o_.runtime_config_path.empty() || o_.runtime_config_path.front() != '/' ||
+            o_.runtime_config_path.find('\n') != std::string::npos)
+            return fail(Code::invalid_argument, "--runtime-config '{}': expected an absolute host path",
+                        o_.runtime_config_path);
+        for (const std::string& p : {o_.install_dir, o_.runtime_config_path, o_.containerd_config, o_.drop_in,
+                                     o_.containerd_socket, o_.dbus_socket}) {
+            if (p.empty() || p.front() != '/' || resolved_.contains(p)) continue;
+            auto r = host_path(o_, p);
+            if (!r) return std::unexpected(r.error());
+            resolved_.emplace(p, std::move(*r));
+        }
+        return {};
     }
-    auto host = [&](const std::string& p) -> fs::path {
-        if (auto it = resolved.find(p); it != resolved.end()) return it->second;
-        const fs::path rel = fs::path(p).lexically_relative(o.install_dir);
-        if (!rel.empty() && *rel.begin() != "..") return resolved.at(o.install_dir) / rel;
-        return files::under_root(o.host_root, p);  // not reached: every path is one of the above
-    };
+    fs::path host(const std::string& p) const {
+        if (auto it = resolved_.find(p); it != resolved_.end()) return it->second;
+        const fs::path rel = fs::path(p).lexically_relative(o_.install_dir);
+        if (!rel.empty() && *rel.begin() != "..") return resolved_.at(o_.install_dir) / rel;
+        return files::under_root(o_.host_root, p);  // not reached: every path is one of the above
+    }
 
-    // 1. The binary and its links.
-    std::string source = o.source_binary;
-    if (source.empty()) {
+    // 1. The binary, stripped and with its glibc carried, staged next to its place: it runs on
+    // the host (step 2) and is swapped in by one rename after its glibc is complete; until then
+    // the old binary and its glibc serve.
+    Status stage_binary() {
+        std::string source = o_.source_binary;
+        if (source.empty()) {
+            std::error_code ec;
+            source = fs::read_symlink("/proc/self/exe", ec).string();
+            if (ec) return fail(Code::io, "cannot find this binary (/proc/self/exe): {}", ec.message());
+        }
+        auto bytes = files::read(source);
+        if (!bytes) return std::unexpected(bytes.error().context("install"));
+        // Every container start executes the copy (runtime, hooks): without the debug information
+        // a build tree's binary carries, which only a debugger reads (common/elf.h).
+        auto stripped = elf::strip_debug(*bytes, source);
+        if (!stripped) return std::unexpected(stripped.error().context("install"));
+        if (stripped->sections != 0)
+            stripped_note_ = fmt::format("; {} is {:.1f} MB with its debug information, not copied", source,
+                                         static_cast<double>(bytes->size()) / 1e6);
+        image_ = std::move(stripped->image);
+        auto carried = carry_glibc(o_, image_, source);
+        if (!carried) return std::unexpected(carried.error());
+        if (!carried->line.empty()) say(carried->line);
+        carried_lib_dir_ = carried->lib_dir;
+        binary_ = join_path(o_.install_dir, "kgpu");
+        auto existing = read_existing(host(binary_));
+        if (!existing) return std::unexpected(existing.error());
+        existed_ = existing->exists;
+        previous_glibc_ = existing->exists ? interpreter_dir(existing->text, binary_) : std::string();
+        changed_ = !existing->exists || existing->text != image_;
+        staged_ = changed_ ? join_path(o_.install_dir, ".kgpu.new") : binary_;
+        if (changed_) {
+            if (auto st = ensure_dir(host(o_.install_dir)); !st) return st;
+            if (auto st = files::write_atomic(host(staged_), image_, 0755); !st) return st;
+        }
+        if (::chmod(host(staged_).c_str(), 0755) != 0)
+            return fail(Code::io, "chmod {}: {}", host(staged_).string(), std::strerror(errno));
+        return {};
+    }
+    void discard_staged() {
         std::error_code ec;
-        source = fs::read_symlink("/proc/self/exe", ec).string();
-        if (ec) return fail(Code::io, "cannot find this binary (/proc/self/exe): {}", ec.message());
+        if (changed_) fs::remove(host(staged_), ec);
     }
-    auto bytes = files::read(source);
-    if (!bytes) return std::unexpected(bytes.error().context("install"));
-    // Every container start executes the copy (runtime, hooks): without the debug information a
-    // build tree's binary carries, which only a debugger reads (common/elf.h).
-    const size_t source_size = bytes->size();
-    auto stripped = elf::strip_debug(*bytes, source);
-    if (!stripped) return std::unexpected(stripped.error().context("install"));
-    *bytes = std::move(stripped->image);
-    auto carried = carry_glibc(o, *bytes, source);
-    if (!carried) return std::unexpected(carried.error());
-    if (!carried->line.empty()) say(carried->line);
-    // The binary is staged next to its place, run on the host (step 2), and only then swapped in
-    // by one rename, after its glibc is complete: until then the old binary and its glibc serve.
-    const std::string binary = join_path(o.install_dir, "kgpu");
-    auto existing = read_existing(host(binary));
-    if (!existing) return std::unexpected(existing.error());
-    const std::string previous = existing->exists ? interpreter_dir(existing->text, binary) : std::string();
-    const bool changed = !existing->exists || existing->text != *bytes;
-    const std::string staged = changed ? join_path(o.install_dir, ".kgpu.new") : binary;
-    if (changed) {
-        if (auto st = ensure_dir(host(o.install_dir)); !st) return std::unexpected(st.error());
-        if (auto st = files::write_atomic(host(staged), *bytes, 0755); !st) return std::unexpected(st.error());
-    }
-    if (::chmod(host(staged).c_str(), 0755) != 0)
-        return fail(Code::io, "chmod {}: {}", host(staged).string(), std::strerror(errno));
 
     // 2. It runs on the host, before anything points at it (an upgrade: before it replaces the
     // binary containerd runs).
-    std::string verified;
-    if (o.verify) {
-        if (o.host_root != "/" && ::geteuid() != 0) {
-            verified = "not verified: running it inside --host-root needs root (chroot)";
-        } else {
-            auto v = run_on_host(o.host_root, staged);
-            if (!v) {
-                std::error_code ec;
-                if (changed) fs::remove(host(staged), ec);
-                return fail(v.error().code, "{}; it was not put in place ({} {}), so containerd and the runtime's config "
-                            "were left as they were", v.error().message, binary,
-                            existing->exists ? "is the binary from before" : "was not installed");
-            }
-            verified = fmt::format("verified: {} --version runs on the host: {}", binary, *v);
+    Status verify_on_host() {
+        if (!o_.verify) return {};
+        if (o_.host_root != "/" && ::geteuid() != 0) {
+            verified_ = "not verified: running it inside --host-root needs root (chroot)";
+            return {};
         }
+        auto v = run_on_host(o_.host_root, staged_);
+        if (!v) {
+            discard_staged();
+            return fail(v.error().code,
+                        "{}; it was not put in place ({} {}), so containerd and the runtime's config were left as they "
+                        "were",
+                        v.error().message, binary_, existed_ ? "is the binary from before" : "was not installed");
+        }
+        verified_ = fmt::format("verified: {} --version runs on the host: {}", binary_, *v);
+        return {};
     }
+
     // 3. The runtime's config, and where it is, next to the runtime: containerd passes the
-    // runtime no env variable or flag, so without the record an --runtime-config elsewhere than the
-    // default path would never be read (toolkit/config.h). Both before the new binary is swapped
-    // in: a new runtime that finds no record (an upgrade from before the record, a write that
-    // failed) would run with NVIDIA's permissive defaults.
-    RuntimeConfig rc = o.runtime;
-    if (rc.hook_path.empty()) rc.hook_path = join_path(o.install_dir, "nvidia-cdi-hook");
-    auto wrote = write_if_changed(host(o.runtime_config_path), render_config(rc), 0644, true);
-    auto discard_staged = [&] {
-        std::error_code ec;
-        if (changed) fs::remove(host(staged), ec);
-    };
-    if (!wrote) {
-        discard_staged();
-        return std::unexpected(wrote.error());
+    // runtime no env variable or flag, so without the record an --runtime-config elsewhere than
+    // the default path would never be read (toolkit/config.h). Both before the new binary is
+    // swapped in: a new runtime that finds no record (an upgrade from before the record, a write
+    // that failed) would run with NVIDIA's permissive defaults.
+    Status write_runtime_config() {
+        RuntimeConfig rc = o_.runtime;
+        if (rc.hook_path.empty()) rc.hook_path = join_path(o_.install_dir, "nvidia-cdi-hook");
+        auto wrote = write_if_changed(host(o_.runtime_config_path), render_config(rc), 0644, true);
+        if (!wrote) {
+            discard_staged();
+            return std::unexpected(wrote.error());
+        }
+        say(fmt::format("{} {}", *wrote ? "wrote" : "unchanged:", o_.runtime_config_path));
+        const std::string record = join_path(o_.install_dir, std::string(kConfigRecordName));
+        auto recorded = write_if_changed(host(record), o_.runtime_config_path + "\n", 0644);
+        if (!recorded) {
+            discard_staged();
+            return std::unexpected(recorded.error());
+        }
+        say(fmt::format("{} {}: the runtime reads {}", *recorded ? "wrote" : "unchanged:", record,
+                        o_.runtime_config_path));
+        return {};
     }
-    say(fmt::format("{} {}", *wrote ? "wrote" : "unchanged:", o.runtime_config_path));
-    const std::string record = join_path(o.install_dir, std::string(kConfigRecordName));
-    auto recorded = write_if_changed(host(record), o.runtime_config_path + "\n", 0644);
-    if (!recorded) {
-        discard_staged();
-        return std::unexpected(recorded.error());
-    }
-    say(fmt::format("{} {}: the runtime reads {}", *recorded ? "wrote" : "unchanged:", record,
-                                       o.runtime_config_path));
 
-    if (changed && ::rename(host(staged).c_str(), host(binary).c_str()) != 0)
-        return fail(Code::io, "cannot rename {} to {}: {}", host(staged).string(), host(binary).string(), std::strerror(errno));
-    say(fmt::format("{} {} ({:.1f} MB{})", changed ? "installed" : "unchanged:", binary,
-                                       static_cast<double>(bytes->size()) / 1e6,
-                                       stripped->sections == 0
-                                           ? std::string()
-                                           : fmt::format("; {} is {:.1f} MB with its debug information, not copied",
-                                                         source, static_cast<double>(source_size) / 1e6)));
-    // Only a swap retires a glibc: an unchanged install changes nothing.
-    if (changed && !carried->lib_dir.empty()) {
-        auto removed = prune_glibcs(o, carried->lib_dir, previous);
-        if (!removed) return std::unexpected(removed.error());
-        if (!previous.empty() && previous != carried->lib_dir)
-            say(fmt::format("kept {}: the glibc of the binary it replaced, for a runtime or hook started before the swap",
-                            previous));
-        if (!removed->empty())
-            say(fmt::format("removed {}: older carried glibc", fmt::join(*removed, ", ")));
+    // The staged binary renamed over the old one, the glibcs no binary needs pruned, the links.
+    Status swap_in() {
+        if (changed_ && ::rename(host(staged_).c_str(), host(binary_).c_str()) != 0)
+            return fail(Code::io, "cannot rename {} to {}: {}", host(staged_).string(), host(binary_).string(),
+                        std::strerror(errno));
+        say(fmt::format("{} {} ({:.1f} MB{})", changed_ ? "installed" : "unchanged:", binary_,
+                        static_cast<double>(image_.size()) / 1e6, stripped_note_));
+        // Only a swap retires a glibc: an unchanged install changes nothing.
+        if (changed_ && !carried_lib_dir_.empty()) {
+            auto removed = prune_glibcs(o_, carried_lib_dir_, previous_glibc_);
+            if (!removed) return std::unexpected(removed.error());
+            if (!previous_glibc_.empty() && previous_glibc_ != carried_lib_dir_)
+                say(fmt::format("kept {}: the glibc of the binary it replaced, for a runtime or hook started before the "
+                                "swap",
+                                previous_glibc_));
+            if (!removed->empty()) say(fmt::format("removed {}: older carried glibc", fmt::join(*removed, ", ")));
+        }
+        std::vector<std::string> linked;
+        for (const char* name : {"kgpu-container-runtime", "nvidia-cdi-hook"}) {
+            auto made = ensure_symlink(host(join_path(o_.install_dir, name)), "kgpu");
+            if (!made) return std::unexpected(made.error());
+            if (*made) linked.push_back(name);
+        }
+        say(linked.empty()
+                ? fmt::format("unchanged: {}/{{kgpu-container-runtime,nvidia-cdi-hook}} -> kgpu", o_.install_dir)
+                : fmt::format("linked {} -> kgpu in {}", fmt::join(linked, ", "), o_.install_dir));
+        if (!verified_.empty()) say(verified_);
+        return {};
     }
-    std::vector<std::string> linked;
-    for (const char* name : {"kgpu-container-runtime", "nvidia-cdi-hook"}) {
-        auto made = ensure_symlink(host(join_path(o.install_dir, name)), "kgpu");
-        if (!made) return std::unexpected(made.error());
-        if (*made) linked.push_back(name);
-    }
-    say(linked.empty() ? fmt::format("unchanged: {}/{{kgpu-container-runtime,nvidia-cdi-hook}} -> kgpu", o.install_dir)
-                       : fmt::format("linked {} -> kgpu in {}", fmt::join(linked, ", "), o.install_dir));
-    if (!verified.empty()) say(verified);
 
-    // 4. containerd.
-    runtime::ContainerdOptions co;
-    co.runtime_name = o.runtime_name;
-    co.runtime_path = join_path(o.install_dir, "kgpu-container-runtime");
-    co.set_as_default = o.set_as_default;
-    co.enable_cdi = o.enable_cdi;
-    auto main = read_existing(host(o.containerd_config));
-    if (!main) return std::unexpected(main.error());
-    if (o.drop_in.empty()) {
-        auto edited = runtime::configure(main->text, o.containerd_config, co);
-        if (!edited) return std::unexpected(edited.error());
-        auto w = write_if_changed(host(o.containerd_config), edited->text, 0644, true);
-        if (!w) return std::unexpected(w.error());
-        report.containerd_changed = *w;
-    } else {
-        auto edited = runtime::configure_drop_in(main->text, o.containerd_config, o.drop_in, co);
-        if (!edited) return std::unexpected(edited.error());
-        auto d = write_if_changed(host(o.drop_in), edited->drop_in, 0644);
-        if (!d) return std::unexpected(d.error());
-        auto w = write_if_changed(host(o.containerd_config), edited->main.text, 0644, true);
-        if (!w) return std::unexpected(w.error());
-        report.containerd_changed = *d || *w;
+    // 4. containerd's config (or its drop-in).
+    Status configure_containerd() {
+        runtime::ContainerdOptions co;
+        co.runtime_name = o_.runtime_name;
+        co.runtime_path = join_path(o_.install_dir, "kgpu-container-runtime");
+        co.set_as_default = o_.set_as_default;
+        co.enable_cdi = o_.enable_cdi;
+        auto main = read_existing(host(o_.containerd_config));
+        if (!main) return std::unexpected(main.error());
+        if (o_.drop_in.empty()) {
+            auto edited = runtime::configure(main->text, o_.containerd_config, co);
+            if (!edited) return std::unexpected(edited.error());
+            auto w = write_if_changed(host(o_.containerd_config), edited->text, 0644, true);
+            if (!w) return std::unexpected(w.error());
+            report_.containerd_changed = *w;
+        } else {
+            auto edited = runtime::configure_drop_in(main->text, o_.containerd_config, o_.drop_in, co);
+            if (!edited) return std::unexpected(edited.error());
+            auto d = write_if_changed(host(o_.drop_in), edited->drop_in, 0644);
+            if (!d) return std::unexpected(d.error());
+            auto w = write_if_changed(host(o_.containerd_config), edited->main.text, 0644, true);
+            if (!w) return std::unexpected(w.error());
+            report_.containerd_changed = *d || *w;
+        }
+        say(report_.containerd_changed
+                ? fmt::format("updated {}: runtime {} -> {}", o_.drop_in.empty() ? o_.containerd_config : o_.drop_in,
+                              o_.runtime_name, co.runtime_path)
+                : fmt::format("unchanged: {} already runs {} as {}", o_.containerd_config, co.runtime_path,
+                              o_.runtime_name));
+        return {};
     }
-    say(report.containerd_changed
-            ? fmt::format("updated {}: runtime {} -> {}", o.drop_in.empty() ? o.containerd_config : o.drop_in, o.runtime_name,
-                          co.runtime_path)
-            : fmt::format("unchanged: {} already runs {} as {}", o.containerd_config, co.runtime_path, o.runtime_name));
 
     // 5. /dev/char links (before the restart, which is the last step: the DaemonSet's init
     // container's output after containerd went away may never reach its log).
-    if (o.dev_char_links) {
-        const fs::path dev_root = o.runtime.dev_root.empty() ? fs::path(o.runtime.driver_root) : fs::path(o.runtime.dev_root);
-        auto made = create_dev_char_links(o.host_root, dev_root);
+    Status dev_char_links() {
+        if (!o_.dev_char_links) return {};
+        const fs::path dev_root =
+            o_.runtime.dev_root.empty() ? fs::path(o_.runtime.driver_root) : fs::path(o_.runtime.dev_root);
+        auto made = create_dev_char_links(o_.host_root, dev_root);
         if (!made) return std::unexpected(made.error());
-        const auto all = nvidia_dev_char_links(o.host_root, dev_root);
+        const auto all = nvidia_dev_char_links(o_.host_root, dev_root);
         say(all.empty()     ? "no NVIDIA device nodes: no /dev/char links to create"
             : made->empty() ? fmt::format("unchanged: /dev/char links for {} NVIDIA device nodes", all.size())
                             : fmt::format("created {} /dev/char links", made->size()));
+        return {};
     }
 
-    // 6. Restart containerd, only for a changed config; each way is said before it is done.
-    if (!report.containerd_changed) {
-        say("containerd not restarted: its config did not change");
-    } else if (o.restart == RestartMode::none) {
-        say("containerd not restarted (--restart-mode none): restart it to apply the change");
-    } else {
-        const std::string socket = host(o.containerd_socket).string();
+    // 6. containerd restarted, only for a changed config; each way is said before it is done.
+    Status restart_containerd() {
+        if (!report_.containerd_changed) {
+            say("containerd not restarted: its config did not change");
+            return {};
+        }
+        if (o_.restart == RestartMode::none) {
+            say("containerd not restarted (--restart-mode none): restart it to apply the change");
+            return {};
+        }
+        const std::string socket = host(o_.containerd_socket).string();
         const SocketIdentity before = socket_identity(socket);
-        if (o.restart == RestartMode::signal) {
+        if (o_.restart == RestartMode::signal) {
             auto pid = socket_owner(socket);
             if (!pid) return std::unexpected(pid.error().context("restarting containerd"));
-            say(fmt::format("restarting containerd: SIGHUP to pid {} (it exits; its service manager, e.g. systemd, starts it "
-                            "again)",
+            say(fmt::format("restarting containerd: SIGHUP to pid {} (it exits; its service manager, e.g. systemd, starts "
+                            "it again)",
                             *pid));
             if (::kill(*pid, SIGHUP) != 0)
                 return fail(Code::io, "restarting containerd: SIGHUP to pid {}: {}", *pid, std::strerror(errno));
         } else {
-            say(fmt::format("restarting {} through systemd (RestartUnit over D-Bus)", o.containerd_unit));
-            auto job = systemd_restart_unit(host(o.dbus_socket).string(), o.containerd_unit);
+            say(fmt::format("restarting {} through systemd (RestartUnit over D-Bus)", o_.containerd_unit));
+            auto job = systemd_restart_unit(host(o_.dbus_socket).string(), o_.containerd_unit);
             if (!job) return std::unexpected(job.error().context("restarting containerd through systemd"));
-            say(fmt::format("restarted {} through systemd (D-Bus job {})", o.containerd_unit, *job));
+            say(fmt::format("restarted {} through systemd (D-Bus job {})", o_.containerd_unit, *job));
         }
-        if (o.restart_timeout.count() > 0) {
-            auto back = wait_for_new_server(socket, before, o.restart_timeout);
-            if (!back)
-                return fail(Code::unavailable,
-                            "containerd did not serve {} again within {} s of the restart: nothing started it again "
-                            "(with --restart-mode signal a service manager must, e.g. systemd's Restart=; or use "
-                            "--restart-mode systemd); its config is already changed, so starting it is all that is left",
-                            o.containerd_socket, std::chrono::duration_cast<std::chrono::seconds>(o.restart_timeout).count());
-            say(fmt::format("containerd serves {} again ({:.1f} s after the restart)", o.containerd_socket, *back));
-            // containerd answers on its socket a few milliseconds before its CRI plugin subscribes
-            // to task exits and recovers its containers. A container that exits in between (this
-            // one, when it runs as the DaemonSet's init container) is never seen to exit: the pod
-            // stays Init:0/1 (seen in the e2e suite under load). Let containerd settle first.
-            std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(std::chrono::seconds(2), o.restart_timeout));
-        }
+        if (o_.restart_timeout.count() <= 0) return {};
+        auto back = wait_for_new_server(socket, before, o_.restart_timeout);
+        if (!back)
+            return fail(Code::unavailable,
+                        "containerd did not serve {} again within {} s of the restart: nothing started it again (with "
+                        "--restart-mode signal a service manager must, e.g. systemd's Restart=; or use --restart-mode "
+                        "systemd); its config is already changed, so starting it is all that is left",
+                        o_.containerd_socket,
+                        std::chrono::duration_cast<std::chrono::seconds>(o_.restart_timeout).count());
+        say(fmt::format("containerd serves {} again ({:.1f} s after the restart)", o_.containerd_socket, *back));
+        // containerd answers on its socket a few milliseconds before its CRI plugin subscribes to
+        // task exits and recovers its containers. A container that exits in between (this one,
+        // when it runs as the DaemonSet's init container) is never seen to exit: the pod stays
+        // Init:0/1 (seen in the e2e suite under load). Let containerd settle first.
+        std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(std::chrono::seconds(2), o_.restart_timeout));
+        return {};
     }
 
-    return report;
-}
+    const InstallOptions& o_;
+    InstallReport report_;
+    std::map<std::string, fs::path> resolved_;  // host paths by their name on the host
+    std::string image_;                         // the binary as installed
+    std::string stripped_note_;                 // what stripping left behind, for the report
+    std::string carried_lib_dir_;               // the glibc carried with it (empty: none)
+    std::string binary_, staged_;               // <install-dir>/kgpu, and where it is staged
+    bool existed_ = false, changed_ = false;    // a binary was there; it differs from ours
+    std::string previous_glibc_;                // the glibc the binary there uses
+    std::string verified_;                      // step 2's line, said after the swap
+};
+
+}  // namespace
+
+Result<InstallReport> install(const InstallOptions& o) { return Installer(o).run(); }
 
 }  // namespace kgpu::toolkit
