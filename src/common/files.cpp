@@ -303,6 +303,7 @@ int write_all(int fd, std::string_view content) {
             if (errno == EINTR) continue;
             return errno;
         }
+        if (n == 0) return EIO;  // no progress: not retried forever
         content.remove_prefix(static_cast<size_t>(n));
     }
     return 0;

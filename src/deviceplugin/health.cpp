@@ -1,6 +1,7 @@
 #include "deviceplugin/health.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "common/log.h"
 #include "nvml/events.h"
@@ -233,10 +234,15 @@ void HealthMonitor::probe(size_t i) {
     auto uuid = g.device->uuid();
     if (!uuid && uuid.error().code == Code::stale) {
         // The GPU answers again after GPU_IS_LOST, and NVML handles from before are refused (the
-        // nvml layer's handle generations): take a new one, which the events register with too.
-        if (auto d = session_.device_by_index(g.index)) {
+        // nvml layer's handle generations): take a new one (by UUID; by index where the driver
+        // cannot look one up by UUID), which the events register with too.
+        auto d = session_.device_by_uuid(g.uuid);
+        if (!d) d = session_.device_by_index(g.index);
+        if (d) {
             log::info("{}: NVML handle taken again ({})", g.state.label, uuid.error().message);
             g.device = std::move(*d);
+            g.retaken = true;
+            ++handles_retaken_;
             uuid = g.device->uuid();
         }
     }
@@ -367,14 +373,17 @@ void HealthMonitor::run() {
             {
                 std::lock_guard lk(mu_);
                 for (size_t i = 0; i < gpus_.size(); ++i) {
-                    const bool was_lost = gpus_[i].state.bad == Bad::lost || !gpus_[i].answering;
+                    Gpu& g = gpus_[i];
+                    const bool was_lost = g.state.bad == Bad::lost, was_answering = g.answering;
                     probe(i);
-                    came_back |= was_lost && gpus_[i].answering;
+                    came_back |= (was_lost && g.state.healthy) || (!was_answering && g.answering) ||
+                                 std::exchange(g.retaken, false);
                 }
             }
             ++probe_rounds_;
-            // A GPU that came back (healthy or still waiting for pending state to clear) may have
-            // lost its event registration, and its handle may be new: register everything again.
+            // A GPU that came back (healthy, or answering again while it waits for pending state to
+            // clear) may have lost its event registration, and one with a new handle registers
+            // with that: register everything again.
             if (came_back) rebuild();
         }
         notify();

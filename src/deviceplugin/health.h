@@ -114,6 +114,8 @@ public:
     // Passes of the thread's loop so far: each waited for events, looked at the clock and probed
     // if due (tests: after moving their clock, two more passes mean the thread saw the new time).
     unsigned long passes() const { return passes_.load(); }
+    // Times a probe took a new NVML handle because the old one was refused (a GPU came back).
+    unsigned long handles_retaken() const { return handles_retaken_.load(); }
 
 private:
     enum class Bad { none, recoverable, reset, lost };
@@ -142,6 +144,7 @@ private:
         State state;
         std::vector<Mig> migs;
         bool answering = true;  // as the latest probe saw it (a change is logged: tests wait on it)
+        bool retaken = false;   // the probe took a new handle: the events register with it
     };
 
     static std::vector<Gpu> make_gpus(const nvml::Session& session, const inventory::Node& node);
@@ -174,6 +177,7 @@ private:
     std::atomic<unsigned long> transitions_{0};
     std::atomic<unsigned long> probe_rounds_{0};
     std::atomic<unsigned long> passes_{0};
+    std::atomic<unsigned long> handles_retaken_{0};
     TimeSource time_;
     std::chrono::steady_clock::time_point started_{};  // when start()'s probe round ran
     std::mutex exit_mu_;

@@ -271,8 +271,11 @@ void Collector::Impl::discover() {
         for (const auto& m : info.mig_devices) {
             Mig mig;
             mig.info = m;
-            if (g.device)
-                if (auto d = g.device->mig_device(m.index); d && d->has_value()) mig.device = std::move(**d);
+            if (g.device) {
+                auto d = g.device->mig_device(m.index);
+                if (d && d->has_value()) mig.device = std::move(**d);
+                else if (!d && d.error().code == Code::stale) rediscover = true;  // changed meanwhile: again next pass
+            }
             mig.labels = base;
             mig.labels.add("GPU_I_PROFILE", m.profile).add("GPU_I_ID", fmt::format("{}", m.gpu_instance_id));
             mig.labels.append(tail);

@@ -43,11 +43,17 @@ struct GpuEpoch {
         const std::uint64_t w = resets.load();
         return (w >> 1) + (w & 1);
     }
-    // A call answered GPU_IS_LOST / succeeded: the latter, on a lost GPU, starts the next generation.
-    void saw_lost() { resets.fetch_or(1); }
-    void saw_answer() {
+    // A call through a handle of reset generation `taken` answered GPU_IS_LOST / succeeded: the
+    // latter, on a lost GPU, starts the next generation. A call through a handle from before the
+    // current generation (one in flight while another thread saw the GPU come back) moves nothing.
+    void saw_lost(std::uint64_t taken) {
         std::uint64_t w = resets.load(std::memory_order_relaxed);
-        while ((w & 1) && !resets.compare_exchange_weak(w, w + 1)) {
+        while (!(w & 1) && (w >> 1) <= taken && !resets.compare_exchange_weak(w, w | 1)) {
+        }
+    }
+    void saw_answer(std::uint64_t taken) {
+        std::uint64_t w = resets.load(std::memory_order_relaxed);
+        while ((w & 1) && (w >> 1) <= taken && !resets.compare_exchange_weak(w, w + 1)) {
         }
     }
 };
@@ -60,9 +66,9 @@ template <class Fn, class... Args>
 Result<int> Device::call(Fn fn, Args... args) const {
     if (auto st = live(); !st) return std::unexpected(st.error());
     const int r = fn(handle_, args...);
-    if (r == NVML_ERROR_GPU_IS_LOST) epoch_->saw_lost();
+    if (r == NVML_ERROR_GPU_IS_LOST) epoch_->saw_lost(reset_generation_);
     else if (r == NVML_SUCCESS) {
-        epoch_->saw_answer();
+        epoch_->saw_answer(reset_generation_);
         if (auto st = live(); !st) return std::unexpected(st.error());
     }
     return r;

@@ -113,6 +113,7 @@ Result<GpuInstanceInfo> Device::create_gpu_instance(const GpuInstanceProfile& pr
 }
 
 Status Device::destroy_gpu_instance(const GpuInstanceInfo& instance) const {
+    if (auto st = live(); !st) return st;  // its calls take the instance's handles, not the device's
     for (unsigned ci = 0; ci < NVML_COMPUTE_INSTANCE_PROFILE_COUNT; ++ci) {
         nvmlComputeInstance_t cis[8] = {};
         unsigned n = 8;

@@ -163,8 +163,11 @@ TEST(HealthMonitor, AGpuThatCameBackIsWatchedThroughANewHandle) {
     }));
     clock.advance(20ms);
     ASSERT_TRUE(eventually([&] { return sim.unhealthy == 0; })) << "the GPU answers again";
-    EXPECT_EQ(before->uuid().error().code, kgpu::Code::stale) << "a handle from before it was lost";
+    auto refused = before->uuid();
+    ASSERT_FALSE(refused) << "a handle from before it was lost answered";
+    EXPECT_EQ(refused.error().code, kgpu::Code::stale);
+    EXPECT_EQ(monitor.handles_retaken(), 1u) << "the monitor's handle from before was not replaced";
     sim.append("xid 3 94");
-    EXPECT_TRUE(eventually([&] { return sim.unhealthy == 1; })) << "no event through the new handle";
+    EXPECT_TRUE(eventually([&] { return sim.unhealthy == 1; })) << "no event after the GPU came back";
     monitor.stop();
 }

@@ -140,10 +140,14 @@ TEST_F(Generations, HandlesFromBeforeTheGpuWasLostAreRefusedOnceItAnswersAgain) 
     ASSERT_TRUE(wait_for([&] { return gpu->uuid(); }, Code::gpu_lost));
     // While it is gone every handle says so (none is refused yet), and one taken meanwhile belongs
     // to the GPU as it comes back.
-    EXPECT_EQ((*mig)->uuid().error().code, Code::gpu_lost);
+    auto mig_lost = (*mig)->uuid();
+    ASSERT_FALSE(mig_lost);
+    EXPECT_EQ(mig_lost.error().code, Code::gpu_lost);
     auto during = session->device_by_index(0);
     ASSERT_TRUE(during);
-    EXPECT_EQ(during->memory().error().code, Code::gpu_lost);
+    auto during_lost = during->memory();
+    ASSERT_FALSE(during_lost);
+    EXPECT_EQ(during_lost.error().code, Code::gpu_lost);
 
     command("restore 0");
     // The simulator answers through the old handle again; kgpu refuses what it answered.
