@@ -1,5 +1,6 @@
 #include "exporter/exporter.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 
 #include "common/fd.h"
@@ -23,6 +25,19 @@
 namespace kgpu::exporter {
 
 namespace {
+
+// The ready file replaces whatever is at its name (a link there is replaced, never followed: it
+// may lie in a shared directory, and the exporter may run as root), so the exit removes exactly
+// what was written.
+Status write_ready_file(const std::string& path, std::string_view text) {
+    const std::filesystem::path p(path);
+    const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
+    const Fd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!d) return fail(Code::io, "{}: {}", dir.string(), std::strerror(errno));
+    if (auto f = files::replace_at(d.get(), p.filename().string(), text, 0644))
+        return fail(Code::io, "{} {}: {}", f->step, path, std::strerror(f->error));
+    return {};
+}
 
 constexpr std::string_view kLanding = R"(<!DOCTYPE html>
 <html><head><title>kgpu exporter</title></head>
@@ -120,7 +135,7 @@ int run_exporter(const ExporterOptions& options, const std::function<Result<nvml
     collector.start();
     log::info("exporter: listening on {}{}", (*server)->bound_address(), (*server)->tls() ? " (TLS)" : "");
     if (!options.ready_file.empty()) {
-        if (auto w = files::write_atomic(options.ready_file, (*server)->bound_address() + "\n"); !w) {
+        if (auto w = write_ready_file(options.ready_file, (*server)->bound_address() + "\n"); !w) {
             log::error("exporter: --ready-file: {}", w.error().message);
             collector.stop();
             return 1;

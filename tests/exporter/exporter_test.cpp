@@ -22,6 +22,7 @@
 
 #include "metrics_text.h"
 #include "tls_client.h"
+#include "support/expect.h"
 #include "support/fake_cri.h"
 #include "support/fake_pod_resources.h"
 #include "support/files.h"
@@ -86,6 +87,27 @@ TEST(ExporterCli, ReadyFileNamesTheBoundPortAndGoesBeforeTheServerStops) {
     p.signal(SIGTERM);
     EXPECT_EQ(p.wait(30000), 0) << p.err();
     EXPECT_FALSE(std::filesystem::exists(ready));
+}
+
+// A link at the ready file's name is replaced, not written through (the directory may be shared
+// and the exporter may run as root), and the exit removes what the exporter wrote, not more.
+TEST(ExporterCli, ReadyFileReplacesALinkAtItsNameAndNeverWritesThroughIt) {
+    TempDir dir;
+    const std::string ready = dir.path() + "/ready";
+    const std::string victim = dir.write("victim", "precious\n");
+    std::filesystem::create_symlink(victim, ready);
+    ChildProcess p({KGPU_BINARY, "exporter", "--address", "127.0.0.1:0", "--nvml-library", KGPU_SIM_LIBRARY, "--ready-file", ready},
+                   {{"KGPU_SIM_NODE", fixture("t4x4.yaml")}});
+    ASSERT_TRUE(eventually([&] { return !std::filesystem::is_symlink(ready) && std::filesystem::exists(ready); },
+                           std::chrono::seconds(60)))
+        << p.err();
+    const int port = wait_for_ready_port(p, ready);
+    ASSERT_GT(port, 0) << p.err();
+    EXPECT_EQ(slurp(victim), "precious\n");
+    p.signal(SIGTERM);
+    EXPECT_EQ(p.wait(30000), 0) << p.err();
+    EXPECT_FALSE(std::filesystem::exists(ready));
+    EXPECT_EQ(slurp(victim), "precious\n");
 }
 
 TEST(ExporterCli, BadFlagsExitTwoNamingTheFlag) {
