@@ -86,16 +86,17 @@ struct Shared {
     bool fresh = false;
 };
 
-}  // namespace
-
-int run_mig_manager(const MigManagerFlags& f) {
-    auto usage = [](const std::string& msg) {
-        std::cerr << "kgpu mig-manager: " << msg << "\n";
-        return 2;
-    };
+// What the flags ask for, checked; or the usage error (exit 2).
+struct Settings {
+    mig::ManagerOptions manager;
+    std::vector<std::string> reboot_argv;
+};
+Result<Settings> settings_from(const MigManagerFlags& f) {
+    auto usage = [](std::string msg) { return std::unexpected(Error{Code::invalid_argument, std::move(msg)}); };
     if (f.node_name.empty()) return usage("invalid -n <node-name> flag: must not be empty string (--node-name, NODE_NAME)");
     if (auto st = kube::check_node_name(f.node_name); !st) return usage(st.error().message);
-    mig::ManagerOptions mo;
+    Settings s;
+    mig::ManagerOptions& mo = s.manager;
     mo.config_file = f.config_file;
     if (mo.config_file.empty())
         if (const char* v = std::getenv("DEFAULT_CONFIG_FILE"); v && *v) mo.config_file = v;
@@ -113,15 +114,235 @@ int run_mig_manager(const MigManagerFlags& f) {
                                  f.process_timeout));
     mo.process_timeout = *timeout;
     mo.paused_gpus_file = f.paused_gpus_file.value_or(deviceplugin::kDefaultPausedGpusFile);
-    std::vector<std::string> reboot_argv = {"/usr/sbin/chroot", f.host_root, "reboot"};
+    s.reboot_argv = {"/usr/sbin/chroot", f.host_root, "reboot"};
     if (!f.reboot_command.empty()) {
-        reboot_argv.clear();
+        s.reboot_argv.clear();
         for (auto part : strings::split(f.reboot_command, ' '))
-            if (!part.empty()) reboot_argv.emplace_back(part);
+            if (!part.empty()) s.reboot_argv.emplace_back(part);
+    }
+    return s;
+}
+
+// The running manager: follows the node's label and applies each value (mig::reconfigure), with
+// the state label, Events, the pods on busy GPUs and the reboot as its hooks. Not copied or
+// moved: the watch's and the recorder's callbacks point into it.
+class Follower {
+public:
+    Follower(const MigManagerFlags& f, Settings settings, const sigset_t& mask, nvml::Session session,
+             std::shared_ptr<kube::Client> api)
+        : f_(f),
+          settings_(std::move(settings)),
+          mask_(mask),
+          session_(std::move(session)),
+          api_(std::move(api)),
+          events_(
+              [api = api_](std::string_view method, std::string_view path, std::string_view body, std::string_view type) {
+                  return api->request(method, path, body, type);
+              },
+              recorder_options(f.node_name)),
+          pods_(pod_resources_options(f.pod_resources_socket)) {}
+    Follower(const Follower&) = delete;
+    Follower& operator=(const Follower&) = delete;
+
+    int run() {
+        events_.start();
+        watch_ = kube::watch_node(api_, f_.node_name, [this](const nlohmann::json& node) { on_node(node); });
+        const mig::ManagerHooks hooks = make_hooks();
+        log::info("mig-manager: following node {}'s label {} through {}; configs from {}", f_.node_name,
+                  mig::kConfigLabel, api_->config().server, settings_.manager.config_file);
+        watch_->start();
+        auto last_retry = std::chrono::steady_clock::now();
+        while (!stopping_) {
+            std::optional<std::string> value;
+            std::string state;
+            {
+                std::unique_lock lk(shared_.mu);
+                shared_.cv.wait_for(lk, std::chrono::milliseconds(200), [&] { return shared_.fresh; });
+                if (shared_.fresh) {
+                    value = shared_.config;
+                    state = shared_.state;
+                    shared_.fresh = false;
+                }
+            }
+            if (value) apply(*value, state, hooks);
+            if (unwritten_state_ && std::chrono::steady_clock::now() - last_retry >= std::chrono::seconds(5)) {
+                last_retry = std::chrono::steady_clock::now();
+                set_state(*unwritten_state_);
+            }
+            if (!stopping_) (void)interrupted();
+        }
+        // What is queued (the Event of a run cut short above) gets up to 5 s to be written.
+        for (int i = 0; i < 50; ++i) {
+            const auto st = events_.stats();
+            if (st.created + st.updated + st.failed + st.rate_limited + st.queue_full >= events_recorded_) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        watch_->request_stop();
+        events_.request_stop();
+        events_.stop();
+        watch_->stop();
+        return 0;
     }
 
+private:
+    static kube::EventRecorderOptions recorder_options(const std::string& node) {
+        kube::EventRecorderOptions eo;
+        eo.node = node;
+        eo.component = "kgpu-mig-manager";
+        return eo;
+    }
+    static exporter::PodResourcesOptions pod_resources_options(const std::string& socket) {
+        exporter::PodResourcesOptions po;
+        po.socket = socket;
+        po.extra_resources = {"nvidia.com/*"};  // renamed resources (resources.gpus) hold GPUs too
+        return po;
+    }
+
+    // The watch's callback: a new value of the config label wakes the loop.
+    void on_node(const nlohmann::json& node) {
+        const auto value = kube::label_of(node, mig::kConfigLabel);
+        if (!value) return;  // deleted, or not a Node: nothing to apply
+        std::lock_guard lk(shared_.mu);
+        shared_.state = kube::label_of(node, mig::kStateLabel).value_or("");
+        if (shared_.config == *value) return;
+        shared_.config = *value;
+        shared_.fresh = true;
+        shared_.cv.notify_all();
+    }
+
+    // One value of the label ("" when it is gone) and the state label seen with it.
+    void apply(const std::string& value, const std::string& state, const mig::ManagerHooks& hooks) {
+        const mig::ManagerOptions& mo = settings_.manager;
+        if (value.empty()) {
+            log::info("mig-manager: node {} has no label {}: nothing to apply", f_.node_name, mig::kConfigLabel);
+            std::error_code ec;
+            if (first_ && !mo.paused_gpus_file.empty()) std::filesystem::remove(mo.paused_gpus_file, ec);  // a run cut short before
+            if (cut_short_) {  // its pending state must not stay
+                set_state("failed");
+                hooks.event("Warning", mig::kReasonFailed,
+                            fmt::format("MIG config '{}' not applied: the label was removed before it was done", *cut_short_));
+            }
+            cut_short_.reset();
+        } else {
+            log::info("mig-manager: {}={}", mig::kConfigLabel, value);
+            const auto outcome = mig::reconfigure(session_, value, first_ ? state : std::string(), mo, hooks);
+            cut_short_ = outcome == mig::Outcome::interrupted ? std::optional(value) : std::nullopt;
+            if (outcome == mig::Outcome::interrupted && stopping_) {
+                set_state("failed");
+                hooks.event("Warning", mig::kReasonFailed,
+                            fmt::format("MIG config '{}' not applied: the MIG manager stopped before it was done", value));
+            }
+            if (outcome == mig::Outcome::rebooting) log::info("mig-manager: the node is rebooting");
+        }
+        first_ = false;
+    }
+
+    mig::ManagerHooks make_hooks() {
+        mig::ManagerHooks hooks;
+        hooks.set_state = [this](const std::string& state) { set_state(state); };
+        hooks.event = [this](const std::string& type, const std::string& reason, const std::string& message) {
+            ++events_recorded_;
+            events_.record(type, reason, message);
+        };
+        hooks.pod_uses = [this] { return pod_uses(); };
+        hooks.interrupted = [this] { return interrupted(); };
+        hooks.reboot = [this] { return reboot(); };
+        return hooks;
+    }
+
+    // The state label, written at once (a merge patch; 3 tries): it is what an operator and the
+    // GPU Operator's tooling wait on, so it is not queued behind Events. One still not written is
+    // tried again every 5 s from the loop (an API server away must not leave `pending`).
+    void set_state(const std::string& state) {
+        const std::string body = nlohmann::json{{"metadata", {{"labels", {{mig::kStateLabel, state}}}}}}.dump();
+        std::string why;
+        for (int attempt = 0; attempt < 3; ++attempt) {
+            auto r = api_->request("PATCH", "/api/v1/nodes/" + f_.node_name, body, "application/merge-patch+json");
+            if (r && r->status / 100 == 2) {
+                log::info("mig-manager: {}={}", mig::kStateLabel, state);
+                unwritten_state_.reset();
+                return;
+            }
+            why = r ? fmt::format("HTTP {}: {}", r->status, r->body.substr(0, 200)) : r.error().message;
+            std::this_thread::sleep_for(std::chrono::seconds(1));
+        }
+        if (unwritten_state_ != state)
+            log::error("mig-manager: setting {}={} on node {}: {} (trying again every 5 s)", mig::kStateLabel, state,
+                       f_.node_name, why);
+        unwritten_state_ = state;
+    }
+
+    std::optional<std::vector<mig::PodUse>> pod_uses() {
+        inventory::DiscoveryOptions d;
+        d.topology = false;
+        auto node = inventory::discover(session_, d);
+        if (!node) return std::nullopt;
+        auto map = pods_.list(*node);
+        if (!map) return std::nullopt;
+        std::vector<mig::PodUse> out;
+        for (const auto& u : map->uses)
+            out.push_back({u.target.gpu_index, u.target.gpu_instance_id, u.pod.namespace_name + "/" + u.pod.pod});
+        return out;
+    }
+
+    // A signal (stop) or a new label value (the run in progress gives way).
+    bool interrupted() {
+        timespec zero{0, 0};
+        if (const int sig = sigtimedwait(&mask_, nullptr, &zero); sig > 0) {
+            log::info("mig-manager: {}: stopping", strsignal(sig));
+            stopping_ = true;
+        }
+        std::lock_guard lk(shared_.mu);
+        return stopping_.load() || shared_.fresh;
+    }
+
+    // The reboot: the command, then up to 5 minutes for the shutdown to stop this process
+    // (SIGTERM: the node is going down, say nothing more); still running after that, it did not.
+    std::string reboot() {
+        const auto& argv = settings_.reboot_argv;
+        process::RunOptions ro;
+        ro.argv = argv;
+        ro.timeout = std::chrono::seconds(60);
+        auto r = process::run(ro);
+        if (!r) return r.error().message;
+        if (r->exit_code != 0) return fmt::format("{} exited {}: {}", fmt::join(argv, " "), r->exit_code, r->err);
+        for (int i = 0; i < 300; ++i) {
+            timespec one{1, 0};
+            if (const int sig = sigtimedwait(&mask_, nullptr, &one); sig > 0) {
+                log::info("mig-manager: {}: the node is going down", strsignal(sig));
+                stopping_ = true;
+                return "";
+            }
+        }
+        return fmt::format("the node was still up 5 minutes after `{}`", fmt::join(argv, " "));
+    }
+
+    const MigManagerFlags& f_;
+    const Settings settings_;
+    const sigset_t mask_;
+    nvml::Session session_;
+    std::shared_ptr<kube::Client> api_;
+    kube::EventRecorder events_;
+    exporter::PodResourcesClient pods_;
+    Shared shared_;
+    std::unique_ptr<kube::NodeWatch> watch_;  // after shared_: its callback writes there until it stops
+    std::optional<std::string> unwritten_state_;
+    std::atomic<bool> stopping_{false};
+    unsigned long events_recorded_ = 0;
+    bool first_ = true;
+    std::optional<std::string> cut_short_;  // the config of a run a new label value interrupted
+};
+
+}  // namespace
+
+int run_mig_manager(const MigManagerFlags& f) {
+    auto settings = settings_from(f);
+    if (!settings) {
+        std::cerr << "kgpu mig-manager: " << settings.error().message << "\n";
+        return 2;
+    }
     // Blocked before any thread starts (NVML's own included), so each one inherits the mask and
-    // SIGTERM reaches the loop below, which ends the run cleanly.
+    // SIGTERM reaches the loop, which ends the run cleanly.
     const sigset_t mask = process::block_signals({SIGTERM, SIGINT});
     auto session = open_nvml(f.nvml);
     if (!session) {
@@ -134,165 +355,8 @@ int run_mig_manager(const MigManagerFlags& f) {
         return 1;
     }
     auto api = std::make_shared<kube::Client>(std::move(*config), std::chrono::seconds(10));
-
-    kube::EventRecorderOptions eo;
-    eo.node = f.node_name;
-    eo.component = "kgpu-mig-manager";
-    kube::EventRecorder events(
-        [api](std::string_view method, std::string_view path, std::string_view body, std::string_view type) {
-            return api->request(method, path, body, type);
-        },
-        std::move(eo));
-    events.start();
-
-    Shared shared;
-    auto watch = kube::watch_node(
-        api, f.node_name,
-        [&](const nlohmann::json& node) {
-            const auto value = kube::label_of(node, mig::kConfigLabel);
-            if (!value) return;  // deleted, or not a Node: nothing to apply
-            std::lock_guard lk(shared.mu);
-            shared.state = kube::label_of(node, mig::kStateLabel).value_or("");
-            if (shared.config == *value) return;
-            shared.config = *value;
-            shared.fresh = true;
-            shared.cv.notify_all();
-        });
-
-    // The state label, written at once (a merge patch; 3 tries): it is what an operator and the
-    // GPU Operator's tooling wait on, so it is not queued behind Events. One still not written is
-    // tried again every 5 s from the loop below (an API server away must not leave `pending`).
-    std::optional<std::string> unwritten_state;
-    auto set_state = [&](const std::string& state) {
-        const std::string body = nlohmann::json{{"metadata", {{"labels", {{mig::kStateLabel, state}}}}}}.dump();
-        std::string why;
-        for (int attempt = 0; attempt < 3; ++attempt) {
-            auto r = api->request("PATCH", "/api/v1/nodes/" + f.node_name, body, "application/merge-patch+json");
-            if (r && r->status / 100 == 2) {
-                log::info("mig-manager: {}={}", mig::kStateLabel, state);
-                unwritten_state.reset();
-                return;
-            }
-            why = r ? fmt::format("HTTP {}: {}", r->status, r->body.substr(0, 200)) : r.error().message;
-            std::this_thread::sleep_for(std::chrono::seconds(1));
-        }
-        if (unwritten_state != state)
-            log::error("mig-manager: setting {}={} on node {}: {} (trying again every 5 s)", mig::kStateLabel, state,
-                       f.node_name, why);
-        unwritten_state = state;
-    };
-    std::atomic<bool> stopping{false};
-    exporter::PodResourcesOptions po;
-    po.socket = f.pod_resources_socket;
-    po.extra_resources = {"nvidia.com/*"};  // renamed resources (resources.gpus) hold GPUs too
-    exporter::PodResourcesClient pods(po);
-    mig::ManagerHooks hooks;
-    unsigned long events_recorded = 0;
-    hooks.set_state = set_state;
-    hooks.event = [&](const std::string& type, const std::string& reason, const std::string& message) {
-        ++events_recorded;
-        events.record(type, reason, message);
-    };
-    hooks.pod_uses = [&]() -> std::optional<std::vector<mig::PodUse>> {
-        inventory::DiscoveryOptions d;
-        d.topology = false;
-        auto node = inventory::discover(*session, d);
-        if (!node) return std::nullopt;
-        auto map = pods.list(*node);
-        if (!map) return std::nullopt;
-        std::vector<mig::PodUse> out;
-        for (const auto& u : map->uses)
-            out.push_back({u.target.gpu_index, u.target.gpu_instance_id, u.pod.namespace_name + "/" + u.pod.pod});
-        return out;
-    };
-    hooks.interrupted = [&] {
-        timespec zero{0, 0};
-        if (const int sig = sigtimedwait(&mask, nullptr, &zero); sig > 0) {
-            log::info("mig-manager: {}: stopping", strsignal(sig));
-            stopping = true;
-        }
-        std::lock_guard lk(shared.mu);
-        return stopping.load() || shared.fresh;
-    };
-    // The reboot: the command, then up to 5 minutes for the shutdown to stop this process
-    // (SIGTERM: the node is going down, say nothing more); still running after that, it did not.
-    hooks.reboot = [&]() -> std::string {
-        process::RunOptions ro;
-        ro.argv = reboot_argv;
-        ro.timeout = std::chrono::seconds(60);
-        auto r = process::run(ro);
-        if (!r) return r.error().message;
-        if (r->exit_code != 0) return fmt::format("{} exited {}: {}", fmt::join(reboot_argv, " "), r->exit_code, r->err);
-        for (int i = 0; i < 300; ++i) {
-            timespec one{1, 0};
-            if (const int sig = sigtimedwait(&mask, nullptr, &one); sig > 0) {
-                log::info("mig-manager: {}: the node is going down", strsignal(sig));
-                stopping = true;
-                return "";
-            }
-        }
-        return fmt::format("the node was still up 5 minutes after `{}`", fmt::join(reboot_argv, " "));
-    };
-
-    log::info("mig-manager: following node {}'s label {} through {}; configs from {}", f.node_name, mig::kConfigLabel,
-              api->config().server, mo.config_file);
-    watch->start();
-    bool first = true;
-    std::optional<std::string> cut_short;  // the config of a run a new label value interrupted
-    auto last_retry = std::chrono::steady_clock::now();
-    while (!stopping) {
-        std::optional<std::string> value;
-        std::string state;
-        {
-            std::unique_lock lk(shared.mu);
-            shared.cv.wait_for(lk, std::chrono::milliseconds(200), [&] { return shared.fresh; });
-            if (shared.fresh) {
-                value = shared.config;
-                state = shared.state;
-                shared.fresh = false;
-            }
-        }
-        if (value) {
-            if (value->empty()) {
-                log::info("mig-manager: node {} has no label {}: nothing to apply", f.node_name, mig::kConfigLabel);
-                std::error_code ec;
-                if (first && !mo.paused_gpus_file.empty()) std::filesystem::remove(mo.paused_gpus_file, ec);  // a run cut short before
-                if (cut_short) {  // its pending state must not stay
-                    set_state("failed");
-                    hooks.event("Warning", mig::kReasonFailed,
-                                fmt::format("MIG config '{}' not applied: the label was removed before it was done", *cut_short));
-                }
-                cut_short.reset();
-            } else {
-                log::info("mig-manager: {}={}", mig::kConfigLabel, *value);
-                const auto outcome = mig::reconfigure(*session, *value, first ? state : std::string(), mo, hooks);
-                cut_short = outcome == mig::Outcome::interrupted ? value : std::nullopt;
-                if (outcome == mig::Outcome::interrupted && stopping) {
-                    set_state("failed");
-                    hooks.event("Warning", mig::kReasonFailed,
-                                fmt::format("MIG config '{}' not applied: the MIG manager stopped before it was done", *value));
-                }
-                if (outcome == mig::Outcome::rebooting) log::info("mig-manager: the node is rebooting");
-            }
-            first = false;
-        }
-        if (unwritten_state && std::chrono::steady_clock::now() - last_retry >= std::chrono::seconds(5)) {
-            last_retry = std::chrono::steady_clock::now();
-            set_state(*unwritten_state);
-        }
-        if (!stopping) (void)hooks.interrupted();
-    }
-    // What is queued (the Event of a run cut short above) gets up to 5 s to be written.
-    for (int i = 0; i < 50; ++i) {
-        const auto st = events.stats();
-        if (st.created + st.updated + st.failed + st.rate_limited + st.queue_full >= events_recorded) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    watch->request_stop();
-    events.request_stop();
-    events.stop();
-    watch->stop();
-    return 0;
+    Follower follower(f, std::move(*settings), mask, std::move(*session), std::move(api));
+    return follower.run();
 }
 
 }  // namespace kgpu::cli
