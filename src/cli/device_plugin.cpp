@@ -104,6 +104,108 @@ bool set_flag(std::optional<T>& out, const std::optional<std::string>& text, con
 
 }  // namespace
 
+namespace {
+
+// run_device_plugin's steps after the config: each returns 0 to go on, or the exit code (its
+// message already on stderr).
+
+// GPU health on the Node: process options (a SIGHUP does not change them).
+int node_reporting_options(const DevicePluginFlags& f, dp::PluginOptions& opts) {
+    auto node_bool = [&](const std::optional<std::string>& flag, const char* name, const char* env, bool& out) {
+        std::optional<std::string> text = flag;
+        std::string where = name;
+        if (!text)
+            if (const char* v = std::getenv(env); v && *v) {
+                text = v;
+                where = fmt::format("environment variable {}", env);
+            }
+        if (!text) return true;
+        auto v = dp::parse_bool(*text);
+        if (!v) {
+            std::cerr << "kgpu device-plugin: " << where << ": " << v.error().message << "\n";
+            return false;
+        }
+        out = *v;
+        return true;
+    };
+    if (!node_bool(f.node_health_events, "--node-health-events", "KGPU_NODE_HEALTH_EVENTS", opts.node_events) ||
+        !node_bool(f.node_health_annotation, "--node-health-annotation", "KGPU_NODE_HEALTH_ANNOTATION", opts.node_annotation))
+        return 2;
+    if (f.node_name) {
+        opts.node_name = *f.node_name;
+    } else if (const char* v = std::getenv("NODE_NAME")) {
+        opts.node_name = v;
+    }
+    opts.kubeconfig = f.kubeconfig;
+    return 0;
+}
+
+// Per-node configs (NVIDIA config-manager's variables, read by the plugin itself): with a config
+// directory `srcdir`, the plugin chooses the file by the node label.
+int config_source_options(const DevicePluginFlags& f, const std::optional<std::string>& srcdir,
+                          const std::string& config_file, dp::PluginOptions& opts) {
+    auto setting = [&](const std::optional<std::string>& flag, const char* env) -> std::optional<std::string> {
+        if (flag) return flag;
+        if (const char* v = std::getenv(env); v && *v) return std::string(v);
+        return std::nullopt;
+    };
+    if (!srcdir) {
+        for (const auto& [v, name] : {std::pair{&f.default_config, "--default-config"}, {&f.node_label, "--node-label"},
+                                      {&f.fallback_strategies, "--fallback-strategies"}})
+            if (*v) std::cerr << "kgpu device-plugin: " << name << " has no effect without --config-file-srcdir\n";
+        return 0;
+    }
+    dp::ConfigSource& src = opts.config_source;
+    src.srcdir = *srcdir;
+    if (auto v = setting(f.default_config, "DEFAULT_CONFIG")) src.default_config = *v;
+    if (auto v = setting(f.node_label, "NODE_LABEL")) src.node_label = *v;
+    if (auto v = setting(f.fallback_strategies, "FALLBACK_STRATEGIES")) {
+        src.fallbacks.clear();
+        for (auto part : strings::split(*v, ','))
+            if (!strings::trim(part).empty()) src.fallbacks.emplace_back(strings::trim(part));
+    }
+    if (src.node_label.empty()) {
+        std::cerr << "kgpu device-plugin: --node-label/NODE_LABEL: expected a label key, got an empty one\n";
+        return 2;
+    }
+    if (auto st = dp::check_fallbacks(src.fallbacks); !st) {
+        std::cerr << "kgpu device-plugin: " << st.error().message << "\n";
+        return 2;
+    }
+    // A config file inside the directory is its default (the manifests' config.yaml); another
+    // one is not used.
+    const auto file = std::filesystem::path(config_file).lexically_normal();
+    if (!config_file.empty() && src.default_config.empty() &&
+        file.parent_path() == std::filesystem::path(src.srcdir + "/").lexically_normal().parent_path()) {
+        src.default_config = file.filename().string();
+    } else if (!config_file.empty()) {
+        std::cerr << "kgpu device-plugin: --config-file/CONFIG_FILE " << config_file
+                  << " is not used: the config comes from " << src.srcdir << " by the node label " << src.node_label
+                  << "\n";
+    }
+    return 0;
+}
+
+// Periods the tests shorten (not flags: an operator has no reason to change them), in ms.
+int test_periods(dp::PluginOptions& opts) {
+    for (const auto& [var, period] : {std::pair{"KGPU_INIT_RETRY_MS", &opts.init_retry},
+                                      {"KGPU_PROBE_INTERVAL_MS", &opts.probe_interval},
+                                      {"KGPU_SETTLE_MS", &opts.settle}}) {
+        const char* text = std::getenv(var);
+        if (!text) continue;
+        unsigned ms = 0;
+        const std::string_view t(text);
+        if (auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), ms); ec != std::errc() || end != t.data() + t.size() || ms == 0) {
+            std::cerr << "kgpu device-plugin: " << var << "='" << t << "': expected a number of milliseconds above 0\n";
+            return 2;
+        }
+        *period = std::chrono::milliseconds(ms);
+    }
+    return 0;
+}
+
+}  // namespace
+
 int run_device_plugin(const DevicePluginFlags& f) {
     dp::Overrides flags;
     if (auto st = dp::parse_option_text(f.options, flags); !st) {
@@ -172,88 +274,10 @@ int run_device_plugin(const DevicePluginFlags& f) {
     opts.config_file = by_label ? std::string() : config_file;
     opts.mps_control_binary = f.mps_control_binary;
     opts.paused_gpus_file = f.mig_paused_gpus_file;
-    // GPU health on the Node: process options (a SIGHUP does not change them).
-    auto node_bool = [&](const std::optional<std::string>& flag, const char* name, const char* env, bool& out) {
-        std::optional<std::string> text = flag;
-        std::string where = name;
-        if (!text)
-            if (const char* v = std::getenv(env); v && *v) {
-                text = v;
-                where = fmt::format("environment variable {}", env);
-            }
-        if (!text) return true;
-        auto v = dp::parse_bool(*text);
-        if (!v) {
-            std::cerr << "kgpu device-plugin: " << where << ": " << v.error().message << "\n";
-            return false;
-        }
-        out = *v;
-        return true;
-    };
-    if (!node_bool(f.node_health_events, "--node-health-events", "KGPU_NODE_HEALTH_EVENTS", opts.node_events) ||
-        !node_bool(f.node_health_annotation, "--node-health-annotation", "KGPU_NODE_HEALTH_ANNOTATION", opts.node_annotation))
-        return 2;
-    if (f.node_name) {
-        opts.node_name = *f.node_name;
-    } else if (const char* v = std::getenv("NODE_NAME")) {
-        opts.node_name = v;
-    }
-    opts.kubeconfig = f.kubeconfig;
+    if (int code = node_reporting_options(f, opts)) return code;
     kube::publish_status_file(f.kube_api_status_file, "device-plugin");
-    // Per-node configs (NVIDIA config-manager's variables, read by the plugin itself).
-    auto setting = [&](const std::optional<std::string>& flag, const char* env) -> std::optional<std::string> {
-        if (flag) return flag;
-        if (const char* v = std::getenv(env); v && *v) return std::string(v);
-        return std::nullopt;
-    };
-    if (auto dir = srcdir) {
-        dp::ConfigSource& src = opts.config_source;
-        src.srcdir = *dir;
-        if (auto v = setting(f.default_config, "DEFAULT_CONFIG")) src.default_config = *v;
-        if (auto v = setting(f.node_label, "NODE_LABEL")) src.node_label = *v;
-        if (auto v = setting(f.fallback_strategies, "FALLBACK_STRATEGIES")) {
-            src.fallbacks.clear();
-            for (auto part : strings::split(*v, ','))
-                if (!strings::trim(part).empty()) src.fallbacks.emplace_back(strings::trim(part));
-        }
-        if (src.node_label.empty()) {
-            std::cerr << "kgpu device-plugin: --node-label/NODE_LABEL: expected a label key, got an empty one\n";
-            return 2;
-        }
-        if (auto st = dp::check_fallbacks(src.fallbacks); !st) {
-            std::cerr << "kgpu device-plugin: " << st.error().message << "\n";
-            return 2;
-        }
-        // A config file inside the directory is its default (the manifests' config.yaml); another
-        // one is not used.
-        const auto file = std::filesystem::path(config_file).lexically_normal();
-        if (!config_file.empty() && src.default_config.empty() &&
-            file.parent_path() == std::filesystem::path(src.srcdir + "/").lexically_normal().parent_path()) {
-            src.default_config = file.filename().string();
-        } else if (!config_file.empty()) {
-            std::cerr << "kgpu device-plugin: --config-file/CONFIG_FILE " << config_file
-                      << " is not used: the config comes from " << src.srcdir << " by the node label " << src.node_label
-                      << "\n";
-        }
-    } else {
-        for (const auto& [v, name] : {std::pair{&f.default_config, "--default-config"}, {&f.node_label, "--node-label"},
-                                      {&f.fallback_strategies, "--fallback-strategies"}})
-            if (*v) std::cerr << "kgpu device-plugin: " << name << " has no effect without --config-file-srcdir\n";
-    }
-    // Periods the tests shorten (not flags: an operator has no reason to change them), in ms.
-    for (const auto& [var, period] : {std::pair{"KGPU_INIT_RETRY_MS", &opts.init_retry},
-                                      {"KGPU_PROBE_INTERVAL_MS", &opts.probe_interval},
-                                      {"KGPU_SETTLE_MS", &opts.settle}}) {
-        const char* text = std::getenv(var);
-        if (!text) continue;
-        unsigned ms = 0;
-        const std::string_view t(text);
-        if (auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), ms); ec != std::errc() || end != t.data() + t.size() || ms == 0) {
-            std::cerr << "kgpu device-plugin: " << var << "='" << t << "': expected a number of milliseconds above 0\n";
-            return 2;
-        }
-        *period = std::chrono::milliseconds(ms);
-    }
+    if (int code = config_source_options(f, srcdir, config_file, opts)) return code;
+    if (int code = test_periods(opts)) return code;
     return dp::run_device_plugin(std::move(opts));
 }
 
