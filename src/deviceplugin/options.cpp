@@ -88,18 +88,39 @@ std::vector<std::string> option_variables() {
     return out;
 }
 
+namespace {
+
+// One setting's flag text (the last value, or every value of a list flag joined by commas) parsed
+// into `out`; nothing when the flag was not given. Errors name the flag.
+template <class Codec, class Value>
+Status parse_flag(const OptionNames& names, const option::text_t<Codec>& given, std::optional<Value>& out) {
+    std::string value;
+    if constexpr (Codec::list) {
+        if (given.empty()) return {};
+        value = fmt::format("{}", fmt::join(given, ","));
+    } else {
+        if (!given) return {};
+        value = *given;
+    }
+    auto parsed = Codec::parse(value);
+    if (!parsed) {
+        const std::string_view flag = names.flags.substr(0, names.flags.find(','));
+        return fail(Code::invalid_argument, "{}: {}", flag, parsed.error().message);
+    }
+    out = std::move(*parsed);
+    return {};
+}
+
+}  // namespace
+
 Result<Overrides> gfd_settings(const OptionText& text, const std::function<const char*(const char*)>& getenv,
                                std::map<std::string, std::string>* sources) {
     Overrides out;
-    if (auto st = parse_option_text(text, out); !st) return std::unexpected(st.error());
     Status status;
-    for_each_option([&](const OptionNames& names, auto codec, auto, auto override_field, auto...) {
+    for_each_option([&](const OptionNames& names, auto codec, auto, auto override_field, auto text_field, auto...) {
         using Codec = decltype(codec);
-        if (!status) return;
-        if (!names.taken_by("gfd")) {
-            out.*override_field = std::nullopt;  // not GFD's: kgpu labels has no such flag
-            return;
-        }
+        if (!status || !names.taken_by("gfd")) return;  // not GFD's: kgpu labels has no such flag
+        if (status = parse_flag<Codec>(names, text.*text_field, out.*override_field); !status) return;
         if (out.*override_field) {  // the flag wins
             if (sources) (*sources)[std::string(names.field)] = names.flags.substr(0, names.flags.find(','));
             return;
@@ -126,23 +147,7 @@ Status parse_option_text(const OptionText& text, Overrides& out) {
     Status status;
     for_each_option([&](const OptionNames& names, auto codec, auto, auto override_field, auto text_field, auto) {
         using Codec = decltype(codec);
-        if (!status) return;
-        const auto& given = text.*text_field;
-        std::string value;
-        if constexpr (Codec::list) {
-            if (given.empty()) return;
-            value = fmt::format("{}", fmt::join(given, ","));
-        } else {
-            if (!given) return;
-            value = *given;
-        }
-        auto parsed = Codec::parse(value);
-        if (!parsed) {
-            const std::string_view flag = names.flags.substr(0, names.flags.find(','));
-            status = fail(Code::invalid_argument, "{}: {}", flag, parsed.error().message);
-            return;
-        }
-        out.*override_field = std::move(*parsed);
+        if (status) status = parse_flag<Codec>(names, text.*text_field, out.*override_field);
     });
     return status;
 }
