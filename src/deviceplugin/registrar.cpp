@@ -120,6 +120,11 @@ void Registrar::served_again(const std::string& resource) {
     due_now_locked(e);
 }
 
+void Registrar::retry_after_backoff_locked(Entry& e, Clock::time_point now) {
+    e.next_try = now + e.backoff;
+    e.backoff = std::min(e.backoff * 2, opts_.max_backoff);
+}
+
 void Registrar::await_kubelet_locked(const std::string& name, Entry& e, const std::optional<SocketId>& id,
                                      const char* why) {
     e.registered = false;
@@ -129,8 +134,7 @@ void Registrar::await_kubelet_locked(const std::string& name, Entry& e, const st
         // Created a moment ago: bound, not listening yet. Look again soon.
         log::debug("{}: {} {} (just created): looking again in {} ms", name, opts_.kubelet_socket, why,
                    e.backoff.count());
-        e.next_try = now + e.backoff;
-        e.backoff = std::min(e.backoff * 2, opts_.max_backoff);
+        retry_after_backoff_locked(e, now);
     } else {
         // The kubelet is gone, or not there yet: kubelet_changed() says when it (re)creates its
         // socket; the slow check covers a missed event.
@@ -234,8 +238,7 @@ void Registrar::stream_ended(const std::string& resource, std::uint64_t stream, 
               e.backoff.count());
     e.registered = false;
     e.want = true;
-    e.next_try = now + e.backoff;
-    e.backoff = std::min(e.backoff * 2, opts_.max_backoff);
+    retry_after_backoff_locked(e, now);
     cv_.notify_all();
 }
 
@@ -282,8 +285,7 @@ void Registrar::run() {
                     log::info("no ListAndWatch stream from the kubelet for {}: registering again", name);
                     e.registered = false;
                     e.want = true;
-                    e.next_try = now + e.backoff;
-                    e.backoff = std::min(e.backoff * 2, opts_.max_backoff);
+                    retry_after_backoff_locked(e, now);
                 } else {
                     wake = std::min(wake, e.registered_at + opts_.stream_grace);
                 }
@@ -332,8 +334,7 @@ void Registrar::register_one(const std::string& name) {
         if (std::exchange(e.poked, false)) {
             e.next_try = Clock::now();  // served again meanwhile
         } else {
-            e.next_try = Clock::now() + e.backoff;
-            e.backoff = std::min(e.backoff * 2, opts_.max_backoff);
+            retry_after_backoff_locked(e, Clock::now());
         }
         log::debug("{}: {} is not served right now: registering once it is", name, server->socket_path());
         return;
@@ -379,37 +380,44 @@ void Registrar::register_one(const std::string& name) {
     in_flight_.clear();
     auto it = entries_.find(name);
     if (it == entries_.end() || stop_ || it->second.server != server) return;
-    Entry& e = it->second;
+    if (st) registered_locked(name, it->second, *server, stream, id, endpoint);
+    else failed_locked(name, it->second, st.error(), before, id);
+}
+
+void Registrar::registered_locked(const std::string& name, Entry& e, const ResourceServer& server, std::uint64_t stream,
+                                  const std::optional<SocketId>& id, const std::string& endpoint) {
+    const auto now = Clock::now();
+    e.poked = false;
+    // Registered with the kubelet.sock there is now: a restart during the call shows as a
+    // different identity at the next kubelet_changed.
+    e.registered = true;
+    e.kubelet = id;
+    e.stream = stream;
+    e.registered_at = now;
+    e.last_error.clear();
+    e.want = false;
+    e.waiting = false;
+    log::info("registered {} with the kubelet at {} (endpoint {})", name, opts_.kubelet_socket, endpoint);
+    if (server.next_stream_id() > stream && !server.stream_open(stream)) {
+        // Its stream opened and already ended (the kubelet dropped the new client at once, e.g.
+        // another plugin's stream ended meanwhile): register again after the backoff.
+        log::info("the kubelet already ended the ListAndWatch stream of {}: registering again in {} ms", name,
+                  e.backoff.count());
+        e.registered = false;
+        e.want = true;
+        retry_after_backoff_locked(e, now);
+    }
+}
+
+void Registrar::failed_locked(const std::string& name, Entry& e, const Error& error, const std::optional<SocketId>& before,
+                              const std::optional<SocketId>& id) {
     const auto now = Clock::now();
     const bool poked = std::exchange(e.poked, false);
-    if (st) {
-        // Registered with the kubelet.sock there is now: a restart during the call shows as a
-        // different identity at the next kubelet_changed.
-        e.registered = true;
-        e.kubelet = id;
-        e.stream = stream;
-        e.registered_at = now;
-        e.last_error.clear();
-        e.want = false;
-        e.waiting = false;
-        log::info("registered {} with the kubelet at {} (endpoint {})", name, opts_.kubelet_socket, endpoint);
-        if (server->next_stream_id() > stream && !server->stream_open(stream)) {
-            // Its stream opened and already ended (the kubelet dropped the new client at once,
-            // e.g. another plugin's stream ended meanwhile): register again after the backoff.
-            log::info("the kubelet already ended the ListAndWatch stream of {}: registering again in {} ms", name,
-                      e.backoff.count());
-            e.registered = false;
-            e.want = true;
-            e.next_try = now + e.backoff;
-            e.backoff = std::min(e.backoff * 2, opts_.max_backoff);
-        }
-        return;
-    }
     e.registered = false;
     e.want = true;
     // The kubelet went away during the call (or was on its way out): wait for the next one, quietly.
     if ((id == before || !id) && !poked && (!id || !listening(opts_.kubelet_socket))) {
-        log::debug("{}: {}", name, st.error().message);
+        log::debug("{}: {}", name, error.message);
         await_kubelet_locked(name, e, id, id ? "it refuses connections" : "it does not exist");
         return;
     }
@@ -417,12 +425,11 @@ void Registrar::register_one(const std::string& name) {
         e.next_try = now;  // a new kubelet came up, or our socket was served again, during the call
         e.backoff = opts_.new_kubelet_backoff;
     } else {
-        e.next_try = now + e.backoff;
-        e.backoff = std::min(e.backoff * 2, opts_.max_backoff);
+        retry_after_backoff_locked(e, now);
     }
-    if (st.error().message != e.last_error) {
-        log::warn("{}; retrying with backoff until the kubelet answers", st.error().message);
-        e.last_error = st.error().message;
+    if (error.message != e.last_error) {
+        log::warn("{}; retrying with backoff until the kubelet answers", error.message);
+        e.last_error = error.message;
     }
 }
 

@@ -143,6 +143,14 @@ private:
     // No kubelet listens on kubelet.sock (`id`: its identity, nullopt when missing): the next
     // attempt waits for kubelet_changed, or soon when the socket was just created.
     void await_kubelet_locked(const std::string& name, Entry& e, const std::optional<SocketId>& id, const char* why);
+    // register_one's outcome, under mu_: registered (`stream` and later are the Register's,
+    // `id` the kubelet.sock it went to), or failed (`before`: the kubelet.sock before the call).
+    void registered_locked(const std::string& name, Entry& e, const ResourceServer& server, std::uint64_t stream,
+                           const std::optional<SocketId>& id, const std::string& endpoint);
+    void failed_locked(const std::string& name, Entry& e, const Error& error, const std::optional<SocketId>& before,
+                       const std::optional<SocketId>& id);
+    // The next attempt after the entry's backoff, which doubles (up to max_backoff).
+    void retry_after_backoff_locked(Entry& e, Clock::time_point now);
 
     Options opts_;
     mutable std::mutex mu_;
