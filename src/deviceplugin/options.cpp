@@ -117,14 +117,19 @@ Result<Overrides> gfd_settings(const OptionText& text, const std::function<const
                                std::map<std::string, std::string>* sources) {
     Overrides out;
     Status status;
+    // The flags first (a bad flag is reported before a bad variable), GFD's rows only: kgpu
+    // labels has no other flag.
     for_each_option([&](const OptionNames& names, auto codec, auto, auto override_field, auto text_field, auto...) {
         using Codec = decltype(codec);
-        if (!status || !names.taken_by("gfd")) return;  // not GFD's: kgpu labels has no such flag
-        if (status = parse_flag<Codec>(names, text.*text_field, out.*override_field); !status) return;
-        if (out.*override_field) {  // the flag wins
-            if (sources) (*sources)[std::string(names.field)] = names.flags.substr(0, names.flags.find(','));
-            return;
-        }
+        if (!status || !names.taken_by("gfd")) return;
+        status = parse_flag<Codec>(names, text.*text_field, out.*override_field);
+        if (status && out.*override_field && sources)
+            (*sources)[std::string(names.field)] = names.flags.substr(0, names.flags.find(','));
+    });
+    // Then GFD's variables for what no flag gave.
+    for_each_option([&](const OptionNames& names, auto codec, auto, auto override_field, auto...) {
+        using Codec = decltype(codec);
+        if (!status || !names.taken_by("gfd") || out.*override_field) return;  // the flag wins
         for (std::string_view name : strings::split(names.gfd_env, ',')) {
             const std::string var(name);
             const char* v = getenv(var.c_str());

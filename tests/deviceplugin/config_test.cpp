@@ -862,6 +862,24 @@ TEST(DevicePluginOptions, EverySettingIsReadFromEachLayerItDeclares) {
     EXPECT_GE(settings, 25);
 }
 
+// kgpu labels: a bad flag is reported before a bad GFD variable, whatever their rows' order in the
+// table (migStrategy's row comes before failOnInitError's), and a flag wins over its variable.
+TEST(DevicePluginConfig, GfdSettingsReportABadFlagBeforeABadVariable) {
+    OptionText given;
+    given.fail_on_init_error = "maybe";
+    auto bad = gfd_settings(given, env_of({{"GFD_MIG_STRATEGY", "bogus"}}), nullptr);
+    ASSERT_FALSE(bad);
+    EXPECT_NE(bad.error().message.find("--fail-on-init-error"), std::string::npos) << bad.error().message;
+    given.fail_on_init_error = "false";
+    given.mig_strategy = "mixed";
+    std::map<std::string, std::string> source;
+    auto ok = gfd_settings(given, env_of({{"GFD_MIG_STRATEGY", "bogus"}, {"GFD_FAIL_ON_INIT_ERROR", "true"}}), &source);
+    ASSERT_TRUE(ok) << ok.error().message;
+    EXPECT_EQ(ok->mig_strategy, MigStrategy::mixed);
+    EXPECT_EQ(ok->fail_on_init_error, false);
+    EXPECT_EQ(source["mig_strategy"], "--mig-strategy");
+}
+
 TEST(DevicePluginConfig, DescribeListsEffectiveValues) {
     Config c;
     c.device_list_strategy = {DeviceListStrategy::envvar, DeviceListStrategy::cdi_cri};
