@@ -80,6 +80,11 @@ void add_labels_command(CLI::App& app, LabelsOptions& opts);
 Result<LabelsSettings> resolve_labels_settings(const LabelsOptions& opts,
                                                const std::function<const char*(const char*)>& getenv);
 
+// The label options `s.config_file` gives (MIG strategy, sharing), the flag's or variable's MIG
+// strategy over the file's; the file's GFD flags go into `s` where no flag or variable set them.
+// Read at start and at each reload (SIGHUP, a config label that names another file).
+Result<labels::Options> load_label_options(LabelsSettings& s);
+
 // Exit code: 0 ok (or stopped by SIGTERM/SIGINT/SIGQUIT), 1 a failure with --oneshot, or NVML
 // failing to start with --fail-on-init-error (in the loop later failures are logged and
 // retried), 2 bad option or config values.
