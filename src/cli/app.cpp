@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -144,11 +145,10 @@ void grpc_log_line(gpr_log_func_args* a) {
         log::debug("grpc: {} ({}:{})", msg, file, a->line);
 }
 
-}  // namespace
 
-int run(int argc, char** argv) {
-    // Commands that take another program's command line are dispatched before the flag parser
-    // (and before it is built: a container start waits for them).
+// Commands that take another program's command line, dispatched before the flag parser (and
+// before it is built: a container start waits for them). nullopt: none of them.
+std::optional<int> run_before_parser(int argc, char** argv) {
     const std::string_view invoked_as = base_name(argc > 0 ? argv[0] : nullptr);
     // A hook as specs spell it for any binary not named nvidia-ctk or kgpu (nvidia-ctk's rule,
     // cdi/hooks.h): [<file name>, <hook>, ...]. It runs the hook whatever the file is called: a
@@ -168,90 +168,138 @@ int run(int argc, char** argv) {
         if (const std::size_t w = command_word(words); w < words.size() && words[w] == "hook")
             return run_hook_argv("kgpu hook", {words.begin() + static_cast<std::ptrdiff_t>(w) + 1, words.end()});
     }
+    return std::nullopt;
+}
 
-    gpr_set_log_function(grpc_log_line);
-
-    CLI::App app{"kgpu: the node side of NVIDIA GPUs in Kubernetes"};
-    app.require_subcommand(1);
-    app.fallthrough();  // global options (--log-level) may also follow the subcommand
-    app.set_version_flag("--version", KGPU_VERSION);
+// Every subcommand's options and the parser nodes dispatch() asks about.
+struct Commands {
     std::string log_level = "info";
-    app.add_option("--log-level", log_level, "debug, info, warn, error or off")->envname("KGPU_LOG_LEVEL");
-
     InfoOptions info;
-    add_info_command(app, info);
     CdiOptions cdi;
-    CLI::App* cdi_cmd = add_cdi_command(app, cdi);
-    RuntimeOptions runtime_opts;
-    CLI::App* runtime_cmd = add_runtime_command(app, runtime_opts);
-    InstallCliOptions install_opts;
-    add_install_command(*runtime_cmd, install_opts);
-    add_kgpu_runtime_flag(*runtime_cmd, runtime_opts.runtime_path);
-    LabelsOptions labels_opts;
-    add_labels_command(app, labels_opts);
+    CLI::App* cdi_cmd = nullptr;
+    RuntimeOptions runtime;
+    CLI::App* runtime_cmd = nullptr;
+    InstallCliOptions install;
+    LabelsOptions labels;
     DevicePluginFlags device_plugin;
-    add_device_plugin_command(app, device_plugin);
     DoctorCliOptions doctor;
-    add_doctor_command(app, doctor);
     ConfigManagerFlags config_manager;
-    add_config_manager_command(app, config_manager);
-    ExporterFlags exporter_flags;
-    add_exporter_command(app, exporter_flags);
-    DemoCliOptions demo_opts;
-    add_demo_command(app, demo_opts);
-    MpsControlDaemonFlags mps_flags;
-    CLI::App* mount_shm_cmd = add_mps_control_daemon_command(app, mps_flags);
-    CLI::App* container_runtime_cmd = add_container_runtime_command(app);
-    HookOptions hook_opts;  // `kgpu hook` runs before this parser (run_hook_argv); here for --help
-    CLI::App* hook_cmd = add_hook_command(app, hook_opts);
-    SmiOptions smi_opts;
-    CLI::App* smi_cmd = add_smi_command(app, smi_opts);
-    MigOptions mig_opts;
-    add_mig_command(app, mig_opts);
+    ExporterFlags exporter;
+    DemoCliOptions demo;
+    MpsControlDaemonFlags mps;
+    CLI::App* mount_shm_cmd = nullptr;
+    CLI::App* container_runtime_cmd = nullptr;
+    HookOptions hook;  // `kgpu hook` runs before the parser (run_hook_argv); here for --help
+    CLI::App* hook_cmd = nullptr;
+    SmiOptions smi;
+    CLI::App* smi_cmd = nullptr;
+    MigOptions mig;
     MigManagerFlags mig_manager;
-    add_mig_manager_command(app, mig_manager);
 
-    // What CLI11 would only answer with "A subcommand is required": `kgpu help [subcommand]`,
-    // `kgpu version`, and a word that names no subcommand.
-    std::vector<std::string> args(argv, argv + argc);
-    if (const std::size_t w = command_word(args); w < args.size()) {
-        const std::string& word = args[w];
-        if (word == "version") {
-            std::cout << KGPU_VERSION << "\n";
+    void add_to(CLI::App& app) {
+        app.require_subcommand(1);
+        app.fallthrough();  // global options (--log-level) may also follow the subcommand
+        app.set_version_flag("--version", KGPU_VERSION);
+        app.add_option("--log-level", log_level, "debug, info, warn, error or off")->envname("KGPU_LOG_LEVEL");
+        add_info_command(app, info);
+        cdi_cmd = add_cdi_command(app, cdi);
+        runtime_cmd = add_runtime_command(app, runtime);
+        add_install_command(*runtime_cmd, install);
+        add_kgpu_runtime_flag(*runtime_cmd, runtime.runtime_path);
+        add_labels_command(app, labels);
+        add_device_plugin_command(app, device_plugin);
+        add_doctor_command(app, doctor);
+        add_config_manager_command(app, config_manager);
+        add_exporter_command(app, exporter);
+        add_demo_command(app, demo);
+        mount_shm_cmd = add_mps_control_daemon_command(app, mps);
+        container_runtime_cmd = add_container_runtime_command(app);
+        hook_cmd = add_hook_command(app, hook);
+        smi_cmd = add_smi_command(app, smi);
+        add_mig_command(app, mig);
+        add_mig_manager_command(app, mig_manager);
+    }
+
+    int dispatch(CLI::App& app) {
+        if (app.got_subcommand("info")) return run_info(info);
+        if (app.got_subcommand("mig")) return run_mig(*app.get_subcommand("mig"), mig);
+        if (app.got_subcommand("mig-manager")) return run_mig_manager(mig_manager);
+        if (app.got_subcommand("device-plugin")) return run_device_plugin(device_plugin);
+        if (app.got_subcommand("doctor")) return run_doctor(doctor);
+        if (app.got_subcommand("config-manager")) return run_config_manager(config_manager);
+        if (app.got_subcommand("exporter")) return run_exporter(exporter);
+        if (app.got_subcommand("demo")) return run_demo(demo);
+        if (cdi_cmd->got_subcommand("generate")) return run_cdi_generate(cdi);
+        if (runtime_cmd->got_subcommand("configure")) return run_runtime_configure(runtime);
+        if (runtime_cmd->got_subcommand("install")) return run_install(install);
+        if (app.got_subcommand("labels")) return run_labels(labels);
+        if (mount_shm_cmd->parsed()) return run_mps_mount_shm(mps);
+        if (app.got_subcommand("mps-control-daemon")) return run_mps_control_daemon(mps);
+        if (app.got_subcommand("smi")) return run_smi(smi);
+        // Not reached from a command line (the fast paths take every spelling); kept so the
+        // parser's `hook` never falls through to "no subcommand".
+        if (app.got_subcommand("hook")) return run_hook(*hook_cmd, hook);
+        if (app.got_subcommand("container-runtime")) return run_container_runtime(container_runtime_cmd->remaining());
+        return 2;
+    }
+};
+
+// What CLI11 would only answer with "A subcommand is required": `kgpu help [subcommand]`,
+// `kgpu version`, and a word that names no subcommand; and Go-style flags of the subcommands
+// that take NVIDIA's spellings. nullopt: the parser goes on (with `args` possibly rewritten).
+std::optional<int> answer_before_parsing(CLI::App& app, std::vector<std::string>& args) {
+    const std::size_t w = command_word(args);
+    if (w >= args.size()) return std::nullopt;
+    const std::string& word = args[w];
+    if (word == "version") {
+        std::cout << KGPU_VERSION << "\n";
+        return 0;
+    }
+    if (word == "help") {
+        if (w + 1 >= args.size()) {
+            std::cout << app.help();
             return 0;
         }
-        if (word == "help") {
-            if (w + 1 >= args.size()) {
-                std::cout << app.help();
-                return 0;
-            }
-            if (auto* sub = subcommand(app, args[w + 1])) {
-                std::cout << sub->help();
-                return 0;
-            }
-            std::cerr << unknown_subcommand(app, args[w + 1]);
-            return 2;
+        if (auto* sub = subcommand(app, args[w + 1])) {
+            std::cout << sub->help();
+            return 0;
         }
-        auto* sub = subcommand(app, word);
-        if (!sub) {
-            std::cerr << unknown_subcommand(app, word);
-            return 2;
-        }
-        if (word == "exporter" || word == "device-plugin" || word == "labels" || word == "mps-control-daemon" ||
-            word == "config-manager")
-            if (auto bad = go_style_flags(app, *sub, args, w + 1); !bad.empty()) {
-                std::cerr << bad << "\n";
-                return 2;
-            }
+        std::cerr << unknown_subcommand(app, args[w + 1]);
+        return 2;
     }
+    auto* sub = subcommand(app, word);
+    if (!sub) {
+        std::cerr << unknown_subcommand(app, word);
+        return 2;
+    }
+    if (word == "exporter" || word == "device-plugin" || word == "labels" || word == "mps-control-daemon" ||
+        word == "config-manager")
+        if (auto bad = go_style_flags(app, *sub, args, w + 1); !bad.empty()) {
+            std::cerr << bad << "\n";
+            return 2;
+        }
+    return std::nullopt;
+}
+
+}  // namespace
+
+int run(int argc, char** argv) {
+    if (auto code = run_before_parser(argc, argv)) return *code;
+
+    gpr_set_log_function(grpc_log_line);
+    CLI::App app{"kgpu: the node side of NVIDIA GPUs in Kubernetes"};
+    Commands commands;
+    commands.add_to(app);
+
+    std::vector<std::string> args(argv, argv + argc);
+    if (auto code = answer_before_parsing(app, args)) return *code;
     std::vector<char*> rewritten;
     for (auto& a : args) rewritten.push_back(a.data());
     rewritten.push_back(nullptr);
-
     try {
         app.parse(argc, rewritten.data());
     } catch (const CLI::ExtrasError& e) {
-        if (!smi_cmd->parsed()) return app.exit(e) == 0 ? 0 : 2;
+        if (!commands.smi_cmd->parsed()) return app.exit(e) == 0 ? 0 : 2;
         std::cerr << smi_usage_error("kgpu smi", e.what());  // e.g. --query-gpu: say which modes exist
         return 2;
     } catch (const CLI::ParseError& e) {
@@ -259,32 +307,12 @@ int run(int argc, char** argv) {
         return code == 0 ? 0 : 2;
     }
     log::Level level;
-    if (!log::parse_level(log_level, level)) {
-        std::cerr << "kgpu: --log-level: expected debug, info, warn, error or off, got '" << log_level << "'\n";
+    if (!log::parse_level(commands.log_level, level)) {
+        std::cerr << "kgpu: --log-level: expected debug, info, warn, error or off, got '" << commands.log_level << "'\n";
         return 2;
     }
     log::set_level(level);
-
-    if (app.got_subcommand("info")) return run_info(info);
-    if (app.got_subcommand("mig")) return run_mig(*app.get_subcommand("mig"), mig_opts);
-    if (app.got_subcommand("mig-manager")) return run_mig_manager(mig_manager);
-    if (app.got_subcommand("device-plugin")) return run_device_plugin(device_plugin);
-    if (app.got_subcommand("doctor")) return run_doctor(doctor);
-    if (app.got_subcommand("config-manager")) return run_config_manager(config_manager);
-    if (app.got_subcommand("exporter")) return run_exporter(exporter_flags);
-    if (app.got_subcommand("demo")) return run_demo(demo_opts);
-    if (cdi_cmd->got_subcommand("generate")) return run_cdi_generate(cdi);
-    if (runtime_cmd->got_subcommand("configure")) return run_runtime_configure(runtime_opts);
-    if (runtime_cmd->got_subcommand("install")) return run_install(install_opts);
-    if (app.got_subcommand("labels")) return run_labels(labels_opts);
-    if (mount_shm_cmd->parsed()) return run_mps_mount_shm(mps_flags);
-    if (app.got_subcommand("mps-control-daemon")) return run_mps_control_daemon(mps_flags);
-    if (app.got_subcommand("smi")) return run_smi(smi_opts);
-    // Not reached from a command line (the fast paths above take every spelling); kept so the
-    // parser's `hook` never falls through to "no subcommand".
-    if (app.got_subcommand("hook")) return run_hook(*hook_cmd, hook_opts);
-    if (app.got_subcommand("container-runtime")) return run_container_runtime(container_runtime_cmd->remaining());
-    return 2;
+    return commands.dispatch(app);
 }
 
 }  // namespace kgpu::cli

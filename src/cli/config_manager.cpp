@@ -149,6 +149,53 @@ Status apply(const Settings& s, const std::string& label, const std::string& pro
     return {};
 }
 
+// apply(), its failure printed: the exit code of a one-off run.
+int apply_once(const Settings& s, const std::string& label, const std::string& proc_root) {
+    if (auto a = apply(s, label, proc_root); !a) {
+        std::cerr << "kgpu config-manager: " << a.error().message << "\n";
+        return 1;
+    }
+    return 0;
+}
+
+// The node label's latest value, as the watch of the node reports it (from its thread).
+class LabelMailbox {
+public:
+    explicit LabelMailbox(std::string label) : label_(std::move(label)) {}
+
+    void on_node(const nlohmann::json& node) {
+        // No Node (deleted, or a wrong NODE_NAME): nothing to apply, as NVIDIA's waits.
+        const auto value = kube::label_of(node, label_);
+        if (!value) return;
+        std::lock_guard lk(mu_);
+        if (seen_ == *value) return;
+        seen_ = *value;
+        fresh_ = true;
+        cv_.notify_all();
+    }
+
+    std::optional<std::string> latest() {
+        std::lock_guard lk(mu_);
+        return seen_;
+    }
+
+    // The value when it changed since the last call, waiting up to `wait` for a change.
+    std::optional<std::string> next(std::chrono::milliseconds wait) {
+        std::unique_lock lk(mu_);
+        cv_.wait_for(lk, wait, [&] { return fresh_; });
+        if (!fresh_) return std::nullopt;
+        fresh_ = false;
+        return seen_;
+    }
+
+private:
+    const std::string label_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::optional<std::string> seen_;
+    bool fresh_ = false;
+};
+
 }  // namespace
 
 int run_config_manager(const ConfigManagerFlags& f) {
@@ -169,11 +216,7 @@ int run_config_manager(const ConfigManagerFlags& f) {
         if (names && names->size() < 2) {
             log::info("config-manager: {} holds {} config{}: the label cannot pick another; not asking the API server",
                       s.source.srcdir, names->size(), names->size() == 1 ? "" : "s");
-            if (auto a = apply(s, "", f.proc_root); !a) {
-                std::cerr << "kgpu config-manager: " << a.error().message << "\n";
-                return 1;
-            }
-            return 0;
+            return apply_once(s, "", f.proc_root);
         }
     }
     auto config = kube::resolve_config(s.kubeconfig, [](const char* n) { return std::getenv(n); });
@@ -185,56 +228,24 @@ int run_config_manager(const ConfigManagerFlags& f) {
 
     const sigset_t mask = process::block_signals({SIGTERM, SIGINT});
 
-    std::mutex mu;
-    std::condition_variable cv;
-    std::optional<std::string> seen;  // the label's latest value
-    bool fresh = false;
-    auto watch = kube::watch_node(
-        api, s.node_name,
-        [&](const nlohmann::json& node) {
-            // No Node (deleted, or a wrong NODE_NAME): nothing to apply, as NVIDIA's waits.
-            const auto label = kube::label_of(node, s.source.node_label);
-            if (!label) return;
-            const std::string& value = *label;
-            std::lock_guard lk(mu);
-            if (seen == value) return;
-            seen = value;
-            fresh = true;
-            cv.notify_all();
-        });
+    LabelMailbox mailbox(s.source.node_label);
+    auto watch = kube::watch_node(api, s.node_name, [&](const nlohmann::json& node) { mailbox.on_node(node); });
     log::info("config-manager: watching node {}'s label {} through {}", s.node_name, s.source.node_label,
               api->config().server);
     if (s.oneshot) {
         // One list, as NVIDIA's init container: the label as it is now.
         auto st = watch->list();
-        std::optional<std::string> label;
-        {
-            std::lock_guard lk(mu);
-            label = seen;
-        }
+        const std::optional<std::string> label = mailbox.latest();
         if (!label) {
             std::cerr << "kgpu config-manager: node " << s.node_name << ": "
                       << (st ? std::string("no such node") : st.error().message) << "\n";
             return 1;
         }
-        if (auto a = apply(s, *label, f.proc_root); !a) {
-            std::cerr << "kgpu config-manager: " << a.error().message << "\n";
-            return 1;
-        }
-        return 0;
+        return apply_once(s, *label, f.proc_root);
     }
     watch->start();
     for (;;) {
-        std::optional<std::string> label;
-        {
-            std::unique_lock lk(mu);
-            cv.wait_for(lk, std::chrono::milliseconds(200), [&] { return fresh; });
-            if (fresh) {
-                label = seen;
-                fresh = false;
-            }
-        }
-        if (label) {
+        if (const auto label = mailbox.next(std::chrono::milliseconds(200))) {
             log::info("config-manager: label {}={}", s.source.node_label, label->empty() ? "(absent)" : *label);
             if (auto a = apply(s, *label, f.proc_root); !a) log::error("config-manager: {}; waiting for the next change", a.error().message);
         }

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <ranges>
 
 #include <fmt/ranges.h>
@@ -331,25 +332,8 @@ Result<exporter::CounterSelection> read_collectors(const std::string& path) {
     return sel;
 }
 
-}  // namespace
-
-int run_exporter(const ExporterFlags& f) {
-    if (f.print_metrics_markdown) {
-        std::cout << exporter::metrics_markdown();
-        return 0;
-    }
-    if (f.print_default_counters) {
-        std::cout << exporter::default_counters_csv();
-        return 0;
-    }
-    if (f.log_format != "text" && f.log_format != "json")
-        return usage("--log-format", fmt::format("expected text or json, got '{}'", f.log_format));
-    log::set_format(f.log_format == "json" ? log::Format::json : log::Format::text);
-    if (f.debug) log::set_level(log::Level::debug);
-    log::debug("exporter: debug output is enabled");
-
-    exporter::ExporterOptions opts = f.options;
-    const exporter::CollectorOptions& c = f.options.collector;
+// --devices and DCGM's numeric and level flags, checked; `opts` gets the GPU selection.
+std::optional<int> apply_device_flags(const ExporterFlags& f, exporter::ExporterOptions& opts) {
     auto devices = parse_devices(f.devices);
     if (!devices) return usage("--devices", devices.error().message);
     if (devices->kind == 'i' && devices->ids)
@@ -371,8 +355,12 @@ int run_exporter(const ExporterFlags& f) {
     if (std::ranges::find(dcgm_levels, f.dcgm_log_level) == std::end(dcgm_levels))
         return usage("--dcgm-log-level",
                      fmt::format("expected NONE, FATAL, ERROR, WARN, INFO, DEBUG or VERB, got '{}'", f.dcgm_log_level));
-    // The rest concern DCGM itself or what kgpu does not serve: one warning each when not at
-    // dcgm-exporter's default (a default value changes nothing there either).
+    return std::nullopt;
+}
+
+// dcgm-exporter's flags for DCGM itself or for what kgpu does not serve: one warning each when not
+// at dcgm-exporter's default (a default value changes nothing there either).
+void warn_ignored_flags(const ExporterFlags& f) {
     const ExporterFlags defaults;
     auto ignored = [](std::string_view flag, std::string_view value, std::string_view why) {
         log::warn("exporter: {}{}{}: ignored: {}", flag, value.empty() ? "" : " ", value, why);
@@ -407,6 +395,10 @@ int run_exporter(const ExporterFlags& f) {
                 "DCGM's bind/unbind events; kgpu re-reads the node when a GPU is lost or answers again");
     if (f.enable_pprof) ignored("--enable-pprof", "", "Go's profiler; kgpu is not a Go program");
 
+}
+
+// Listening: the address, the numbers of kNumberFlags, the ready file, the web config.
+std::optional<int> apply_server_flags(const ExporterFlags& f, exporter::ExporterOptions& opts) {
     if (auto a = exporter::parse_listen_address(opts.http.address); !a) return usage("--address", a.error().message);
     for (size_t i = 0; i < std::size(kNumberFlags); ++i) {
         const NumberFlag& n = kNumberFlags[i];
@@ -427,6 +419,12 @@ int run_exporter(const ExporterFlags& f) {
             return usage("--web-config-file", s.error().message);
     }
 
+    return std::nullopt;
+}
+
+// Whose GPU it is: the hostname label, Kubernetes attribution and its endpoints.
+std::optional<int> apply_attribution_flags(const ExporterFlags& f, exporter::ExporterOptions& opts) {
+    const exporter::CollectorOptions& c = f.options.collector;
     if (c.hostname_label != "Hostname" && c.hostname_label != "hostname")
         return usage("--hostname-label", fmt::format("expected Hostname or hostname, got '{}'", c.hostname_label));
     if (!f.no_hostname) opts.collector.hostname = host_name();
@@ -442,6 +440,12 @@ int run_exporter(const ExporterFlags& f) {
         if (r.find('/') == std::string::npos)
             return usage("--resource-name", fmt::format("expected a resource name like nvidia.com/a100, got '{}'", r));
 
+    return std::nullopt;
+}
+
+// Which counters: -f (--collectors), and dcgm-exporter's -m (--configmap-data).
+std::optional<int> apply_counter_flags(const ExporterFlags& f, exporter::ExporterOptions& opts) {
+    const exporter::CollectorOptions& c = f.options.collector;
     // dcgm-exporter's -m reads the counters from a ConfigMap through the API server (with the
     // pod's service account) and falls back to -f only when it is "none". kgpu reads files only
     // (docs/migration.md says why): the same ConfigMap mounted as a file does the same.
@@ -468,6 +472,32 @@ int run_exporter(const ExporterFlags& f) {
         log::warn("exporter: --kubernetes-virtual-gpus, --kubernetes-enable-pod-uid and --kubernetes-enable-pod-labels "
                   "have no effect without --kubernetes");
     if (f.use_old_namespace) opts.collector.uuid_label = "uuid";
+    return std::nullopt;
+}
+
+}  // namespace
+
+int run_exporter(const ExporterFlags& f) {
+    if (f.print_metrics_markdown) {
+        std::cout << exporter::metrics_markdown();
+        return 0;
+    }
+    if (f.print_default_counters) {
+        std::cout << exporter::default_counters_csv();
+        return 0;
+    }
+    if (f.log_format != "text" && f.log_format != "json")
+        return usage("--log-format", fmt::format("expected text or json, got '{}'", f.log_format));
+    log::set_format(f.log_format == "json" ? log::Format::json : log::Format::text);
+    if (f.debug) log::set_level(log::Level::debug);
+    log::debug("exporter: debug output is enabled");
+
+    exporter::ExporterOptions opts = f.options;
+    if (auto code = apply_device_flags(f, opts)) return *code;
+    warn_ignored_flags(f);
+    if (auto code = apply_server_flags(f, opts)) return *code;
+    if (auto code = apply_attribution_flags(f, opts)) return *code;
+    if (auto code = apply_counter_flags(f, opts)) return *code;
     return exporter::run_exporter(opts, [&] { return open_nvml(f.nvml); });
 }
 
