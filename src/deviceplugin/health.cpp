@@ -304,87 +304,96 @@ bool HealthMonitor::rebuild_events(std::optional<nvml::EventSet>& set) {
     return true;
 }
 
+void HealthMonitor::handle_event(const nvml::Event& e) {
+    size_t n = 0;
+    {
+        std::lock_guard lk(mu_);
+        n = gpus_.size();
+    }
+    if (e.key < 0 || static_cast<size_t>(e.key) >= n) return;
+    if (e.type == nvml::kEventXid) {
+        on_xid(static_cast<size_t>(e.key), static_cast<unsigned>(e.data), e.gpu_instance_id, e.compute_instance_id);
+    } else if (e.type == nvml::kEventMigConfigChange) {
+        log::info("GPU {}: MIG configuration changed", e.key);
+        if (on_mig_change_) on_mig_change_(static_cast<unsigned>(e.key));
+    }
+}
+
+// The new set registers before the old one goes, and what the old one still holds is handled: an
+// event queued between the last wait and a rebuild (e.g. the next MIG change right after one) is
+// not lost with it.
+void HealthMonitor::replace_events(std::optional<nvml::EventSet>& set) {
+    std::optional<nvml::EventSet> old;
+    old.swap(set);
+    rebuild_events(set);
+    while (old) {
+        auto ev = old->wait(0);
+        if (!ev || !*ev) break;
+        handle_event(**ev);
+    }
+}
+
+void HealthMonitor::wait_for_event(std::optional<nvml::EventSet>& set, std::chrono::steady_clock::time_point last_probe,
+                                   int& failures) {
+    // Bounded waits, as NVML's cannot be interrupted: stop() joins this thread. Not shorter than
+    // needed: every wake-up costs CPU on an idle node (issue #23); the next probe may ask for a
+    // shorter one.
+    const auto until_probe =
+        std::chrono::duration_cast<std::chrono::milliseconds>(last_probe + probe_interval_now() - time_.now());
+    const auto wait = std::clamp(until_probe, std::chrono::milliseconds(1), time_.event_wait);
+    auto ev = set->wait(static_cast<unsigned>(wait.count()));
+    if (!ev) {
+        ++failures;
+        {
+            std::lock_guard lk(mu_);
+            for (auto& g : gpus_)
+                set_unhealthy(g.state, Bad::lost, fmt::format("NVML event wait failed: {}", ev.error().message));
+        }
+        set.reset();
+    } else if (*ev && (*ev)->key >= 0) {
+        failures = 0;
+        handle_event(**ev);
+    }
+}
+
+bool HealthMonitor::probe_all() {
+    bool came_back = false;
+    std::lock_guard lk(mu_);
+    for (size_t i = 0; i < gpus_.size(); ++i) {
+        Gpu& g = gpus_[i];
+        const bool was_lost = g.state.bad == Bad::lost, was_answering = g.answering;
+        probe(i);
+        came_back |= (was_lost && g.state.healthy) || (!was_answering && g.answering) || std::exchange(g.retaken, false);
+    }
+    return came_back;
+}
+
 void HealthMonitor::run() {
     std::optional<nvml::EventSet> set;
     rebuild_events(set);
-    auto handle = [this](const nvml::Event& e) {
-        size_t n = 0;
-        {
-            std::lock_guard lk(mu_);
-            n = gpus_.size();
-        }
-        if (e.key < 0 || static_cast<size_t>(e.key) >= n) return;
-        if (e.type == nvml::kEventXid) {
-            on_xid(static_cast<size_t>(e.key), static_cast<unsigned>(e.data), e.gpu_instance_id, e.compute_instance_id);
-        } else if (e.type == nvml::kEventMigConfigChange) {
-            log::info("GPU {}: MIG configuration changed", e.key);
-            if (on_mig_change_) on_mig_change_(static_cast<unsigned>(e.key));
-        }
-    };
-    // The new set registers before the old one goes, and what the old one still holds is handled:
-    // an event queued between the last wait and a rebuild (e.g. the next MIG change right after
-    // one) is not lost with it.
-    auto rebuild = [&] {
-        std::optional<nvml::EventSet> old;
-        old.swap(set);
-        rebuild_events(set);
-        while (old) {
-            auto ev = old->wait(0);
-            if (!ev || !*ev) break;
-            handle(**ev);
-        }
-    };
     // The start() round was the first probe; the next comes after the interval the state asks for.
     auto last_probe = started_;
     int failures = 0;
     while (!stop_) {
-        if (rebuild_.exchange(false)) rebuild();
+        if (rebuild_.exchange(false)) replace_events(set);
         if (!set) {
             // Back off instead of spinning on a broken driver.
             std::this_thread::sleep_for(std::chrono::milliseconds(std::min(200 * (1 << std::min(failures, 4)), 2000)));
             if (stop_) break;
             if (!rebuild_events(set)) ++failures;
         } else {
-            // Bounded waits, as NVML's cannot be interrupted: stop() joins this thread. Not shorter
-            // than needed: every wake-up costs CPU on an idle node (issue #23); the next probe
-            // may ask for a shorter one.
-            const auto until_probe = std::chrono::duration_cast<std::chrono::milliseconds>(
-                last_probe + probe_interval_now() - time_.now());
-            const auto wait = std::clamp(until_probe, std::chrono::milliseconds(1), time_.event_wait);
-            auto ev = set->wait(static_cast<unsigned>(wait.count()));
-            if (!ev) {
-                ++failures;
-                {
-                    std::lock_guard lk(mu_);
-                    for (auto& g : gpus_)
-                        set_unhealthy(g.state, Bad::lost, fmt::format("NVML event wait failed: {}", ev.error().message));
-                }
-                set.reset();
-            } else if (*ev && (*ev)->key >= 0) {
-                failures = 0;
-                handle(**ev);
-            }
+            wait_for_event(set, last_probe, failures);
         }
         const auto now = time_.now();
         // Decided on every pass: an XID that just arrived brings the fast cadence at once.
         if (now >= last_probe + probe_interval_now()) {
             last_probe = now;
-            bool came_back = false;
-            {
-                std::lock_guard lk(mu_);
-                for (size_t i = 0; i < gpus_.size(); ++i) {
-                    Gpu& g = gpus_[i];
-                    const bool was_lost = g.state.bad == Bad::lost, was_answering = g.answering;
-                    probe(i);
-                    came_back |= (was_lost && g.state.healthy) || (!was_answering && g.answering) ||
-                                 std::exchange(g.retaken, false);
-                }
-            }
+            const bool came_back = probe_all();
             ++probe_rounds_;
             // A GPU that came back (healthy, or answering again while it waits for pending state to
             // clear) may have lost its event registration, and one with a new handle registers
             // with that: register everything again.
-            if (came_back) rebuild();
+            if (came_back) replace_events(set);
         }
         notify();
         ++passes_;

@@ -150,6 +150,14 @@ private:
     static std::vector<Gpu> make_gpus(const nvml::Session& session, const inventory::Node& node);
     void run();
     bool rebuild_events(std::optional<nvml::EventSet>& set);
+    // A new set registered, then what the old one still holds handled (run's thread).
+    void replace_events(std::optional<nvml::EventSet>& set);
+    void handle_event(const nvml::Event& e);
+    // One bounded wait on `set` (reset when the wait fails), the event handled.
+    void wait_for_event(std::optional<nvml::EventSet>& set, std::chrono::steady_clock::time_point last_probe,
+                        int& failures);
+    // Probes every GPU. true: one came back (answers again, or has a new handle).
+    bool probe_all();
     void on_xid(size_t gpu, unsigned xid, unsigned gi, unsigned ci);
     void probe(size_t gpu);
     void set_unhealthy(State& s, Bad bad, std::string reason);
