@@ -345,6 +345,54 @@ Result<std::vector<Device>> gpu_devices(const inventory::Node& node, const SpecO
     return out;
 }
 
+
+// IMEX mode: a device per channel node that o.device_ids selects ("all", "<n>" or "channel<n>").
+Result<std::vector<Device>> imex_devices(const SpecOptions& o, const fs::path& dev_root) {
+    const auto channels = find_imex_channels(dev_root);
+    if (channels.empty())
+        return fail(Code::not_found, "no IMEX channels under {}",
+                    files::under_root(dev_root, "/dev/nvidia-caps-imex-channels").string());
+    auto given = [&](const std::string& id) { return std::find(o.device_ids.begin(), o.device_ids.end(), id) != o.device_ids.end(); };
+    std::vector<Device> devices;
+    for (const auto& c : channels) {
+        const std::string id = fs::path(c.path).filename().string().substr(7);
+        if (!given("all") && !given(id) && !given("channel" + id)) continue;
+        Edits e;
+        e.add_node(c);
+        devices.push_back({id, e});
+    }
+    return devices;
+}
+
+// nvidia-ctk's simplifier: deduplicate, drop from devices what the spec-wide edits have, sort.
+void simplify(Edits& common, std::vector<Device>& devices) {
+    common.dedupe();
+    common.sort();
+    for (auto& d : devices) {
+        d.edits.dedupe();
+        d.edits.remove(common);
+        d.edits.sort();
+    }
+    std::stable_sort(devices.begin(), devices.end(), [](const Device& a, const Device& b) { return a.name < b.name; });
+}
+
+ojson spec_json(const std::string& kind, const std::vector<Device>& devices, const Edits& common) {
+    ojson devices_json = ojson::array();
+    for (const auto& d : devices) {
+        ojson j;
+        j["name"] = d.name;
+        j["containerEdits"] = d.edits.to_json();
+        devices_json.push_back(std::move(j));
+    }
+    ojson spec;
+    spec["cdiVersion"] = "0.3.0";
+    spec["kind"] = kind;
+    spec["devices"] = std::move(devices_json);
+    spec["containerEdits"] = common.to_json();
+    spec["cdiVersion"] = minimum_version(spec);
+    return spec;
+}
+
 }  // namespace
 
 Result<ojson> generate(const inventory::Node& node, const SpecOptions& o) {
@@ -366,20 +414,9 @@ Result<ojson> generate(const inventory::Node& node, const SpecOptions& o) {
     }
     if (o.mode == Mode::imex) {
         if (!none) {
-            const auto channels = find_imex_channels(dev_root);
-            if (channels.empty())
-                return fail(Code::not_found, "no IMEX channels under {}",
-                            files::under_root(dev_root, "/dev/nvidia-caps-imex-channels").string());
-            for (const auto& c : channels) {
-                const std::string id = fs::path(c.path).filename().string().substr(7);
-                const bool wanted = std::find(o.device_ids.begin(), o.device_ids.end(), "all") != o.device_ids.end() ||
-                                    std::find(o.device_ids.begin(), o.device_ids.end(), id) != o.device_ids.end() ||
-                                    std::find(o.device_ids.begin(), o.device_ids.end(), "channel" + id) != o.device_ids.end();
-                if (!wanted) continue;
-                Edits e;
-                e.add_node(c);
-                devices.push_back({id, e});
-            }
+            auto channels = imex_devices(o, dev_root);
+            if (!channels) return std::unexpected(channels.error());
+            devices = std::move(*channels);
         }
         common.env.push_back("NVIDIA_VISIBLE_DEVICES=void");
     } else {
@@ -403,41 +440,17 @@ Result<ojson> generate(const inventory::Node& node, const SpecOptions& o) {
                     "one device)",
                     node.gpus.size());
 
-    // nvidia-ctk's simplifier: deduplicate, drop from devices what the spec-wide edits have,
-    // sort; then the merged `all` device and the same again.
-    auto simplify = [&] {
-        common.dedupe();
-        common.sort();
-        for (auto& d : devices) {
-            d.edits.dedupe();
-            d.edits.remove(common);
-            d.edits.sort();
-        }
-        std::stable_sort(devices.begin(), devices.end(), [](const Device& a, const Device& b) { return a.name < b.name; });
-    };
-    simplify();
+    // nvidia-ctk's simplifier; then the merged `all` device and the same again.
+    simplify(common, devices);
     const bool has_all = std::any_of(devices.begin(), devices.end(), [](const Device& d) { return d.name == "all"; });
     if (o.all_device && !none && !has_all) {
         Device all{"all", {}};
         for (const auto& d : devices) all.edits.append(d.edits);
         devices.push_back(std::move(all));
-        simplify();
+        simplify(common, devices);
     }
 
-    ojson devices_json = ojson::array();
-    for (const auto& d : devices) {
-        ojson j;
-        j["name"] = d.name;
-        j["containerEdits"] = d.edits.to_json();
-        devices_json.push_back(std::move(j));
-    }
-    ojson spec;
-    spec["cdiVersion"] = "0.3.0";
-    spec["kind"] = *kind;
-    spec["devices"] = std::move(devices_json);
-    spec["containerEdits"] = common.to_json();
-    spec["cdiVersion"] = minimum_version(spec);
-    return spec;
+    return spec_json(*kind, devices, common);
 }
 
 LibraryMismatch check_libraries(const nlohmann::json& spec, const std::string& driver_version, const fs::path& host_root) {

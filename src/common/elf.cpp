@@ -114,6 +114,46 @@ Status rewrite(std::string& image, const Slot& slot, const std::string& value, s
     return {};
 }
 
+namespace {
+
+// The sections strip_debug drops: unallocated debug sections and the symbol table, with the symbol
+// table's own string table (never the section names').
+template <class NameOf>
+std::vector<bool> debug_sections(const std::vector<Elf64_Shdr>& sh, size_t shstrndx, NameOf name_of) {
+    std::vector<bool> drop(sh.size(), false);
+    for (size_t i = 1; i < sh.size(); ++i) {
+        if (sh[i].sh_flags & SHF_ALLOC) continue;
+        const std::string_view n = name_of(sh[i]);
+        if (n.starts_with(".debug_") || n.starts_with(".zdebug_") || sh[i].sh_type == SHT_SYMTAB) {
+            drop[i] = true;
+            if (sh[i].sh_type == SHT_SYMTAB && sh[i].sh_link < sh.size() && sh[i].sh_link != shstrndx &&
+                !(sh[sh[i].sh_link].sh_flags & SHF_ALLOC))
+                drop[sh[i].sh_link] = true;
+        }
+    }
+    return drop;
+}
+
+// Where what the loader reads ends: the headers, every segment and every allocated section.
+Result<uint64_t> loaded_end(const Image& im, const std::vector<Elf64_Shdr>& sh, std::string_view what) {
+    const Elf64_Ehdr& eh = im.eh;
+    uint64_t end = uint64_t{eh.e_phoff} + uint64_t{eh.e_phnum} * sizeof(Elf64_Phdr);
+    end = std::max<uint64_t>(end, sizeof(Elf64_Ehdr));
+    for (unsigned i = 0; i < eh.e_phnum; ++i) {
+        const auto ph = im.phdr(i);
+        if (!im.in_bounds(ph.p_offset, ph.p_filesz)) return fail(Code::parse, "{}: a segment lies out of bounds", what);
+        end = std::max(end, ph.p_offset + ph.p_filesz);
+    }
+    for (size_t i = 1; i < sh.size(); ++i) {
+        if (!(sh[i].sh_flags & SHF_ALLOC) || sh[i].sh_type == SHT_NOBITS) continue;
+        if (!im.in_bounds(sh[i].sh_offset, sh[i].sh_size)) return fail(Code::parse, "{}: section {} out of bounds", what, i);
+        end = std::max(end, sh[i].sh_offset + sh[i].sh_size);
+    }
+    return end;
+}
+
+}  // namespace
+
 Result<Stripped> strip_debug(std::string_view image, std::string_view what) {
     auto im = parse(image, what);
     if (!im) return std::unexpected(im.error());
@@ -132,18 +172,7 @@ Result<Stripped> strip_debug(std::string_view image, std::string_view what) {
         std::string_view n = image.substr(names.sh_offset + s.sh_name, names.sh_size - s.sh_name);
         return n.substr(0, n.find('\0'));
     };
-    std::vector<bool> drop(sh.size(), false);
-    for (size_t i = 1; i < sh.size(); ++i) {
-        if (sh[i].sh_flags & SHF_ALLOC) continue;
-        const std::string_view n = name_of(sh[i]);
-        if (n.starts_with(".debug_") || n.starts_with(".zdebug_") || sh[i].sh_type == SHT_SYMTAB) {
-            drop[i] = true;
-            // The symbol table's own string table goes with it (never the section names').
-            if (sh[i].sh_type == SHT_SYMTAB && sh[i].sh_link < sh.size() && sh[i].sh_link != eh.e_shstrndx &&
-                !(sh[sh[i].sh_link].sh_flags & SHF_ALLOC))
-                drop[sh[i].sh_link] = true;
-        }
-    }
+    const std::vector<bool> drop = debug_sections(sh, eh.e_shstrndx, name_of);
     size_t dropped = 0, first_dropped = sh.size(), last_alloc = 0;
     for (size_t i = 1; i < sh.size(); ++i) {
         if (drop[i]) {
@@ -162,19 +191,9 @@ Result<Stripped> strip_debug(std::string_view image, std::string_view what) {
     for (size_t i = 0; i < sh.size(); ++i)
         if (!drop[i]) number[i] = next++;
     // Everything the loader reads stays where it is.
-    uint64_t end = uint64_t{eh.e_phoff} + uint64_t{eh.e_phnum} * sizeof(Elf64_Phdr);
-    end = std::max<uint64_t>(end, sizeof(Elf64_Ehdr));
-    for (unsigned i = 0; i < eh.e_phnum; ++i) {
-        const auto ph = im->phdr(i);
-        if (!im->in_bounds(ph.p_offset, ph.p_filesz)) return fail(Code::parse, "{}: a segment lies out of bounds", what);
-        end = std::max(end, ph.p_offset + ph.p_filesz);
-    }
-    for (size_t i = 1; i < sh.size(); ++i) {
-        if (!(sh[i].sh_flags & SHF_ALLOC) || sh[i].sh_type == SHT_NOBITS) continue;
-        if (!im->in_bounds(sh[i].sh_offset, sh[i].sh_size)) return fail(Code::parse, "{}: section {} out of bounds", what, i);
-        end = std::max(end, sh[i].sh_offset + sh[i].sh_size);
-    }
-    std::string out(image.substr(0, end));
+    auto end = loaded_end(*im, sh, what);
+    if (!end) return std::unexpected(end.error());
+    std::string out(image.substr(0, *end));
     auto align = [&out](uint64_t a) {
         if (a > 1 && out.size() % a) out.append(a - out.size() % a, '\0');
     };

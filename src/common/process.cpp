@@ -96,6 +96,50 @@ void ExecImage::exec_in_child(int in, int out, int err) const {
     ::execve(argv_[0], argv_.data(), envp_.data());
 }
 
+namespace {
+
+// The parent's ends of a child's stdin, stdout and stderr (each reset once done).
+struct ChildPipes {
+    Fd in_w, out_r, err_r;
+};
+
+// One short wait: stdin fed from opts.stdin_text (from `written` on), stdout and stderr read into
+// `done` up to opts.max_output each. false: poll failed.
+bool exchange(ChildPipes& p, const RunOptions& opts, size_t& written, Completed& done) {
+    pollfd fds[3];
+    nfds_t n = 0;
+    int which[3];
+    if (p.out_r.get() >= 0) fds[n] = {p.out_r.get(), POLLIN, 0}, which[n++] = 1;
+    if (p.err_r.get() >= 0) fds[n] = {p.err_r.get(), POLLIN, 0}, which[n++] = 2;
+    if (p.in_w.get() >= 0) fds[n] = {p.in_w.get(), POLLOUT, 0}, which[n++] = 0;
+    // Short waits: the child's exit is noticed by waitpid (the caller), not by an event here.
+    int r = n == 0 ? (::usleep(5000), 0) : ::poll(fds, n, 10);
+    if (r < 0 && errno != EINTR) return false;
+    char buf[4096];
+    for (nfds_t i = 0; r > 0 && i < n; ++i) {
+        if (!fds[i].revents) continue;
+        if (which[i] == 0) {
+            const SigpipeBlocked quiet;  // a child that exited unread: EPIPE, not the end of this process
+            ssize_t w = ::write(p.in_w.get(), opts.stdin_text.data() + written, opts.stdin_text.size() - written);
+            if (w > 0) written += static_cast<size_t>(w);
+            if ((w < 0 && errno != EAGAIN && errno != EINTR) || written == opts.stdin_text.size()) p.in_w.reset();
+            continue;
+        }
+        Fd& src = which[i] == 1 ? p.out_r : p.err_r;
+        std::string& dst = which[i] == 1 ? done.out : done.err;
+        ssize_t got = ::read(src.get(), buf, sizeof buf);
+        if (got > 0) {
+            size_t keep = std::min(static_cast<size_t>(got), opts.max_output - std::min(opts.max_output, dst.size()));
+            dst.append(buf, keep);
+        } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+            src.reset();
+        }
+    }
+    return true;
+}
+
+}  // namespace
+
 Result<Completed> run(const RunOptions& opts) {
     using clock = std::chrono::steady_clock;
     if (opts.argv.empty()) return fail(Code::invalid_argument, "run: empty argv");
@@ -113,8 +157,9 @@ Result<Completed> run(const RunOptions& opts) {
     const std::string exec_failed = "exec " + program + " failed: ";
     const std::string chroot_failed = "chroot " + opts.root + " failed: ";
 
-    Fd in_r, in_w, out_r, out_w, err_r, err_w;
-    if (!make_pipe(in_r, in_w) || !make_pipe(out_r, out_w) || !make_pipe(err_r, err_w))
+    Fd in_r, out_w, err_w;
+    ChildPipes pipes;
+    if (!make_pipe(in_r, pipes.in_w) || !make_pipe(pipes.out_r, out_w) || !make_pipe(pipes.err_r, err_w))
         return fail(Code::io, "running {}: pipe: {}", program, std::strerror(errno));
 
     pid_t pid = ::fork();
@@ -132,16 +177,15 @@ Result<Completed> run(const RunOptions& opts) {
     in_r.reset();
     out_w.reset();
     err_w.reset();
-    ::fcntl(in_w.get(), F_SETFL, O_NONBLOCK);
+    ::fcntl(pipes.in_w.get(), F_SETFL, O_NONBLOCK);
 
     Completed done;
     size_t written = 0;
-    if (opts.stdin_text.empty()) in_w.reset();
+    if (opts.stdin_text.empty()) pipes.in_w.reset();
     const auto deadline = clock::now() + opts.timeout;
     std::optional<clock::time_point> exited_at;
     bool reaped = false;
     int status = 0;
-    char buf[4096];
     for (;;) {
         if (!reaped) {
             pid_t r = ::waitpid(pid, &status, WNOHANG);
@@ -151,7 +195,7 @@ Result<Completed> run(const RunOptions& opts) {
                 done.exit_code = r == pid ? exit_code_of(status) : -1;
             }
         }
-        if (reaped && out_r.get() < 0 && err_r.get() < 0) break;
+        if (reaped && pipes.out_r.get() < 0 && pipes.err_r.get() < 0) break;
         if (reaped && clock::now() - *exited_at > std::chrono::milliseconds(200)) break;
         if (!reaped && clock::now() >= deadline) {
             ::kill(pid, SIGKILL);
@@ -159,34 +203,7 @@ Result<Completed> run(const RunOptions& opts) {
             }
             return fail(Code::timeout, "{} did not finish within {} ms", program, opts.timeout.count());
         }
-        pollfd fds[3];
-        nfds_t n = 0;
-        int which[3];
-        if (out_r.get() >= 0) fds[n] = {out_r.get(), POLLIN, 0}, which[n++] = 1;
-        if (err_r.get() >= 0) fds[n] = {err_r.get(), POLLIN, 0}, which[n++] = 2;
-        if (in_w.get() >= 0) fds[n] = {in_w.get(), POLLOUT, 0}, which[n++] = 0;
-        // Short waits: the child's exit is noticed by waitpid above, not by an event here.
-        int r = n == 0 ? (::usleep(5000), 0) : ::poll(fds, n, 10);
-        if (r < 0 && errno != EINTR) break;
-        for (nfds_t i = 0; r > 0 && i < n; ++i) {
-            if (!fds[i].revents) continue;
-            if (which[i] == 0) {
-                const SigpipeBlocked quiet;  // a child that exited unread: EPIPE, not the end of this process
-                ssize_t w = ::write(in_w.get(), opts.stdin_text.data() + written, opts.stdin_text.size() - written);
-                if (w > 0) written += static_cast<size_t>(w);
-                if ((w < 0 && errno != EAGAIN && errno != EINTR) || written == opts.stdin_text.size()) in_w.reset();
-                continue;
-            }
-            Fd& src = which[i] == 1 ? out_r : err_r;
-            std::string& dst = which[i] == 1 ? done.out : done.err;
-            ssize_t got = ::read(src.get(), buf, sizeof buf);
-            if (got > 0) {
-                size_t keep = std::min(static_cast<size_t>(got), opts.max_output - std::min(opts.max_output, dst.size()));
-                dst.append(buf, keep);
-            } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
-                src.reset();
-            }
-        }
+        if (!exchange(pipes, opts, written, done)) break;
     }
     if (done.exit_code == 126) explain_failure(done.err, chroot_failed);
     if (done.exit_code == 127) explain_failure(done.err, exec_failed);

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <optional>
+#include <span>
+#include <string>
+#include <variant>
 #include <vector>
 
 #include "common/strings.h"
@@ -76,15 +79,15 @@ std::size_t leading_empty_lines(std::string_view in) {
     return i;
 }
 
-}  // namespace
 
-RequestHead parse_head(std::string_view head) {
-    RequestHead p;
-    auto refuse = [&](unsigned status, std::string why) {
-        p.status = status;
-        p.why = std::move(why);
-        return p;
-    };
+// Why a head is refused: the status and the reason.
+struct Refusal {
+    unsigned status;
+    std::string why;
+};
+
+// The head's lines, CRLF or LF ended (the last one may have no end).
+std::vector<std::string_view> head_lines(std::string_view head) {
     std::vector<std::string_view> lines;
     while (!head.empty()) {
         auto nl = head.find('\n');
@@ -94,31 +97,35 @@ RequestHead parse_head(std::string_view head) {
         if (nl == std::string_view::npos) break;
         head.remove_prefix(nl + 1);
     }
-    // Empty lines before the request line are skipped (RFC 9112 2.2).
-    std::size_t first = 0;
-    while (first < lines.size() && lines[first].empty()) ++first;
-    if (first == lines.size()) return refuse(400, "empty request");
-    const std::string_view rl = lines[first];
+    return lines;
+}
+
+// "METHOD target HTTP/1.x": the method and version into `p`, the target returned.
+std::variant<std::string_view, Refusal> request_line(std::string_view rl, RequestHead& p) {
     const auto sp1 = rl.find(' ');
     const auto sp2 = sp1 == std::string_view::npos ? sp1 : rl.find(' ', sp1 + 1);
     if (sp2 == std::string_view::npos || rl.find(' ', sp2 + 1) != std::string_view::npos)
-        return refuse(400, "malformed request line");
+        return Refusal{400, "malformed request line"};
     const std::string_view method = rl.substr(0, sp1), target = rl.substr(sp1 + 1, sp2 - sp1 - 1),
                            version = rl.substr(sp2 + 1);
-    if (method.empty() || !std::ranges::all_of(method, is_token_char)) return refuse(400, "malformed method");
+    if (method.empty() || !std::ranges::all_of(method, is_token_char)) return Refusal{400, "malformed method"};
     if (version == "HTTP/1.0") p.http10 = true, p.keep_alive = false;
     else if (version != "HTTP/1.1") {
         if (version.starts_with("HTTP/") && version.size() == 8 && version[5] >= '2' && version[5] <= '9')
-            return refuse(505, "only HTTP/1.0 and HTTP/1.1 are served");
-        return refuse(400, "malformed HTTP version");
+            return Refusal{505, "only HTTP/1.0 and HTTP/1.1 are served"};
+        return Refusal{400, "malformed HTTP version"};
     }
+    p.method = std::string(method);
+    return target;
+}
 
-    // The target: origin form "/path?query", absolute form "http://host/path", or "*".
-    std::string_view path = target;
-    if (path.empty()) return refuse(400, "empty request target");
+// The target's path: origin form "/path?query", absolute form "http://host/path", or "*";
+// without query or fragment, percent-decoded.
+std::variant<std::string, Refusal> target_path(std::string_view path) {
+    if (path.empty()) return Refusal{400, "empty request target"};
     if (path != "*" && path.front() != '/') {
         const auto scheme = path.find("://");
-        if (scheme == std::string_view::npos) return refuse(400, "malformed request target");
+        if (scheme == std::string_view::npos) return Refusal{400, "malformed request target"};
         const auto slash = path.find('/', scheme + 3);
         path = slash == std::string_view::npos ? std::string_view("/") : path.substr(slash);
     }
@@ -130,38 +137,41 @@ RequestHead parse_head(std::string_view head) {
         if (c == '%') {
             const int hi = i + 2 < path.size() ? hex_value(path[i + 1]) : -1;
             const int lo = hi >= 0 ? hex_value(path[i + 2]) : -1;
-            if (hi < 0 || lo < 0) return refuse(400, "malformed percent-encoding in the path");
+            if (hi < 0 || lo < 0) return Refusal{400, "malformed percent-encoding in the path"};
             c = static_cast<char>(hi * 16 + lo);
-            if (c == '\0') return refuse(400, "NUL in the path");
+            if (c == '\0') return Refusal{400, "NUL in the path"};
             i += 2;
         } else if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) {
-            return refuse(400, "control character in the request target");
+            return Refusal{400, "control character in the request target"};
         }
         decoded += c;
     }
+    return decoded;
+}
 
+// The header fields (up to the empty line) into `p`: authorization, gzip, a body, keep-alive.
+std::optional<Refusal> header_fields(std::span<const std::string_view> lines, RequestHead& p) {
     std::optional<std::string_view> content_length;
     std::size_t headers = 0, hosts = 0;
     bool has_body = false, keep_alive = p.keep_alive, gzip = false;
     std::string authorization;
-    for (std::size_t i = first + 1; i < lines.size(); ++i) {
-        const std::string_view line = lines[i];
+    for (const std::string_view line : lines) {
         if (line.empty()) break;
-        if (++headers > kMaxRequestHeaders) return refuse(431, "more than 100 header fields");
-        if (line.front() == ' ' || line.front() == '\t') return refuse(400, "obsolete header line folding");
+        if (++headers > kMaxRequestHeaders) return Refusal{431, "more than 100 header fields"};
+        if (line.front() == ' ' || line.front() == '\t') return Refusal{400, "obsolete header line folding"};
         const auto colon = line.find(':');
-        if (colon == std::string_view::npos || colon == 0) return refuse(400, "malformed header field");
+        if (colon == std::string_view::npos || colon == 0) return Refusal{400, "malformed header field"};
         const std::string_view name = line.substr(0, colon);
-        if (!std::ranges::all_of(name, is_token_char)) return refuse(400, "malformed header field name");
+        if (!std::ranges::all_of(name, is_token_char)) return Refusal{400, "malformed header field name"};
         const std::string_view raw = line.substr(colon + 1);
-        if (std::ranges::any_of(raw, is_forbidden_in_value)) return refuse(400, "invalid header value");
+        if (std::ranges::any_of(raw, is_forbidden_in_value)) return Refusal{400, "invalid header value"};
         const std::string_view value = strings::trim(raw);
         if (equals_ci(name, "Host")) {
-            if (++hosts > 1) return refuse(400, "too many Host headers");
+            if (++hosts > 1) return Refusal{400, "too many Host headers"};
         } else if (equals_ci(name, "Content-Length")) {
             if (value.empty() || !std::ranges::all_of(value, [](char c) { return c >= '0' && c <= '9'; }) ||
                 (content_length && *content_length != value))
-                return refuse(400, "malformed or conflicting Content-Length");
+                return Refusal{400, "malformed or conflicting Content-Length"};
             content_length = value;
             if (value.find_first_not_of('0') != std::string_view::npos) has_body = true;
         } else if (equals_ci(name, "Transfer-Encoding")) {
@@ -180,15 +190,40 @@ RequestHead parse_head(std::string_view head) {
     }
     // RFC 9112 3.2: a server must answer 400 to an HTTP/1.1 request without a Host header (Go's
     // net/http does: "missing required Host header").
-    if (!p.http10 && hosts == 0) return refuse(400, "missing required Host header");
-    p.method = std::string(method);
-    p.path = std::move(decoded);
+    if (!p.http10 && hosts == 0) return Refusal{400, "missing required Host header"};
     p.authorization = std::move(authorization);
     p.accepts_gzip = gzip;
     p.has_body = has_body;
     // Bodies are never needed (GET and HEAD only): the answer closes the connection and the
     // body is drained while closing, so it cannot be taken for a pipelined request.
     p.keep_alive = keep_alive && !has_body;
+    return std::nullopt;
+}
+
+}  // namespace
+
+RequestHead parse_head(std::string_view head) {
+    RequestHead p;
+    // A refused head says why, and the version when the request line gave it.
+    auto refuse = [&p](Refusal r) {
+        RequestHead out;
+        out.status = r.status;
+        out.why = std::move(r.why);
+        out.http10 = p.http10;
+        out.keep_alive = p.keep_alive;
+        return out;
+    };
+    const std::vector<std::string_view> lines = head_lines(head);
+    // Empty lines before the request line are skipped (RFC 9112 2.2).
+    std::size_t first = 0;
+    while (first < lines.size() && lines[first].empty()) ++first;
+    if (first == lines.size()) return refuse({400, "empty request"});
+    auto target = request_line(lines[first], p);
+    if (auto* r = std::get_if<Refusal>(&target)) return refuse(std::move(*r));
+    auto path = target_path(std::get<std::string_view>(target));
+    if (auto* r = std::get_if<Refusal>(&path)) return refuse(std::move(*r));
+    if (auto r = header_fields(std::span(lines).subspan(first + 1), p)) return refuse(std::move(*r));
+    p.path = std::move(std::get<std::string>(path));
     return p;
 }
 

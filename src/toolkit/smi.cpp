@@ -46,6 +46,74 @@ std::string boxed(std::string_view text) {
 
 std::string fit(std::string_view s, size_t n) { return std::string(s.substr(0, n)); }
 
+
+// The GPUs `ids` names (indices or UUID prefixes, as nvidia-smi -i takes them); all without ids.
+Result<std::vector<bool>> selected_gpus(const inventory::Node& node, const std::vector<std::string>& ids) {
+    std::vector<bool> wanted(node.gpus.size(), ids.empty());
+    for (const auto& id : ids) {
+        bool found = false;
+        for (const auto& gpu : node.gpus)
+            if (id == std::to_string(gpu.index) ||
+                (id.size() > 4 && !gpu.uuid.empty() && strings::lower(gpu.uuid).starts_with(strings::lower(id))))
+                found = wanted[gpu.index] = true;
+        if (!found) return fail(Code::not_found, "No devices were found matching the ID '{}'", id);
+    }
+    return wanted;
+}
+
+// What changes on a GPU: temperature, power, use, memory in use; its fixed properties from the inventory.
+SmiGpu read_gpu(const inventory::Gpu& gpu, const nvml::Device& dev) {
+    SmiGpu g;
+    g.index = gpu.index;
+    g.lost = gpu.lost;
+    g.uuid = gpu.uuid;
+    g.name = gpu.name.empty() ? "Unknown Error" : gpu.name;
+    g.bus_id = gpu.pci_bus_id;
+    g.persistence = gpu.persistence_mode;
+    g.display_active = opt(dev.display_active());
+    g.temperature_c = opt(dev.temperature_c());
+    if (auto p = dev.power_usage_mw()) g.power_w = (*p + 500) / 1000;
+    if (auto p = dev.power_limit_mw()) g.power_cap_w = (*p + 500) / 1000;
+    g.pstate = opt(dev.performance_state());
+    if (auto u = dev.utilization()) g.utilization = u->gpu;
+    if (auto m = dev.compute_mode()) g.compute_mode = static_cast<unsigned>(*m);
+    if (auto m = dev.memory()) {
+        g.memory_used_mib = m->used >> 20;
+        g.memory_total_mib = m->total >> 20;
+    }
+    if (auto ecc = dev.ecc_mode(); ecc && ecc->first) g.ecc_uncorrected = opt(dev.ecc_volatile_total(false));
+    if (gpu.mig_mode != inventory::MigMode::unsupported)
+        g.mig_mode = gpu.mig_mode == inventory::MigMode::enabled ? "Enabled" : "Disabled";
+    return g;
+}
+
+// A MIG device of GPU `gpu` (from the inventory), its memory in use, and its processes into `processes`.
+SmiMig read_mig(const nvml::Session& session, unsigned gpu, const inventory::MigDevice& mig, const nvml::Device& dev,
+                std::vector<SmiProcess>& processes) {
+    SmiMig m;
+    m.index = mig.index;
+    m.uuid = mig.uuid;
+    m.gi = mig.gpu_instance_id;
+    m.ci = mig.compute_instance_id;
+    m.profile = mig.profile;
+    m.sm = mig.sm_count;
+    m.ce = mig.copy_engines;
+    m.enc = mig.encoders;
+    m.dec = mig.decoders;
+    m.ofa = mig.optical_flow_accelerators;
+    m.jpg = mig.jpeg_decoders;
+    if (auto md = dev.mig_device(mig.index); md && *md) {
+        if (auto mem = (*md)->memory()) {
+            m.memory_used_mib = mem->used >> 20;
+            m.memory_total_mib = mem->total >> 20;
+        }
+        if (auto procs = (*md)->compute_processes())
+            for (const auto& p : *procs)
+                processes.push_back({gpu, m.gi, m.ci, p.pid, session.process_name(p.pid).value_or("N/A"), p.used_bytes >> 20});
+    }
+    return m;
+}
+
 }  // namespace
 
 Result<SmiSnapshot> collect_smi(const nvml::Session& session, const std::vector<std::string>& ids) {
@@ -65,72 +133,23 @@ Result<SmiSnapshot> collect_smi(const nvml::Session& session, const std::vector<
                          ? fmt::format("{}.{}", node->cuda_driver_version / 1000, (node->cuda_driver_version % 1000) / 10)
                          : "N/A";
 
-    std::vector<bool> wanted(node->gpus.size(), ids.empty());
-    for (const auto& id : ids) {
-        bool found = false;
-        for (const auto& gpu : node->gpus)
-            if (id == std::to_string(gpu.index) ||
-                (id.size() > 4 && !gpu.uuid.empty() && strings::lower(gpu.uuid).starts_with(strings::lower(id))))
-                found = wanted[gpu.index] = true;
-        if (!found) return fail(Code::not_found, "No devices were found matching the ID '{}'", id);
-    }
+    auto wanted = selected_gpus(*node, ids);
+    if (!wanted) return std::unexpected(wanted.error());
 
     for (const auto& gpu : node->gpus) {
-        if (!wanted[gpu.index]) continue;
+        if (!(*wanted)[gpu.index]) continue;
         const unsigned i = gpu.index;
-        SmiGpu g;
-        g.index = i;
         auto dev = session.device_by_index(i);
         if (!dev) {
+            SmiGpu g;
+            g.index = i;
             g.lost = true;
             g.name = "Unable to determine the device handle";
             s.gpus.push_back(std::move(g));
             continue;
         }
-        g.lost = gpu.lost;
-        g.uuid = gpu.uuid;
-        g.name = gpu.name.empty() ? "Unknown Error" : gpu.name;
-        g.bus_id = gpu.pci_bus_id;
-        g.persistence = gpu.persistence_mode;
-        g.display_active = opt(dev->display_active());
-        g.temperature_c = opt(dev->temperature_c());
-        if (auto p = dev->power_usage_mw()) g.power_w = (*p + 500) / 1000;
-        if (auto p = dev->power_limit_mw()) g.power_cap_w = (*p + 500) / 1000;
-        g.pstate = opt(dev->performance_state());
-        if (auto u = dev->utilization()) g.utilization = u->gpu;
-        if (auto m = dev->compute_mode()) g.compute_mode = static_cast<unsigned>(*m);
-        if (auto m = dev->memory()) {
-            g.memory_used_mib = m->used >> 20;
-            g.memory_total_mib = m->total >> 20;
-        }
-        if (auto ecc = dev->ecc_mode(); ecc && ecc->first) g.ecc_uncorrected = opt(dev->ecc_volatile_total(false));
-        if (gpu.mig_mode != inventory::MigMode::unsupported)
-            g.mig_mode = gpu.mig_mode == inventory::MigMode::enabled ? "Enabled" : "Disabled";
-        for (const auto& mig : gpu.mig_devices) {
-            SmiMig m;
-            m.index = mig.index;
-            m.uuid = mig.uuid;
-            m.gi = mig.gpu_instance_id;
-            m.ci = mig.compute_instance_id;
-            m.profile = mig.profile;
-            m.sm = mig.sm_count;
-            m.ce = mig.copy_engines;
-            m.enc = mig.encoders;
-            m.dec = mig.decoders;
-            m.ofa = mig.optical_flow_accelerators;
-            m.jpg = mig.jpeg_decoders;
-            if (auto md = dev->mig_device(mig.index); md && *md) {
-                if (auto mem = (*md)->memory()) {
-                    m.memory_used_mib = mem->used >> 20;
-                    m.memory_total_mib = mem->total >> 20;
-                }
-                if (auto procs = (*md)->compute_processes())
-                    for (const auto& p : *procs)
-                        s.processes.push_back({i, m.gi, m.ci, p.pid, session.process_name(p.pid).value_or("N/A"),
-                                               p.used_bytes >> 20});
-            }
-            g.migs.push_back(std::move(m));
-        }
+        SmiGpu g = read_gpu(gpu, *dev);
+        for (const auto& mig : gpu.mig_devices) g.migs.push_back(read_mig(session, i, mig, *dev, s.processes));
         if (gpu.mig_mode != inventory::MigMode::enabled)
             if (auto procs = dev->compute_processes())
                 for (const auto& p : *procs)
