@@ -345,7 +345,6 @@ Result<std::vector<Device>> gpu_devices(const inventory::Node& node, const SpecO
     return out;
 }
 
-
 // IMEX mode: a device per channel node that o.device_ids selects ("all", "<n>" or "channel<n>").
 Result<std::vector<Device>> imex_devices(const SpecOptions& o, const fs::path& dev_root) {
     const auto channels = find_imex_channels(dev_root);

@@ -145,7 +145,6 @@ void grpc_log_line(gpr_log_func_args* a) {
         log::debug("grpc: {} ({}:{})", msg, file, a->line);
 }
 
-
 // Commands that take another program's command line, dispatched before the flag parser (and
 // before it is built: a container start waits for them). nullopt: none of them.
 std::optional<int> run_before_parser(int argc, char** argv) {

@@ -394,7 +394,6 @@ void warn_ignored_flags(const ExporterFlags& f) {
         ignored("--enable-gpu-bind-unbind-watch", f.gpu_bind_unbind_poll_interval,
                 "DCGM's bind/unbind events; kgpu re-reads the node when a GPU is lost or answers again");
     if (f.enable_pprof) ignored("--enable-pprof", "", "Go's profiler; kgpu is not a Go program");
-
 }
 
 // Listening: the address, the numbers of kNumberFlags, the ready file, the web config.

@@ -208,7 +208,6 @@ std::string describe_interval(std::optional<std::chrono::milliseconds> i) {
     return fmt::format("{}ms", i->count());
 }
 
-
 // With a config source: the config the node label names now (read through `api` when there is
 // one), and the label options reloaded when it is another file than `s.config_file`. A failure
 // keeps the running options (logged once per message).
@@ -252,7 +251,6 @@ void follow_config_label(LabelsSettings& s, kube::Client* api, labels::Options& 
     s = std::move(next);  // the chosen file, and its GFD flags
     options = std::move(*loaded);
 }
-
 
 // The API server's client, read once (an in-cluster token is re-read by each request): needed to
 // patch the node's labels (no client is an error) and to read its config label (a warning).

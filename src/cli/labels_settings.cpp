@@ -24,6 +24,7 @@
 #include "kube/api_stats.h"
 #include "kube/node_labels.h"
 #include "kube/node_watch.h"
+
 namespace kgpu::cli {
 
 namespace dp = kgpu::deviceplugin;
@@ -178,7 +179,6 @@ Result<labels::Options> load_label_options(LabelsSettings& s) {
     if (s.mig_strategy) o.mig_strategy = *s.mig_strategy;
     return o;
 }
-
 
 Result<LabelsSettings> resolve_labels_settings(const LabelsOptions& o,
                                                const std::function<const char*(const char*)>& getenv) {

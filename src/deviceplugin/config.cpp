@@ -3,7 +3,6 @@
 #include "deviceplugin/config.h"
 
 #include <algorithm>
-#include <charconv>
 #include <initializer_list>
 
 #include <fmt/format.h>

@@ -70,7 +70,6 @@ ojson spec_of(std::string_view kind, ojson devices) {
     return spec;
 }
 
-
 // The CDI specs of the extras, kept in c.cdi_spec_dir: written, or removed when kgpu owns them.
 class ExtrasSpecs {
 public:

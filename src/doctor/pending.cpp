@@ -105,7 +105,6 @@ Result<nlohmann::json> read_json(const std::string& path) {
 
 }  // namespace
 
-
 bool Explanation::fits_somewhere() const {
     if (!pod_problems.empty()) return false;
     return std::any_of(nodes.begin(), nodes.end(), [](const NodeVerdict& n) { return n.fits; });

@@ -79,7 +79,6 @@ std::size_t leading_empty_lines(std::string_view in) {
     return i;
 }
 
-
 // Why a head is refused: the status and the reason.
 struct Refusal {
     unsigned status;

@@ -31,7 +31,6 @@ std::string compute_mode_name(std::optional<unsigned> m) {
     return "Unknown";
 }
 
-
 constexpr size_t kWidth = 89;  // between the outer bars
 
 std::string bar_line(char fill, bool columns) {
@@ -45,7 +44,6 @@ std::string boxed(std::string_view text) {
 }
 
 std::string fit(std::string_view s, size_t n) { return std::string(s.substr(0, n)); }
-
 
 // The GPUs `ids` names (indices or UUID prefixes, as nvidia-smi -i takes them); all without ids.
 Result<std::vector<bool>> selected_gpus(const inventory::Node& node, const std::vector<std::string>& ids) {
