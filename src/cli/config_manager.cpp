@@ -219,7 +219,7 @@ int run_config_manager(const ConfigManagerFlags& f) {
             return apply_once(s, "", f.proc_root);
         }
     }
-    auto config = kube::resolve_config(s.kubeconfig, [](const char* n) { return std::getenv(n); });
+    auto config = kube::resolve_config(s.kubeconfig);
     if (!config) {
         std::cerr << "kgpu config-manager: " << config.error().message << "\n";
         return 1;

@@ -256,13 +256,13 @@ void follow_config_label(LabelsSettings& s, kube::Client* api, labels::Options& 
 // patch the node's labels (no client is an error) and to read its config label (a warning).
 Status connect_api(const LabelsSettings& s, std::optional<kube::Client>& api) {
     if (s.write_node_labels) {
-        auto config = kube::resolve_config(s.kubeconfig, [](const char* n) { return std::getenv(n); });
+        auto config = kube::resolve_config(s.kubeconfig);
         if (!config) return std::unexpected(config.error().context("--write-node-labels"));
         log::info("labels: patching node {}'s labels through {} ({})", s.node_name, config->server, config->source);
         api.emplace(std::move(*config), std::chrono::seconds(10), s.kube_limit);
     } else if (!s.config_source.srcdir.empty()) {
         auto config = s.node_name.empty() ? Result<kube::ApiConfig>(fail(Code::not_found, "no node name (NODE_NAME or --node-name)"))
-                                          : kube::resolve_config(s.kubeconfig, [](const char* n) { return std::getenv(n); });
+                                          : kube::resolve_config(s.kubeconfig);
         if (config) {
             log::info("labels: reading node {}'s label {} through {} ({})", s.node_name, s.config_source.node_label,
                       config->server, config->source);

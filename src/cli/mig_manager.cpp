@@ -349,7 +349,7 @@ int run_mig_manager(const MigManagerFlags& f) {
         std::cerr << "kgpu mig-manager: " << session.error().message << "\n";
         return 1;
     }
-    auto config = kube::resolve_config(f.kubeconfig, [](const char* n) { return std::getenv(n); });
+    auto config = kube::resolve_config(f.kubeconfig);
     if (!config) {
         std::cerr << "kgpu mig-manager: " << config.error().message << "\n";
         return 1;

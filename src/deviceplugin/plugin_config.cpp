@@ -253,7 +253,7 @@ void Plugin::start_node_reporting() {
         log::warn("{}: {}", what, st.error().message);
         return;
     }
-    auto config = kube::resolve_config(opts_.kubeconfig, [](const char* n) { return std::getenv(n); });
+    auto config = kube::resolve_config(opts_.kubeconfig);
     if (!config) {
         log::warn("{}: no API server configuration: {}", what, config.error().message);
         return;

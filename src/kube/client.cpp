@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -199,6 +200,10 @@ Result<ApiConfig> resolve_config(const std::optional<std::string>& kubeconfig,
         return load_kubeconfig(first);
     }
     return in_cluster_config(getenv);
+}
+
+Result<ApiConfig> resolve_config(const std::optional<std::string>& kubeconfig) {
+    return resolve_config(kubeconfig, [](const char* n) { return std::getenv(n); });
 }
 
 Status check_node_name(std::string_view name) {

@@ -45,6 +45,8 @@ Result<ApiConfig> in_cluster_config(const std::function<const char*(const char*)
 // BuildConfigFromFlags with an empty master does.
 Result<ApiConfig> resolve_config(const std::optional<std::string>& kubeconfig,
                                  const std::function<const char*(const char*)>& getenv);
+// The same from this process's environment: what the subcommands use.
+Result<ApiConfig> resolve_config(const std::optional<std::string>& kubeconfig);
 
 // A Node's name is a DNS subdomain (lower-case letters, digits, '-', '.'; at most 253): nothing
 // else may reach a request line. Errors: invalid_argument naming the name and what is expected.
