@@ -21,7 +21,8 @@ Result<std::string> load_container_root(const std::string& container_spec);
 
 // update-ldcache: adds `folders` to the container's linker configuration
 // (/etc/ld.so.conf.d/00-kgpu-<random>.conf, only those not configured already; the image's
-// system directories in zz-kgpu-<random>.conf; musl's .path file on Alpine) and runs the host's
+// system directories in zz-kgpu-system.conf; on Alpine, what musl's .path file does not list
+// yet) and runs the host's
 // ldconfig inside the container's root (a new mount namespace, chroot; ldconfig executed from
 // a descriptor opened on the host, never a path in the image).
 struct LdcacheOptions {

@@ -157,6 +157,29 @@ void drop_privileges_for_ldconfig() {
     if (::syscall(SYS_capset, &header, data) != 0) die(fmt::format("capset: {}", std::strerror(errno)));
 }
 
+// Where the image's system directories go (one file, replaced at each run).
+constexpr const char* kSystemDirsConf = "/etc/ld.so.conf.d/zz-kgpu-system.conf";
+
+// What the file `st` describes (opened for appending at `name` in `r`) holds, read through a
+// second descriptor of the same file; "" when it cannot be read or is over 1 MiB.
+std::string listed_text(const RootDir& r, const char* name, const struct stat& st) {
+    auto fd = r.open_at(name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+    struct stat again {};
+    if (!fd || ::fstat(fd->get(), &again) != 0 || again.st_dev != st.st_dev || again.st_ino != st.st_ino ||
+        again.st_size > (1 << 20))
+        return {};
+    std::string out(static_cast<size_t>(again.st_size), '\0');
+    size_t got = 0;
+    while (got < out.size()) {
+        const ssize_t n = ::pread(fd->get(), out.data() + got, out.size() - got, static_cast<off_t>(got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        got += static_cast<size_t>(n);
+    }
+    out.resize(got);
+    return out;
+}
+
 // Pid 1 of the hook's own PID namespace, in its own mount namespace (update_ldcache): makes the
 // container's root this process's root with nothing of the host left in it, writes the
 // configuration and execs ldconfig from `ldconfig_fd`. Never returns.
@@ -237,8 +260,10 @@ void drop_privileges_for_ldconfig() {
     const std::string suffix = random_suffix();
     if (!added.empty())
         if (auto st = r.write_file("/etc/ld.so.conf.d/00-kgpu-" + suffix + ".conf", lines(added), 0644); !st) die(st.error().message);
-    // The image's own system directories last (the host's ldconfig may have other built-in ones).
-    if (auto st = r.write_file("/etc/ld.so.conf.d/zz-kgpu-" + suffix + ".conf", lines(system), 0644); !st) die(st.error().message);
+    // The image's own system directories last (the host's ldconfig may have other built-in ones),
+    // under one name: a container started again on the same root (docker restart) replaces the
+    // file instead of adding another each time.
+    if (auto st = r.write_file(kSystemDirsConf, lines(system), 0644, /*exclusive=*/false); !st) die(st.error().message);
     if (regular_file("/etc/alpine-release")) {
         // musl reads no cache: its search path file lists the directories.
 #if defined(__aarch64__)
@@ -246,16 +271,23 @@ void drop_privileges_for_ldconfig() {
 #else
         const char* path_file = "/etc/ld-musl-x86_64.path";
 #endif
-        std::vector<std::string> all = added;
-        all.insert(all.end(), system.begin(), system.end());
         // Appended to, as NVIDIA does, only when it is a regular file of one link: a FIFO there
         // must not stall the hook (O_NONBLOCK: no reader is ENXIO) and a hard link to another of
-        // the image's files must not be written through.
+        // the image's files must not be written through. Only the folders and system directories
+        // it does not list yet: musl reads no ld.so.conf, and a restart adds nothing.
         if (auto fd = r.open_at(path_file, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK, 0644)) {
             struct stat st {};
             if (::fstat(fd->get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1)
                 die(fmt::format("{} in {} is not a regular file of one link", path_file, root));
-            const std::string text = lines(all);
+            const std::string listed_now = listed_text(r, path_file, st);
+            std::set<std::string> listed;
+            for (auto line : strings::split(listed_now, '\n'))
+                if (line = strings::trim(line); !line.empty()) listed.emplace(line);
+            std::vector<std::string> missing;
+            for (const auto* dirs : {&folders, &system})
+                for (const auto& d : *dirs)
+                    if (listed.insert(d).second) missing.push_back(d);
+            const std::string text = lines(missing);
             (void)!::write(fd->get(), text.data(), text.size());
         }
     }

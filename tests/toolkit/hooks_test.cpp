@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -435,6 +436,36 @@ TEST(UpdateLdcache, MuslPathFileThatIsAFifoOrAHardLink) {
     fs::remove(path_file);
     EXPECT_EQ(ldcache_in_child(b.root(), "/sbin/ldconfig"), 0);
     EXPECT_THAT(slurp(path_file), HasSubstr("/usr/lib\n"));  // (the folder was configured by the runs before)
+}
+
+// A container started again on the same root (docker restart runs the hooks again): no second
+// configuration file, and musl's search path file lists each directory once, the folder too
+// (musl reads no ld.so.conf, where the first run had configured it).
+TEST(UpdateLdcache, ASecondRunOnTheSameRootAddsNothing) {
+    if (!is_root()) GTEST_SKIP() << "namespaces need root";
+    auto conf_files = [](const std::string& root) {
+        std::vector<std::string> names;
+        for (const auto& e : fs::directory_iterator(root + "/etc/ld.so.conf.d")) names.push_back(e.path().filename().string());
+        std::sort(names.begin(), names.end());
+        return names;
+    };
+    Bundle glibc;
+    fs::create_directories(glibc.root() + "/opt/nvidia/lib");
+    ASSERT_EQ(ldcache_in_child(glibc.root(), "/sbin/ldconfig"), 0);
+    const auto first = conf_files(glibc.root());
+    ASSERT_EQ(first.size(), 2u);
+    EXPECT_TRUE(first[0].starts_with("00-kgpu-")) << first[0];
+    EXPECT_EQ(first[1], "zz-kgpu-system.conf");
+    ASSERT_EQ(ldcache_in_child(glibc.root(), "/sbin/ldconfig"), 0);
+    EXPECT_EQ(conf_files(glibc.root()), first);
+
+    Bundle alpine;
+    alpine.dir.write("rootfs/etc/alpine-release", "3.20.0\n");
+    alpine.dir.write("rootfs/etc/ld-musl-x86_64.path", "/lib\n/opt/own\n");
+    fs::create_directories(alpine.root() + "/opt/nvidia/lib");
+    ASSERT_EQ(ldcache_in_child(alpine.root(), "/sbin/ldconfig"), 0);
+    ASSERT_EQ(ldcache_in_child(alpine.root(), "/sbin/ldconfig"), 0);
+    EXPECT_EQ(slurp(alpine.root() + "/etc/ld-musl-x86_64.path"), "/lib\n/opt/own\n/opt/nvidia/lib\n/usr/lib\n/lib64\n/usr/lib64\n/libx32\n/usr/libx32\n");
 }
 
 TEST(DeviceNodeModification, BindMountsTheRewrittenParams) {
