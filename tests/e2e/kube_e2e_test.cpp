@@ -600,8 +600,9 @@ TEST(KubeE2E, XidHealth) {
 TEST(KubeE2E, KubeletRestarts) {
     E2E_ATTACH(c);
     const auto t0 = std::chrono::steady_clock::now();
+    // Ready again after KubeE2E.KubeletRestarts' restarts (its readiness probe runs again first).
+    ASSERT_TRUE(wait_until([&] { return !ready_kgpu_pod(c).empty(); }, seconds(120))) << "no Ready kgpu pod" << c.describe();
     const std::string plugin = ready_kgpu_pod(c);
-    ASSERT_FALSE(plugin.empty()) << "no Ready kgpu pod" << c.describe();
     ASSERT_TRUE(c.pod_ready("default", "gpu-2")) << "KubeE2E.GpuPods left no running pod gpu-2" << c.describe();
     const std::string id = c.container_id("default", "gpu-2", "cuda");
     const json before = c.pod("default", "gpu-2");
@@ -652,6 +653,10 @@ TEST(KubeE2E, KubeletRestarts) {
     auto ls = c.exec(id, "ls /dev");
     ASSERT_EQ(ls.exit_code, 0) << ls.err;
     EXPECT_EQ(gpu_nodes(ls.out), nodes_of(assigned)) << ls.out;
+    // A restarted kubelet holds every container not Ready until its readiness probe passes
+    // again: kgpu's pod (the same one) comes back Ready.
+    EXPECT_TRUE(wait_until([&] { return ready_kgpu_pod(c) == plugin; }, seconds(120)))
+        << "kgpu's pod " << plugin << " not Ready again after the kubelet restarts" << c.describe();
     figure("case 5 (3 kubelet restarts)", since(t0));
 }
 
@@ -661,8 +666,9 @@ TEST(KubeE2E, KubeletRestarts) {
 TEST(KubeE2E, ExporterPodLabels) {
     E2E_ATTACH(c);
     const auto t0 = std::chrono::steady_clock::now();
+    // Ready again after KubeE2E.KubeletRestarts' restarts (its readiness probe runs again first).
+    ASSERT_TRUE(wait_until([&] { return !ready_kgpu_pod(c).empty(); }, seconds(120))) << "no Ready kgpu pod" << c.describe();
     const std::string plugin = ready_kgpu_pod(c);
-    ASSERT_FALSE(plugin.empty()) << "no Ready kgpu pod" << c.describe();
     ASSERT_TRUE(c.pod_ready("default", "gpu-2")) << "KubeE2E.GpuPods left no running pod gpu-2" << c.describe();
     const json gpu2 = c.pod("default", "gpu-2");
     const auto assigned = c.assigned_devices(gpu2["metadata"]["uid"], "cuda");
