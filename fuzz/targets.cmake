@@ -10,7 +10,7 @@
 # seeds, and one entry here.
 
 kgpu_fuzz_target(deviceplugin_config
-  SOURCES src/deviceplugin/config.cpp src/deviceplugin/options.cpp src/deviceplugin/values.cpp
+  SOURCES src/deviceplugin/config.cpp src/deviceplugin/config_file.cpp src/deviceplugin/options.cpp src/deviceplugin/values.cpp
   PACKAGES yaml-cpp
   LIBS kgpu_deviceplugin_core)
 
@@ -41,7 +41,7 @@ kgpu_fuzz_target(doctor_kernel_log
   LIBS kgpu_doctor)
 
 kgpu_fuzz_target(doctor_pending
-  SOURCES src/doctor/pending.cpp
+  SOURCES src/doctor/pending.cpp src/doctor/pending_objects.cpp
   LIBS kgpu_doctor)
 
 kgpu_fuzz_target(cgroup
