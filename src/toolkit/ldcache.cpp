@@ -160,26 +160,6 @@ void drop_privileges_for_ldconfig() {
 // Where the image's system directories go (one file, replaced at each run).
 constexpr const char* kSystemDirsConf = "/etc/ld.so.conf.d/zz-kgpu-system.conf";
 
-// What the file `st` describes (opened for appending at `name` in `r`) holds, read through a
-// second descriptor of the same file; "" when it cannot be read or is over 1 MiB.
-std::string listed_text(const RootDir& r, const char* name, const struct stat& st) {
-    auto fd = r.open_at(name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
-    struct stat again {};
-    if (!fd || ::fstat(fd->get(), &again) != 0 || again.st_dev != st.st_dev || again.st_ino != st.st_ino ||
-        again.st_size > (1 << 20))
-        return {};
-    std::string out(static_cast<size_t>(again.st_size), '\0');
-    size_t got = 0;
-    while (got < out.size()) {
-        const ssize_t n = ::pread(fd->get(), out.data() + got, out.size() - got, static_cast<off_t>(got));
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        got += static_cast<size_t>(n);
-    }
-    out.resize(got);
-    return out;
-}
-
 // Pid 1 of the hook's own PID namespace, in its own mount namespace (update_ldcache): makes the
 // container's root this process's root with nothing of the host left in it, writes the
 // configuration and execs ldconfig from `ldconfig_fd`. Never returns.
@@ -279,7 +259,8 @@ std::string listed_text(const RootDir& r, const char* name, const struct stat& s
             struct stat st {};
             if (::fstat(fd->get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1)
                 die(fmt::format("{} in {} is not a regular file of one link", path_file, root));
-            const std::string listed_now = listed_text(r, path_file, st);
+            // Read with a plain path, as ld.so.conf above (only the root is there to read).
+            const std::string listed_now = read_config(path_file).value_or("");
             std::set<std::string> listed;
             for (auto line : strings::split(listed_now, '\n'))
                 if (line = strings::trim(line); !line.empty()) listed.emplace(line);
