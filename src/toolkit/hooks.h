@@ -23,8 +23,8 @@ Result<std::string> load_container_root(const std::string& container_spec);
 // (/etc/ld.so.conf.d/00-kgpu-<random>.conf, only those not configured already; the image's
 // system directories in zz-kgpu-system.conf; on Alpine, what musl's .path file does not list
 // yet) and runs the host's
-// ldconfig inside the container's root (a new mount namespace, chroot; ldconfig executed from
-// a descriptor opened on the host, never a path in the image).
+// ldconfig inside the container's root (new mount, PID, UTS and IPC namespaces, a fresh procfs,
+// pivot_root; ldconfig executed from a descriptor opened on the host, never a path in the image).
 struct LdcacheOptions {
     std::vector<std::string> folders;
     std::string ldconfig_path = "/sbin/ldconfig";  // host path ("@" prefix accepted); <path>.real wins when present
