@@ -73,6 +73,23 @@ std::string_view long_name(std::string_view names) {
     return names.substr(at, names.find(',', at) - at);
 }
 
+// dcgm-exporter's flags kgpu ignores (KGPU_EXPORTER_IGNORED_FLAGS): text options show their
+// default in the help, switches do not.
+void add_ignored_flag(CLI::App& cmd, const char* names, const char* env, const char* help, std::string& value) {
+    cmd.add_option(names, value, std::string("dcgm-exporter's; ignored with a warning: ") + help)
+        ->envname(env)
+        ->capture_default_str();
+}
+void add_ignored_flag(CLI::App& cmd, const char* names, const char* env, const char* help, bool& value) {
+    cmd.add_flag(names, value, std::string("dcgm-exporter's; ignored with a warning: ") + help)->envname(env);
+}
+void add_ignored_flags(CLI::App& cmd, ExporterFlags& f) {
+#define KGPU_EXPORTER_ADD(member, type, default_value, names, env, help, ...) \
+    add_ignored_flag(cmd, names, env, help, f.member);
+    KGPU_EXPORTER_IGNORED_FLAGS(KGPU_EXPORTER_ADD)
+#undef KGPU_EXPORTER_ADD
+}
+
 }  // namespace
 
 CLI::App* add_exporter_command(CLI::App& app, ExporterFlags& f) {
@@ -169,62 +186,7 @@ CLI::App* add_exporter_command(CLI::App& app, ExporterFlags& f) {
     cmd->add_flag("-o,--use-old-namespace", f.use_old_namespace,
                   "Name the DCGM series' UUID label `uuid`, as dcgm-exporter's 1.x namespace did")
         ->envname("DCGM_EXPORTER_USE_OLD_NAMESPACE");
-    const std::string ignored = "dcgm-exporter's; ignored with a warning: ";
-    cmd->add_option("-p,--cpu-devices", f.cpu_devices, ignored + "kgpu serves no CPU metrics")
-        ->envname("DCGM_EXPORTER_CPU_DEVICES_STR")
-        ->capture_default_str();
-    cmd->add_option("-s,--switch-devices", f.switch_devices, ignored + "kgpu serves no NVSwitch metrics")
-        ->envname("DCGM_EXPORTER_OTHER_DEVICES_STR")
-        ->capture_default_str();
-    cmd->add_option("-r,--remote-hostengine-info", f.remote_hostengine_info,
-                    ignored + "kgpu reads NVML itself, with no DCGM host engine")
-        ->envname("DCGM_REMOTE_HOSTENGINE_INFO")
-        ->capture_default_str();
-    cmd->add_flag("--fake-gpus", f.fake_gpus, ignored + "use the simulator (--nvml-library) instead")
-        ->envname("DCGM_EXPORTER_USE_FAKE_GPUS");
-    cmd->add_flag("--web-systemd-socket", f.web_systemd_socket,
-                  ignored + "no systemd socket activation; kgpu listens on --address")
-        ->envname("DCGM_EXPORTER_SYSTEMD_SOCKET");
-    cmd->add_option("-x,--xid-count-window-size", f.xid_count_window_size,
-                    ignored + "milliseconds of DCGM_EXP_XID_ERRORS_COUNT, which kgpu does not serve")
-        ->envname("DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE")
-        ->capture_default_str();
-    cmd->add_option("--clock-events-count-window-size", f.clock_events_count_window_size,
-                    ignored + "milliseconds of DCGM_EXP_CLOCK_EVENTS_COUNT, which kgpu does not serve")
-        ->envname("DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE")
-        ->capture_default_str();
-    cmd->add_flag("--enable-dcgm-log", f.enable_dcgm_log, ignored + "no DCGM library to log")
-        ->envname("DCGM_EXPORTER_ENABLE_DCGM_LOG");
-    cmd->add_option("--dcgm-log-level", f.dcgm_log_level,
-                    ignored + "NONE, FATAL, ERROR, WARN, INFO, DEBUG or VERB (no DCGM library to log)")
-        ->envname("DCGM_EXPORTER_DCGM_LOG_LEVEL")
-        ->capture_default_str();
-    cmd->add_option("--hpc-job-mapping-dir", f.hpc_job_mapping_dir, ignored + "no HPC job labels")
-        ->envname("DCGM_HPC_JOB_MAPPING_DIR");
-    cmd->add_flag("--dump-enabled", f.dump_enabled, ignored + "no debug dumps")->envname("DCGM_EXPORTER_DUMP_ENABLED");
-    cmd->add_option("--dump-directory", f.dump_directory, ignored + "no debug dumps")
-        ->envname("DCGM_EXPORTER_DUMP_DIRECTORY")
-        ->capture_default_str();
-    cmd->add_option("--dump-retention", f.dump_retention, ignored + "hours; no debug dumps")
-        ->envname("DCGM_EXPORTER_DUMP_RETENTION")
-        ->capture_default_str();
-    cmd->add_flag("--dump-compression", f.dump_compression, ignored + "no debug dumps")
-        ->envname("DCGM_EXPORTER_DUMP_COMPRESSION");
-    cmd->add_flag("--kubernetes-enable-dra", f.kubernetes_enable_dra,
-                  ignored + "kgpu attributes GPUs to pods through the device plugin's PodResources only")
-        ->envname("KUBERNETES_ENABLE_DRA");
-    cmd->add_flag("--disable-startup-validate", f.disable_startup_validate,
-                  ignored + "kgpu has no DCGM prerequisites to check")
-        ->envname("DISABLE_STARTUP_VALIDATE");
-    cmd->add_flag("--enable-gpu-bind-unbind-watch", f.enable_gpu_bind_unbind_watch,
-                  ignored + "DCGM's bind/unbind events (kgpu re-reads the node when a GPU is lost or answers again)")
-        ->envname("DCGM_EXPORTER_ENABLE_GPU_BIND_UNBIND_WATCH");
-    cmd->add_option("--gpu-bind-unbind-poll-interval", f.gpu_bind_unbind_poll_interval,
-                    ignored + "DCGM's bind/unbind events")
-        ->envname("DCGM_EXPORTER_GPU_BIND_UNBIND_POLL_INTERVAL")
-        ->capture_default_str();
-    cmd->add_flag("--enable-pprof", f.enable_pprof, ignored + "Go's profiler; kgpu is not a Go program")
-        ->envname("DCGM_EXPORTER_ENABLE_PPROF");
+    add_ignored_flags(*cmd, f);
     cmd->add_flag("--print-metrics-markdown", f.print_metrics_markdown, "Print docs/metrics.md and exit")
         ->group("");
     cmd->add_flag("--print-default-counters", f.print_default_counters,
@@ -358,42 +320,39 @@ std::optional<int> apply_device_flags(const ExporterFlags& f, exporter::Exporter
     return std::nullopt;
 }
 
-// dcgm-exporter's flags for DCGM itself or for what kgpu does not serve: one warning each when not
-// at dcgm-exporter's default (a default value changes nothing there either).
+// One row of KGPU_EXPORTER_IGNORED_FLAGS as its warning sees it.
+struct IgnoredFlag {
+    std::string_view warning;
+    bool changed;  // not at dcgm-exporter's default
+    std::string_view value;
+    bool shows;
+    std::string_view why;
+};
+std::string_view shown_value(const std::string& value) { return value; }
+std::string_view shown_value(bool) { return {}; }
+
+// dcgm-exporter's flags for DCGM itself or for what kgpu does not serve: one warning each (each
+// group of rows naming the same flag: one) when not at dcgm-exporter's default (a default value
+// changes nothing there either).
 void warn_ignored_flags(const ExporterFlags& f) {
     const ExporterFlags defaults;
-    auto ignored = [](std::string_view flag, std::string_view value, std::string_view why) {
-        log::warn("exporter: {}{}{}: ignored: {}", flag, value.empty() ? "" : " ", value, why);
+    const IgnoredFlag rows[] = {
+#define KGPU_EXPORTER_ROW(member, type, default_value, names, env, help, warning, shows, why) \
+    {warning, f.member != defaults.member, shown_value(f.member), shows, why},
+        KGPU_EXPORTER_IGNORED_FLAGS(KGPU_EXPORTER_ROW)
+#undef KGPU_EXPORTER_ROW
     };
-    constexpr std::string_view no_dcgm = "kgpu reads NVML itself and has no DCGM host engine";
-    if (f.cpu_devices != defaults.cpu_devices) ignored("--cpu-devices", f.cpu_devices, "kgpu serves no CPU metrics");
-    if (f.switch_devices != defaults.switch_devices)
-        ignored("--switch-devices", f.switch_devices, "kgpu serves no NVSwitch metrics");
-    if (f.remote_hostengine_info != defaults.remote_hostengine_info)
-        ignored("--remote-hostengine-info", f.remote_hostengine_info, no_dcgm);
-    if (f.fake_gpus) ignored("--fake-gpus", "", "kgpu has no fake GPUs; point --nvml-library at its simulator instead");
-    if (f.web_systemd_socket)
-        ignored("--web-systemd-socket", "", "kgpu has no systemd socket activation; it binds --address itself");
-    if (f.xid_count_window_size != defaults.xid_count_window_size)
-        ignored("--xid-count-window-size", f.xid_count_window_size,
-                "kgpu does not serve DCGM_EXP_XID_ERRORS_COUNT (kgpu_gpu_xid_events_total counts XIDs)");
-    if (f.clock_events_count_window_size != defaults.clock_events_count_window_size)
-        ignored("--clock-events-count-window-size", f.clock_events_count_window_size,
-                "kgpu does not serve DCGM_EXP_CLOCK_EVENTS_COUNT");
-    if (f.enable_dcgm_log) ignored("--enable-dcgm-log", "", no_dcgm);
-    if (f.dcgm_log_level != defaults.dcgm_log_level) ignored("--dcgm-log-level", f.dcgm_log_level, no_dcgm);
-    if (!f.hpc_job_mapping_dir.empty())
-        ignored("--hpc-job-mapping-dir", f.hpc_job_mapping_dir, "kgpu adds no HPC job labels");
-    if (f.dump_enabled || f.dump_directory != defaults.dump_directory || f.dump_retention != defaults.dump_retention ||
-        f.dump_compression != defaults.dump_compression)
-        ignored("--dump-*", "", "kgpu writes no debug dumps (--log-level debug logs more)");
-    if (f.kubernetes_enable_dra)
-        ignored("--kubernetes-enable-dra", "", "kgpu attributes GPUs to pods through PodResources' device plugin devices");
-    if (f.disable_startup_validate) ignored("--disable-startup-validate", "", "kgpu has no DCGM prerequisites to check");
-    if (f.enable_gpu_bind_unbind_watch || f.gpu_bind_unbind_poll_interval != defaults.gpu_bind_unbind_poll_interval)
-        ignored("--enable-gpu-bind-unbind-watch", f.gpu_bind_unbind_poll_interval,
-                "DCGM's bind/unbind events; kgpu re-reads the node when a GPU is lost or answers again");
-    if (f.enable_pprof) ignored("--enable-pprof", "", "Go's profiler; kgpu is not a Go program");
+    for (size_t first = 0, end = 0; first < std::size(rows); first = end) {
+        bool changed = false;
+        std::string_view value;
+        for (end = first; end < std::size(rows) && rows[end].warning == rows[first].warning; ++end) {
+            changed = changed || rows[end].changed;
+            if (rows[end].shows && value.empty()) value = rows[end].value;
+        }
+        if (changed)
+            log::warn("exporter: {}{}{}: ignored: {}", rows[first].warning, value.empty() ? "" : " ", value,
+                      rows[first].why);
+    }
 }
 
 // Listening: the address, the numbers of kNumberFlags, the ready file, the web config.

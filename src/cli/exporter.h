@@ -23,6 +23,70 @@
 
 namespace kgpu::cli {
 
+// dcgm-exporter's flags for DCGM itself or for what kgpu does not serve (pkg/cmd/app.go of
+// 4.5.3-4.8.2), each declared once: ExporterFlags' member and dcgm-exporter's default, its flag
+// spellings and variable, the help, and the warning logged when it is not at that default.
+//   X(member, type, default, flags, env, help, warning, shows, why)
+//   help     the flag's help after "dcgm-exporter's; ignored with a warning: "
+//   warning  the flag the warning names; consecutive rows naming the same one warn once, together
+//   shows    whether the warning names this row's value after the flag
+//   why      the reason the warning gives (a group's first row's)
+// run_exporter checks the values dcgm-exporter checks (device lists, whole numbers, DCGM's log
+// levels) before it warns.
+#define KGPU_EXPORTER_IGNORED_FLAGS(X)                                                                                 \
+    X(cpu_devices, std::string, "f", "-p,--cpu-devices", "DCGM_EXPORTER_CPU_DEVICES_STR",                              \
+      "kgpu serves no CPU metrics", "--cpu-devices", true, "kgpu serves no CPU metrics")                               \
+    X(switch_devices, std::string, "f", "-s,--switch-devices", "DCGM_EXPORTER_OTHER_DEVICES_STR",                      \
+      "kgpu serves no NVSwitch metrics", "--switch-devices", true, "kgpu serves no NVSwitch metrics")                  \
+    X(remote_hostengine_info, std::string, "localhost:5555", "-r,--remote-hostengine-info",                            \
+      "DCGM_REMOTE_HOSTENGINE_INFO", "kgpu reads NVML itself, with no DCGM host engine", "--remote-hostengine-info",   \
+      true, "kgpu reads NVML itself and has no DCGM host engine")                                                      \
+    X(fake_gpus, bool, false, "--fake-gpus", "DCGM_EXPORTER_USE_FAKE_GPUS",                                            \
+      "use the simulator (--nvml-library) instead", "--fake-gpus", false,                                              \
+      "kgpu has no fake GPUs; point --nvml-library at its simulator instead")                                          \
+    X(web_systemd_socket, bool, false, "--web-systemd-socket", "DCGM_EXPORTER_SYSTEMD_SOCKET",                         \
+      "no systemd socket activation; kgpu listens on --address", "--web-systemd-socket", false,                        \
+      "kgpu has no systemd socket activation; it binds --address itself")                                              \
+    X(xid_count_window_size, std::string, "300000", "-x,--xid-count-window-size",                                      \
+      "DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE", "milliseconds of DCGM_EXP_XID_ERRORS_COUNT, which kgpu does not serve",   \
+      "--xid-count-window-size", true,                                                                                 \
+      "kgpu does not serve DCGM_EXP_XID_ERRORS_COUNT (kgpu_gpu_xid_events_total counts XIDs)")                         \
+    X(clock_events_count_window_size, std::string, "300000", "--clock-events-count-window-size",                       \
+      "DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE",                                                                  \
+      "milliseconds of DCGM_EXP_CLOCK_EVENTS_COUNT, which kgpu does not serve", "--clock-events-count-window-size",    \
+      true, "kgpu does not serve DCGM_EXP_CLOCK_EVENTS_COUNT")                                                         \
+    X(enable_dcgm_log, bool, false, "--enable-dcgm-log", "DCGM_EXPORTER_ENABLE_DCGM_LOG", "no DCGM library to log",    \
+      "--enable-dcgm-log", false, "kgpu reads NVML itself and has no DCGM host engine")                                \
+    X(dcgm_log_level, std::string, "NONE", "--dcgm-log-level", "DCGM_EXPORTER_DCGM_LOG_LEVEL",                         \
+      "NONE, FATAL, ERROR, WARN, INFO, DEBUG or VERB (no DCGM library to log)", "--dcgm-log-level", true,              \
+      "kgpu reads NVML itself and has no DCGM host engine")                                                            \
+    X(hpc_job_mapping_dir, std::string, "", "--hpc-job-mapping-dir", "DCGM_HPC_JOB_MAPPING_DIR", "no HPC job labels",  \
+      "--hpc-job-mapping-dir", true, "kgpu adds no HPC job labels")                                                    \
+    X(dump_enabled, bool, false, "--dump-enabled", "DCGM_EXPORTER_DUMP_ENABLED", "no debug dumps", "--dump-*", false,  \
+      "kgpu writes no debug dumps (--log-level debug logs more)")                                                      \
+    X(dump_directory, std::string, "/tmp/dcgm-exporter-debug", "--dump-directory", "DCGM_EXPORTER_DUMP_DIRECTORY",     \
+      "no debug dumps", "--dump-*", false, "")                                                                         \
+    X(dump_retention, std::string, "24", "--dump-retention", "DCGM_EXPORTER_DUMP_RETENTION", "hours; no debug dumps",  \
+      "--dump-*", false, "")                                                                                           \
+    X(dump_compression, bool, true, "--dump-compression", "DCGM_EXPORTER_DUMP_COMPRESSION", "no debug dumps",          \
+      "--dump-*", false, "")                                                                                           \
+    X(kubernetes_enable_dra, bool, false, "--kubernetes-enable-dra", "KUBERNETES_ENABLE_DRA",                          \
+      "kgpu attributes GPUs to pods through the device plugin's PodResources only", "--kubernetes-enable-dra", false,  \
+      "kgpu attributes GPUs to pods through PodResources' device plugin devices")                                      \
+    X(disable_startup_validate, bool, false, "--disable-startup-validate", "DISABLE_STARTUP_VALIDATE",                 \
+      "kgpu has no DCGM prerequisites to check", "--disable-startup-validate", false,                                  \
+      "kgpu has no DCGM prerequisites to check")                                                                       \
+    X(enable_gpu_bind_unbind_watch, bool, false, "--enable-gpu-bind-unbind-watch",                                     \
+      "DCGM_EXPORTER_ENABLE_GPU_BIND_UNBIND_WATCH",                                                                    \
+      "DCGM's bind/unbind events (kgpu re-reads the node when a GPU is lost or answers again)",                        \
+      "--enable-gpu-bind-unbind-watch", false,                                                                         \
+      "DCGM's bind/unbind events; kgpu re-reads the node when a GPU is lost or answers again")                         \
+    X(gpu_bind_unbind_poll_interval, std::string, "1s", "--gpu-bind-unbind-poll-interval",                             \
+      "DCGM_EXPORTER_GPU_BIND_UNBIND_POLL_INTERVAL", "DCGM's bind/unbind events", "--enable-gpu-bind-unbind-watch",    \
+      true, "")                                                                                                        \
+    X(enable_pprof, bool, false, "--enable-pprof", "DCGM_EXPORTER_ENABLE_PPROF",                                       \
+      "Go's profiler; kgpu is not a Go program", "--enable-pprof", false, "Go's profiler; kgpu is not a Go program")
+
 // The exporter's flags. String, boolean and list flags are read straight into `options` (what
 // run_exporter hands exporter/), so their defaults are declared once, there; numeric flags are
 // kept as text (checked by run_exporter, each naming its flag) with the typed option's default.
@@ -41,25 +105,9 @@ struct ExporterFlags {
     std::string devices = "f";                     // f, g, g:<ids>, i (i:<ids> is refused)
     bool use_old_namespace = false;                // label `uuid` instead of `UUID`
     // dcgm-exporter's, validated like it does, then ignored with a warning when not the default.
-    std::string cpu_devices = "f";
-    std::string switch_devices = "f";
-    std::string remote_hostengine_info = "localhost:5555";
-    bool fake_gpus = false;
-    bool web_systemd_socket = false;
-    std::string xid_count_window_size = "300000";
-    std::string clock_events_count_window_size = "300000";
-    bool enable_dcgm_log = false;
-    std::string dcgm_log_level = "NONE";
-    std::string hpc_job_mapping_dir;
-    bool dump_enabled = false;
-    std::string dump_directory = "/tmp/dcgm-exporter-debug";
-    std::string dump_retention = "24";
-    bool dump_compression = true;
-    bool kubernetes_enable_dra = false;
-    bool disable_startup_validate = false;
-    bool enable_gpu_bind_unbind_watch = false;
-    std::string gpu_bind_unbind_poll_interval = "1s";
-    bool enable_pprof = false;
+#define KGPU_EXPORTER_FIELD(member, type, default_value, ...) type member = default_value;
+    KGPU_EXPORTER_IGNORED_FLAGS(KGPU_EXPORTER_FIELD)
+#undef KGPU_EXPORTER_FIELD
     bool print_metrics_markdown = false;  // hidden: docs/metrics.md
     bool print_default_counters = false;  // dcgm-exporter's default counters as a counters CSV
     NvmlOptions nvml;

@@ -429,6 +429,14 @@ TEST(ExporterCli, EveryDcgmExporterFlagIsAccepted) {
           "--enable-gpu-bind-unbind-watch 2s", "--enable-pprof"})
         EXPECT_NE(all_messages.find(flag + ": ignored: "), std::string::npos) << flag << "\n" << all_messages;
     EXPECT_EQ(all_messages.find("--cpu-devices"), std::string::npos) << "a flag at its default does not warn";
+    // Flags of one concern warn once together (four --dump-* flags, the two bind/unbind ones).
+    auto count = [&](std::string_view text) {
+        size_t n = 0;
+        for (auto at = all_messages.find(text); at != std::string::npos; at = all_messages.find(text, at + 1)) ++n;
+        return n;
+    };
+    EXPECT_EQ(count("--dump-*: ignored: "), 1u) << all_messages;
+    EXPECT_EQ(count("bind-unbind"), 1u) << all_messages;
     EXPECT_EQ(all_messages.find("--switch-devices"), std::string::npos);
     EXPECT_EQ(all_messages.find("--devices"), std::string::npos);
 
