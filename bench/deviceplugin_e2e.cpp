@@ -13,7 +13,9 @@
 // never answers Register, and NVIDIA's plugin going away -> kgpu serving again, both orders.
 // With env KGPU_NVIDIA_PLUGIN naming NVIDIA's nvidia-device-plugin binary (root), NVIDIA's plugin
 // answers the same Allocate and GetPreferredAllocation calls in the same run, the two plugins'
-// calls taking turns in blocks of 100, and the medians and RSS are printed as kgpu / NVIDIA ratios:
+// calls taking turns in blocks of 100, and the medians and RSS are printed as kgpu / NVIDIA ratios,
+// with GetDevicePluginOptions (no work in either plugin) as the gRPC round trip's baseline and each
+// plugin process's CPU per call:
 //
 //   xz -dc ../shared/peers/nvidia/nvidia-device-plugin.xz > /tmp/nvidia-device-plugin
 //   chmod +x /tmp/nvidia-device-plugin
@@ -26,6 +28,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -134,7 +137,8 @@ std::vector<std::string> ids_of(kgpu::test::FakeKubelet& k, const std::string& r
 }
 
 struct Medians {
-    double allocate = 0, prefer = 0;
+    double round_trip = 0, allocate = 0, prefer = 0;
+    double allocate_cpu = 0;  // the plugin process's CPU per Allocate, microseconds
 };
 
 // One plugin measured by measure_together, with its label and, after, its medians.
@@ -157,30 +161,53 @@ bool measure_together(std::vector<Measured>& plugins, const std::string& resourc
                     m.plugin->kubelet->last_message_bytes(resource));
     }
     constexpr int kCalls = 2000, kBlock = 100;
-    std::vector<std::vector<double>> alloc(plugins.size()), prefer(plugins.size());
-    for (int b = 0; b < kCalls; b += kBlock)
+    // One phase: `call(p, i)` for each plugin, in turns; each call's latency, and each plugin
+    // process's CPU per call over the phase (its threads' schedstat, whatever they did meanwhile).
+    auto phase = [&](const std::function<bool(size_t, int)>& call, std::vector<std::vector<double>>& latency,
+                     std::vector<double>& cpu_us) {
+        latency.assign(plugins.size(), {});
+        std::vector<double> before;
+        for (auto& m : plugins) before.push_back(kgpu::test::proc_cpu_seconds(m.plugin->process->pid()));
+        for (int b = 0; b < kCalls; b += kBlock)
+            for (size_t p = 0; p < plugins.size(); ++p)
+                for (int i = b; i < b + kBlock; ++i) {
+                    auto s = Clock::now();
+                    if (!call(p, i)) return false;
+                    latency[p].push_back(us(Clock::now() - s));
+                }
+        cpu_us.clear();
         for (size_t p = 0; p < plugins.size(); ++p)
-            for (int i = b; i < b + kBlock; ++i) {
-                v1beta1::AllocateResponse resp;
-                auto s = Clock::now();
-                if (!plugins[p].plugin->kubelet->allocate(resource, {{ids[p][static_cast<size_t>(i) % ids[p].size()]}}, &resp).ok())
-                    return false;
-                alloc[p].push_back(us(Clock::now() - s));
-            }
-    for (int b = 0; b < kCalls; b += kBlock)
-        for (size_t p = 0; p < plugins.size(); ++p)
-            for (int i = b; i < b + kBlock; ++i) {
-                std::vector<std::string> out;
-                auto s = Clock::now();
-                if (!plugins[p].plugin->kubelet->prefer(resource, ids[p], {}, size, &out).ok()) return false;
-                prefer[p].push_back(us(Clock::now() - s));
-            }
+            cpu_us.push_back((kgpu::test::proc_cpu_seconds(plugins[p].plugin->process->pid()) - before[p]) * 1e6 / kCalls);
+        return true;
+    };
+    std::vector<std::vector<double>> trip, alloc, prefer;
+    std::vector<double> trip_cpu, alloc_cpu, prefer_cpu;
+    // The baseline: GetDevicePluginOptions, which neither plugin does any work for.
+    if (!phase([&](size_t p, int) {
+            v1beta1::DevicePluginOptions resp;
+            return plugins[p].plugin->kubelet->options(resource, &resp).ok();
+        }, trip, trip_cpu))
+        return false;
+    if (!phase([&](size_t p, int i) {
+            v1beta1::AllocateResponse resp;
+            return plugins[p].plugin->kubelet->allocate(resource, {{ids[p][static_cast<size_t>(i) % ids[p].size()]}}, &resp).ok();
+        }, alloc, alloc_cpu))
+        return false;
+    if (!phase([&](size_t p, int) {
+            std::vector<std::string> out;
+            return plugins[p].plugin->kubelet->prefer(resource, ids[p], {}, size, &out).ok();
+        }, prefer, prefer_cpu))
+        return false;
     for (size_t p = 0; p < plugins.size(); ++p) {
+        plugins[p].medians.round_trip = report(plugins[p].label + ": GetDevicePluginOptions (no work)", trip[p]);
         plugins[p].medians.allocate = report(plugins[p].label + ": Allocate (1 device)", alloc[p]);
         plugins[p].medians.prefer =
             report(plugins[p].label + ": GetPreferredAllocation (" + std::to_string(size) + " of " +
                        std::to_string(ids[p].size()) + ")",
                    prefer[p]);
+        plugins[p].medians.allocate_cpu = alloc_cpu[p];
+        std::printf("%-52s GetDevicePluginOptions %.1f us, Allocate %.1f us, GetPreferredAllocation %.1f us\n",
+                    (plugins[p].label + ": plugin CPU per call").c_str(), trip_cpu[p], alloc_cpu[p], prefer_cpu[p]);
     }
     return true;
 }
@@ -338,6 +365,15 @@ int main(int argc, char** argv) {
             std::printf("%-52s Allocate p50 %.2fx, GetPreferredAllocation p50 %.2fx, RSS %.2fx\n", "kgpu / NVIDIA's plugin",
                         both[0].medians.allocate / both[1].medians.allocate, both[0].medians.prefer / both[1].medians.prefer,
                         static_cast<double>(ours) / static_cast<double>(theirs));
+            // What each plugin adds to the round trip (the part the plugin's own code decides).
+            const Medians& k = both[0].medians;
+            const Medians& n = both[1].medians;
+            std::printf("%-52s %.2fx\n", "plugin CPU per Allocate, kgpu / NVIDIA's", k.allocate_cpu / n.allocate_cpu);
+            std::printf("%-52s %.2fx; Allocate over it: kgpu %+.1f us, NVIDIA's %+.1f us; GetPreferredAllocation over "
+                        "it: kgpu %+.1f us, NVIDIA's %+.1f us\n",
+                        "GetDevicePluginOptions p50 (the round trip)", k.round_trip / n.round_trip,
+                        k.allocate - k.round_trip, n.allocate - n.round_trip, k.prefer - k.round_trip,
+                        n.prefer - n.round_trip);
         }
         // Grown by more than 1 MiB since: given back again at the next minute's check.
         std::this_thread::sleep_for(65s);

@@ -29,25 +29,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// CPU time of every thread of `pid`, in seconds: the sum of /proc/<pid>/task/*/schedstat's first
-// field (nanoseconds on a CPU), finer than utime + stime's 10 ms ticks, which round an idle
-// thread's share to 0. A thread that ends within the window takes its share with it (none does
-// while the plugins idle).
-double cpu_seconds(int pid) {
-    std::error_code ec;
-    double total = 0;
-    bool any = false;
-    for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
-        std::ifstream in(task.path() / "schedstat");
-        long long ns = 0;
-        if (in >> ns) {
-            total += static_cast<double>(ns) / 1e9;
-            any = true;
-        }
-    }
-    return any ? total : -1;
-}
-
 // One idle measurement: starts the plugin, waits for its registration, lets it settle for a
 // second, then measures CPU over `window`. Returns seconds of CPU, or -1.
 double measure(bool nvidia, const std::string& binary, const std::string& node, std::chrono::seconds window) {
@@ -73,9 +54,9 @@ double measure(bool nvidia, const std::string& binary, const std::string& node, 
     double used = -1;
     if (kubelet.wait_registered("nvidia.com/gpu", 1, 30s)) {
         std::this_thread::sleep_for(1s);
-        const double before = cpu_seconds(p->pid());
+        const double before = kgpu::test::proc_cpu_seconds(p->pid());
         std::this_thread::sleep_for(window);
-        const double after = cpu_seconds(p->pid());
+        const double after = kgpu::test::proc_cpu_seconds(p->pid());
         if (before >= 0 && after >= 0 && p->running()) used = after - before;
     } else {
         std::cerr << (nvidia ? "NVIDIA's plugin" : "kgpu") << " did not register\n" << p->err();

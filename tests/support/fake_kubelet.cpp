@@ -459,6 +459,15 @@ grpc::Status FakeKubelet::allocate(const std::string& resource, const std::vecto
     return c->stub->Allocate(&ctx, req, out);
 }
 
+grpc::Status FakeKubelet::options(const std::string& resource, v1beta1::DevicePluginOptions* out) {
+    grpc::Status err;
+    auto c = endpoint_for(resource, &err);
+    if (!c) return err;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+    return c->stub->GetDevicePluginOptions(&ctx, v1beta1::Empty(), out);
+}
+
 grpc::Status FakeKubelet::prefer(const std::string& resource, const std::vector<std::string>& available,
                                  const std::vector<std::string>& must_include, int size, std::vector<std::string>* out) {
     grpc::Status err;

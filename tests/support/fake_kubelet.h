@@ -134,6 +134,9 @@ public:
                           v1beta1::AllocateResponse* out);
     grpc::Status prefer(const std::string& resource, const std::vector<std::string>& available,
                         const std::vector<std::string>& must_include, int size, std::vector<std::string>* out);
+    // GetDevicePluginOptions through the same endpoint: a call the plugin answers without work
+    // (the gRPC round trip alone, a baseline for the two above).
+    grpc::Status options(const std::string& resource, v1beta1::DevicePluginOptions* out);
 
 private:
     class RegistrationService;

@@ -173,4 +173,19 @@ long proc_status_kib(int pid, std::string_view key) {
     return -1;
 }
 
+double proc_cpu_seconds(int pid) {
+    std::error_code ec;
+    double total = 0;
+    bool any = false;
+    for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+        std::ifstream in(task.path() / "schedstat");
+        long long ns = 0;
+        if (in >> ns) {
+            total += static_cast<double>(ns) / 1e9;
+            any = true;
+        }
+    }
+    return any ? total : -1;
+}
+
 }  // namespace kgpu::test

@@ -63,6 +63,11 @@ int wait_for_listening_port(ChildProcess& proc, std::chrono::milliseconds timeou
 // is not there.
 long proc_status_kib(int pid, std::string_view key);
 
+// CPU time of every thread of `pid`, in seconds: the sum of /proc/<pid>/task/*/schedstat's first
+// field (nanoseconds on a CPU), finer than utime + stime's 10 ms ticks. A thread that ends within
+// a measured window takes its share with it. -1 when the process is not there.
+double proc_cpu_seconds(int pid);
+
 // A fresh empty directory under the system temp dir, removed by the destructor.
 class TempDir {
 public:
