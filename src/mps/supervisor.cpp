@@ -88,8 +88,18 @@ void Supervisor::start_one(Slot& s) {
     };
 
     for (const auto& g : s.spec.gpus) {
-        if (auto st = modes_.set(g, nvml::ComputeMode::exclusive_process); !st)
+        if (auto st = modes_.set(g, nvml::ComputeMode::exclusive_process); !st) {
+            // A lost GPU (off the bus, or waiting for a reset) serves no client whatever happens
+            // here, and refusing to start would keep MPS from every other GPU of the resource
+            // until that one is reset (the device plugin marks its replicas unhealthy meanwhile).
+            // A reset puts it back in the default mode anyway; the next start sets it again.
+            if (st.error().code == Code::gpu_lost) {
+                log::warn("MPS {}: GPU {} ({}) is lost, left out of EXCLUSIVE_PROCESS; the daemon starts for the other GPUs: {}",
+                          res, g.index, g.uuid, st.error().message);
+                continue;
+            }
             return give_up(fmt::format("setting GPU {} ({}) to EXCLUSIVE_PROCESS: {}", g.index, g.uuid, st.error().message));
+        }
     }
     std::error_code ec;
     for (const fs::path& dir : {opts_.root.pipe_dir(res), opts_.root.log_dir(res)}) {

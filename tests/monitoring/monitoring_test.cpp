@@ -270,16 +270,22 @@ TEST(Dashboard, EveryPanelAndAlertHasDataFromARealPrometheusScrapingASimulatedNo
         return r.is_array() && !r.empty();
     }, std::chrono::seconds(120), std::chrono::milliseconds(250))) << "Prometheus never scraped the exporter; its log:\n" << prom.err();
     std::ofstream(events, std::ios::app) << "xid 2 48\nxid 1 13\nlost 5\nfail 4 nvmlDeviceGetPowerUsage UNKNOWN\n";
-    // Enough scrapes for the rate windows, and every fault visible.
+    // Enough scrapes for the rate windows, and every fault visible. `unmet`: the queries that
+    // still had no result at the last look (for the failure message).
+    std::string unmet;
     ASSERT_TRUE(eventually([&] {
-        auto lost = p.query("kgpu_gpu_health{state=\"lost\",gpu=\"5\"} == 1");
-        auto pods = p.query("kgpu_process_fb_used_bytes{pod=\"trainer-0\"}");
-        auto samples = p.query("count_over_time(kgpu_collections_total[1m]) >= 4");
-        auto errors = p.query("increase(kgpu_nvml_errors_total[1m]) > 0");
-        auto mps_up = p.query("kgpu_mps_daemon_up == 1");
-        return lost.is_array() && !lost.empty() && pods.is_array() && !pods.empty() && samples.is_array() &&
-               !samples.empty() && errors.is_array() && !errors.empty() && mps_up.is_array() && !mps_up.empty();
-    }, std::chrono::seconds(120), std::chrono::milliseconds(250))) << "Prometheus never had the faults; its log:\n" << prom.err() << "\nexporter:\n" << exporter.err();
+        unmet.clear();
+        for (const char* query : {"kgpu_gpu_health{state=\"lost\",gpu=\"5\"} == 1",
+                                  "kgpu_process_fb_used_bytes{pod=\"trainer-0\"}",
+                                  "count_over_time(kgpu_collections_total[1m]) >= 4",
+                                  "increase(kgpu_nvml_errors_total[1m]) > 0", "kgpu_mps_daemon_up == 1"}) {
+            auto r = p.query(query);
+            if (!r.is_array() || r.empty()) unmet += std::string(unmet.empty() ? "" : ", ") + query;
+        }
+        return unmet.empty();
+    }, std::chrono::seconds(120), std::chrono::milliseconds(250)))
+        << "Prometheus never had the faults; without a result: " << unmet << "\nits log:\n" << prom.err()
+        << "\nexporter:\n" << exporter.err() << "\nmps-control-daemon:\n" << mps.err();
 
     // The dashboard's variables, resolved as Grafana does (label_values), in order.
     const auto dash = nlohmann::json::parse(slurp(kDashboard));

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -31,6 +32,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
+using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using kgpu::test::eventually;
@@ -172,8 +174,10 @@ TEST(MpsControl, SendsCommandsAndTellsDeadFromSilent) {
 struct RecordingModes : ComputeModes {
     std::vector<std::pair<unsigned, nvml::ComputeMode>> calls;
     bool refuse = false;
+    std::set<unsigned> lost;  // GPUs that answer GPU_IS_LOST
     Status set(const SharedGpu& gpu, nvml::ComputeMode mode) override {
         if (refuse) return fail(Code::no_permission, "NVML says no");
+        if (lost.contains(gpu.index)) return fail(Code::gpu_lost, "nvmlDeviceSetComputeMode failed: GPU_IS_LOST (15)");
         calls.emplace_back(gpu.index, mode);
         return {};
     }
@@ -361,6 +365,30 @@ TEST_F(MpsSupervisor, AFailedStartIsRetriedAndSaysWhy) {
     ASSERT_TRUE(never.start().has_value());
     EXPECT_THAT(never.status()[0].last_error, HasSubstr("-d"));
     EXPECT_THAT(never.status()[0].last_error, HasSubstr("exit code 1"));
+}
+
+// A lost GPU does not keep the daemon from the resource's other GPUs: a daemon that dies while
+// one GPU is off the bus starts again (the monitoring test saw MPS down for good after a probe
+// timed out under load once GPU 5 was lost: every restart stopped at GPU 5's compute mode).
+TEST_F(MpsSupervisor, ALostGpuDoesNotKeepTheDaemonFromTheOthers) {
+    const std::string res = "nvidia.com/gpu";
+    Supervisor sup({spec(res, 0, 3, 2)}, opts, modes);
+    ASSERT_TRUE(sup.start().has_value());
+    ASSERT_EQ(sup.status()[0].state, DaemonState::running);
+    const pid_t first = sup.status()[0].pid;
+
+    modes.lost = {1};
+    modes.calls.clear();
+    ::kill(first, SIGKILL);
+    ASSERT_TRUE(tick_until(sup, [&] { return sup.status()[0].state != DaemonState::running; }));
+    ASSERT_TRUE(tick_until(sup, [&] { return sup.status()[0].state == DaemonState::running; }))
+        << sup.status()[0].last_error;
+    EXPECT_NE(sup.status()[0].pid, first);
+    EXPECT_EQ(sup.status()[0].restarts, 1u);
+    EXPECT_THAT(modes.calls, ElementsAre(std::make_pair(0u, nvml::ComputeMode::exclusive_process),
+                                         std::make_pair(2u, nvml::ComputeMode::exclusive_process)));
+    EXPECT_TRUE(fs::exists(opts.root.ready_file()));
+    sup.stop();
 }
 
 // A daemon left on the same pipes (an earlier run of the supervisor died) is asked to quit, so the
