@@ -8,6 +8,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 #include <fmt/format.h>
@@ -243,8 +244,27 @@ std::string Cluster::container_id(const std::string& ns, const std::string& pod_
 
 RunResult Cluster::exec(const std::string& container_id, const std::string& script) const {
     static int n = 0;
-    const std::string exec_id = fmt::format("e2e-{}-{}", ::getpid(), ++n);
-    return ctr({"tasks", "exec", "--exec-id", exec_id, container_id, "/bin/sh", "-c", script});
+    static constexpr std::string_view kEnd = "\n--kgpu-e2e-exec-end--\n";
+    // The script runs in a subshell so an `exit` in it still reaches the marker; printf prints
+    // kEnd (its escapes are printf's).
+    const std::string wrapped = "(" + script + "\n); rc=$?; printf '\\n--kgpu-e2e-exec-end--\\n'; exit $rc";
+    RunResult r;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+        const std::string exec_id = fmt::format("e2e-{}-{}", ::getpid(), ++n);
+        r = ctr({"tasks", "exec", "--exec-id", exec_id, container_id, "/bin/sh", "-c", wrapped});
+        // The marker's own newline comes first, so output without a final newline still ends
+        // exactly where the script stopped.
+        const auto end = r.out.rfind(kEnd);
+        if (end != std::string::npos && end + kEnd.size() == r.out.size()) {
+            r.out.erase(end);
+            return r;
+        }
+        // The container or exec failed before the script ran (ctr's own error): not a lost output.
+        if (r.exit_code != 0 && r.out.empty()) return r;
+    }
+    r.err += fmt::format("\n(ctr tasks exec: the script's output never came back whole in 3 runs; last stdout: '{}')", r.out);
+    if (r.exit_code == 0) r.exit_code = -1;
+    return r;
 }
 
 bool Cluster::delete_pod(const std::string& ns, const std::string& name, std::chrono::seconds timeout) const {

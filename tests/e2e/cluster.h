@@ -83,7 +83,10 @@ public:
     // The containerd id of a pod's container ("" when not running).
     std::string container_id(const std::string& ns, const std::string& pod, const std::string& container) const;
     // `sh -c script` run inside a running container through containerd (the API server here has
-    // no pods/exec).
+    // no pods/exec). `ctr tasks exec` without a tty has been seen to exit 0 with the output lost
+    // (a loaded machine): the script's output is followed by an end marker, and a run whose
+    // marker did not come back is run again (up to 3 times; scripts must be safe to repeat).
+    // `out` is the script's output without the marker; `exit_code` the script's.
     RunResult exec(const std::string& container_id, const std::string& script) const;
     // Deletes a pod and waits until it is gone.
     bool delete_pod(const std::string& ns, const std::string& name, std::chrono::seconds timeout = std::chrono::seconds(90)) const;
