@@ -182,7 +182,7 @@ bool Registrar::check_foreign_locked(const std::string& name, Entry& e) {
     if (other.empty()) return false;
     const std::string path = (fs::path(opts_.plugin_dir) / other).string();
     const bool present = socket_id(path).has_value() && listening(path);
-    if (present && !e.foreign) {
+    if (present && (!e.foreign || e.foreign_unconfirmed)) {
         log::warn("another device plugin serves {} on {} (NVIDIA's device plugin?): the kubelet keeps only the "
                   "latest registration of a resource and drops it when either plugin's stream ends. kgpu registers "
                   "again when that happens; remove the other plugin (docs/migration.md)",
@@ -190,6 +190,7 @@ bool Registrar::check_foreign_locked(const std::string& name, Entry& e) {
         cv_.notify_all();  // the loop starts probing it
     }
     e.foreign = present;
+    e.foreign_unconfirmed.reset();
     return present;
 }
 
@@ -199,6 +200,18 @@ void Registrar::directory_changed(const std::string& file) {
         if (foreign_socket_name(name) != file) continue;
         const bool was = e.foreign;
         if (check_foreign_locked(name, e)) continue;
+        if (!was && socket_id((fs::path(opts_.plugin_dir) / file).string())) {
+            // The file is there but refuses connections. The event comes at bind(), so this may
+            // be a plugin a moment before its listen(): taken as gone only if it still refuses
+            // after foreign_probe. Registering at once could land before that plugin's own
+            // Register, and nothing would then watch it (issue #24: seen under load).
+            log::info("the other device plugin's socket for {} ({}) refuses connections: looking again in {} ms", name,
+                      file, opts_.foreign_probe.count());
+            e.foreign = true;
+            e.foreign_unconfirmed = Clock::now() + opts_.foreign_probe;
+            cv_.notify_all();
+            continue;
+        }
         foreign_gone_locked(name, e, was);
     }
 }
@@ -271,6 +284,14 @@ void Registrar::run() {
         for (auto& [name, e] : entries_) {
             if (!e.foreign) continue;
             any_foreign = true;
+            if (e.foreign_unconfirmed) {
+                if (now < *e.foreign_unconfirmed) {
+                    wake = std::min(wake, *e.foreign_unconfirmed);
+                    continue;
+                }
+                if (!check_foreign_locked(name, e)) foreign_gone_locked(name, e, true);
+                continue;
+            }
             if (now >= next_probe && !check_foreign_locked(name, e)) foreign_gone_locked(name, e, true);
         }
         if (now >= next_probe) next_probe = now + opts_.foreign_probe;

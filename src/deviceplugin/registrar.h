@@ -128,6 +128,9 @@ private:
         std::chrono::milliseconds backoff{};
         std::string last_error;           // logged once per distinct failure
         bool foreign = false;             // another plugin listens on its socket for it
+        // Its socket file refused connections at its directory event (a plugin between bind() and
+        // listen(), or one already killed): looked at again from then on, not taken as gone before.
+        std::optional<Clock::time_point> foreign_unconfirmed;
         bool poked = false;               // an event came while its Register ran: a failure retries at once
         bool waiting = false;             // no kubelet listens: waits for kubelet.sock (said once)
     };

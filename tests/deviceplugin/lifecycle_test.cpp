@@ -5,17 +5,23 @@
 // The built binary, the real dlopen of the simulator, real gRPC over unix sockets.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "doctor/grpc_probe.h"
 #include "plugin_fixture.h"
@@ -48,6 +54,93 @@ size_t count(const std::string& text, const std::string& what) {
     for (size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
     return n;
 }
+
+// A unix socket bound at `path` that listens only when told to, then hands each connection to
+// the socket at `target` (a plugin served elsewhere): what a plugin looks like between its bind()
+// and its listen(), and afterwards. kill() closes it and every connection without removing the
+// file, as SIGKILL does.
+class LateListener {
+public:
+    LateListener(const std::string& path, std::string target) : target_(std::move(target)) {
+        fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        const sockaddr_un a = address(path);
+        bound_ = fd_ >= 0 && ::bind(fd_, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0;
+    }
+    ~LateListener() { kill(); }
+    bool bound() const { return bound_; }
+    bool listen() {
+        if (::listen(fd_, 16) != 0) return false;
+        accepting_ = std::thread([this] { accept_loop(); });
+        return true;
+    }
+    void kill() {
+        if (fd_ < 0) return;
+        {
+            std::lock_guard lk(mu_);
+            dead_ = true;
+            for (int c : conns_) ::shutdown(c, SHUT_RDWR);
+        }
+        if (accepting_.joinable()) accepting_.join();
+        for (auto& t : pumps_) t.join();
+        for (int c : conns_) ::close(c);
+        ::close(fd_);
+        fd_ = -1;
+    }
+
+private:
+    static sockaddr_un address(const std::string& path) {
+        sockaddr_un a{};
+        a.sun_family = AF_UNIX;
+        std::memcpy(a.sun_path, path.c_str(), std::min(path.size() + 1, sizeof a.sun_path - 1));
+        return a;
+    }
+    void accept_loop() {
+        while (!dead_) {
+            pollfd p{fd_, POLLIN, 0};
+            if (::poll(&p, 1, 20) <= 0) continue;
+            const int in = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+            if (in < 0) continue;
+            const int out = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            const sockaddr_un a = address(target_);
+            std::lock_guard lk(mu_);
+            conns_.push_back(in);
+            conns_.push_back(out);
+            if (dead_ || out < 0 || ::connect(out, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
+                ::shutdown(in, SHUT_RDWR);
+                continue;
+            }
+            pumps_.emplace_back([in, out] { pump(in, out); });
+            pumps_.emplace_back([in, out] { pump(out, in); });
+        }
+    }
+    static void pump(int from, int to) {
+        char buf[16384];
+        for (ssize_t n; (n = ::read(from, buf, sizeof buf)) != 0;) {
+            if (n < 0) {
+                if (errno == EINTR) continue;
+                break;
+            }
+            for (ssize_t off = 0; off < n;) {
+                const ssize_t w = ::send(to, buf + off, static_cast<size_t>(n - off), MSG_NOSIGNAL);
+                if (w <= 0) {
+                    ::shutdown(from, SHUT_RDWR);
+                    return;
+                }
+                off += w;
+            }
+        }
+        ::shutdown(to, SHUT_WR);
+    }
+
+    std::string target_;
+    int fd_ = -1;
+    bool bound_ = false;
+    std::mutex mu_;
+    std::atomic<bool> dead_{false};
+    std::vector<int> conns_;
+    std::thread accepting_;
+    std::vector<std::thread> pumps_;
+};
 
 // The shared fixture (plugin_fixture.h): its aux_ holds the test's other files (events, config,
 // CDI specs); dir_ is the device plugin directory (a kubelet restart empties it, as the real one
@@ -221,6 +314,50 @@ TEST_F(LifecycleTest, NvidiasPluginKilledLeavingItsSocketKgpuServesAgain) {
     ASSERT_TRUE(kubelet_->wait_until([&] { return kubelet_->endpoint(kGpu) == "nvidia-gpu.sock"; }, 20s));
     nvidia.kill();
     ASSERT_TRUE(std::filesystem::exists(nvidia.socket_path()));  // what SIGKILL leaves
+    ASSERT_TRUE(kubelet_->wait_until(
+        [&] {
+            return kubelet_->connected(kGpu) && kubelet_->endpoint(kGpu) == kSocket &&
+                   kubelet_->allocatable(kGpu) == 4 && kubelet_->open_streams(kGpu) == 1;
+        },
+        20s))
+        << counts({{kGpu, 4}}) << plugin_->err();
+    EXPECT_THAT(plugin_->err(), HasSubstr("is gone or no longer answers"));
+}
+
+// The directory event comes at the other plugin's bind(); a look before its listen() finds a
+// socket that refuses connections. kgpu waits for the next probe instead of taking it as gone
+// and registering at once: that Register could land before the other plugin's, and then nothing
+// would watch the other plugin, so its death would leave the resource unserved. (Seen once in
+// NvidiasPluginKilledLeavingItsSocketKgpuServesAgain under load, the late way round.)
+TEST_F(LifecycleTest, AnotherPluginSeenBeforeItListensIsStillWatched) {
+    start("t4x4.yaml", {"--device-id-strategy", "index"});
+    ASSERT_TRUE(settled({{kGpu, 4}})) << counts({{kGpu, 4}});
+    FakeDevicePlugin nvidia(aux_.path(), kGpu, {"GPU-a", "GPU-b"});  // served outside the plugin directory
+    ASSERT_TRUE(nvidia.start());
+    const std::string path = dir_.path() + "/nvidia-gpu.sock";
+    LateListener other(path, nvidia.socket_path());
+    ASSERT_TRUE(other.bound()) << std::strerror(errno);
+    // kgpu has looked at it (it says so either way).
+    ASSERT_TRUE(kubelet_->wait_until(
+        [&] {
+            const std::string err = plugin_->err();
+            return count(err, "(nvidia-gpu.sock) refuses connections") + count(err, "socket for nvidia.com/gpu came and went") > 0;
+        },
+        20s))
+        << plugin_->err();
+    EXPECT_THAT(plugin_->err(), HasSubstr("(nvidia-gpu.sock) refuses connections: looking again in 1000 ms"));
+    ASSERT_TRUE(other.listen());
+    FakeDevicePlugin announce(dir_.path(), kGpu, {});  // never started: only its Register, endpoint nvidia-gpu.sock
+    ASSERT_TRUE(announce.register_with(kubelet_->socket_path()).ok());
+    ASSERT_TRUE(kubelet_->wait_until([&] { return kubelet_->endpoint(kGpu) == "nvidia-gpu.sock" && kubelet_->allocatable(kGpu) == 2; }, 20s))
+        << counts({{kGpu, 4}});
+    // Its next look (foreign_probe after the event) finds it listening: warned about once.
+    EXPECT_TRUE(kubelet_->wait_until([&] { return count(plugin_->err(), "another device plugin serves nvidia.com/gpu") == 1; }, 20s))
+        << plugin_->err();
+    EXPECT_EQ(kubelet_->register_calls(kGpu), 2) << "kgpu registered again while the other plugin started";
+    other.kill();
+    nvidia.kill();
+    ASSERT_TRUE(std::filesystem::exists(path));
     ASSERT_TRUE(kubelet_->wait_until(
         [&] {
             return kubelet_->connected(kGpu) && kubelet_->endpoint(kGpu) == kSocket &&
