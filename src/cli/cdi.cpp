@@ -10,6 +10,48 @@
 
 namespace kgpu::cli {
 
+namespace {
+
+// `cdi generate`'s createContainer hooks: which binary runs them and which are in the spec.
+void add_hook_flags(CLI::App& gen, CdiOptions& opts) {
+    gen.add_option("--nvidia-cdi-hook-path,--nvidia-ctk-path,--hook-path", opts.hook_path,
+                   "The binary the createContainer hooks run: an absolute path, or a name looked up in PATH "
+                   "(default nvidia-cdi-hook, else /usr/bin/nvidia-cdi-hook); nvidia-ctk and kgpu get `hook` "
+                   "before the hook's name")
+        ->envname("NVIDIA_CTK_CDI_HOOK_PATH")
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    gen.add_option("--disable-hook,--disable-hooks", opts.disabled_hooks,
+                   "A hook to leave out (create-symlinks, enable-cuda-compat, update-ldcache, "
+                   "disable-device-node-modification, update-application-profile), or all; repeatable")
+        ->delimiter(',')
+        ->envname("NVIDIA_CTK_CDI_GENERATE_DISABLED_HOOKS");
+    gen.add_option("--enable-hook,--enable-hooks", opts.enabled_hooks,
+                   "A hook to include although disabled (chmod is off by default); repeatable")
+        ->delimiter(',')
+        ->envname("NVIDIA_CTK_CDI_GENERATE_ENABLED_HOOKS");
+    gen.add_flag("--no-hooks", opts.no_hooks, "Emit no hooks (same as --disable-hook all)");
+    gen.add_option("--ldconfig-path", opts.ldconfig_path, "update-ldcache's --ldconfig-path in the container")
+        ->envname("NVIDIA_CTK_CDI_GENERATE_LDCONFIG_PATH")
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+}
+
+// Where `cdi generate` looks for the driver's libraries and graphics configuration files.
+void add_search_flags(CLI::App& gen, CdiOptions& opts) {
+    gen.add_option("--library-search-path", opts.library_search_paths,
+                   "Host directories to find the driver's libraries in, instead of the standard ones; repeatable")
+        ->delimiter(',')
+        ->envname("NVIDIA_CTK_CDI_GENERATE_LIBRARY_SEARCH_PATHS");
+    gen.add_flag("--allow-missing-libraries", opts.allow_missing_libraries,
+                 "Write the spec even when no driver library is found (it then has no driver mounts or hooks)");
+    gen.add_option("--config-search-path", opts.config_search_paths,
+                   "Host directories to find the graphics configuration files (EGL, Vulkan, X11, OpenCL) in, "
+                   "instead of /etc and $XDG_DATA_DIRS under the driver root; repeatable")
+        ->delimiter(',')
+        ->envname("NVIDIA_CTK_CDI_GENERATE_CONFIG_SEARCH_PATHS");
+}
+
+}  // namespace
+
 CLI::App* add_cdi_command(CLI::App& app, CdiOptions& opts) {
     auto* cdi = app.add_subcommand("cdi", "Container Device Interface (CDI) specs");
     cdi->require_subcommand(1);
@@ -45,25 +87,7 @@ CLI::App* add_cdi_command(CLI::App& app, CdiOptions& opts) {
     gen->add_option("--sysfs-root", opts.sysfs_root, "Where the host's /sys is (DRM nodes, firmware search path)")
         ->capture_default_str()
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-    gen->add_option("--nvidia-cdi-hook-path,--nvidia-ctk-path,--hook-path", opts.hook_path,
-                    "The binary the createContainer hooks run: an absolute path, or a name looked up in PATH "
-                    "(default nvidia-cdi-hook, else /usr/bin/nvidia-cdi-hook); nvidia-ctk and kgpu get `hook` "
-                    "before the hook's name")
-        ->envname("NVIDIA_CTK_CDI_HOOK_PATH")
-        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-    gen->add_option("--disable-hook,--disable-hooks", opts.disabled_hooks,
-                    "A hook to leave out (create-symlinks, enable-cuda-compat, update-ldcache, "
-                    "disable-device-node-modification, update-application-profile), or all; repeatable")
-        ->delimiter(',')
-        ->envname("NVIDIA_CTK_CDI_GENERATE_DISABLED_HOOKS");
-    gen->add_option("--enable-hook,--enable-hooks", opts.enabled_hooks,
-                    "A hook to include although disabled (chmod is off by default); repeatable")
-        ->delimiter(',')
-        ->envname("NVIDIA_CTK_CDI_GENERATE_ENABLED_HOOKS");
-    gen->add_flag("--no-hooks", opts.no_hooks, "Emit no hooks (same as --disable-hook all)");
-    gen->add_option("--ldconfig-path", opts.ldconfig_path, "update-ldcache's --ldconfig-path in the container")
-        ->envname("NVIDIA_CTK_CDI_GENERATE_LDCONFIG_PATH")
-        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    add_hook_flags(*gen, opts);
     gen->add_flag("--no-all-device", opts.no_all_device, "Do not add the `all` device")
         ->envname("NVIDIA_CTK_CDI_GENERATE_NO_ALL_DEVICE");
     gen->add_option("--mode,--discovery-mode", opts.mode,
@@ -76,17 +100,7 @@ CLI::App* add_cdi_command(CLI::App& app, CdiOptions& opts) {
         ->delimiter(',')
         ->envname("NVIDIA_CTK_CDI_GENERATE_DEVICE_IDS")
         ->capture_default_str();
-    gen->add_option("--library-search-path", opts.library_search_paths,
-                    "Host directories to find the driver's libraries in, instead of the standard ones; repeatable")
-        ->delimiter(',')
-        ->envname("NVIDIA_CTK_CDI_GENERATE_LIBRARY_SEARCH_PATHS");
-    gen->add_flag("--allow-missing-libraries", opts.allow_missing_libraries,
-                  "Write the spec even when no driver library is found (it then has no driver mounts or hooks)");
-    gen->add_option("--config-search-path", opts.config_search_paths,
-                    "Host directories to find the graphics configuration files (EGL, Vulkan, X11, OpenCL) in, "
-                    "instead of /etc and $XDG_DATA_DIRS under the driver root; repeatable")
-        ->delimiter(',')
-        ->envname("NVIDIA_CTK_CDI_GENERATE_CONFIG_SEARCH_PATHS");
+    add_search_flags(*gen, opts);
     gen->add_option("--feature-flag,--feature-flags", opts.feature_flags,
                     "nvidia-ctk's; accepted and ignored with a warning (kgpu has no feature flags)")
         ->delimiter(',')

@@ -75,19 +75,66 @@ std::string_view long_name(std::string_view names) {
 
 // dcgm-exporter's flags kgpu ignores (KGPU_EXPORTER_IGNORED_FLAGS): text options show their
 // default in the help, switches do not.
+std::string ignored_help(const char* help) { return std::string("dcgm-exporter's; ignored with a warning: ") + help; }
 void add_ignored_flag(CLI::App& cmd, const char* names, const char* env, const char* help, std::string& value) {
-    cmd.add_option(names, value, std::string("dcgm-exporter's; ignored with a warning: ") + help)
-        ->envname(env)
-        ->capture_default_str();
+    cmd.add_option(names, value, ignored_help(help))->envname(env)->capture_default_str();
 }
 void add_ignored_flag(CLI::App& cmd, const char* names, const char* env, const char* help, bool& value) {
-    cmd.add_flag(names, value, std::string("dcgm-exporter's; ignored with a warning: ") + help)->envname(env);
+    cmd.add_flag(names, value, ignored_help(help))->envname(env);
 }
 void add_ignored_flags(CLI::App& cmd, ExporterFlags& f) {
 #define KGPU_EXPORTER_ADD(member, type, default_value, names, env, help, ...) \
     add_ignored_flag(cmd, names, env, help, f.member);
     KGPU_EXPORTER_IGNORED_FLAGS(KGPU_EXPORTER_ADD)
 #undef KGPU_EXPORTER_ADD
+}
+
+// The flags that name a GPU's pod (dcgm-exporter's --kubernetes family, with its env vars).
+void add_kubernetes_flags(CLI::App& cmd, ExporterFlags& f) {
+    exporter::CollectorOptions& c = f.options.collector;
+    cmd.add_flag("-k,--kubernetes", c.kubernetes, "Add pod, namespace and container labels (PodResources + CRI)")
+        ->envname("DCGM_EXPORTER_KUBERNETES");
+    cmd.add_option("--pod-resources-kubelet-socket", c.pod_resources.socket, "The kubelet's PodResources socket")
+        ->envname("DCGM_POD_RESOURCES_KUBELET_SOCKET")
+        ->capture_default_str();
+    cmd.add_option("--container-runtime-endpoint", c.cri_endpoint,
+                   "CRI socket that names the pod of a container ID")
+        ->envname("CONTAINER_RUNTIME_ENDPOINT")
+        ->capture_default_str();
+    cmd.add_option("--resource-name,--nvidia-resource-names", c.pod_resources.extra_resources,
+                   "Extra resource names whose devices are GPUs (repeat or comma list), e.g. nvidia.com/a100")
+        ->envname("NVIDIA_RESOURCE_NAMES")
+        ->delimiter(',');
+    cmd.add_option("--kubernetes-gpu-id-type", f.kubernetes_gpu_id_type,
+                   "Accepted for dcgm-exporter compatibility (uid or device-name); kgpu resolves both")
+        ->envname("DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE");
+    cmd.add_flag("--kubernetes-virtual-gpus", c.kubernetes_virtual_gpus,
+                 "With --kubernetes: a shared GPU gets one series per pod (with vgpu), and per-pod GPU_UTIL and "
+                 "FB_USED from its processes")
+        ->envname("KUBERNETES_VIRTUAL_GPUS");
+    cmd.add_flag("--kubernetes-enable-pod-uid", c.kubernetes_pod_uid,
+                 "With --kubernetes: add the pod_uid label (from the CRI runtime)")
+        ->envname("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID");
+    cmd.add_flag("--kubernetes-enable-pod-labels", c.kubernetes_pod_labels,
+                 "With --kubernetes: add the pod's labels (from the CRI runtime's pod sandbox)")
+        ->envname("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS");
+    cmd.add_option("--kubernetes-pod-label-allowlist-regex", c.pod_label_allowlist,
+                   "With --kubernetes-enable-pod-labels: only pod labels whose name one of these regexes (RE2, "
+                   "unanchored; repeat or comma list) matches; none: every label")
+        ->envname("DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX")
+        ->delimiter(',');
+}
+
+// The numeric flags, from their table (text checked by run_exporter; defaults from exporter/).
+void add_number_flags(CLI::App& cmd, ExporterFlags& f) {
+    const exporter::ExporterOptions defaults;
+    f.numbers.resize(std::size(kNumberFlags));
+    for (size_t i = 0; i < std::size(kNumberFlags); ++i) {
+        const NumberFlag& n = kNumberFlags[i];
+        f.numbers[i] = std::to_string(n.get(defaults));
+        auto* opt = cmd.add_option(n.names, f.numbers[i], n.help)->capture_default_str();
+        if (n.env) opt->envname(n.env);
+    }
 }
 
 }  // namespace
@@ -97,11 +144,6 @@ CLI::App* add_exporter_command(CLI::App& app, ExporterFlags& f) {
     exporter::CollectorOptions& c = f.options.collector;
     cmd->add_option("-a,--address", f.options.http.address, "Listen address: host:port, :port or [ipv6]:port; port 0 picks one")
         ->envname("DCGM_EXPORTER_LISTEN")
-        ->capture_default_str();
-    cmd->add_flag("-k,--kubernetes", c.kubernetes, "Add pod, namespace and container labels (PodResources + CRI)")
-        ->envname("DCGM_EXPORTER_KUBERNETES");
-    cmd->add_option("--pod-resources-kubelet-socket", c.pod_resources.socket, "The kubelet's PodResources socket")
-        ->envname("DCGM_POD_RESOURCES_KUBELET_SOCKET")
         ->capture_default_str();
     cmd->add_flag("-n,--no-hostname", f.no_hostname, "Leave the Hostname label out")->envname("DCGM_EXPORTER_NO_HOSTNAME");
     cmd->add_option("--hostname-label", c.hostname_label,
@@ -120,17 +162,6 @@ CLI::App* add_exporter_command(CLI::App& app, ExporterFlags& f) {
                     "(--kube-api-status-file; kgpu_kube_api_*, kgpu_node_events_total; \"\": none)")
         ->envname("KGPU_KUBE_API_STATUS_DIR")
         ->capture_default_str();
-    cmd->add_option("--container-runtime-endpoint", c.cri_endpoint,
-                    "CRI socket that names the pod of a container ID")
-        ->envname("CONTAINER_RUNTIME_ENDPOINT")
-        ->capture_default_str();
-    cmd->add_option("--resource-name,--nvidia-resource-names", c.pod_resources.extra_resources,
-                    "Extra resource names whose devices are GPUs (repeat or comma list), e.g. nvidia.com/a100")
-        ->envname("NVIDIA_RESOURCE_NAMES")
-        ->delimiter(',');
-    cmd->add_option("--kubernetes-gpu-id-type", f.kubernetes_gpu_id_type,
-                    "Accepted for dcgm-exporter compatibility (uid or device-name); kgpu resolves both")
-        ->envname("DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE");
     cmd->add_option("-f,--collectors", f.collectors,
                     "dcgm-exporter's counters CSV (field, type, help per line): serve only the DCGM fields it lists")
         ->envname("DCGM_EXPORTER_COLLECTORS");
@@ -142,16 +173,6 @@ CLI::App* add_exporter_command(CLI::App& app, ExporterFlags& f) {
     cmd->add_flag("--replace-blanks-in-model-name,--rbmn", c.replace_blanks_in_model_name,
                   "Replace the blanks in the modelName label with '-' (NVIDIA-H100-80GB-HBM3)")
         ->envname("DCGM_EXPORTER_REPLACE_BLANKS_IN_MODEL_NAME");
-    cmd->add_flag("--kubernetes-virtual-gpus", c.kubernetes_virtual_gpus,
-                  "With --kubernetes: a shared GPU gets one series per pod (with vgpu), and per-pod GPU_UTIL and "
-                  "FB_USED from its processes")
-        ->envname("KUBERNETES_VIRTUAL_GPUS");
-    cmd->add_flag("--kubernetes-enable-pod-uid", c.kubernetes_pod_uid,
-                  "With --kubernetes: add the pod_uid label (from the CRI runtime)")
-        ->envname("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID");
-    cmd->add_flag("--kubernetes-enable-pod-labels", c.kubernetes_pod_labels,
-                  "With --kubernetes: add the pod's labels (from the CRI runtime's pod sandbox)")
-        ->envname("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS");
     cmd->add_option("--web-config-file", f.options.http.web_config_file,
                     "TLS and basic auth: a web config file in Prometheus exporter-toolkit format (as dcgm-exporter)")
         ->envname("DCGM_EXPORTER_WEB_CONFIG_FILE");
@@ -159,21 +180,7 @@ CLI::App* add_exporter_command(CLI::App& app, ExporterFlags& f) {
                     "kgpu's own: once serving, write the address bound (host:port, the port picked for port 0) "
                     "to this file; removed on exit")
         ->envname("KGPU_EXPORTER_READY_FILE");
-    // The numeric flags, from their table (text checked by run_exporter; defaults from exporter/).
-    const exporter::ExporterOptions defaults;
-    f.numbers.resize(std::size(kNumberFlags));
-    for (size_t i = 0; i < std::size(kNumberFlags); ++i) {
-        const NumberFlag& n = kNumberFlags[i];
-        f.numbers[i] = std::to_string(n.get(defaults));
-        auto* opt = cmd->add_option(n.names, f.numbers[i], n.help)->capture_default_str();
-        if (n.env) opt->envname(n.env);
-    }
     // dcgm-exporter's other flags (pkg/cmd/app.go of 4.5.3-4.8.2), with its aliases and env vars.
-    cmd->add_option("--kubernetes-pod-label-allowlist-regex", c.pod_label_allowlist,
-                    "With --kubernetes-enable-pod-labels: only pod labels whose name one of these regexes (RE2, "
-                    "unanchored; repeat or comma list) matches; none: every label")
-        ->envname("DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX")
-        ->delimiter(',');
     cmd->add_option("-d,--devices", f.devices,
                     "GPUs to serve: f (all), g (all), g:0,2-3 (these GPU indices) or i (all); MIG GPUs keep "
                     "their instances' series")
@@ -186,6 +193,8 @@ CLI::App* add_exporter_command(CLI::App& app, ExporterFlags& f) {
     cmd->add_flag("-o,--use-old-namespace", f.use_old_namespace,
                   "Name the DCGM series' UUID label `uuid`, as dcgm-exporter's 1.x namespace did")
         ->envname("DCGM_EXPORTER_USE_OLD_NAMESPACE");
+    add_kubernetes_flags(*cmd, f);
+    add_number_flags(*cmd, f);
     add_ignored_flags(*cmd, f);
     cmd->add_flag("--print-metrics-markdown", f.print_metrics_markdown, "Print docs/metrics.md and exit")
         ->group("");

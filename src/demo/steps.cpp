@@ -230,6 +230,33 @@ std::optional<Failure> Demo::wait_exporter() {
     return std::nullopt;
 }
 
+namespace {
+
+// What step 4 looks for in one scrape: the GPU_UTIL lines, those with the demo pod's labels, and
+// the XID line step 3 caused on the faulted GPU.
+struct MetricsView {
+    std::vector<std::string> util_lines, pod_lines;
+    std::string xid_line;
+};
+
+MetricsView read_metrics(std::string_view body, const std::vector<std::string>& pod_labels,
+                         const std::string& faulted_uuid, const std::string& xid_code) {
+    MetricsView v;
+    for (auto l : strings::split(body, '\n')) {
+        if (l.starts_with("DCGM_FI_DEV_XID_ERRORS{") && !faulted_uuid.empty() &&
+            l.find("\"" + faulted_uuid + "\"") != std::string_view::npos && l.find(xid_code) != std::string_view::npos)
+            v.xid_line = l;
+        if (!l.starts_with("DCGM_FI_DEV_GPU_UTIL{")) continue;
+        v.util_lines.emplace_back(l);
+        if (std::all_of(pod_labels.begin(), pod_labels.end(),
+                        [&](const std::string& lab) { return l.find(lab) != std::string_view::npos; }))
+            v.pod_lines.emplace_back(l);
+    }
+    return v;
+}
+
+}  // namespace
+
 std::optional<Failure> Demo::step_metrics() {
     say("");
     say("[4/{}] The exporter's metrics carry the pod's labels", kSteps);
@@ -237,12 +264,12 @@ std::optional<Failure> Demo::step_metrics() {
     auto end = Clock::now() + opts_.step_timeout;
 
     // Wait until a scrape shows GPU_UTIL for each of the pod's GPUs with the pod's labels.
-    const std::string pod_labels[] = {fmt::format("pod=\"{}\"", kPod), fmt::format("namespace=\"{}\"", kNamespace),
-                                      fmt::format("container=\"{}\"", kContainer)};
-    std::string body, last_error;
-    std::vector<std::string> util_lines, pod_lines;
-    std::string xid_line;  // step 3's XID on the faulted GPU, once the exporter reports it
+    const std::vector<std::string> pod_labels = {fmt::format("pod=\"{}\"", kPod),
+                                                 fmt::format("namespace=\"{}\"", kNamespace),
+                                                 fmt::format("container=\"{}\"", kContainer)};
     const std::string xid_code = fmt::format("err_code=\"{}\"", kXid);
+    std::string body, last_error;
+    MetricsView view;
     int scrapes = 0;
     auto t_scrape = Clock::now();
     while (true) {
@@ -250,29 +277,17 @@ std::optional<Failure> Demo::step_metrics() {
         ++scrapes;
         if (r && r->status == 200) {
             body = std::move(r->body);
-            util_lines.clear();
-            pod_lines.clear();
-            xid_line.clear();
-            for (auto l : strings::split(body, '\n')) {
-                if (l.starts_with("DCGM_FI_DEV_XID_ERRORS{") && !faulted_uuid_.empty() &&
-                    l.find("\"" + faulted_uuid_ + "\"") != std::string_view::npos && l.find(xid_code) != std::string_view::npos)
-                    xid_line = l;
-                if (!l.starts_with("DCGM_FI_DEV_GPU_UTIL{")) continue;
-                util_lines.emplace_back(l);
-                if (std::all_of(std::begin(pod_labels), std::end(pod_labels),
-                                [&](const std::string& lab) { return l.find(lab) != std::string_view::npos; }))
-                    pod_lines.emplace_back(l);
-            }
+            view = read_metrics(body, pod_labels, faulted_uuid_, xid_code);
             bool every_gpu = std::all_of(pod_ids_.begin(), pod_ids_.end(), [&](const std::string& id) {
                 const SimGpu* g = node_.by_id(id);
-                return std::any_of(pod_lines.begin(), pod_lines.end(), [&](const std::string& l) {
+                return std::any_of(view.pod_lines.begin(), view.pod_lines.end(), [&](const std::string& l) {
                     return g && l.find("\"" + g->uuid + "\"") != std::string::npos;
                 });
             });
-            const bool xid_seen = faulted_uuid_.empty() || !xid_line.empty();
+            const bool xid_seen = faulted_uuid_.empty() || !view.xid_line.empty();
             if (every_gpu && xid_seen) break;
-            last_error = fmt::format("{} DCGM_FI_DEV_GPU_UTIL lines, {} with the pod's labels{}", util_lines.size(),
-                                     pod_lines.size(),
+            last_error = fmt::format("{} DCGM_FI_DEV_GPU_UTIL lines, {} with the pod's labels{}", view.util_lines.size(),
+                                     view.pod_lines.size(),
                                      xid_seen ? "" : fmt::format("; no DCGM_FI_DEV_XID_ERRORS line for {} with {}",
                                                                  faulted_uuid_, xid_code));
         } else {
@@ -299,16 +314,17 @@ std::optional<Failure> Demo::step_metrics() {
         exporter_port_, scrapes, millis(Clock::now() - t_scrape), body.size(), families);
     for (auto l : strings::split(body, '\n'))
         if (l.starts_with("# HELP DCGM_FI_DEV_GPU_UTIL") || l.starts_with("# TYPE DCGM_FI_DEV_GPU_UTIL")) say("    {}", l);
-    for (const auto& l : pod_lines) say("    {}", l);
-    for (const auto& l : util_lines)
-        if (std::find(pod_lines.begin(), pod_lines.end(), l) == pod_lines.end()) {
+    for (const auto& l : view.pod_lines) say("    {}", l);
+    for (const auto& l : view.util_lines)
+        if (std::find(view.pod_lines.begin(), view.pod_lines.end(), l) == view.pod_lines.end()) {
             say("    {}", l);
-            say("    … ({} more GPU_UTIL lines without a pod: GPUs no pod holds)", util_lines.size() - pod_lines.size() - 1);
+            say("    … ({} more GPU_UTIL lines without a pod: GPUs no pod holds)",
+                view.util_lines.size() - view.pod_lines.size() - 1);
             break;
         }
-    if (!xid_line.empty()) {
+    if (!view.xid_line.empty()) {
         say("  and step 3's XID, as dcgm-exporter reports the last one:");
-        say("    {}", xid_line);
+        say("    {}", view.xid_line);
     }
     say("  => the pod's GPUs are labelled pod/namespace/container from the kubelet's PodResources List, like dcgm-exporter");
     say("     with --kubernetes");
