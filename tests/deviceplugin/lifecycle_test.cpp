@@ -167,6 +167,15 @@ protected:
             },
             20s);
     }
+    // kgpu is again the plugin the kubelet uses for nvidia.com/gpu, with one stream and 4 GPUs.
+    bool kgpu_serves_gpus_again() {
+        return kubelet_->wait_until(
+            [&] {
+                return kubelet_->connected(kGpu) && kubelet_->endpoint(kGpu) == kSocket &&
+                       kubelet_->allocatable(kGpu) == 4 && kubelet_->open_streams(kGpu) == 1;
+            },
+            20s);
+    }
     std::string counts(const std::map<std::string, size_t>& want) {
         std::string out;
         for (const auto& [r, size] : want)
@@ -266,12 +275,7 @@ TEST_F(LifecycleTest, ReplacingNvidiasPluginKgpuRegisteredLast) {
     ASSERT_TRUE(kubelet_->wait_devices(kGpu, [](const Devices& d) { return d.size() == 4; }, 20s));
     nvidia.stop();
     // The kubelet dropped kgpu's client when NVIDIA's stream ended: kgpu registers again.
-    ASSERT_TRUE(kubelet_->wait_until(
-        [&] {
-            return kubelet_->connected(kGpu) && kubelet_->endpoint(kGpu) == kSocket &&
-                   kubelet_->allocatable(kGpu) == 4 && kubelet_->open_streams(kGpu) == 1;
-        },
-        20s))
+    ASSERT_TRUE(kgpu_serves_gpus_again())
         << counts({{kGpu, 4}});
     v1beta1::AllocateResponse resp;
     auto st = kubelet_->allocate(kGpu, {{id("1")}}, &resp);
@@ -289,12 +293,7 @@ TEST_F(LifecycleTest, ReplacingNvidiasPluginNvidiaRegisteredLast) {
     ASSERT_TRUE(nvidia.register_with(kubelet_->socket_path()).ok());
     ASSERT_TRUE(kubelet_->wait_until([&] { return kubelet_->endpoint(kGpu) == "nvidia-gpu.sock"; }, 20s));
     nvidia.stop();
-    ASSERT_TRUE(kubelet_->wait_until(
-        [&] {
-            return kubelet_->connected(kGpu) && kubelet_->endpoint(kGpu) == kSocket &&
-                   kubelet_->allocatable(kGpu) == 4 && kubelet_->open_streams(kGpu) == 1;
-        },
-        20s))
+    ASSERT_TRUE(kgpu_serves_gpus_again())
         << counts({{kGpu, 4}});
     v1beta1::AllocateResponse resp;
     auto st = kubelet_->allocate(kGpu, {{id("2")}}, &resp);
@@ -314,12 +313,7 @@ TEST_F(LifecycleTest, NvidiasPluginKilledLeavingItsSocketKgpuServesAgain) {
     ASSERT_TRUE(kubelet_->wait_until([&] { return kubelet_->endpoint(kGpu) == "nvidia-gpu.sock"; }, 20s));
     nvidia.kill();
     ASSERT_TRUE(std::filesystem::exists(nvidia.socket_path()));  // what SIGKILL leaves
-    ASSERT_TRUE(kubelet_->wait_until(
-        [&] {
-            return kubelet_->connected(kGpu) && kubelet_->endpoint(kGpu) == kSocket &&
-                   kubelet_->allocatable(kGpu) == 4 && kubelet_->open_streams(kGpu) == 1;
-        },
-        20s))
+    ASSERT_TRUE(kgpu_serves_gpus_again())
         << counts({{kGpu, 4}}) << plugin_->err();
     EXPECT_THAT(plugin_->err(), HasSubstr("is gone or no longer answers"));
 }
@@ -358,12 +352,7 @@ TEST_F(LifecycleTest, AnotherPluginSeenBeforeItListensIsStillWatched) {
     other.kill();
     nvidia.kill();
     ASSERT_TRUE(std::filesystem::exists(path));
-    ASSERT_TRUE(kubelet_->wait_until(
-        [&] {
-            return kubelet_->connected(kGpu) && kubelet_->endpoint(kGpu) == kSocket &&
-                   kubelet_->allocatable(kGpu) == 4 && kubelet_->open_streams(kGpu) == 1;
-        },
-        20s))
+    ASSERT_TRUE(kgpu_serves_gpus_again())
         << counts({{kGpu, 4}}) << plugin_->err();
     EXPECT_THAT(plugin_->err(), HasSubstr("is gone or no longer answers"));
 }
