@@ -190,7 +190,8 @@ int config_source_options(const DevicePluginFlags& f, const std::optional<std::s
 int test_periods(dp::PluginOptions& opts) {
     for (const auto& [var, period] : {std::pair{"KGPU_INIT_RETRY_MS", &opts.init_retry},
                                       {"KGPU_PROBE_INTERVAL_MS", &opts.probe_interval},
-                                      {"KGPU_SETTLE_MS", &opts.settle}}) {
+                                      {"KGPU_SETTLE_MS", &opts.settle},
+                                      {"KGPU_FOREIGN_PROBE_MS", &opts.foreign_probe}}) {
         const char* text = std::getenv(var);
         if (!text) continue;
         unsigned ms = 0;

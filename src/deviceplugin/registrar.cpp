@@ -198,13 +198,16 @@ void Registrar::directory_changed(const std::string& file) {
     std::lock_guard lk(mu_);
     for (auto& [name, e] : entries_) {
         if (foreign_socket_name(name) != file) continue;
-        const bool was = e.foreign;
+        const bool was = e.foreign && !e.foreign_unconfirmed;  // one we saw listen
         if (check_foreign_locked(name, e)) continue;
-        if (!was && socket_id((fs::path(opts_.plugin_dir) / file).string())) {
+        if (socket_id((fs::path(opts_.plugin_dir) / file).string())) {
             // The file is there but refuses connections. The event comes at bind(), so this may
-            // be a plugin a moment before its listen(): taken as gone only if it still refuses
-            // after foreign_probe. Registering at once could land before that plugin's own
-            // Register, and nothing would then watch it (issue #24: seen under load).
+            // be a plugin a moment before its listen(): looked at again after foreign_probe
+            // before it is taken as gone. Taking it as gone now would register at once, and a
+            // Register landing before that plugin's own would leave kgpu not watching the plugin
+            // the kubelet uses, so its death would go unnoticed (issue #24: seen under load). A
+            // plugin we watched is gone all the same (its file was replaced, or it died).
+            if (was) foreign_gone_locked(name, e, true);
             log::info("the other device plugin's socket for {} ({}) refuses connections: looking again in {} ms", name,
                       file, opts_.foreign_probe.count());
             e.foreign = true;

@@ -25,7 +25,9 @@
 //   given a moment to see it (their end must not cut off the new client).
 // - Another plugin's socket for one of our resources (NVIDIA's naming: `nvidia-<name>.sock` for
 //   `nvidia.com/<name>`) is warned about once when it appears; when it disappears, register again
-//   (if the other plugin registered last, the kubelet has no client for the name left).
+//   (if the other plugin registered last, the kubelet has no client for the name left). One that
+//   appears refusing connections (bound, not listening yet) is looked at again after
+//   foreign_probe, and taken as gone only if it still refuses.
 // - No Register goes to a kubelet that is not there: a kubelet.sock that is missing, or that
 //   refuses connections (the kubelet exited; the file stays until the next kubelet deletes it),
 //   is waited for, with one log line, until kubelet.sock is created again (kubelet_changed, from

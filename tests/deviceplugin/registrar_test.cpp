@@ -1,8 +1,12 @@
 // The registrar on its own (registrar.h) against the fake kubelet, over real gRPC on unix sockets:
 // the races the end-to-end tests cannot aim at.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <thread>
 
@@ -173,6 +177,76 @@ TEST(RegistrarTest, AKubeletThatExitedIsWaitedForNotRetried) {
     EXPECT_EQ(registrar.register_attempts(), 2u);
     EXPECT_EQ(kubelet.register_calls(kGpu), 1);
     EXPECT_FALSE(registrar.waiting_for_kubelet(kGpu));
+    registrar.stop();
+    self = nullptr;
+    server->stop();
+}
+
+// A unix socket bound at `path`; listening only when asked. The destructor closes it and leaves
+// the file, as a killed plugin does.
+class BoundSocket {
+public:
+    explicit BoundSocket(const std::string& path) : fd_(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+        sockaddr_un a{};
+        a.sun_family = AF_UNIX;
+        std::memcpy(a.sun_path, path.c_str(), std::min(path.size() + 1, sizeof a.sun_path - 1));
+        ok_ = fd_ >= 0 && ::bind(fd_, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0;
+    }
+    ~BoundSocket() { close(); }
+    void close() {
+        if (fd_ >= 0) ::close(fd_);
+        fd_ = -1;
+    }
+    BoundSocket(const BoundSocket&) = delete;
+    BoundSocket& operator=(const BoundSocket&) = delete;
+    bool ok() const { return ok_; }
+    bool listen() { return ::listen(fd_, 4) == 0; }
+
+private:
+    int fd_;
+    bool ok_ = false;
+};
+
+// The other plugin we watched is replaced (its file deleted and bound again in one inotify batch)
+// by one not listening yet: the old one is gone, so register again, and keep watching the new
+// one, whose later death must be noticed too. (The first version of the not-yet-listening rule
+// registered again but stopped watching.)
+TEST(RegistrarTest, AWatchedPluginReplacedByOneNotListeningYetIsStillWatched) {
+    TempDir dir;
+    FakeKubelet kubelet(dir.path());
+    ASSERT_TRUE(kubelet.start());
+    Registrar* self = nullptr;
+    kgpu::deviceplugin::Handlers h;
+    h.stream_ended = [&self](std::uint64_t id, bool by_peer) {
+        if (self) self->stream_ended(kGpu, id, by_peer);
+    };
+    auto server = std::make_shared<ResourceServer>(kGpu, dir.path() + "/kgpu-nvidia-com-gpu.sock", h);
+    server->publish(two_gpus());
+    ASSERT_TRUE(server->start());
+    Registrar::Options o;
+    o.kubelet_socket = kubelet.socket_path();
+    o.plugin_dir = dir.path();
+    o.foreign_probe = 2000ms;  // room to listen before the next look, however loaded the machine
+    Registrar registrar(o);
+    self = &registrar;
+    registrar.start();
+    registrar.add(server);
+    ASSERT_TRUE(kubelet.wait_until([&] { return kubelet.open_streams(kGpu) == 1 && registrar.registered(kGpu); }, 20s));
+    const std::string path = dir.path() + "/nvidia-gpu.sock";
+    auto first = std::make_unique<BoundSocket>(path);
+    ASSERT_TRUE(first->ok() && first->listen());
+    registrar.directory_changed("nvidia-gpu.sock");  // there and listening: watched
+    first.reset();
+    ASSERT_EQ(::unlink(path.c_str()), 0);
+    auto second = std::make_unique<BoundSocket>(path);
+    ASSERT_TRUE(second->ok());
+    registrar.directory_changed("nvidia-gpu.sock");  // the batch's events, looked at once
+    ASSERT_TRUE(second->listen());
+    EXPECT_TRUE(kubelet.wait_until([&] { return kubelet.register_calls(kGpu) == 2 && kubelet.open_streams(kGpu) == 1; }, 20s))
+        << "the watched plugin went: one Register";
+    second->close();  // killed: the file stays
+    EXPECT_TRUE(kubelet.wait_until([&] { return kubelet.register_calls(kGpu) == 3 && kubelet.open_streams(kGpu) == 1; }, 20s))
+        << "the new plugin's death went unnoticed";
     registrar.stop();
     self = nullptr;
     server->stop();
