@@ -244,18 +244,19 @@ std::string Cluster::container_id(const std::string& ns, const std::string& pod_
 
 RunResult Cluster::exec(const std::string& container_id, const std::string& script) const {
     static int n = 0;
-    static constexpr std::string_view kEnd = "\n--kgpu-e2e-exec-end--\n";
-    // The script runs in a subshell so an `exit` in it still reaches the marker; printf prints
-    // kEnd (its escapes are printf's).
-    const std::string wrapped = "(" + script + "\n); rc=$?; printf '\\n--kgpu-e2e-exec-end--\\n'; exit $rc";
+    static constexpr std::string_view kMarker = "--kgpu-e2e-exec-end--";
+    const std::string end_line = fmt::format("\n{}\n", kMarker);
+    // The script runs in a subshell so an `exit` in it still reaches the marker; the empty line
+    // after it keeps a trailing backslash from joining the closing parenthesis to its last line.
+    const std::string wrapped = fmt::format("(\n{}\n\n)\nrc=$?; printf '\\n{}\\n'; exit $rc", script, kMarker);
     RunResult r;
     for (int attempt = 0; attempt < 3; ++attempt) {
         const std::string exec_id = fmt::format("e2e-{}-{}", ::getpid(), ++n);
         r = ctr({"tasks", "exec", "--exec-id", exec_id, container_id, "/bin/sh", "-c", wrapped});
         // The marker's own newline comes first, so output without a final newline still ends
         // exactly where the script stopped.
-        const auto end = r.out.rfind(kEnd);
-        if (end != std::string::npos && end + kEnd.size() == r.out.size()) {
+        const auto end = r.out.rfind(end_line);
+        if (end != std::string::npos && end + end_line.size() == r.out.size()) {
             r.out.erase(end);
             return r;
         }
