@@ -244,7 +244,6 @@ void HttpServer::Impl::run() {
     }
 }
 
-
 Status check_web_config(const std::string& path) {
     auto cfg = load_web_config(path);
     if (!cfg) return std::unexpected(cfg.error());

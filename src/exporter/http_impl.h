@@ -159,10 +159,10 @@ struct HttpServer::Impl {
     // Ends the connection politely: close_notify and FIN, then reads (and drops) what the client
     // still sends for a moment, so our answer is not destroyed by a reset.
     void begin_close(Conn& c, Clock::time_point now);
-    void on_timer(Conn& c, Clock::time_point now);
 
     // ---- the loop ------------------------------------------------------------------------------
 
+    void on_timer(Conn& c, Clock::time_point now);
     void run();
 };
 
