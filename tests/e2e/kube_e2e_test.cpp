@@ -1202,7 +1202,9 @@ TEST(KubeE2E, ConfigByNodeLabel) {
     EXPECT_TRUE(wait_until([&] { return nvidia_shaped.err().find("the devices changed (now 32)") != std::string::npos; },
                            seconds(30)))
         << "sidecar:\n" << sidecar.err() << "\nplugin:\n" << nvidia_shaped.err();
-    EXPECT_THAT(sidecar.err(), HasSubstr("sent signal 1 to 'nvidia-device-plugin' (pid " + std::to_string(nvidia_shaped.pid())));
+    // The sidecar logs after it signalled: the plugin may have reloaded before that line is written.
+    const std::string signalled = "sent signal 1 to 'nvidia-device-plugin' (pid " + std::to_string(nvidia_shaped.pid());
+    EXPECT_TRUE(wait_until([&] { return sidecar.err().find(signalled) != std::string::npos; }, seconds(30))) << sidecar.err();
     EXPECT_EQ(fs::read_symlink(dst).string(), srcdir + "/ts4");
     ASSERT_EQ(c.kubectl({"label", "node", node, "nvidia.com/device-plugin.config-"}).exit_code, 0);
     EXPECT_TRUE(wait_until([&] { return nvidia_shaped.err().find("the devices changed (now 16)") != std::string::npos; },
@@ -1247,7 +1249,9 @@ TEST(KubeE2E, ConfigByNodeLabel) {
     EXPECT_TRUE(wait_until([&] { return fs::exists(mps_root + "/nvidia.com/gpu/.started"); }, seconds(60)))
         << "sidecar:\n" << mps_sidecar.err() << "\nmps-control-daemon:\n" << mps.err();
     EXPECT_THAT(mps.err(), HasSubstr("MPS nvidia.com/gpu: 8 GPUs, 2 replicas each"));
-    EXPECT_THAT(mps_sidecar.err(), HasSubstr("sent signal 1 to 'kgpu mps-control-daemon' (pid " + std::to_string(mps.pid())));
+    const std::string mps_signalled = "sent signal 1 to 'kgpu mps-control-daemon' (pid " + std::to_string(mps.pid());
+    EXPECT_TRUE(wait_until([&] { return mps_sidecar.err().find(mps_signalled) != std::string::npos; }, seconds(30)))
+        << mps_sidecar.err();
     // Back to the default: the daemons are quit, nothing is shared.
     ASSERT_EQ(c.kubectl({"label", "node", node, "nvidia.com/device-plugin.config-"}).exit_code, 0);
     EXPECT_TRUE(wait_until([&] { return !fs::exists(mps_root + "/nvidia.com/gpu/.started") &&
