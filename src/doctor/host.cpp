@@ -1,9 +1,7 @@
 #include "doctor/host.h"
 
 #include <fcntl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +13,7 @@
 #include "cdi/driver_files.h"
 #include "common/files.h"
 #include "common/strings.h"
+#include "common/unix_socket.h"
 
 namespace kgpu::doctor {
 
@@ -103,17 +102,9 @@ kgpu::Status probe_unix_socket(const fs::path& path) {
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) return fail(Code::not_found, "{}: no such file", path.string());
     if (!S_ISSOCK(st.st_mode)) return fail(Code::invalid_argument, "{} exists but is not a unix socket", path.string());
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    if (path.string().size() >= sizeof addr.sun_path)
-        return fail(Code::invalid_argument, "{}: path too long for a unix socket", path.string());
-    std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
-    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return fail(Code::io, "socket(): {}", std::strerror(errno));
-    int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-    int e = errno;
-    ::close(fd);
-    if (rc == 0) return {};
+    if (unix_connect(path.string())) return {};
+    const int e = errno;
+    if (e == ENAMETOOLONG) return fail(Code::invalid_argument, "{}: path too long for a unix socket", path.string());
     if (e == ECONNREFUSED) return fail(Code::unavailable, "{}: connection refused (stale socket: nobody listens)", path.string());
     if (e == EACCES || e == EPERM) return fail(Code::no_permission, "{}: {}", path.string(), std::strerror(e));
     return fail(Code::io, "{}: {}", path.string(), std::strerror(e));

@@ -2,7 +2,6 @@
 
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "common/fd.h"
+#include "common/unix_socket.h"
 
 namespace kgpu::toolkit {
 
@@ -101,12 +101,9 @@ std::string first_string(const Reply& r) {
 class Conn {
 public:
     Status connect(const std::string& path) {
-        sockaddr_un a{};
-        a.sun_family = AF_UNIX;
-        if (path.size() >= sizeof a.sun_path) return fail(Code::invalid_argument, "D-Bus socket path too long: {}", path);
-        std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
-        fd_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-        if (!fd_ || ::connect(fd_.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
+        fd_ = unix_connect(path);
+        if (!fd_ && errno == ENAMETOOLONG) return fail(Code::invalid_argument, "D-Bus socket path too long: {}", path);
+        if (!fd_)
             return fail(errno == ENOENT ? Code::not_found : Code::unavailable, "D-Bus: cannot connect to {}: {}", path,
                         std::strerror(errno));
         return {};

@@ -4,7 +4,6 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -22,6 +21,7 @@
 #include "common/fd.h"
 #include "common/files.h"
 #include "common/process.h"
+#include "common/unix_socket.h"
 #include "runtime/containerd.h"
 #include "toolkit/dbus.h"
 #include "toolkit/devchar.h"
@@ -260,28 +260,12 @@ SocketIdentity socket_identity(const std::string& socket) {
     return {true, st.st_ino, st.st_ctim.tv_sec, st.st_ctim.tv_nsec};
 }
 
-namespace {
-
-bool accepts(const std::string& socket) {
-    sockaddr_un a{};
-    if (socket.size() >= sizeof a.sun_path) return false;
-    a.sun_family = AF_UNIX;
-    std::memcpy(a.sun_path, socket.c_str(), socket.size() + 1);
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return false;
-    const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    ::close(fd);
-    return ok;
-}
-
-}  // namespace
-
 std::optional<double> wait_for_new_server(const std::string& socket, const SocketIdentity& before,
                                           std::chrono::milliseconds timeout) {
     const auto start = std::chrono::steady_clock::now();
     for (;;) {
         const SocketIdentity now = socket_identity(socket);
-        if (now.exists && !(now == before) && accepts(socket))
+        if (now.exists && !(now == before) && unix_connect(socket))
             return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         if (std::chrono::steady_clock::now() - start >= timeout) return std::nullopt;
         ::usleep(50 * 1000);
@@ -307,13 +291,9 @@ Result<InstalledBinary> inspect_installed(const fs::path& host_root, const std::
 }
 
 Result<int> socket_owner(const std::string& socket) {
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    if (socket.size() >= sizeof a.sun_path) return fail(Code::invalid_argument, "socket path too long: {}", socket);
-    std::memcpy(a.sun_path, socket.c_str(), socket.size() + 1);
-    Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (!fd || ::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
-        return fail(Code::unavailable, "cannot connect to {} to find containerd: {}", socket, std::strerror(errno));
+    const Fd fd = unix_connect(socket);
+    if (!fd && errno == ENAMETOOLONG) return fail(Code::invalid_argument, "socket path too long: {}", socket);
+    if (!fd) return fail(Code::unavailable, "cannot connect to {} to find containerd: {}", socket, std::strerror(errno));
     ucred cred{};
     socklen_t len = sizeof cred;
     const int rc = ::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len);

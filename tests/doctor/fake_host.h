@@ -3,21 +3,18 @@
 #pragma once
 
 #include <sys/socket.h>
-
-#include <memory>
-
-#include "deviceplugin/server.h"
-#include "support/fake_pod_resources.h"
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "common/unix_socket.h"
+#include "deviceplugin/server.h"
+#include "support/fake_pod_resources.h"
 #include "support/process.h"
 
 namespace kgpu::test {
@@ -54,16 +51,11 @@ public:
     void socket(const std::string& host_path, bool listen = true) {
         std::string p = path(host_path);
         std::filesystem::create_directories(std::filesystem::path(p).parent_path());
-        int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-        sockaddr_un addr{};
-        addr.sun_family = AF_UNIX;
-        std::strncpy(addr.sun_path, p.c_str(), sizeof addr.sun_path - 1);
-        if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) std::abort();
+        Fd fd = unix_bind(p);
+        if (!fd) std::abort();
         if (listen) {
-            ::listen(fd, 16);
-            fds_.push_back(fd);
-        } else {
-            ::close(fd);
+            ::listen(fd.get(), 16);
+            fds_.push_back(fd.release());
         }
     }
     // Sockets of a live kubelet and a live device plugin: kubelet.sock accepts connections, the

@@ -3,7 +3,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,6 +11,8 @@
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
+
+#include "common/unix_socket.h"
 
 namespace fs = std::filesystem;
 
@@ -31,15 +32,7 @@ unsigned ci_minor(unsigned gpu, unsigned gi, unsigned ci) { return gi_minor(gpu,
 
 std::string make_socket(const std::string& path) {
     fs::create_directories(fs::path(path).parent_path());
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    if (path.size() >= sizeof(addr.sun_path)) return "socket path too long: " + path;
-    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-    const int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    const int err = errno;
-    ::close(fd);
-    return rc == 0 ? "" : "bind " + path + ": " + std::strerror(err);
+    return kgpu::unix_bind(path) ? "" : "bind " + path + ": " + std::strerror(errno);
 }
 
 }  // namespace

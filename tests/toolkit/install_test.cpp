@@ -11,7 +11,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,8 +22,9 @@
 #include <regex>
 #include <sstream>
 
-#include "support/process.h"
+#include "common/unix_socket.h"
 #include "support/files.h"
+#include "support/process.h"
 
 namespace fs = std::filesystem;
 using kgpu::test::ChildProcess;
@@ -48,11 +48,8 @@ struct FakeContainerd {
         if (::pipe(ready) != 0) return;
         pid = ::fork();
         if (pid == 0) {
-            int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-            sockaddr_un a{};
-            a.sun_family = AF_UNIX;
-            std::strncpy(a.sun_path, socket.c_str(), sizeof a.sun_path - 1);
-            if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 16) != 0) ::_exit(2);
+            const kgpu::Fd fd = kgpu::unix_bind(socket);
+            if (!fd || ::listen(fd.get(), 16) != 0) ::_exit(2);
             (void)!::write(ready[1], "x", 1);
             for (;;) ::pause();
         }
