@@ -191,7 +191,8 @@ int test_periods(dp::PluginOptions& opts) {
     for (const auto& [var, period] : {std::pair{"KGPU_INIT_RETRY_MS", &opts.init_retry},
                                       {"KGPU_PROBE_INTERVAL_MS", &opts.probe_interval},
                                       {"KGPU_SETTLE_MS", &opts.settle},
-                                      {"KGPU_FOREIGN_PROBE_MS", &opts.foreign_probe}}) {
+                                      {"KGPU_FOREIGN_PROBE_MS", &opts.foreign_probe},
+                                      {"KGPU_FOREIGN_GRACE_MS", &opts.foreign_grace}}) {
         const char* text = std::getenv(var);
         if (!text) continue;
         unsigned ms = 0;

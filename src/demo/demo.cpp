@@ -42,6 +42,7 @@ std::vector<std::string> scrubbed_env() {
     std::vector<std::string> env = {
         "CONFIG_FILE", "DP_DISABLE_HEALTHCHECKS", "DP_ENABLE_HEALTHCHECKS", "IMEX_CHANNEL_IDS", "IMEX_REQUIRED",
         "KGPU_LOG_LEVEL", "KGPU_INIT_RETRY_MS", "KGPU_PROBE_INTERVAL_MS", "KGPU_SETTLE_MS", "KGPU_FOREIGN_PROBE_MS",
+        "KGPU_FOREIGN_GRACE_MS",
         "NVIDIA_VISIBLE_DEVICES", "KGPU_SIM_NODE", "KGPU_SIM_EVENTS",
         // the exporter's (dcgm-exporter's names)
         "DCGM_EXPORTER_LISTEN", "DCGM_EXPORTER_INTERVAL", "DCGM_EXPORTER_KUBERNETES",

@@ -272,6 +272,7 @@ std::vector<Entry*> Plugin::update_entries(const std::map<std::string, Resource*
         ro.kubelet_socket = cfg.kubelet_socket_path();
         ro.plugin_dir = cfg.device_plugin_path;
         ro.foreign_probe = opts_.foreign_probe;
+        ro.foreign_grace = opts_.foreign_grace;
         served_->registrar = std::make_shared<Registrar>(ro);
         served_->registrar->start();
     }

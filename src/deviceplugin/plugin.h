@@ -28,8 +28,10 @@ struct PluginOptions {
     std::chrono::milliseconds idle_probe_interval{std::chrono::seconds(10)};
     // How long after start or a change the plugin gives its start-up pages back (memory::Settler).
     std::chrono::milliseconds settle{std::chrono::seconds(10)};
-    // How often another plugin's socket for one of ours is looked at (Registrar::Options).
+    // How often another plugin's socket for one of ours is looked at, and how long one that refused
+    // connections at its event is given to listen (Registrar::Options).
     std::chrono::milliseconds foreign_probe{std::chrono::seconds(1)};
+    std::chrono::milliseconds foreign_grace{std::chrono::seconds(1)};
     // The nvidia-cuda-mps-control the MPS watcher asks the daemons with (--mps-control-binary,
     // KGPU_MPS_CONTROL); empty: searched under the driver root (mps::find_control_binary).
     std::string mps_control_binary;

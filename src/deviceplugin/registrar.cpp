@@ -1,8 +1,6 @@
 #include "deviceplugin/registrar.h"
 
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,6 +13,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "common/log.h"
+#include "common/unix_socket.h"
 
 namespace kgpu::deviceplugin {
 
@@ -38,18 +37,11 @@ std::optional<SocketId> socket_id(const std::string& path) {
 namespace {
 
 // Whether a process listens on the unix socket at `path`: a socket file whose owner was killed
-// refuses connections. (A full backlog, EAGAIN, still means someone listens.)
+// refuses connections. (A full backlog, EAGAIN, still means someone listens; a probe that cannot
+// be made, a path too long for a socket or no descriptor left, assumes someone does.)
 bool listening(const std::string& path) {
-    sockaddr_un addr{};
-    if (path.size() >= sizeof addr.sun_path) return true;  // cannot probe: assume it is there
-    addr.sun_family = AF_UNIX;
-    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) return true;
-    const int rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
-    const int err = errno;
-    ::close(fd);
-    return rc == 0 || (err != ECONNREFUSED && err != ENOENT && err != ENOTSOCK);
+    if (unix_connect(path, true)) return true;
+    return errno != ECONNREFUSED && errno != ENOENT && errno != ENOTSOCK;
 }
 
 }  // namespace
@@ -177,16 +169,19 @@ void Registrar::kubelet_changed() {
     }
 }
 
-bool Registrar::check_foreign_locked(const std::string& name, Entry& e) {
+bool Registrar::foreign_listening(const std::string& name) const {
     const std::string other = foreign_socket_name(name);
     if (other.empty()) return false;
     const std::string path = (fs::path(opts_.plugin_dir) / other).string();
-    const bool present = socket_id(path).has_value() && listening(path);
+    return socket_id(path).has_value() && listening(path);
+}
+
+bool Registrar::foreign_seen_locked(const std::string& name, Entry& e, bool present) {
     if (present && (!e.foreign || e.foreign_unconfirmed)) {
         log::warn("another device plugin serves {} on {} (NVIDIA's device plugin?): the kubelet keeps only the "
                   "latest registration of a resource and drops it when either plugin's stream ends. kgpu registers "
                   "again when that happens; remove the other plugin (docs/migration.md)",
-                  name, path);
+                  name, (fs::path(opts_.plugin_dir) / foreign_socket_name(name)).string());
         cv_.notify_all();  // the loop starts probing it
     }
     e.foreign = present;
@@ -202,16 +197,18 @@ void Registrar::directory_changed(const std::string& file) {
         if (check_foreign_locked(name, e)) continue;
         if (socket_id((fs::path(opts_.plugin_dir) / file).string())) {
             // The file is there but refuses connections. The event comes at bind(), so this may
-            // be a plugin a moment before its listen(): looked at again after foreign_probe
-            // before it is taken as gone. Taking it as gone now would register at once, and a
-            // Register landing before that plugin's own would leave kgpu not watching the plugin
-            // the kubelet uses, so its death would go unnoticed (issue #24: seen under load). A
-            // plugin we watched is gone all the same (its file was replaced, or it died).
+            // be a plugin a moment before its listen(): looked at every foreign_probe, and taken
+            // as gone only when it still refuses foreign_grace later. Taking it as gone now would
+            // register at once, and a Register landing before that plugin's own would leave kgpu
+            // not watching the plugin the kubelet uses, so its death would go unnoticed (issue
+            // #24: seen under load). A plugin we watched is gone all the same (its file was
+            // replaced, or it died).
             if (was) foreign_gone_locked(name, e, true);
-            log::info("the other device plugin's socket for {} ({}) refuses connections: looking again in {} ms", name,
-                      file, opts_.foreign_probe.count());
+            log::info("the other device plugin's socket for {} ({}) refuses connections: taken as gone if it still "
+                      "does in {} ms",
+                      name, file, opts_.foreign_grace.count());
             e.foreign = true;
-            e.foreign_unconfirmed = Clock::now() + opts_.foreign_probe;
+            e.foreign_unconfirmed = Clock::now() + opts_.foreign_grace;
             cv_.notify_all();
             continue;
         }
@@ -270,6 +267,12 @@ bool Registrar::waiting_for_kubelet(const std::string& resource) const {
     return it != entries_.end() && it->second.waiting && !it->second.registered;
 }
 
+bool Registrar::watching_foreign(const std::string& resource) const {
+    std::lock_guard lk(mu_);
+    auto it = entries_.find(resource);
+    return it != entries_.end() && it->second.foreign && !it->second.foreign_unconfirmed;
+}
+
 std::uint64_t Registrar::register_attempts() const {
     std::lock_guard lk(mu_);
     return attempts_;
@@ -284,18 +287,23 @@ void Registrar::run() {
         // Another plugin killed without cleaning up leaves its socket: no directory event says
         // that it went, so while one is there, look whether anyone still listens on it.
         bool any_foreign = false;
+        const bool probe = now >= next_probe;
         for (auto& [name, e] : entries_) {
             if (!e.foreign) continue;
             any_foreign = true;
             if (e.foreign_unconfirmed) {
-                if (now < *e.foreign_unconfirmed) {
+                // Not listening yet at its event: listening at a probe confirms it; still refusing
+                // once its grace is over, it is gone.
+                if (now >= *e.foreign_unconfirmed) {
+                    if (!check_foreign_locked(name, e)) foreign_gone_locked(name, e, true);
+                } else if (probe && foreign_listening(name)) {
+                    foreign_seen_locked(name, e, true);
+                } else {
                     wake = std::min(wake, *e.foreign_unconfirmed);
-                    continue;
                 }
-                if (!check_foreign_locked(name, e)) foreign_gone_locked(name, e, true);
                 continue;
             }
-            if (now >= next_probe && !check_foreign_locked(name, e)) foreign_gone_locked(name, e, true);
+            if (probe && !check_foreign_locked(name, e)) foreign_gone_locked(name, e, true);
         }
         if (now >= next_probe) next_probe = now + opts_.foreign_probe;
         if (any_foreign) wake = std::min(wake, next_probe);

@@ -26,8 +26,8 @@
 // - Another plugin's socket for one of our resources (NVIDIA's naming: `nvidia-<name>.sock` for
 //   `nvidia.com/<name>`) is warned about once when it appears; when it disappears, register again
 //   (if the other plugin registered last, the kubelet has no client for the name left). One that
-//   appears refusing connections (bound, not listening yet) is looked at again after
-//   foreign_probe, and taken as gone only if it still refuses.
+//   appears refusing connections (bound, not listening yet) is looked at every foreign_probe
+//   and taken as gone only if it still refuses foreign_grace after its event.
 // - No Register goes to a kubelet that is not there: a kubelet.sock that is missing, or that
 //   refuses connections (the kubelet exited; the file stays until the next kubelet deletes it),
 //   is waited for, with one log line, until kubelet.sock is created again (kubelet_changed, from
@@ -85,6 +85,9 @@ public:
         // While another plugin's socket for a resource is there: how often to check that someone
         // still listens on it (a plugin killed with SIGKILL leaves its socket file behind).
         std::chrono::milliseconds foreign_probe{1000};
+        // How long another plugin's socket that refused connections at its directory event (bound,
+        // not listening yet) is given to listen before it is taken as gone.
+        std::chrono::milliseconds foreign_grace{1000};
     };
 
     explicit Registrar(Options options);
@@ -114,6 +117,9 @@ public:
     bool registered(const std::string& resource) const;
     // True while `resource` waits for a kubelet to appear (kubelet.sock missing or not listening).
     bool waiting_for_kubelet(const std::string& resource) const;
+    // True while another plugin's socket for `resource` is watched, someone having been seen
+    // listening on it (tests, logs).
+    bool watching_foreign(const std::string& resource) const;
     // Register calls sent so far, answered or not (tests, logs).
     std::uint64_t register_attempts() const;
 
@@ -131,7 +137,8 @@ private:
         std::string last_error;           // logged once per distinct failure
         bool foreign = false;             // another plugin listens on its socket for it
         // Its socket file refused connections at its directory event (a plugin between bind() and
-        // listen(), or one already killed): looked at again from then on, not taken as gone before.
+        // listen(), or one already killed): until then (the event + foreign_grace), listening at a
+        // probe confirms it and refusing is not yet taken as gone.
         std::optional<Clock::time_point> foreign_unconfirmed;
         bool poked = false;               // an event came while its Register ran: a failure retries at once
         bool waiting = false;             // no kubelet listens: waits for kubelet.sock (said once)
@@ -140,8 +147,14 @@ private:
     void run();
     // One Register for `name` (mu_ not held), and its outcome recorded.
     void register_one(const std::string& name);
+    // Whether someone listens on the other plugin's socket for `name`.
+    bool foreign_listening(const std::string& name) const;
     // Looks for the other plugin's socket for `name`; warns when it appears. Returns whether it is there.
-    bool check_foreign_locked(const std::string& name, Entry& e);
+    bool check_foreign_locked(const std::string& name, Entry& e) {
+        return foreign_seen_locked(name, e, foreign_listening(name));
+    }
+    // Records whether the other plugin's socket for `name` is there (`present`); warns when it appears.
+    bool foreign_seen_locked(const std::string& name, Entry& e, bool present);
     // The other plugin is no longer there (socket gone, or nobody listens): register again.
     void foreign_gone_locked(const std::string& name, Entry& e, bool was);
     void due_now_locked(Entry& e);

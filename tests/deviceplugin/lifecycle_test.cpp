@@ -9,14 +9,12 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -24,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/unix_socket.h"
 #include "doctor/grpc_probe.h"
 #include "plugin_fixture.h"
 #include "support/fake_device_plugin.h"
@@ -62,11 +61,8 @@ size_t count(const std::string& text, const std::string& what) {
 // file, as SIGKILL does.
 class LateListener {
 public:
-    LateListener(const std::string& path, std::string target) : target_(std::move(target)) {
-        fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        const sockaddr_un a = address(path);
-        bound_ = fd_ >= 0 && ::bind(fd_, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0;
-    }
+    LateListener(const std::string& path, std::string target)
+        : target_(std::move(target)), fd_(kgpu::unix_bind(path).release()), bound_(fd_ >= 0) {}
     ~LateListener() { kill(); }
     bool bound() const { return bound_; }
     bool listen() {
@@ -89,24 +85,17 @@ public:
     }
 
 private:
-    static sockaddr_un address(const std::string& path) {
-        sockaddr_un a{};
-        a.sun_family = AF_UNIX;
-        std::memcpy(a.sun_path, path.c_str(), std::min(path.size() + 1, sizeof a.sun_path - 1));
-        return a;
-    }
     void accept_loop() {
         while (!dead_) {
             pollfd p{fd_, POLLIN, 0};
             if (::poll(&p, 1, 20) <= 0) continue;
             const int in = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
             if (in < 0) continue;
-            const int out = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-            const sockaddr_un a = address(target_);
+            const int out = dead_ ? -1 : kgpu::unix_connect(target_).release();
             std::lock_guard lk(mu_);
             conns_.push_back(in);
             if (out >= 0) conns_.push_back(out);
-            if (dead_ || out < 0 || ::connect(out, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
+            if (dead_ || out < 0) {
                 ::shutdown(in, SHUT_RDWR);
                 continue;
             }
@@ -306,6 +295,7 @@ TEST_F(LifecycleTest, ReplacingNvidiasPluginNvidiaRegisteredLast) {
 // no directory event says it went, and the kubelet dropped the resource with its stream. kgpu
 // sees that nobody listens on that socket any more and registers again.
 TEST_F(LifecycleTest, NvidiasPluginKilledLeavingItsSocketKgpuServesAgain) {
+    env_["KGPU_FOREIGN_PROBE_MS"] = "100";  // seen dead sooner than the 1 s of production
     start("t4x4.yaml", {"--device-id-strategy", "index"});
     ASSERT_TRUE(settled({{kGpu, 4}})) << counts({{kGpu, 4}});
     FakeDevicePlugin nvidia(dir_.path(), kGpu, {"GPU-a", "GPU-b"});
@@ -325,8 +315,10 @@ TEST_F(LifecycleTest, NvidiasPluginKilledLeavingItsSocketKgpuServesAgain) {
 // would watch the other plugin, so its death would leave the resource unserved. (Seen once in
 // NvidiasPluginKilledLeavingItsSocketKgpuServesAgain under load, the late way round.)
 TEST_F(LifecycleTest, AnotherPluginSeenBeforeItListensIsStillWatched) {
-    // Room for this test to listen before kgpu looks again, however loaded the machine.
-    env_["KGPU_FOREIGN_PROBE_MS"] = "2000";
+    // Room for this test to listen before kgpu takes the socket as gone, however loaded the
+    // machine, and past the waits below: a probe (every 100 ms) must see it listen.
+    env_["KGPU_FOREIGN_GRACE_MS"] = "60000";
+    env_["KGPU_FOREIGN_PROBE_MS"] = "100";
     start("t4x4.yaml", {"--device-id-strategy", "index"});
     ASSERT_TRUE(settled({{kGpu, 4}})) << counts({{kGpu, 4}});
     FakeDevicePlugin nvidia(aux_.path(), kGpu, {"GPU-a", "GPU-b"});  // served outside the plugin directory
@@ -342,13 +334,13 @@ TEST_F(LifecycleTest, AnotherPluginSeenBeforeItListensIsStillWatched) {
         },
         20s))
         << plugin_->err();
-    EXPECT_THAT(plugin_->err(), HasSubstr("(nvidia-gpu.sock) refuses connections: looking again in 2000 ms"));
+    EXPECT_THAT(plugin_->err(), HasSubstr("(nvidia-gpu.sock) refuses connections: taken as gone if it still does in 60000 ms"));
     ASSERT_TRUE(other.listen());
     FakeDevicePlugin announce(dir_.path(), kGpu, {});  // never started: only its Register, endpoint nvidia-gpu.sock
     ASSERT_TRUE(announce.register_with(kubelet_->socket_path()).ok());
     ASSERT_TRUE(kubelet_->wait_until([&] { return kubelet_->endpoint(kGpu) == "nvidia-gpu.sock" && kubelet_->allocatable(kGpu) == 2; }, 20s))
         << counts({{kGpu, 4}});
-    // Its next look (foreign_probe after the event) finds it listening: warned about once.
+    // A look (every foreign_probe) finds it listening: warned about once.
     EXPECT_TRUE(kubelet_->wait_until([&] { return count(plugin_->err(), "another device plugin serves nvidia.com/gpu") == 1; }, 20s))
         << plugin_->err();
     EXPECT_EQ(kubelet_->register_calls(kGpu), 2) << "kgpu registered again while the other plugin started";
@@ -375,8 +367,9 @@ TEST_F(LifecycleTest, AKubeletThatExitedIsWaitedForNotRetriedOnItsStaleSocket) {
         kubelet_->stop();
         ASSERT_TRUE(kgpu::test::eventually([&] { return count(plugin_->err(), "no kubelet listens on") >= i; }))
             << plugin_->err();
-        // The old code's retries came 100, 300 and 700 ms after the stream ended: none may go out.
-        std::this_thread::sleep_for(800ms);
+        // The old code's retries came 100, 300 and 700 ms after the stream ended: none may go out
+        // (two of them would fall in this window).
+        std::this_thread::sleep_for(400ms);
         ASSERT_TRUE(kubelet_->restart());
         ASSERT_TRUE(settled({{kGpu, 4}})) << "after kubelet restart " << i << ":\n" << counts({{kGpu, 4}});
     }

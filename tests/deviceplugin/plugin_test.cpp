@@ -274,7 +274,7 @@ TEST(DevicePluginStart, KubeletAbsentAtStartIsWaitedFor) {
                         {{"KGPU_SIM_NODE", fixture("t4x4.yaml")}});
     ASSERT_TRUE(kgpu::test::eventually([&] { return plugin.err().find("no kubelet listens on") != std::string::npos; }))
         << plugin.err();
-    std::this_thread::sleep_for(1500ms);  // the old code's retries (100 ms doubling) would come meanwhile
+    std::this_thread::sleep_for(400ms);  // the old code's retries (100 ms doubling: 100, 300 ms) would come meanwhile
     ASSERT_TRUE(plugin.running()) << plugin.err();
     FakeKubelet kubelet(dir.path());
     ASSERT_TRUE(kubelet.start());
