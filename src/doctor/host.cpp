@@ -102,7 +102,8 @@ kgpu::Status probe_unix_socket(const fs::path& path) {
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) return fail(Code::not_found, "{}: no such file", path.string());
     if (!S_ISSOCK(st.st_mode)) return fail(Code::invalid_argument, "{} exists but is not a unix socket", path.string());
-    if (unix_connect(path.string())) return {};
+    const std::string p = path.string();
+    if (unix_connect(p)) return {};
     const int e = errno;
     if (e == ENAMETOOLONG) return fail(Code::invalid_argument, "{}: path too long for a unix socket", path.string());
     if (e == ECONNREFUSED) return fail(Code::unavailable, "{}: connection refused (stale socket: nobody listens)", path.string());

@@ -224,4 +224,34 @@ TEST_F(RegistrarTest, AWatchedPluginReplacedByOneNotListeningYetIsStillWatched) 
         << "the new plugin's death went unnoticed";
 }
 
+// With production's periods (1 s each) a probe rarely falls inside the grace: the look when
+// foreign_grace ends decides. Listening by then, the other plugin is watched and nothing
+// registers; still refusing, it is gone and kgpu registers again.
+TEST_F(RegistrarTest, ASocketRefusingAtItsEventIsDecidedWhenItsGraceEnds) {
+    Registrar::Options o = options();
+    o.foreign_grace = 200ms;
+    o.foreign_probe = 60s;  // no probe before a grace ends
+    Registrar& registrar = start(o);
+    ASSERT_TRUE(kubelet_.wait_registered(kGpu, 1, 20s).has_value());  // its list received: our server holds the stream
+    const std::string path = dir_.path() + "/nvidia-gpu.sock";
+    auto late = std::make_unique<BoundSocket>(path);
+    ASSERT_TRUE(late->ok());
+    registrar.directory_changed("nvidia-gpu.sock");
+    ASSERT_TRUE(late->listen());
+    ASSERT_TRUE(kubelet_.wait_until([&] { return registrar.watching_foreign(kGpu); }, 20s)) << "listening when its grace ended";
+    EXPECT_EQ(kubelet_.register_calls(kGpu), 1);
+    // It goes (file removed): registered again at once.
+    late.reset();
+    ASSERT_EQ(::unlink(path.c_str()), 0);
+    registrar.directory_changed("nvidia-gpu.sock");
+    ASSERT_TRUE(kubelet_.wait_registered(kGpu, 2, 20s).has_value());
+    // One that never listens: gone when its grace ends.
+    BoundSocket never(path);
+    ASSERT_TRUE(never.ok());
+    registrar.directory_changed("nvidia-gpu.sock");
+    EXPECT_FALSE(registrar.watching_foreign(kGpu));
+    EXPECT_TRUE(kubelet_.wait_until([&] { return kubelet_.register_calls(kGpu) == 3 && kubelet_.open_streams(kGpu) == 1; }, 20s))
+        << kubelet_.register_calls(kGpu) << " Register, " << kubelet_.open_streams(kGpu) << " streams open";
+}
+
 }  // namespace
