@@ -34,7 +34,7 @@ Fd kept(Fd fd, int rc) {
 }  // namespace
 
 Fd unix_connect(const std::string& path, bool nonblocking) {
-    sockaddr_un a;
+    sockaddr_un a{};
     Fd fd = open_for(path, nonblocking ? SOCK_NONBLOCK : 0, a);
     if (!fd) return fd;
     const int rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a);
@@ -42,7 +42,7 @@ Fd unix_connect(const std::string& path, bool nonblocking) {
 }
 
 Fd unix_bind(const std::string& path) {
-    sockaddr_un a;
+    sockaddr_un a{};
     Fd fd = open_for(path, 0, a);
     if (!fd) return fd;
     const int rc = ::bind(fd.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a);
