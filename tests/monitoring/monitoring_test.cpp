@@ -365,7 +365,8 @@ TEST(Dashboard, EveryPanelAndAlertHasDataFromARealPrometheusScrapingASimulatedNo
     // No GPU is misclassified (a missed scrape or a slow PodResources answer on a loaded machine may
     // raise the exporter's own alerts as pending: those are not checked here); the MPS daemon runs.
     for (const std::string name : {"KgpuXidRecoverable", "KgpuMpsDaemonDown", "KgpuExporterPodsOverLimit"})
-        EXPECT_FALSE(alerts.contains(name)) << name << " raised on a node without that fault: " << labels_of(name)[0];
+        EXPECT_FALSE(alerts.contains(name)) << name << " raised on a node without that fault: " << labels_of(name)[0]
+                                            << "\nmps-control-daemon:\n" << mps.err();
 
     prom.signal(SIGTERM);
     prom.wait(30000);
