@@ -10,13 +10,12 @@ namespace kgpu {
 
 namespace {
 
-// A socket and its address; empty with errno set when either cannot be had.
+// A socket and its address (`a` comes zeroed); empty with errno set when either cannot be had.
 Fd open_for(const std::string& path, int flags, sockaddr_un& a) {
     if (path.size() >= sizeof a.sun_path) {
         errno = ENAMETOOLONG;
         return {};
     }
-    a = sockaddr_un{};
     a.sun_family = AF_UNIX;
     std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
     return Fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | flags, 0));

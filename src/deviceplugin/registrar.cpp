@@ -169,11 +169,14 @@ void Registrar::kubelet_changed() {
     }
 }
 
-bool Registrar::foreign_listening(const std::string& name) const {
+std::string Registrar::foreign_path(const std::string& name) const {
     const std::string other = foreign_socket_name(name);
-    if (other.empty()) return false;
-    const std::string path = (fs::path(opts_.plugin_dir) / other).string();
-    return socket_id(path).has_value() && listening(path);
+    return other.empty() ? std::string() : (fs::path(opts_.plugin_dir) / other).string();
+}
+
+bool Registrar::foreign_listening(const std::string& name) const {
+    const std::string path = foreign_path(name);
+    return !path.empty() && socket_id(path).has_value() && listening(path);
 }
 
 bool Registrar::foreign_seen_locked(const std::string& name, Entry& e, bool present) {
@@ -181,7 +184,7 @@ bool Registrar::foreign_seen_locked(const std::string& name, Entry& e, bool pres
         log::warn("another device plugin serves {} on {} (NVIDIA's device plugin?): the kubelet keeps only the "
                   "latest registration of a resource and drops it when either plugin's stream ends. kgpu registers "
                   "again when that happens; remove the other plugin (docs/migration.md)",
-                  name, (fs::path(opts_.plugin_dir) / foreign_socket_name(name)).string());
+                  name, foreign_path(name));
         cv_.notify_all();  // the loop starts probing it
     }
     e.foreign = present;

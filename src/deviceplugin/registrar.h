@@ -147,6 +147,8 @@ private:
     void run();
     // One Register for `name` (mu_ not held), and its outcome recorded.
     void register_one(const std::string& name);
+    // Where another plugin's socket for `name` would be (empty: no other plugin serves it).
+    std::string foreign_path(const std::string& name) const;
     // Whether someone listens on the other plugin's socket for `name`.
     bool foreign_listening(const std::string& name) const;
     // Looks for the other plugin's socket for `name`; warns when it appears. Returns whether it is there.
