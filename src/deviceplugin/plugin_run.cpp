@@ -119,9 +119,12 @@ bool Plugin::wait_for_plugin_dir() {
     log::warn("{} does not exist: no kubelet has started on this host (the kubelet creates it), or "
               "--device-plugin-path names another directory; waiting for it",
               cfg.device_plugin_path);
+    // Looked at every 500 ms (its parents may not exist either: nothing to watch), or at the
+    // init retry period when that is shorter (tests).
+    const int period = static_cast<int>(std::min<long long>(500, opts_.init_retry.count()));
     for (;;) {
         pollfd p{signal_fd_.get(), POLLIN, 0};
-        if (::poll(&p, 1, 500) > 0 && (p.revents & POLLIN)) {
+        if (::poll(&p, 1, period) > 0 && (p.revents & POLLIN)) {
             signalfd_siginfo si{};
             bool stop = false;
             while (::read(signal_fd_.get(), &si, sizeof si) == sizeof si)

@@ -479,6 +479,7 @@ TEST_F(LifecycleTest, SocketAndCreatedDirectoriesAreNotWorldWritableUnderUmask00
 // kubelet has made it. SIGTERM while it waits is a clean exit.
 TEST_F(LifecycleTest, WaitsForTheKubeletsDirectoryInsteadOfCreatingIt) {
     const std::string dp = dir_.path() + "/later/device-plugins";
+    env_["KGPU_INIT_RETRY_MS"] = "20";  // it looks for the directory that often (500 ms in production)
     start("t4x4.yaml", {}, dp);
     ASSERT_TRUE(kubelet_->wait_until([&] { return plugin_->err().find("does not exist") != std::string::npos; }, 20s))
         << plugin_->err();
@@ -496,7 +497,7 @@ TEST_F(LifecycleTest, WaitsForTheKubeletsDirectoryInsteadOfCreatingIt) {
     // A second plugin waiting for a directory that never comes stops on SIGTERM.
     ChildProcess waiting({KGPU_BINARY, "device-plugin", "--device-plugin-path", dir_.path() + "/never/device-plugins",
                           "--nvml-library", KGPU_SIM_LIBRARY, "--cdi-spec-dir", aux_.path() + "/cdi2"},
-                         {{"KGPU_SIM_NODE", fixture("t4x4.yaml")}});
+                         {{"KGPU_SIM_NODE", fixture("t4x4.yaml")}, {"KGPU_INIT_RETRY_MS", "20"}});
     ASSERT_TRUE(kubelet_->wait_until([&] { return waiting.err().find("does not exist") != std::string::npos; }, 20s))
         << waiting.err();
     waiting.signal(SIGTERM);
@@ -509,7 +510,7 @@ TEST_F(LifecycleTest, WaitsForTheKubeletsDirectoryInsteadOfCreatingIt) {
 // Once nothing has happened for 10 s, the pages start-up brought in go back to the kernel
 // (common/memory.h); serving and health go on, faulting back what they run.
 TEST_F(LifecycleTest, StartUpPagesGoBackOnceSettledAndServingGoesOn) {
-    env_["KGPU_SETTLE_MS"] = "1000";  // 10 s in production
+    env_["KGPU_SETTLE_MS"] = "300";  // 10 s in production
     start("dgx-h100.yaml", {"--log-level", "debug"});
     ASSERT_TRUE(settled({{kGpu, 8}})) << counts({{kGpu, 8}});
     ASSERT_TRUE(kubelet_->wait_until([&] { return plugin_->err().find("settled: resident set ") != std::string::npos; }, 30s));
