@@ -192,7 +192,8 @@ int test_periods(dp::PluginOptions& opts) {
                                       {"KGPU_PROBE_INTERVAL_MS", &opts.probe_interval},
                                       {"KGPU_SETTLE_MS", &opts.settle},
                                       {"KGPU_FOREIGN_PROBE_MS", &opts.foreign_probe},
-                                      {"KGPU_FOREIGN_GRACE_MS", &opts.foreign_grace}}) {
+                                      {"KGPU_FOREIGN_GRACE_MS", &opts.foreign_grace},
+                                      {"KGPU_RECOVERY_PERIOD_MS", &opts.recovery_period}}) {
         const char* text = std::getenv(var);
         if (!text) continue;
         unsigned ms = 0;

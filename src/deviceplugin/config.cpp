@@ -312,7 +312,7 @@ Result<Config> resolve(Config base, const Overrides& env, const Overrides& flags
     if (c.device_plugin_path.empty()) return fail(Code::invalid_argument, "device plugin path: empty path");
     if (c.health.recovery_period < std::chrono::seconds(1))
         return fail(Code::invalid_argument, "health recovery period {}: expected at least 1s",
-                    format_duration(c.health.recovery_period));
+                    format_duration(std::chrono::duration_cast<std::chrono::seconds>(c.health.recovery_period)));
     if (c.proc_root.empty()) return fail(Code::invalid_argument, "proc root: empty path");
     if (!c.apply_resource_naming) {
         disable_resource_naming(c, c.sharing.time_slicing, "timeSlicing");
@@ -340,7 +340,8 @@ std::string describe(const Config& c) {
     line("health.ignoredXids", fmt::format("[{}]", fmt::join(c.health.ignored_xids, ",")));
     line("health.recoverableXids", fmt::format("[{}]", fmt::join(c.health.recoverable_xids, ",")));
     line("health.resetXids", fmt::format("[{}]", fmt::join(c.health.reset_xids, ",")));
-    line("health.recoveryPeriod", format_duration(c.health.recovery_period));
+    line("health.recoveryPeriod",
+         format_duration(std::chrono::duration_cast<std::chrono::seconds>(c.health.recovery_period)));
     // Patterns, not counts: "resources.gpus: 0" read like a device count.
     auto patterns = [&](const std::vector<ResourcePattern>& list) -> std::string {
         if (list.empty()) return "(none)";

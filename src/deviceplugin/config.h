@@ -125,7 +125,7 @@ struct HealthConfig {
     std::set<unsigned> ignored_xids{13, 31, 43, 45, 68, 109};
     std::set<unsigned> recoverable_xids{92, 94};
     std::set<unsigned> reset_xids{48, 62, 63, 64, 74, 79, 95, 119, 120, 140, 143};
-    std::chrono::seconds recovery_period{300};
+    std::chrono::milliseconds recovery_period{std::chrono::seconds(300)};  // whole seconds from a config
 
     // ignored when health is disabled or the XID is in ignored_xids; recoverable when in
     // recoverable_xids; reset otherwise (an XID nobody classified is treated as the anchor does,

@@ -182,8 +182,9 @@ void HealthMonitor::on_xid(size_t i, unsigned xid, unsigned gi, unsigned ci) {
     std::string reason = fmt::format("{}; needs a GPU reset", what);
     if (cls == XidClass::recoverable) {
         bad = Bad::recoverable;
-        reason = fmt::format("{}; recovers after {}s without another critical XID", what,
-                             std::chrono::duration_cast<std::chrono::seconds>(policy_.recovery_period).count());
+        const auto ms = policy_.recovery_period.count();  // whole seconds unless a test shortened it
+        reason = fmt::format("{}; recovers after {}{} without another critical XID", what,
+                             ms % 1000 == 0 ? ms / 1000 : ms, ms % 1000 == 0 ? "s" : "ms");
     }
     // An instance-specific XID (not 79: the whole GPU fell off the bus) marks the matching MIG
     // devices only.

@@ -319,8 +319,10 @@ void Plugin::watch_health(const Config& cfg, const nvml::Session& session, const
     // says what the probes see, issue #12), or the running one told about the rediscovered node.
     watch_mps(cfg, mps_names);
     if (!served_->health) {
+        HealthConfig policy = cfg.health;
+        if (opts_.recovery_period.count() > 0) policy.recovery_period = opts_.recovery_period;
         served_->health = std::make_unique<HealthMonitor>(
-            session, served_->node, cfg.health, [this](const std::vector<GpuHealth>& h) { on_health(h); },
+            session, served_->node, policy, [this](const std::vector<GpuHealth>& h) { on_health(h); },
             opts_.probe_interval,
             [this](unsigned) {
                 const std::uint64_t one = 1;

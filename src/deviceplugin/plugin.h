@@ -32,6 +32,9 @@ struct PluginOptions {
     // connections at its event is given to listen (Registrar::Options).
     std::chrono::milliseconds foreign_probe{std::chrono::seconds(1)};
     std::chrono::milliseconds foreign_grace{std::chrono::seconds(1)};
+    // Tests only (KGPU_RECOVERY_PERIOD_MS): replaces the config's health.recoveryPeriod, which
+    // cannot go below 1s, so a recovery takes milliseconds. 0: the config's.
+    std::chrono::milliseconds recovery_period{0};
     // The nvidia-cuda-mps-control the MPS watcher asks the daemons with (--mps-control-binary,
     // KGPU_MPS_CONTROL); empty: searched under the driver root (mps::find_control_binary).
     std::string mps_control_binary;

@@ -133,7 +133,7 @@ TEST_F(RegistrarTest, ADoctorProbeBetweenRegisterAndTheKubeletsStreamIsNotTheReg
     kubelet_.hold_streams(false);
     ASSERT_TRUE(kubelet_.wait_until([&] { return kubelet_.open_streams(kGpu) == 1 && kubelet_.allocatable(kGpu) == 2; }, 20s));
     // Well past the backoff and the stream grace: nothing registers again.
-    EXPECT_FALSE(kubelet_.wait_until([&] { return kubelet_.register_calls(kGpu) > 1; }, 600ms));
+    EXPECT_FALSE(kubelet_.wait_until([&] { return kubelet_.register_calls(kGpu) > 1; }, 300ms));
     EXPECT_EQ(kubelet_.register_calls(kGpu), 1);
     EXPECT_EQ(kubelet_.open_streams(kGpu), 1);
     EXPECT_TRUE(kubelet_.connected(kGpu));

@@ -187,23 +187,22 @@ TEST_F(SharedDevicesTest, XidOnAGpuTurnsExactlyItsReplicasUnhealthy) {
 }
 
 TEST_F(SharedDevicesTest, XidOnAMigInstanceTurnsExactlyTheMatchingInstancesUnhealthy) {
-    start("a100-mig.yaml", {"--mig-strategy", "mixed", "--device-id-strategy", "index", "--health-recovery-period",
-                            "1s"});
+    start("a100-mig.yaml", {"--mig-strategy", "mixed", "--device-id-strategy", "index"}, quick_recovery());
     registered(kMig1g, 9);
     registered(kMig3g, 1);
     registered(kMig2g, 1);
     // On MIG device 0:2 (GI 9): only it.
     event("xid 0:2 94");
-    ASSERT_TRUE(unhealthy_becomes(kMig1g, {"0:2"}));
+    ASSERT_TRUE(unhealthy_seen(kMig1g, {"0:2"}));
     EXPECT_TRUE(unhealthy(kubelet_->devices(kGpu)).empty());
-    ASSERT_TRUE(unhealthy_becomes(kMig1g, {}));
+    ASSERT_TRUE(unhealthy_seen(kMig1g, {}));
     // On GPU 1 without an instance: everything GPU 1 backs, in every resource.
     event("xid 1 94");
-    ASSERT_TRUE(unhealthy_becomes(kMig1g, {"1:2", "1:3"}));
-    ASSERT_TRUE(unhealthy_becomes(kMig3g, {"1:0"}));
-    ASSERT_TRUE(unhealthy_becomes(kMig2g, {"1:1"}));
-    ASSERT_TRUE(unhealthy_becomes(kMig1g, {}));
-    ASSERT_TRUE(unhealthy_becomes(kMig3g, {}));
+    ASSERT_TRUE(unhealthy_seen(kMig1g, {"1:2", "1:3"}));
+    ASSERT_TRUE(unhealthy_seen(kMig3g, {"1:0"}));
+    ASSERT_TRUE(unhealthy_seen(kMig2g, {"1:1"}));
+    ASSERT_TRUE(unhealthy_seen(kMig1g, {}));
+    ASSERT_TRUE(unhealthy_seen(kMig3g, {}));
 }
 
 // ---------------------------------------------------------------------------------------------

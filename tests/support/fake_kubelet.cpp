@@ -343,6 +343,28 @@ bool FakeKubelet::wait_devices(const std::string& resource, const std::function<
     });
 }
 
+bool FakeKubelet::wait_message(const std::string& resource, const std::function<bool(const Devices&)>& pred,
+                               size_t& next, std::chrono::milliseconds timeout) {
+    std::unique_lock lk(mu_);
+    return cv_.wait_for(lk, timeout, [&] {
+        auto it = resources_.find(resource);
+        if (it == resources_.end()) return false;
+        for (const auto& m = it->second.messages; next < m.size(); ++next) {
+            if (pred(m[next])) {
+                ++next;
+                return true;
+            }
+        }
+        return false;
+    });
+}
+
+size_t FakeKubelet::message_count(const std::string& resource) {
+    std::lock_guard lk(mu_);
+    auto it = resources_.find(resource);
+    return it == resources_.end() ? 0 : it->second.messages.size();
+}
+
 bool FakeKubelet::wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (std::chrono::steady_clock::now() < deadline) {

@@ -98,6 +98,11 @@ public:
     // Blocks until the kubelet's view of `resource`'s devices satisfies `pred`.
     bool wait_devices(const std::string& resource, const std::function<bool(const Devices&)>& pred,
                       std::chrono::milliseconds timeout);
+    // Blocks until a ListAndWatch message of `resource` at position `next` or later (this
+    // instance's messages, in order) satisfies `pred`, and moves `next` past it: each message is
+    // looked at, so a state the plugin left again before the caller woke up is seen as well.
+    bool wait_message(const std::string& resource, const std::function<bool(const Devices&)>& pred, size_t& next,
+                      std::chrono::milliseconds timeout);
     // Polls `pred` (called without the fake's lock, so it may use the counters below) every 5 ms
     // until it holds or the timeout passes; returns its last value.
     bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
@@ -106,6 +111,8 @@ public:
     Devices devices(const std::string& resource);
     // The device lists processed for `resource` by this kubelet instance, in order (from any stream).
     std::vector<Devices> messages(const std::string& resource);
+    // How many of them there are so far (a position for wait_message).
+    size_t message_count(const std::string& resource);
     // Number of ListAndWatch messages processed for `resource`, over every stream and restart.
     int updates(const std::string& resource);
     // True when no ListAndWatch stream of `resource` is open.
