@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -168,8 +169,15 @@ protected:
     std::string config(const std::string& yaml) { return aux_.write("config.yaml", yaml); }
     // Appends `line` to the simulator's events file; the *_seen() waits look at messages from here on.
     void event(const std::string& line) {
-        for (const auto& r : kubelet_->resources()) since_[r] = kubelet_->message_count(r);
+        event_at_ = kubelet_->sequence();
         std::ofstream(events_, std::ios::app) << line << "\n";
+    }
+    // Where the next *_seen() wait of `resource` looks from: past the last event() and past the
+    // message its previous wait found (message numbers go on over kubelet restarts).
+    std::uint64_t& seen_cursor(const std::string& resource) {
+        std::uint64_t& c = seen_[resource];
+        c = std::max(c, event_at_);
+        return c;
     }
     Devices registered(const std::string& resource, size_t count, int generation = 1) {
         auto reg = kubelet_->wait_registered(resource, generation, std::chrono::seconds(20));
@@ -207,7 +215,7 @@ protected:
         auto marked = [&](bool unhealthy) {
             return kubelet_->wait_message(
                 resource, [&](const Devices& d) { return sim_.unhealthy(d).contains(marker) == unhealthy; },
-                since_[resource], std::chrono::seconds(20));
+                seen_cursor(resource), std::chrono::seconds(20));
         };
         return marked(true) && marked(false);
     }
@@ -224,12 +232,15 @@ protected:
     bool unhealthy_seen(const std::string& resource, const std::set<std::string>& want,
                         std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
         return kubelet_->wait_message(resource, [&](const Devices& d) { return sim_.unhealthy(d) == want; },
-                                      since_[resource], timeout);
+                                      seen_cursor(resource), timeout);
     }
+    // The device lists of `resource` received since the last event() (in order).
+    std::vector<Devices> since_event(const std::string& resource) { return kubelet_->messages(resource, event_at_); }
 
     TempDir dir_, aux_;
     std::string events_, node_;
-    std::map<std::string, size_t> since_;  // per resource: where the next *_seen() wait looks from
+    std::uint64_t event_at_ = 0;                   // the fake kubelet's sequence() at the last event()
+    std::map<std::string, std::uint64_t> seen_;  // per resource: the message its last *_seen() wait found
     SimIds sim_;
     std::unique_ptr<FakeKubelet> kubelet_;
     std::unique_ptr<ChildProcess> plugin_;

@@ -194,8 +194,8 @@ TEST_F(SharedDevicesTest, XidOnAMigInstanceTurnsExactlyTheMatchingInstancesUnhea
     // On MIG device 0:2 (GI 9): only it.
     event("xid 0:2 94");
     ASSERT_TRUE(unhealthy_seen(kMig1g, {"0:2"}));
-    EXPECT_TRUE(unhealthy(kubelet_->devices(kGpu)).empty());
     ASSERT_TRUE(unhealthy_seen(kMig1g, {}));
+    for (const auto& gpus : since_event(kGpu)) EXPECT_TRUE(unhealthy(gpus).empty()) << "a full GPU turned Unhealthy";
     // On GPU 1 without an instance: everything GPU 1 backs, in every resource.
     event("xid 1 94");
     ASSERT_TRUE(unhealthy_seen(kMig1g, {"1:2", "1:3"}));

@@ -284,6 +284,7 @@ void FakeKubelet::run_client(const std::shared_ptr<Client>& c) {
         }
         r.devices = devices;
         r.messages.push_back(std::move(devices));
+        r.numbers.push_back(++sequence_);
         r.history.push_back(static_cast<size_t>(resp.devices_size()));
         r.last_bytes = resp.ByteSizeLong();
         cv_.notify_all();
@@ -343,26 +344,25 @@ bool FakeKubelet::wait_devices(const std::string& resource, const std::function<
     });
 }
 
+std::uint64_t FakeKubelet::sequence() {
+    std::lock_guard lk(mu_);
+    return sequence_;
+}
+
 bool FakeKubelet::wait_message(const std::string& resource, const std::function<bool(const Devices&)>& pred,
-                               size_t& next, std::chrono::milliseconds timeout) {
+                               std::uint64_t& after, std::chrono::milliseconds timeout) {
     std::unique_lock lk(mu_);
     return cv_.wait_for(lk, timeout, [&] {
         auto it = resources_.find(resource);
         if (it == resources_.end()) return false;
-        for (const auto& m = it->second.messages; next < m.size(); ++next) {
-            if (pred(m[next])) {
-                ++next;
-                return true;
-            }
+        const Resource& r = it->second;
+        for (size_t i = 0; i < r.messages.size(); ++i) {
+            if (r.numbers[i] <= after || !pred(r.messages[i])) continue;
+            after = r.numbers[i];
+            return true;
         }
         return false;
     });
-}
-
-size_t FakeKubelet::message_count(const std::string& resource) {
-    std::lock_guard lk(mu_);
-    auto it = resources_.find(resource);
-    return it == resources_.end() ? 0 : it->second.messages.size();
 }
 
 bool FakeKubelet::wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
@@ -384,6 +384,16 @@ std::vector<FakeKubelet::Devices> FakeKubelet::messages(const std::string& resou
     std::lock_guard lk(mu_);
     auto it = resources_.find(resource);
     return it == resources_.end() ? std::vector<Devices>{} : it->second.messages;
+}
+
+std::vector<FakeKubelet::Devices> FakeKubelet::messages(const std::string& resource, std::uint64_t after) {
+    std::lock_guard lk(mu_);
+    std::vector<Devices> out;
+    auto it = resources_.find(resource);
+    if (it == resources_.end()) return out;
+    for (size_t i = 0; i < it->second.messages.size(); ++i)
+        if (it->second.numbers[i] > after) out.push_back(it->second.messages[i]);
+    return out;
 }
 
 int FakeKubelet::updates(const std::string& resource) {

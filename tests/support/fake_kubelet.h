@@ -24,6 +24,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -98,11 +99,14 @@ public:
     // Blocks until the kubelet's view of `resource`'s devices satisfies `pred`.
     bool wait_devices(const std::string& resource, const std::function<bool(const Devices&)>& pred,
                       std::chrono::milliseconds timeout);
-    // Blocks until a ListAndWatch message of `resource` at position `next` or later (this
-    // instance's messages, in order) satisfies `pred`, and moves `next` past it: each message is
-    // looked at, so a state the plugin left again before the caller woke up is seen as well.
-    bool wait_message(const std::string& resource, const std::function<bool(const Devices&)>& pred, size_t& next,
-                      std::chrono::milliseconds timeout);
+    // Every ListAndWatch message this fake processes gets the next number of one sequence (over
+    // all resources and kubelet restarts); sequence() is the latest (0: none yet).
+    std::uint64_t sequence();
+    // Blocks until a ListAndWatch message of `resource` numbered above `after` (this instance's
+    // messages, in order) satisfies `pred`, and sets `after` to its number: each message is looked
+    // at, so a state the plugin left again before the caller woke up is seen as well.
+    bool wait_message(const std::string& resource, const std::function<bool(const Devices&)>& pred,
+                      std::uint64_t& after, std::chrono::milliseconds timeout);
     // Polls `pred` (called without the fake's lock, so it may use the counters below) every 5 ms
     // until it holds or the timeout passes; returns its last value.
     bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
@@ -111,8 +115,8 @@ public:
     Devices devices(const std::string& resource);
     // The device lists processed for `resource` by this kubelet instance, in order (from any stream).
     std::vector<Devices> messages(const std::string& resource);
-    // How many of them there are so far (a position for wait_message).
-    size_t message_count(const std::string& resource);
+    // Those numbered above `after` in sequence().
+    std::vector<Devices> messages(const std::string& resource, std::uint64_t after);
     // Number of ListAndWatch messages processed for `resource`, over every stream and restart.
     int updates(const std::string& resource);
     // True when no ListAndWatch stream of `resource` is open.
@@ -155,6 +159,7 @@ private:
         bool stopped = false;              // cut off: Allocate refused
         Devices devices;
         std::vector<Devices> messages;
+        std::vector<std::uint64_t> numbers;  // each message's number in sequence()
         std::vector<size_t> history;
         size_t last_bytes = 0;
     };
@@ -173,10 +178,13 @@ private:
     std::mutex mu_;
     std::condition_variable cv_;
     int instance_ = 0;  // bumped by every start(): clients of older instances are dead
+    std::uint64_t sequence_ = 0;  // the latest message's number
     std::chrono::steady_clock::time_point started_at_{};
     bool hang_ = false;
     bool hold_ = false;
     int held_ = 0;
+    bool hold_answers_ = false;
+    int held_answers_ = 0;
     bool stopping_ = false;
     int hung_ = 0;
     int abandoned_ = 0;

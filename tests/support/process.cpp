@@ -124,7 +124,7 @@ int ChildProcess::wait(int timeout_ms) {
         if (left < 0) break;
         if (fd >= 0) {
             pollfd p{fd, POLLIN, 0};
-            ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 10'000)) + 1);
+            ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 100)) + 1);  // and a look every 100 ms
         } else {
             ::usleep(10 * 1000);  // no pidfd (kernel before 5.3): poll
         }
