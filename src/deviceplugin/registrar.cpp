@@ -399,6 +399,8 @@ void Registrar::register_one(const std::string& name) {
     {
         std::lock_guard lk(mu_);
         before = in_flight_kubelet_ = socket_id(opts_.kubelet_socket);
+        // A kubelet listens: a wait for one is over (the next is said again, answered or not).
+        if (auto it = entries_.find(name); it != entries_.end()) it->second.waiting = false;
     }
     log::debug("{}: Register (stream {} and later belong to it)", name, stream);
     {
@@ -451,7 +453,9 @@ void Registrar::failed_locked(const std::string& name, Entry& e, const Error& er
     e.registered = false;
     e.want = true;
     // The kubelet went away during the call (or was on its way out): wait for the next one, quietly.
-    if ((id == before || !id) && !poked && (!id || !listening(opts_.kubelet_socket))) {
+    // kubelet.sock gone decides even when an event came meanwhile: that event was its going (a
+    // kubelet that took the Register and exited before answering cancels the call that way).
+    if (!id || (id == before && !poked && !listening(opts_.kubelet_socket))) {
         log::debug("{}: {}", name, error.message);
         await_kubelet_locked(name, e, id, id ? "it refuses connections" : "it does not exist");
         return;

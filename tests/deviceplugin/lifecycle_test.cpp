@@ -388,6 +388,32 @@ TEST_F(LifecycleTest, AKubeletThatExitedIsWaitedForNotRetriedOnItsStaleSocket) {
     EXPECT_EQ(count(err, " warn "), 0u) << err;
 }
 
+// The kubelet takes our Register (its stream opens) and exits before answering: the call ends
+// CANCELLED, kubelet.sock gone. That is a kubelet gone like any other: the plugin says it waits,
+// retries nothing and registers once with the next kubelet. (Before, the directory event of the
+// socket's removal counted as "something changed meanwhile": a warning that it retries with
+// backoff, and the wait not said again for a later exit.)
+TEST_F(LifecycleTest, AKubeletThatExitsBeforeAnsweringARegisterItTookIsWaitedFor) {
+    kubelet_->hold_answers(true);
+    start("t4x4.yaml");
+    ASSERT_TRUE(kubelet_->wait_until(
+        [&] { return kubelet_->held_answers() == 1 && kubelet_->devices(kGpu).size() == 4; }, 20s))
+        << plugin_->err();
+    kubelet_->stop();
+    ASSERT_TRUE(kgpu::test::eventually([&] { return count(plugin_->err(), "no kubelet listens on") >= 1; }))
+        << plugin_->err();
+    kubelet_->hold_answers(false);
+    ASSERT_TRUE(kubelet_->restart());
+    ASSERT_TRUE(settled({{kGpu, 4}})) << counts({{kGpu, 4}});
+    ASSERT_TRUE(kgpu::test::eventually([&] { return count(plugin_->err(), "registered nvidia.com/gpu") >= 1; }))
+        << plugin_->err();
+    const std::string err = plugin_->err();
+    EXPECT_EQ(count(err, "registered nvidia.com/gpu"), 1u) << err;
+    EXPECT_EQ(count(err, "no kubelet listens on"), 1u) << err;
+    EXPECT_EQ(count(err, "retrying with backoff"), 0u) << err;
+    EXPECT_EQ(count(err, " warn "), 0u) << err;
+}
+
 TEST_F(LifecycleTest, HungKubeletBlocksNeitherSighupNorHealthNorSigterm) {
     kubelet_->hang_register(true);
     const std::string cfg = aux_.path() + "/config.yaml";

@@ -102,15 +102,17 @@ std::chrono::steady_clock::time_point FakeKubelet::started_at() {
 }
 
 void FakeKubelet::stop() {
+    bool held = false;
     {
         std::lock_guard lk(mu_);
         stopping_ = true;
+        held = held_answers_ > 0;
         cv_.notify_all();
     }
     if (server_) {
         // Handlers see stopping_ and return; Wait() returns once none runs, so no handler touches
-        // all_ below.
-        server_->Shutdown(std::chrono::system_clock::now() + 1s);
+        // all_ below. A held answer ends only when its call is cancelled, at the deadline.
+        server_->Shutdown(std::chrono::system_clock::now() + (held ? 100ms : 1s));
         server_->Wait();
         server_.reset();
     }
@@ -157,6 +159,17 @@ void FakeKubelet::hold_streams(bool hold) {
     std::lock_guard lk(mu_);
     hold_ = hold;
     cv_.notify_all();
+}
+
+void FakeKubelet::hold_answers(bool hold) {
+    std::lock_guard lk(mu_);
+    hold_answers_ = hold;
+    cv_.notify_all();
+}
+
+int FakeKubelet::held_answers() {
+    std::lock_guard lk(mu_);
+    return held_answers_;
 }
 
 int FakeKubelet::held_streams() {
@@ -231,7 +244,7 @@ grpc::Status FakeKubelet::on_register(grpc::ServerContext* ctx, const v1beta1::R
         v1beta1::Empty empty;
         ok = c->stub->GetDevicePluginOptions(&octx, empty, &opts).ok();
     }
-    std::lock_guard lk(mu_);
+    std::unique_lock lk(mu_);
     if (!ok || stopping_ || instance != instance_) {
         clients_.erase(name);  // v1.26 deregisters the name, whichever client it holds now
         return grpc::Status(grpc::StatusCode::UNKNOWN, "failed to dial device plugin at " + req.endpoint());
@@ -245,6 +258,16 @@ grpc::Status FakeKubelet::on_register(grpc::ServerContext* ctx, const v1beta1::R
     all_.push_back(c);
     c->reader = std::thread([this, c] { run_client(c); });
     cv_.notify_all();
+    if (hold_answers_) {
+        ++held_answers_;
+        cv_.notify_all();
+        lk.unlock();
+        while (!ctx->IsCancelled()) std::this_thread::sleep_for(5ms);
+        lk.lock();
+        --held_answers_;
+        cv_.notify_all();
+        return grpc::Status(grpc::StatusCode::CANCELLED, "the kubelet exited before answering");
+    }
     return grpc::Status::OK;
 }
 

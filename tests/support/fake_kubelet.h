@@ -87,6 +87,11 @@ public:
     // clients waiting there right now.
     void hold_streams(bool hold);
     int held_streams();
+    // While true, a Register is taken (the client connected, its stream opened) and its answer
+    // held until the call is cancelled (by stop()'s shutdown: a kubelet that exits before
+    // answering). held_answers(): the calls held right now.
+    void hold_answers(bool hold);
+    int held_answers();
 
     // Serves PodResources v1 on `path`: GetAllocatableResources answers the healthy devices of
     // every resource (one ContainerDevices per device, as the kubelet does); List answers no pod.
