@@ -382,7 +382,11 @@ void Registrar::register_one(const std::string& name) {
         auto it = entries_.find(name);
         if (it == entries_.end()) return;
         it->second.poked = false;
-        await_kubelet_locked(name, it->second, kid, kid ? "it refuses connections" : "it does not exist");
+        // Looked at again under mu_, where kubelet_changed() looks: a kubelet that bound its
+        // socket since the look above, and whose event came meanwhile (left to us: the entry was
+        // in flight), is the announced one, looked at again soon, not in max_backoff.
+        const auto current = socket_id(opts_.kubelet_socket);
+        await_kubelet_locked(name, it->second, current, current ? "it refuses connections" : "it does not exist");
         return;
     }
     // Streams of earlier registrations still open: end them first and, when they belong to the
@@ -411,9 +415,12 @@ void Registrar::register_one(const std::string& name) {
     // the call returns at once instead of waiting out its deadline on a kubelet that never answers.
     auto st = register_with_kubelet(opts_.kubelet_socket, endpoint, name,
                                     static_cast<int>(opts_.register_timeout.count()), &cancel_);
-    const auto id = socket_id(opts_.kubelet_socket);
 
     std::lock_guard lk(mu_);
+    // Under mu_, where kubelet_changed() looks: a new kubelet's event taken before this point
+    // (left to us, the entry in flight) has its socket seen here; one after it finds the entry
+    // no longer in flight and registers it itself.
+    const auto id = socket_id(opts_.kubelet_socket);
     in_flight_.clear();
     auto it = entries_.find(name);
     if (it == entries_.end() || stop_ || it->second.server != server) return;
