@@ -175,14 +175,16 @@ TEST_F(SharedDevicesTest, ReplicasPackedWithThePolicyFlagAndLimitedToOne) {
 // Health of shared devices (NVIDIA's plugin marks only one of them: its issue #1929)
 
 TEST_F(SharedDevicesTest, XidOnAGpuTurnsExactlyItsReplicasUnhealthy) {
-    start("t4x4.yaml", {"--config-file", config(kFourReplicas), "--device-id-strategy", "index",
-                        "--health-recovery-period", "1s"});
+    // A reset-class XID: the replicas stay Unhealthy, however slow the Allocate below, until the
+    // reset (a recoverable one would need a recovery period longer than any load can delay it).
+    start("t4x4.yaml", {"--config-file", config(kFourReplicas), "--device-id-strategy", "index"});
     registered("nvidia.com/gpu.shared", 16);
-    event("xid 1 94");
+    event("xid 1 48");
     ASSERT_TRUE(unhealthy_becomes("nvidia.com/gpu.shared", {"1::0", "1::1", "1::2", "1::3"}));
     v1beta1::AllocateResponse resp;
     EXPECT_EQ(kubelet_->allocate("nvidia.com/gpu.shared", {{id("1::2")}}, &resp).error_code(),
               grpc::StatusCode::INVALID_ARGUMENT);
+    event("restore 1");
     ASSERT_TRUE(unhealthy_becomes("nvidia.com/gpu.shared", {}));  // recovery follows the same rule
 }
 
