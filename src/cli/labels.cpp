@@ -203,9 +203,7 @@ int wait_signal(const sigset_t& mask, std::optional<std::chrono::milliseconds> t
 }
 
 std::string describe_interval(std::optional<std::chrono::milliseconds> i) {
-    if (!i) return "infinite";
-    if (i->count() % 1000 == 0) return format_duration(std::chrono::duration_cast<std::chrono::seconds>(*i));
-    return fmt::format("{}ms", i->count());
+    return i ? format_duration(*i) : "infinite";
 }
 
 // With a config source: the config the node label names now (read through `api` when there is

@@ -45,4 +45,9 @@ std::string format_duration(std::chrono::seconds d) {
     return out;
 }
 
+std::string format_duration(std::chrono::milliseconds d) {
+    if (d.count() % 1000 == 0) return format_duration(std::chrono::duration_cast<std::chrono::seconds>(d));
+    return fmt::format("{}ms", d.count());
+}
+
 }  // namespace kgpu

@@ -16,5 +16,7 @@ namespace kgpu {
 Result<std::chrono::seconds> parse_duration(std::string_view text);
 // The shortest spelling parse_duration reads back: 300s -> "5m", 90s -> "1m30s", 0s -> "0s".
 std::string format_duration(std::chrono::seconds d);
+// The same for whole seconds; "{n}ms" otherwise (periods tests shorten below a second).
+std::string format_duration(std::chrono::milliseconds d);
 
 }  // namespace kgpu

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "common/duration.h"
 #include "common/log.h"
 #include "nvml/events.h"
 #include "nvml/xid.h"
@@ -182,9 +183,9 @@ void HealthMonitor::on_xid(size_t i, unsigned xid, unsigned gi, unsigned ci) {
     std::string reason = fmt::format("{}; needs a GPU reset", what);
     if (cls == XidClass::recoverable) {
         bad = Bad::recoverable;
-        const auto ms = policy_.recovery_period.count();  // whole seconds unless a test shortened it
-        reason = fmt::format("{}; recovers after {}{} without another critical XID", what,
-                             ms % 1000 == 0 ? ms / 1000 : ms, ms % 1000 == 0 ? "s" : "ms");
+        // Whole seconds ("5m") unless a test shortened it ("300ms").
+        reason = fmt::format("{}; recovers after {} without another critical XID", what,
+                             format_duration(policy_.recovery_period));
     }
     // An instance-specific XID (not 79: the whole GPU fell off the bus) marks the matching MIG
     // devices only.

@@ -766,6 +766,12 @@ TEST(DevicePluginConfig, Durations) {
     EXPECT_EQ(format_duration(3661s), "1h1m1s");
     EXPECT_EQ(format_duration(0s), "0s");
     for (auto d : {1s, 59s, 60s, 3600s, 7322s}) EXPECT_EQ(parse_duration(format_duration(d)), d);
+    // Milliseconds: the same spelling for whole seconds, "ms" below (test periods).
+    EXPECT_EQ(format_duration(std::chrono::milliseconds(300000)), "5m");
+    EXPECT_EQ(format_duration(std::chrono::milliseconds(1000)), "1s");
+    EXPECT_EQ(format_duration(std::chrono::milliseconds(300)), "300ms");
+    EXPECT_EQ(format_duration(std::chrono::milliseconds(1500)), "1500ms");
+    EXPECT_EQ(format_duration(std::chrono::milliseconds(0)), "0s");
 }
 
 TEST(DevicePluginConfig, ParsersAndBooleans) {

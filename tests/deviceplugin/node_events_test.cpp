@@ -57,7 +57,7 @@ TEST(NodeHealthNotices, GpusAreMatchedByUuidNotPosition) {
 TEST(NodeHealthNotices, AnUnhealthyGpuAtStartIsReportedAndTheActionFollowsTheClass) {
     auto after = fleet(1);
     after[0].healthy = false;
-    after[0].reason = "XID 94 (contained ECC error); recovers after 300s without another critical XID";
+    after[0].reason = "XID 94 (contained ECC error); recovers after 5m without another critical XID";
     auto n = health_notices({}, after, {});
     ASSERT_EQ(n.size(), 1u);
     EXPECT_NE(n[0].message.find("Action: none unless it repeats"), std::string::npos) << n[0].message;
@@ -68,7 +68,7 @@ TEST(NodeHealthNotices, AnUnhealthyGpuAtStartIsReportedAndTheActionFollowsTheCla
 
 TEST(NodeHealthNotices, MigDevicesOnTheirOwnWhileTheirGpuIsHealthy) {
     auto before = fleet(1), after = fleet(1);
-    after[0].unhealthy_migs["MIG-a"] = "XID 94 (contained ECC error); recovers after 300s without another critical "
+    after[0].unhealthy_migs["MIG-a"] = "XID 94 (contained ECC error); recovers after 5m without another critical "
                                        "XID on GPU instance 1 compute instance 0";
     auto n = health_notices(before, after, {});
     ASSERT_EQ(n.size(), 1u);
