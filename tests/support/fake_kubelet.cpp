@@ -306,8 +306,7 @@ void FakeKubelet::run_client(const std::shared_ptr<Client>& c) {
             devices[d.id()] = std::move(s);
         }
         r.devices = devices;
-        r.messages.push_back(std::move(devices));
-        r.numbers.push_back(++sequence_);
+        r.messages.push_back({++sequence_, std::move(devices)});
         r.history.push_back(static_cast<size_t>(resp.devices_size()));
         r.last_bytes = resp.ByteSizeLong();
         cv_.notify_all();
@@ -379,9 +378,9 @@ bool FakeKubelet::wait_message(const std::string& resource, const std::function<
         auto it = resources_.find(resource);
         if (it == resources_.end()) return false;
         const Resource& r = it->second;
-        for (size_t i = 0; i < r.messages.size(); ++i) {
-            if (r.numbers[i] <= after || !pred(r.messages[i])) continue;
-            after = r.numbers[i];
+        for (const auto& m : r.messages) {
+            if (m.number <= after || !pred(m.devices)) continue;
+            after = m.number;
             return true;
         }
         return false;
@@ -404,9 +403,7 @@ FakeKubelet::Devices FakeKubelet::devices(const std::string& resource) {
 }
 
 std::vector<FakeKubelet::Devices> FakeKubelet::messages(const std::string& resource) {
-    std::lock_guard lk(mu_);
-    auto it = resources_.find(resource);
-    return it == resources_.end() ? std::vector<Devices>{} : it->second.messages;
+    return messages(resource, 0);  // numbers start at 1
 }
 
 std::vector<FakeKubelet::Devices> FakeKubelet::messages(const std::string& resource, std::uint64_t after) {
@@ -414,8 +411,8 @@ std::vector<FakeKubelet::Devices> FakeKubelet::messages(const std::string& resou
     std::vector<Devices> out;
     auto it = resources_.find(resource);
     if (it == resources_.end()) return out;
-    for (size_t i = 0; i < it->second.messages.size(); ++i)
-        if (it->second.numbers[i] > after) out.push_back(it->second.messages[i]);
+    for (const auto& m : it->second.messages)
+        if (m.number > after) out.push_back(m.devices);
     return out;
 }
 

@@ -163,8 +163,11 @@ private:
         std::shared_ptr<Client> endpoint;  // from the latest successful registration
         bool stopped = false;              // cut off: Allocate refused
         Devices devices;
-        std::vector<Devices> messages;
-        std::vector<std::uint64_t> numbers;  // each message's number in sequence()
+        struct Message {
+            std::uint64_t number;  // in sequence()
+            Devices devices;
+        };
+        std::vector<Message> messages;
         std::vector<size_t> history;
         size_t last_bytes = 0;
     };
