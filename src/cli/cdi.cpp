@@ -116,26 +116,25 @@ CLI::App* add_cdi_command(CLI::App& app, CdiOptions& opts) {
     return cdi;
 }
 
-int run_cdi_generate(const CdiOptions& opts) {
-    auto usage = [](const std::string& m) {
-        std::cerr << "kgpu cdi generate: " << m << "\n";
-        return 2;
-    };
-    for (const auto& f : opts.feature_flags)
-        std::cerr << "kgpu cdi generate: warning: --feature-flag " << f << " ignored: kgpu has no feature flags\n";
+namespace {
+
+// The generator's options from the command line's; every error is a usage error (exit 2).
+Result<cdi::SpecOptions> spec_options(const CdiOptions& opts) {
     cdi::SpecOptions so;
     const std::string mode = strings::lower(opts.mode);
     if (mode == "auto" || mode == "nvml") so.mode = cdi::Mode::nvml;
     else if (mode == "imex") so.mode = cdi::Mode::imex;
     else
-        return usage("--mode '" + opts.mode + "': kgpu generates auto (= nvml), nvml or imex specs (csv, wsl, management, "
-                     "gdrcopy, gds, mofed and nvswitch are nvidia-ctk's only)");
+        return fail(Code::invalid_argument,
+                    "--mode '{}': kgpu generates auto (= nvml), nvml or imex specs (csv, wsl, management, "
+                    "gdrcopy, gds, mofed and nvswitch are nvidia-ctk's only)",
+                    opts.mode);
     so.vendor = opts.vendor;
     so.device_class = !opts.device_class.empty() ? opts.device_class : so.mode == cdi::Mode::imex ? "imex-channel" : "gpu";
     std::string joined;
     for (const auto& s : opts.name_strategies) joined += s + ",";
     auto strategies = cdi::parse_strategies(joined);
-    if (!strategies) return usage("--" + strategies.error().message);
+    if (!strategies) return fail(Code::invalid_argument, "--{}", strategies.error().message);
     so.strategies = *strategies;
     so.driver_root = opts.nvml.driver_root;
     so.dev_root = opts.dev_root;
@@ -145,7 +144,7 @@ int run_cdi_generate(const CdiOptions& opts) {
     so.hooks.disabled = opts.disabled_hooks;
     if (opts.no_hooks) so.hooks.disabled.push_back("all");
     for (const auto& h : opts.enabled_hooks)
-        if (h == "all") return usage("--enable-hook all: enabling all hooks is not supported");
+        if (h == "all") return fail(Code::invalid_argument, "--enable-hook all: enabling all hooks is not supported");
     so.hooks.enabled = opts.enabled_hooks;
     so.hooks.ldconfig_path = opts.ldconfig_path;
     so.all_device = !opts.no_all_device;
@@ -154,7 +153,21 @@ int run_cdi_generate(const CdiOptions& opts) {
     so.library_search_paths = opts.library_search_paths;
     so.config_search_paths = opts.config_search_paths;
     so.allow_missing_libraries = opts.allow_missing_libraries;
-    if (auto kind = cdi::make_kind(so.vendor, so.device_class); !kind) return usage(kind.error().message);
+    if (auto kind = cdi::make_kind(so.vendor, so.device_class); !kind) return std::unexpected(kind.error());
+    return so;
+}
+
+}  // namespace
+
+int run_cdi_generate(const CdiOptions& opts) {
+    for (const auto& f : opts.feature_flags)
+        std::cerr << "kgpu cdi generate: warning: --feature-flag " << f << " ignored: kgpu has no feature flags\n";
+    const auto options = spec_options(opts);
+    if (!options) {
+        std::cerr << "kgpu cdi generate: " << options.error().message << "\n";
+        return 2;
+    }
+    const cdi::SpecOptions& so = *options;
 
     inventory::Node node;
     if (so.mode == cdi::Mode::nvml) {

@@ -342,6 +342,21 @@ void Registrar::run() {
     }
 }
 
+void Registrar::await_served_again(const std::string& name, const std::string& socket_path) {
+    std::lock_guard lk(mu_);
+    in_flight_.clear();
+    auto it = entries_.find(name);
+    if (it == entries_.end()) return;
+    Entry& e = it->second;
+    e.want = true;
+    if (std::exchange(e.poked, false)) {
+        e.next_try = Clock::now();  // served again meanwhile
+    } else {
+        retry_after_backoff_locked(e, Clock::now());
+    }
+    log::debug("{}: {} is not served right now: registering once it is", name, socket_path);
+}
+
 void Registrar::register_one(const std::string& name) {
     std::shared_ptr<ResourceServer> server;
     bool same_kubelet = false;  // the previous registration went to the kubelet there is now
@@ -359,21 +374,7 @@ void Registrar::register_one(const std::string& name) {
     // Our socket deleted (a kubelet restarting removes every socket in the directory, in no
     // particular order): the control loop serves it again and tells us (served_again); a Register
     // now would let the kubelet dial the old server, which is about to go.
-    if (!socket_id(server->socket_path())) {
-        std::lock_guard lk(mu_);
-        in_flight_.clear();
-        auto it = entries_.find(name);
-        if (it == entries_.end()) return;
-        Entry& e = it->second;
-        e.want = true;
-        if (std::exchange(e.poked, false)) {
-            e.next_try = Clock::now();  // served again meanwhile
-        } else {
-            retry_after_backoff_locked(e, Clock::now());
-        }
-        log::debug("{}: {} is not served right now: registering once it is", name, server->socket_path());
-        return;
-    }
+    if (!socket_id(server->socket_path())) return await_served_again(name, server->socket_path());
     // No kubelet to take it: kubelet.sock missing, or refusing connections (the kubelet exited and
     // left its socket file). Wait for the next kubelet instead of trying the dead socket.
     if (const auto kid = socket_id(opts_.kubelet_socket); !kid || !listening(opts_.kubelet_socket)) {

@@ -147,6 +147,8 @@ private:
     void run();
     // One Register for `name` (mu_ not held), and its outcome recorded.
     void register_one(const std::string& name);
+    // register_one() found our socket deleted: registers once it is served again.
+    void await_served_again(const std::string& name, const std::string& socket_path);
     // Where another plugin's socket for `name` would be (empty: no other plugin serves it).
     std::string foreign_path(const std::string& name) const;
     // Whether someone listens on the other plugin's socket for `name`.

@@ -29,6 +29,35 @@ const std::vector<ApiNeed>& api_needs() {
     return needs;
 }
 
+namespace {
+
+// The Node kgpu runs on: NODE_NAME well-formed and the Node there.
+void check_node(const kube::Requester& request, const std::string& node, CheckResult& r) {
+    if (auto st = node.empty() ? kgpu::Status{} : kube::check_node_name(node); !st) {
+        note(r, "{}", st.error().message);
+        worse(r, Status::warn, "set NODE_NAME (or --node-name) to the downward API's spec.nodeName");
+    } else if (!node.empty()) {
+        const std::string path = "/api/v1/nodes/" + node;
+        auto n = request("GET", path, {}, {});
+        if (!n) {
+            note(r, "{}", n.error().message);
+            worse(r, Status::warn, "");
+        } else if (n->status == 200) {
+            note(r, "GET {}: 200 (the Node exists)", path);
+        } else {
+            note(r, "{}", kube::describe_failure("GET", path, *n));
+            if (n->status == 404)
+                worse(r, Status::warn, fmt::format("no Node named {}: NODE_NAME must be the downward API's spec.nodeName", node));
+            else
+                worse(r, Status::warn, "");
+        }
+    } else {
+        note(r, "no node name (NODE_NAME, --node-name): the Node is not looked at");
+    }
+}
+
+}  // namespace
+
 void check_kube_api(const kube::Requester& request, const std::string& server, const std::string& node, CheckResult& r) {
     r.status = Status::ok;
     auto version = request("GET", "/version", {}, {});
@@ -51,27 +80,7 @@ void check_kube_api(const kube::Requester& request, const std::string& server, c
     if (v.is_object()) git = v.contains("gitVersion") && v["gitVersion"].is_string() ? v["gitVersion"].get<std::string>() : "(no gitVersion)";
     note(r, "GET {}/version: {} {}", server, version->status, git);
 
-    if (auto st = node.empty() ? kgpu::Status{} : kube::check_node_name(node); !st) {
-        note(r, "{}", st.error().message);
-        worse(r, Status::warn, "set NODE_NAME (or --node-name) to the downward API's spec.nodeName");
-    } else if (!node.empty()) {
-        const std::string path = "/api/v1/nodes/" + node;
-        auto n = request("GET", path, {}, {});
-        if (!n) {
-            note(r, "{}", n.error().message);
-            worse(r, Status::warn, "");
-        } else if (n->status == 200) {
-            note(r, "GET {}: 200 (the Node exists)", path);
-        } else {
-            note(r, "{}", kube::describe_failure("GET", path, *n));
-            if (n->status == 404)
-                worse(r, Status::warn, fmt::format("no Node named {}: NODE_NAME must be the downward API's spec.nodeName", node));
-            else
-                worse(r, Status::warn, "");
-        }
-    } else {
-        note(r, "no node name (NODE_NAME, --node-name): the Node is not looked at");
-    }
+    check_node(request, node, r);
 
     std::vector<std::string> denied, unknown;
     for (const auto& need : api_needs()) {

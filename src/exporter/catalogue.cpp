@@ -269,6 +269,25 @@ const MetricDef* find_metric(std::string_view name) {
     return nullptr;
 }
 
+namespace {
+
+// One metric's row of the markdown catalogue table.
+std::string catalogue_row(const MetricDef& m) {
+    std::string labels{scope_labels(m.scope)};
+    if (!m.labels.empty()) labels = labels == "—" ? std::string(m.labels) : fmt::format("{}, {}", labels, m.labels);
+    if (m.id == xid_errors) labels += ", err_code, err_msg";
+    std::string scale = m.scale == 1.0      ? "1"
+                        : m.scale == 0.001  ? "0.001"
+                        : m.scale == 0.01   ? "0.01"
+                        : m.scale == kMiBps ? "1048576"
+                                            : "1/1048576";
+    if (m.whole) scale += ", rounded down";
+    return fmt::format("| `{}` | {} | {} | {} | {} | {} | {} |\n", m.name, to_string(m.type), md_cell(m.unit),
+                       md_cell(labels), md_cell(m.help), md_cell(m.source), scale);
+}
+
+}  // namespace
+
 std::string metrics_markdown() {
     std::string out;
     auto w = [&](std::string_view s) { out += s; };
@@ -341,19 +360,7 @@ std::string metrics_markdown() {
     w("\n");
     w("## Catalogue\n\n");
     w("| metric | type | unit | labels | help | source | scale |\n|---|---|---|---|---|---|---|\n");
-    for (const auto& m : kCatalogue) {
-        std::string labels{scope_labels(m.scope)};
-        if (!m.labels.empty()) labels = labels == "—" ? std::string(m.labels) : fmt::format("{}, {}", labels, m.labels);
-        if (m.id == xid_errors) labels += ", err_code, err_msg";
-        std::string scale = m.scale == 1.0      ? "1"
-                            : m.scale == 0.001  ? "0.001"
-                            : m.scale == 0.01   ? "0.01"
-                            : m.scale == kMiBps ? "1048576"
-                                                : "1/1048576";
-        if (m.whole) scale += ", rounded down";
-        out += fmt::format("| `{}` | {} | {} | {} | {} | {} | {} |\n", m.name, to_string(m.type), md_cell(m.unit),
-                           md_cell(labels), md_cell(m.help), md_cell(m.source), scale);
-    }
+    for (const auto& m : kCatalogue) out += catalogue_row(m);
     return out;
 }
 

@@ -160,6 +160,32 @@ void HttpServer::Impl::on_timer(Conn& c, Clock::time_point now) {
     }
 }
 
+void HttpServer::Impl::on_conn_event(Conn& c, std::uint32_t ev, Clock::time_point now) {
+    if (ev & EPOLLERR) {
+        close_conn(c, nullptr);
+        return;
+    }
+    if (ev & EPOLLOUT) {
+        const bool was_writing = c.phase == Phase::writing;
+        if (!on_writable(c, now) || c.fd < 0) return;
+        if (was_writing) resume(c, now);
+        if (c.fd < 0) return;
+    }
+    if (ev & (EPOLLIN | EPOLLHUP | EPOLLRDHUP)) {
+        if (c.phase == Phase::writing && c.tls_wants_read) {
+            on_writable(c, now);  // a TLS write that needed to read first
+            if (c.fd >= 0) resume(c, now);
+            return;
+        }
+        if (c.phase == Phase::auth || c.phase == Phase::writing) {
+            // Not reading now; a client that hung up entirely is let go.
+            if (ev & EPOLLHUP) close_conn(c, nullptr);
+            return;
+        }
+        on_readable(c, now);
+    }
+}
+
 void HttpServer::Impl::run() {
     // OpenSSL writes with write(2), which raises SIGPIPE when a client has gone: blocked on
     // this thread, such a write fails with EPIPE instead of killing the process.
@@ -194,32 +220,7 @@ void HttpServer::Impl::run() {
                 on_auth_done(now);
                 continue;
             }
-            Conn* found = table.find(id);
-            if (found == nullptr) continue;  // closed earlier in this batch
-            Conn& c = *found;
-            if (ev & EPOLLERR) {
-                close_conn(c, nullptr);
-                continue;
-            }
-            if (ev & EPOLLOUT) {
-                const bool was_writing = c.phase == Phase::writing;
-                if (!on_writable(c, now) || c.fd < 0) continue;
-                if (was_writing) resume(c, now);
-                if (c.fd < 0) continue;
-            }
-            if (ev & (EPOLLIN | EPOLLHUP | EPOLLRDHUP)) {
-                if (c.phase == Phase::writing && c.tls_wants_read) {
-                    on_writable(c, now);  // a TLS write that needed to read first
-                    if (c.fd >= 0) resume(c, now);
-                    continue;
-                }
-                if (c.phase == Phase::auth || c.phase == Phase::writing) {
-                    // Not reading now; a client that hung up entirely is let go.
-                    if (ev & EPOLLHUP) close_conn(c, nullptr);
-                    continue;
-                }
-                on_readable(c, now);
-            }
+            if (Conn* c = table.find(id)) on_conn_event(*c, ev, now);  // else closed earlier in this batch
         }
         // Then the connections left with work by the previous pass's budget, in the order
         // they ran out.

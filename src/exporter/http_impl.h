@@ -163,6 +163,8 @@ struct HttpServer::Impl {
     // ---- the loop ------------------------------------------------------------------------------
 
     void on_timer(Conn& c, Clock::time_point now);
+    // What epoll reported for connection `c` (`ev`).
+    void on_conn_event(Conn& c, std::uint32_t ev, Clock::time_point now);
     void run();
 };
 

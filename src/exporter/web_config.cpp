@@ -86,34 +86,8 @@ std::string resolve(const std::filesystem::path& dir, const std::string& file) {
     return (dir / file).string();
 }
 
-void parse_tls(const Walker& w, const YAML::Node& n, const std::filesystem::path& dir, WebConfig& out) {
-    const std::string k = "tls_server_config";
-    w.expect_map(n, k,
-                 {"cert", "key", "client_ca", "cert_file", "key_file", "client_auth_type", "client_ca_file",
-                  "client_allowed_sans", "min_version", "max_version", "cipher_suites", "prefer_server_cipher_suites",
-                  "curve_preferences"});
-    if (n.IsNull()) return;
-    TlsServerConfig t;
-    auto str = [&](const char* key) { return n[key] ? w.scalar(n[key], Walker::join(k, key)) : std::string(); };
-    t.cert_pem = str("cert");
-    t.key_pem = str("key");
-    t.client_ca_pem = str("client_ca");
-    t.cert_file = resolve(dir, str("cert_file"));
-    t.key_file = resolve(dir, str("key_file"));
-    t.client_ca_file = resolve(dir, str("client_ca_file"));
-    const std::string auth = str("client_auth_type");
-    if (!auth.empty()) {
-        auto it = std::ranges::find(kClientAuth, std::string_view(auth), &std::pair<std::string_view, ClientAuth>::first);
-        if (it == std::end(kClientAuth))
-            w.error(n["client_auth_type"], k + ".client_auth_type",
-                    fmt::format("invalid ClientAuth '{}' (expected one of {})", auth, names_of(kClientAuth)));
-        t.client_auth = it->second;
-    }
-    // Nothing set at all: the toolkit serves plain HTTP.
-    if (t.cert_pem.empty() && t.key_pem.empty() && t.client_ca_pem.empty() && t.cert_file.empty() &&
-        t.key_file.empty() && t.client_ca_file.empty() && auth.empty())
-        return;
-    if (n["client_allowed_sans"]) t.client_allowed_sans = w.strings(n["client_allowed_sans"], k + ".client_allowed_sans");
+// tls_server_config's versions, cipher suites and curves, by Go crypto/tls's names.
+void parse_tls_algorithms(const Walker& w, const YAML::Node& n, const std::string& k, TlsServerConfig& t) {
     auto version = [&](const char* key, int& v) {
         if (!n[key]) return;
         const std::string s = w.scalar(n[key], Walker::join(k, key));
@@ -145,6 +119,37 @@ void parse_tls(const Walker& w, const YAML::Node& n, const std::filesystem::path
             t.curves.emplace_back(it->second);
         }
     }
+}
+
+void parse_tls(const Walker& w, const YAML::Node& n, const std::filesystem::path& dir, WebConfig& out) {
+    const std::string k = "tls_server_config";
+    w.expect_map(n, k,
+                 {"cert", "key", "client_ca", "cert_file", "key_file", "client_auth_type", "client_ca_file",
+                  "client_allowed_sans", "min_version", "max_version", "cipher_suites", "prefer_server_cipher_suites",
+                  "curve_preferences"});
+    if (n.IsNull()) return;
+    TlsServerConfig t;
+    auto str = [&](const char* key) { return n[key] ? w.scalar(n[key], Walker::join(k, key)) : std::string(); };
+    t.cert_pem = str("cert");
+    t.key_pem = str("key");
+    t.client_ca_pem = str("client_ca");
+    t.cert_file = resolve(dir, str("cert_file"));
+    t.key_file = resolve(dir, str("key_file"));
+    t.client_ca_file = resolve(dir, str("client_ca_file"));
+    const std::string auth = str("client_auth_type");
+    if (!auth.empty()) {
+        auto it = std::ranges::find(kClientAuth, std::string_view(auth), &std::pair<std::string_view, ClientAuth>::first);
+        if (it == std::end(kClientAuth))
+            w.error(n["client_auth_type"], k + ".client_auth_type",
+                    fmt::format("invalid ClientAuth '{}' (expected one of {})", auth, names_of(kClientAuth)));
+        t.client_auth = it->second;
+    }
+    // Nothing set at all: the toolkit serves plain HTTP.
+    if (t.cert_pem.empty() && t.key_pem.empty() && t.client_ca_pem.empty() && t.cert_file.empty() &&
+        t.key_file.empty() && t.client_ca_file.empty() && auth.empty())
+        return;
+    if (n["client_allowed_sans"]) t.client_allowed_sans = w.strings(n["client_allowed_sans"], k + ".client_allowed_sans");
+    parse_tls_algorithms(w, n, k, t);
     if (n["prefer_server_cipher_suites"])
         t.prefer_server_cipher_suites = w.boolean(n["prefer_server_cipher_suites"], k + ".prefer_server_cipher_suites");
 

@@ -180,6 +180,42 @@ Cuda first_cuda_for(Cc cc) {
     return cc > kArch[std::size(kArch) - 1].cc ? Cuda{99, 0} : Cuda{11, 0};
 }
 
+namespace {
+
+// What an image built for `cuda` does on a GPU of compute capability `cc` (`gpu_label`): its
+// lines added to `a`; false when it cannot run.
+bool arch_lines(Cc cc, const Cuda& cuda, const std::string& gpu_label, Answer& a) {
+    bool runs = true;
+    Cc lo = min_cc(cuda.major);
+    Cuda first = first_cuda_for(cc);
+    std::string arch = architecture(cc);
+    std::string arch_part = arch.empty() ? "" : fmt::format(", {}", arch);
+    if (cc < lo) {
+        runs = false;
+        a.lines.push_back(fmt::format(
+            "CUDA {}.x builds for compute capability {} and newer ({}); {} is {}: the container fails with \"no "
+            "kernel image is available for execution on the device\".",
+            cuda.major, lo.str(), majors_with(lo), gpu_label, arch.empty() ? "older" : arch));
+        int last = cuda.major - 1;
+        while (last >= 11 && cc < min_cc(last)) --last;
+        a.lines.push_back(last >= 11 ? fmt::format("Use an image built for CUDA {}.x, the last to support {}.", last,
+                                                   arch.empty() ? cc.str() : arch)
+                                     : std::string("No supported CUDA release targets this GPU."));
+    } else if (cuda < first) {
+        runs = false;
+        a.lines.push_back(fmt::format(
+            "CUDA {} predates compute capability {}{}: an image built with it has no kernel for {} (\"no kernel "
+            "image is available for execution on the device\") unless it carries PTX the driver can JIT-compile.",
+            cuda.str(), cc.str(), arch_part, gpu_label));
+        a.lines.push_back(fmt::format("Use an image built for CUDA {} or newer.", first.str()));
+    } else {
+        a.lines.push_back(fmt::format("CUDA {} builds for {}{}.", cuda.str(), gpu_label, arch_part));
+    }
+    return runs;
+}
+
+}  // namespace
+
 Answer answer(const Query& q) {
     Answer a;
     auto bad = [&](std::string line) {
@@ -235,33 +271,7 @@ Answer answer(const Query& q) {
                                       *need, minor_compat_driver(cuda->major).value_or(*need)));
     }
 
-    if (cc) {
-        Cc lo = min_cc(cuda->major);
-        Cuda first = first_cuda_for(*cc);
-        std::string arch = architecture(*cc);
-        std::string arch_part = arch.empty() ? "" : fmt::format(", {}", arch);
-        if (*cc < lo) {
-            runs = false;
-            a.lines.push_back(fmt::format(
-                "CUDA {}.x builds for compute capability {} and newer ({}); {} is {}: the container fails with \"no "
-                "kernel image is available for execution on the device\".",
-                cuda->major, lo.str(), majors_with(lo), gpu_label, arch.empty() ? "older" : arch));
-            int last = cuda->major - 1;
-            while (last >= 11 && *cc < min_cc(last)) --last;
-            a.lines.push_back(last >= 11 ? fmt::format("Use an image built for CUDA {}.x, the last to support {}.", last,
-                                                       arch.empty() ? cc->str() : arch)
-                                         : std::string("No supported CUDA release targets this GPU."));
-        } else if (*cuda < first) {
-            runs = false;
-            a.lines.push_back(fmt::format(
-                "CUDA {} predates compute capability {}{}: an image built with it has no kernel for {} (\"no kernel "
-                "image is available for execution on the device\") unless it carries PTX the driver can JIT-compile.",
-                cuda->str(), cc->str(), arch_part, gpu_label));
-            a.lines.push_back(fmt::format("Use an image built for CUDA {} or newer.", first.str()));
-        } else {
-            a.lines.push_back(fmt::format("CUDA {} builds for {}{}.", cuda->str(), gpu_label, arch_part));
-        }
-    }
+    if (cc && !arch_lines(*cc, *cuda, gpu_label, a)) runs = false;
     a.exit_code = runs ? 0 : 1;
     a.lines.insert(a.lines.begin(), runs ? (a.minor_compat_only ? "Runs (through minor-version compatibility)." : "Runs.")
                                          : "Does not run.");

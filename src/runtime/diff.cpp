@@ -164,13 +164,9 @@ struct LineEq {
     bool operator()(const Line& x, const Line& y) const { return x.newline == y.newline && x.text == y.text; }
 };
 
-}  // namespace
-
-std::string unified_diff(std::string_view before, std::string_view after, std::string_view a_name, std::string_view b_name) {
-    if (before == after) return "";
-    const auto a = lines_of(before), b = lines_of(after);
+// Which lines of `a` and of `b` the shortest edit script changes.
+std::pair<std::vector<bool>, std::vector<bool>> changed_lines(const std::vector<Line>& a, const std::vector<Line>& b) {
     const size_t n = a.size(), m = b.size();
-
     // Lines as classes; a line that occurs in only one text is changed whatever the alignment,
     // so the search only sees lines that occur in both (which keeps it fast when many differ).
     std::unordered_map<Line, int32_t, LineHash, LineEq> classes;
@@ -202,6 +198,16 @@ std::string unified_diff(std::string_view before, std::string_view after, std::s
         for (size_t j = 0; j < rb_at.size(); ++j)
             if (d.b_changed()[j]) b_changed[rb_at[j]] = true;
     }
+    return {std::move(a_changed), std::move(b_changed)};
+}
+
+}  // namespace
+
+std::string unified_diff(std::string_view before, std::string_view after, std::string_view a_name, std::string_view b_name) {
+    if (before == after) return "";
+    const auto a = lines_of(before), b = lines_of(after);
+    const size_t n = a.size(), m = b.size();
+    const auto [a_changed, b_changed] = changed_lines(a, b);
 
     // The edit script, walked hunk by hunk: unchanged lines pair up in order.
     struct Op {

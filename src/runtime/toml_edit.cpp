@@ -238,6 +238,24 @@ void serialize_into(const toml::table& t, const Path& path, const std::string& i
     }
 }
 
+// Where a new top-level key goes: after the last top-level key, else after the file's leading
+// comments; always above the first table.
+size_t top_level_key_place(const toml::table& doc, const std::vector<size_t>& headers,
+                           const std::vector<std::string>& lines) {
+    size_t at = 0;
+    for (const auto& [k, v] : doc)
+        if (!v.is_table() && !is_array_of_tables(v)) at = std::max<size_t>(at, v.source().end.line);
+    if (at == 0) {
+        while (at < lines.size()) {
+            auto t = strings::trim(lines[at]);
+            if (t.empty() || t.starts_with("#")) ++at;
+            else break;
+        }
+    }
+    if (!headers.empty()) at = std::min(at, headers.front());
+    return at;
+}
+
 }  // namespace
 
 Result<toml::table> parse(std::string_view text, std::string_view source) {
@@ -408,20 +426,7 @@ Status Text::set_key(const Path& path, const std::string& key, const toml::node&
     }
     const auto headers = header_indexes(*doc, lines);
     if (path.empty()) {
-        // Top-level keys go after the last top-level key, else after the file's leading
-        // comments; always above the first table.
-        size_t at = 0;
-        for (const auto& [k, v] : *doc)
-            if (!v.is_table() && !is_array_of_tables(v)) at = std::max<size_t>(at, v.source().end.line);
-        if (at == 0) {
-            while (at < lines.size()) {
-                auto t = strings::trim(lines[at]);
-                if (t.empty() || t.starts_with("#")) ++at;
-                else break;
-            }
-        }
-        if (!headers.empty()) at = std::min(at, headers.front());
-        lines.insert(lines.begin() + static_cast<long>(at), assignment);
+        lines.insert(lines.begin() + static_cast<long>(top_level_key_place(*doc, headers, lines)), assignment);
     } else {
         std::optional<size_t> own;
         for (size_t h : headers) {

@@ -49,6 +49,37 @@ struct Resolver {
         return {};
     }
 
+    // A GPU or MIG UUID `n`, or a prefix of one that matches one device (`name` as given).
+    Status resolve_uuid(std::string_view name, std::string_view n) {
+        const bool mig = strings::starts_with_ci(n, "MIG-");
+        std::vector<std::pair<unsigned, int>> matches;  // (gpu pos, mig pos or -1)
+        bool exact = false;
+        auto consider = [&](const std::string& uuid, unsigned g, int m) {
+            if (uuid.size() < n.size() || !strings::starts_with_ci(uuid, n)) return;
+            if (uuid.size() == n.size() && !exact) {
+                exact = true;
+                matches.clear();
+            }
+            if (exact && uuid.size() != n.size()) return;
+            matches.emplace_back(g, m);
+        };
+        for (unsigned i = 0; i < node.gpus.size(); ++i) {
+            if (!mig) consider(node.gpus[i].uuid, i, -1);
+            else
+                for (unsigned j = 0; j < node.gpus[i].mig_devices.size(); ++j)
+                    consider(node.gpus[i].mig_devices[j].uuid, i, static_cast<int>(j));
+        }
+        if (matches.empty()) return fail(Code::not_found, "unknown device '{}': no such UUID; {}", name, known());
+        if (matches.size() > 1)
+            return fail(Code::invalid_argument, "device '{}': the UUID prefix matches {} devices; give more of it", name,
+                        matches.size());
+        auto [g, m] = matches.front();
+        if (auto st = gpu_ok(g, name); !st) return st;
+        if (m < 0) add_gpu(g);
+        else add_mig(g, static_cast<unsigned>(m));
+        return {};
+    }
+
     // A bare device name (no CDI kind). `cdi_names` also accepts the type-index spellings.
     Status resolve(std::string_view name, bool cdi_names) {
         if (name == "all") {
@@ -89,35 +120,7 @@ struct Resolver {
                 return fail(Code::not_found, "unknown device '{}': no MIG device {} on GPU {}; {}", name, mi, gi, known());
             }
         }
-        if (strings::starts_with_ci(n, "GPU-") || strings::starts_with_ci(n, "MIG-")) {
-            const bool mig = strings::starts_with_ci(n, "MIG-");
-            std::vector<std::pair<unsigned, int>> matches;  // (gpu pos, mig pos or -1)
-            bool exact = false;
-            auto consider = [&](const std::string& uuid, unsigned g, int m) {
-                if (uuid.size() < n.size() || !strings::starts_with_ci(uuid, n)) return;
-                if (uuid.size() == n.size() && !exact) {
-                    exact = true;
-                    matches.clear();
-                }
-                if (exact && uuid.size() != n.size()) return;
-                matches.emplace_back(g, m);
-            };
-            for (unsigned i = 0; i < node.gpus.size(); ++i) {
-                if (!mig) consider(node.gpus[i].uuid, i, -1);
-                else
-                    for (unsigned j = 0; j < node.gpus[i].mig_devices.size(); ++j)
-                        consider(node.gpus[i].mig_devices[j].uuid, i, static_cast<int>(j));
-            }
-            if (matches.empty()) return fail(Code::not_found, "unknown device '{}': no such UUID; {}", name, known());
-            if (matches.size() > 1)
-                return fail(Code::invalid_argument, "device '{}': the UUID prefix matches {} devices; give more of it", name,
-                            matches.size());
-            auto [g, m] = matches.front();
-            if (auto st = gpu_ok(g, name); !st) return st;
-            if (m < 0) add_gpu(g);
-            else add_mig(g, static_cast<unsigned>(m));
-            return {};
-        }
+        if (strings::starts_with_ci(n, "GPU-") || strings::starts_with_ci(n, "MIG-")) return resolve_uuid(name, n);
         if (auto bus = pci::sysfs_address(n); !bus.empty()) {
             for (unsigned i = 0; i < node.gpus.size(); ++i) {
                 if (pci::sysfs_address(node.gpus[i].pci_bus_id) != bus) continue;

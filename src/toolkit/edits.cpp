@@ -77,6 +77,47 @@ std::string link_target_file(const std::string& arg) {
     return target.substr(target.rfind('/') + 1);
 }
 
+// Driver files outside the requested capabilities stay out, and so do their symlinks.
+void keep_capabilities(ojson& edits, const EditOptions& o) {
+    if (auto mounts = edits.find("mounts"); mounts != edits.end()) {
+        ojson kept = ojson::array();
+        for (const auto& m : *mounts) {
+            std::string path = m.value("containerPath", std::string());
+            std::string file = path.substr(path.rfind('/') + 1);
+            // Libraries and binaries; the GSP firmware and the IPC sockets always go in.
+            bool driver_file = (path.starts_with("/usr/") || path.starts_with("/lib") || path.starts_with("/bin") ||
+                                path.starts_with("/sbin")) &&
+                               !path.starts_with("/lib/firmware/");
+            if (!driver_file || wanted(o.capabilities, capability_of(file))) kept.push_back(m);
+        }
+        *mounts = std::move(kept);
+    }
+    if (auto hooks = edits.find("hooks"); hooks != edits.end()) {
+        ojson kept = ojson::array();
+        for (auto h : *hooks) {
+            auto args = h.value("args", ojson::array());
+            if (std::find(args.begin(), args.end(), "create-symlinks") != args.end()) {
+                ojson narrowed = ojson::array();
+                bool any_link = false;
+                for (size_t i = 0; i < args.size(); ++i) {
+                    if (args[i] == "--link" && i + 1 < args.size() && args[i + 1].is_string()) {
+                        if (!wanted(o.capabilities, capability_of(link_target_file(args[i + 1].get<std::string>())))) {
+                            ++i;
+                            continue;
+                        }
+                        any_link = true;
+                    }
+                    narrowed.push_back(args[i]);
+                }
+                if (!any_link) continue;
+                h["args"] = narrowed;
+            }
+            kept.push_back(std::move(h));
+        }
+        *hooks = std::move(kept);
+    }
+}
+
 }  // namespace
 
 Result<ojson> container_edits(const inventory::Node& node, const Selection& sel, const EditOptions& o) {
@@ -122,44 +163,7 @@ Result<ojson> container_edits(const inventory::Node& node, const Selection& sel,
         if (auto e = it->find("containerEdits"); e != it->end()) merge(edits, *e);
     }
 
-    // Driver files outside the requested capabilities stay out, and so do their symlinks.
-    if (auto mounts = edits.find("mounts"); mounts != edits.end()) {
-        ojson kept = ojson::array();
-        for (const auto& m : *mounts) {
-            std::string path = m.value("containerPath", std::string());
-            std::string file = path.substr(path.rfind('/') + 1);
-            // Libraries and binaries; the GSP firmware and the IPC sockets always go in.
-            bool driver_file = (path.starts_with("/usr/") || path.starts_with("/lib") || path.starts_with("/bin") ||
-                                path.starts_with("/sbin")) &&
-                               !path.starts_with("/lib/firmware/");
-            if (!driver_file || wanted(o.capabilities, capability_of(file))) kept.push_back(m);
-        }
-        *mounts = std::move(kept);
-    }
-    if (auto hooks = edits.find("hooks"); hooks != edits.end()) {
-        ojson kept = ojson::array();
-        for (auto h : *hooks) {
-            auto args = h.value("args", ojson::array());
-            if (std::find(args.begin(), args.end(), "create-symlinks") != args.end()) {
-                ojson narrowed = ojson::array();
-                bool any_link = false;
-                for (size_t i = 0; i < args.size(); ++i) {
-                    if (args[i] == "--link" && i + 1 < args.size() && args[i + 1].is_string()) {
-                        if (!wanted(o.capabilities, capability_of(link_target_file(args[i + 1].get<std::string>())))) {
-                            ++i;
-                            continue;
-                        }
-                        any_link = true;
-                    }
-                    narrowed.push_back(args[i]);
-                }
-                if (!any_link) continue;
-                h["args"] = narrowed;
-            }
-            kept.push_back(std::move(h));
-        }
-        *hooks = std::move(kept);
-    }
+    keep_capabilities(edits, o);
     return edits;
 }
 
