@@ -212,10 +212,11 @@ int Plugin::finish(int code) {
         label_fd_.reset();  // after the watch: its callback writes it
     }
     if (!joined) {
-        // The health thread is inside nvmlEventSetWait, which nothing can interrupt: end the
-        // process now (its sockets are removed and its streams ended) instead of waiting out
-        // the wait. No destructor may run while that thread is inside NVML.
-        log::debug("the health thread is inside NVML's event wait: exiting without it");
+        // The health thread has not ended: most often it is inside nvmlEventSetWait, which
+        // nothing can interrupt. End the process now (its sockets are removed and its streams
+        // ended) instead of waiting out the wait. No destructor may run while that thread is
+        // inside NVML; what the watch and the node events still had in flight is dropped.
+        log::debug("the health thread has not ended (NVML's event wait): exiting without it");
         std::_Exit(code);
     }
     return code;
