@@ -153,19 +153,17 @@ protected:
             argv.insert(argv.end(), {"--cdi-spec-dir", aux_.path() + "/cdi"});
         env.emplace("KGPU_SIM_NODE", sim_fixture(node));
         env.emplace("KGPU_SIM_EVENTS", events_);
-        // Probes every 250 ms while something is Unhealthy (1 s in production): recoveries and
+        // Probes every 100 ms while something is Unhealthy (1 s in production): recoveries and
         // resets are seen sooner; what the tests check does not depend on the period.
-        env.emplace("KGPU_PROBE_INTERVAL_MS", "250");
+        env.emplace("KGPU_PROBE_INTERVAL_MS", "100");
         plugin_ = std::make_unique<ChildProcess>(argv, env);
         node_ = node;
         sim_.load(node, events_);
     }
     // The environment of a plugin whose recoverable XIDs recover 300 ms after the XID (the config
-    // cannot go below 1s) at its next probe (every 100 ms): wait for it with *_seen(), which see
-    // the Unhealthy state even when it was over before the test looked.
-    static std::map<std::string, std::string> quick_recovery() {
-        return {{"KGPU_RECOVERY_PERIOD_MS", "300"}, {"KGPU_PROBE_INTERVAL_MS", "100"}};
-    }
+    // cannot go below 1s) at its next probe (every 100 ms, as start() sets): wait for it with
+    // *_seen(), which see the Unhealthy state even when it was over before the test looked.
+    static std::map<std::string, std::string> quick_recovery() { return {{"KGPU_RECOVERY_PERIOD_MS", "300"}}; }
     std::string config(const std::string& yaml) { return aux_.write("config.yaml", yaml); }
     // Appends `line` to the simulator's events file; the *_seen() waits look at messages from here on.
     void event(const std::string& line) {
