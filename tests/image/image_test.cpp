@@ -258,12 +258,12 @@ TEST(Image, BuiltWithoutARegistryImportedIntoContainerdAndRunsLikeTheDaemonSet) 
 
     int n = 0;
     auto run = [&](const std::vector<std::string>& flags, const std::vector<std::string>& args) {
-        std::vector<std::string> argv = {"run", "--rm"};
+        std::vector<std::string> argv = {"--rm"};
         argv.insert(argv.end(), flags.begin(), flags.end());
         argv.push_back(name);
         argv.push_back("kgpu-image-test-" + std::to_string(++n));
         argv.insert(argv.end(), args.begin(), args.end());
-        return containerd.ctr(argv);
+        return containerd.ctr_run(argv);
     };
 
     // The image's own defaults: ENTRYPOINT kgpu, CMD --help.

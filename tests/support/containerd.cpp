@@ -7,6 +7,8 @@
 #include <fstream>
 #include <thread>
 
+#include "support/files.h"
+
 namespace kgpu::test {
 namespace {
 
@@ -30,7 +32,7 @@ std::string TestContainerd::unavailable_reason() {
 TestContainerd::TestContainerd(const std::string& dir, std::chrono::seconds timeout)
     : TestContainerd(dir, Options{{}, true, timeout}) {}
 
-TestContainerd::TestContainerd(const std::string& dir, const Options& o) : socket_(dir + "/containerd.sock") {
+TestContainerd::TestContainerd(const std::string& dir, const Options& o) : dir_(dir), socket_(dir + "/containerd.sock") {
     const auto timeout = o.timeout;
     std::filesystem::create_directories(dir);
     // restrict_oom_score_adj: this VM does not let a process lower its OOM score (DESIGN.md facts).
@@ -63,6 +65,31 @@ RunResult TestContainerd::ctr(const std::vector<std::string>& args) const {
     std::vector<std::string> argv = {find_program("ctr"), "--address", socket_, "--namespace", "kgpu-test"};
     argv.insert(argv.end(), args.begin(), args.end());
     return run_process(argv);
+}
+
+RunResult TestContainerd::ctr_run(const std::vector<std::string>& args) const {
+    // The shim starts the logger with the container's stdout on fd 3, its stderr on fd 4 and a
+    // pipe on fd 5 to close once ready; "?d=DIR" arrives as the arguments "d DIR". At the delete
+    // the shim closes the output pipes, sends SIGTERM and waits for the logger to exit: the
+    // copies end at EOF, so the shell ignores SIGTERM and waits for them.
+    const std::string logger = dir_ + "/ctr-run-logger.sh";
+    if (!std::filesystem::exists(logger)) {
+        std::ofstream(logger) << "#!/bin/sh\n"
+                                 "trap '' TERM\n"
+                                 "cat <&3 >\"$2/stdout\" 5>&- 4<&- &\n"
+                                 "cat <&4 >\"$2/stderr\" 5>&- 3<&- &\n"
+                                 "exec 5>&- 3<&- 4<&-\n"
+                                 "wait\n";
+        std::filesystem::permissions(logger, std::filesystem::perms(0755));
+    }
+    const std::string out = dir_ + "/ctr-run-" + std::to_string(++runs_);
+    std::filesystem::create_directories(out);
+    std::vector<std::string> argv = {"run", "--log-uri", "binary://" + logger + "?d=" + out};
+    argv.insert(argv.end(), args.begin(), args.end());
+    RunResult r = ctr(argv);
+    r.err = slurp(out + "/stderr") + r.err;
+    r.out = slurp(out + "/stdout") + r.out;
+    return r;
 }
 
 int TestContainerd::stop() {

@@ -41,11 +41,19 @@ public:
 
     // `ctr --address <socket> --namespace kgpu-test <args...>` to completion.
     RunResult ctr(const std::vector<std::string>& args) const;
+    // `ctr ... run <args...>` with the container's stdout and stderr written to files by a logging
+    // binary of the shim (--log-uri binary://) and returned as out and err; ctr's own messages
+    // (a container that never started) are added to err. ctr's copy from its FIFOs can lose a
+    // short-lived container's output under load (its task.Delete cancels a reader that has not
+    // opened its FIFO yet); the shim waits for its logger before the delete returns.
+    RunResult ctr_run(const std::vector<std::string>& args) const;
     // SIGTERM, then the exit code once it exits (-1 after 20 s).
     int stop();
 
 private:
+    std::string dir_;
     std::string socket_;
+    mutable int runs_ = 0;
     std::unique_ptr<ChildProcess> process_;
     bool started_ = false;
 };

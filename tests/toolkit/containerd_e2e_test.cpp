@@ -124,26 +124,19 @@ struct World {
 
     // `ctr run --rm` of `script` (busybox sh) with the given extra ctr flags; the container's
     // environment points the simulator at its fixture and its /dev, and nvidia-smi's NVML at
-    // the bare SONAME (so only the linker cache can find it). The script's stdout is written to a
-    // file of a host directory mounted into the container and read from there: ctr's copy of a
-    // short-lived container's stdout loses its end now and then (stop 49: "ls /dev; echo ---;
-    // nvidia-smi -L" exited 0 with only the listing). ctr's own stdout is kept when the
-    // container never ran (a refused create).
+    // the bare SONAME (so only the linker cache can find it). Its output comes from the shim's
+    // logger (TestContainerd::ctr_run): ctr's copy of a short-lived container's stdout loses its
+    // end now and then (stop 49: "ls /dev; echo ---; nvidia-smi -L" exited 0 with only the
+    // listing).
     RunResult run(const std::string& script, std::vector<std::string> flags, const std::string& runtime = "kgpu-container-runtime") {
         const std::string id = fmt::format("c{}", ++runs);
-        const std::string out_dir = dir.path() + "/out/" + id;
-        std::filesystem::create_directories(out_dir);
-        std::vector<std::string> args = {"run", "--rm", "--runc-binary", bin + "/" + runtime,
+        std::vector<std::string> args = {"--rm", "--runc-binary", bin + "/" + runtime,
                                          "--env", "KGPU_SIM_NODE=/sim/dgx-h100.yaml", "--env", "KGPU_SIM_DEV_ROOT=/",
-                                         "--env", "KGPU_NVML_LIBRARY=libnvidia-ml.so.1",
-                                         "--mount", "type=bind,src=" + out_dir + ",dst=/kgpu-test-out,options=rbind:rw"};
+                                         "--env", "KGPU_NVML_LIBRARY=libnvidia-ml.so.1"};
         args.insert(args.end(), flags.begin(), flags.end());
-        const std::string wrapped = "{ " + script + "\n} > /kgpu-test-out/stdout";
-        for (const std::string& a : {std::string(kImage), id, std::string("/bin/sh"), std::string("-c"), wrapped}) args.push_back(a);
+        for (const std::string& a : {std::string(kImage), id, std::string("/bin/sh"), std::string("-c"), script}) args.push_back(a);
         last_id = id;
-        RunResult r = containerd->ctr(args);
-        if (std::filesystem::exists(out_dir + "/stdout")) r.out = slurp(out_dir + "/stdout");
-        return r;
+        return containerd->ctr_run(args);
     }
     // Whether the recorder in front of runc saw `create ... <id>`.
     bool runc_created(const std::string& id) const {
