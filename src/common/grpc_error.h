@@ -25,10 +25,12 @@ inline std::string_view code_name(grpc::StatusCode code) {
 }
 
 // What the failure means to the caller: a peer that did not answer in time, one that does not
-// serve the method, one that refused us; anything else is a peer not (yet) available.
+// serve the method, one that refused us, one that refused what we sent (a device plugin's
+// Allocate of an unknown ID); anything else is a peer not (yet) available.
 inline Code code_of(grpc::StatusCode code) {
     switch (code) {
     case grpc::StatusCode::DEADLINE_EXCEEDED: return Code::timeout;
+    case grpc::StatusCode::INVALID_ARGUMENT: return Code::invalid_argument;
     case grpc::StatusCode::UNIMPLEMENTED: return Code::not_supported;
     case grpc::StatusCode::PERMISSION_DENIED:
     case grpc::StatusCode::UNAUTHENTICATED: return Code::no_permission;

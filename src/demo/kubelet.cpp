@@ -6,6 +6,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/grpc_error.h"
+
 namespace kgpu::demo {
 
 namespace {
@@ -247,8 +249,7 @@ Result<std::vector<std::string>> KubeletEmulator::prefer(const std::string& reso
     ctx.set_deadline(deadline());
     auto st = s->GetPreferredAllocation(&ctx, req, &resp);
     if (!st.ok())
-        return fail(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT ? Code::invalid_argument : Code::unavailable,
-                    "GetPreferredAllocation: {}", st.error_message());
+        return fail(grpc_error::code_of(st.error_code()), "GetPreferredAllocation: {}", grpc_error::describe(st));
     if (resp.container_responses_size() != 1)
         return fail(Code::parse, "GetPreferredAllocation: {} container responses for 1 request",
                     resp.container_responses_size());
@@ -268,8 +269,7 @@ Result<v1beta1::ContainerAllocateResponse> KubeletEmulator::allocate(const std::
     ctx.set_deadline(deadline());
     auto st = s->Allocate(&ctx, req, &resp);
     if (!st.ok())
-        return fail(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT ? Code::invalid_argument : Code::unavailable,
-                    "Allocate: {}", st.error_message());
+        return fail(grpc_error::code_of(st.error_code()), "Allocate: {}", grpc_error::describe(st));
     if (resp.container_responses_size() != 1)
         return fail(Code::parse, "Allocate: {} container responses for 1 request", resp.container_responses_size());
     return resp.container_responses(0);

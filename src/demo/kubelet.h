@@ -88,7 +88,7 @@ public:
     DeviceList devices(const std::string& resource);
 
     // GetPreferredAllocation for one container. Errors: unavailable (not registered, RPC failed)
-    // or invalid_argument (the plugin refused), with the gRPC status message.
+    // or invalid_argument (the plugin refused), as common/grpc_error.h maps and names them.
     Result<std::vector<std::string>> prefer(const std::string& resource, const std::vector<std::string>& available,
                                             int size);
     // Allocate for one container.
