@@ -174,7 +174,7 @@ Result<labels::Options> load_label_options(LabelsSettings& s) {
         // Ignored as by GFD (NVIDIA's parser), once per load (start, SIGHUP).
         for (const auto& k : cfg->unknown_keys) log::warn("labels: {}", dp::unknown_key_warning(k));
         o.sharing = sharing_of(*cfg);
-        o.mig_strategy = *labels::parse_mig_strategy(dp::to_string(cfg->mig_strategy));
+        o.mig_strategy = cfg->mig_strategy;
     }
     if (s.mig_strategy) o.mig_strategy = *s.mig_strategy;
     return o;
@@ -214,7 +214,7 @@ Result<LabelsSettings> resolve_labels_settings(const LabelsOptions& o,
     s.machine_type_file = (std::filesystem::path(o.sysfs_root) / "class/dmi/id/product_name").string();
     if (auto v = given("machine_type_file", setting(o.machine_type_file, "--machine-type-file", getenv, {"GFD_MACHINE_TYPE_FILE"})); v.value)
         s.machine_type_file = *v.value;
-    if (gfd->mig_strategy) s.mig_strategy = *labels::parse_mig_strategy(dp::to_string(*gfd->mig_strategy));
+    if (gfd->mig_strategy) s.mig_strategy = *gfd->mig_strategy;
     if (auto v = setting(o.config_file, "--config-file", getenv, {"GFD_CONFIG_FILE", "CONFIG_FILE"}); v.value)
         s.config_file = *v.value;
     if (gfd->device_discovery_strategy && *gfd->device_discovery_strategy != "auto" &&

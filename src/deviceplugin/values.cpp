@@ -10,15 +10,6 @@
 
 namespace kgpu::deviceplugin {
 
-std::string_view to_string(MigStrategy s) {
-    switch (s) {
-        case MigStrategy::none: return "none";
-        case MigStrategy::single: return "single";
-        case MigStrategy::mixed: return "mixed";
-    }
-    return "none";
-}
-
 std::string_view to_string(DeviceListStrategy s) {
     switch (s) {
         case DeviceListStrategy::envvar: return "envvar";
@@ -39,12 +30,6 @@ std::string_view to_string(DeviceIdStrategy s) {
 
 std::string_view to_string(SharedAllocationPolicy s) {
     return s == SharedAllocationPolicy::packed ? "packed" : "distributed";
-}
-
-Result<MigStrategy> parse_mig_strategy(std::string_view text) {
-    for (auto s : {MigStrategy::none, MigStrategy::single, MigStrategy::mixed})
-        if (text == to_string(s)) return s;
-    return fail(Code::invalid_argument, "invalid MIG strategy '{}' (expected none, single or mixed)", text);
 }
 
 Result<DeviceIdStrategy> parse_device_id_strategy(std::string_view text) {

@@ -10,10 +10,15 @@
 
 #include "common/duration.h"
 #include "common/error.h"
+#include "inventory/mig_strategy.h"
 
 namespace kgpu::deviceplugin {
 
-enum class MigStrategy { none, single, mixed };
+// flags.migStrategy: the one enum the plugin, GFD and the MPS daemon share.
+using inventory::MigStrategy;
+using inventory::parse_mig_strategy;
+using inventory::to_string;
+
 enum class DeviceListStrategy { envvar, volume_mounts, cdi_annotations, cdi_cri };
 enum class DeviceIdStrategy { uuid, index };
 // How GetPreferredAllocation picks replicas of time-sliced devices: spread over as many physical
@@ -21,14 +26,12 @@ enum class DeviceIdStrategy { uuid, index };
 enum class SharedAllocationPolicy { distributed, packed };
 
 // The spellings of the flags and the file: "none", "volume-mounts", "uuid", ...
-std::string_view to_string(MigStrategy s);
 std::string_view to_string(DeviceListStrategy s);
 std::string_view to_string(DeviceIdStrategy s);
 std::string_view to_string(SharedAllocationPolicy s);
 
 // Parsers for flag, env and file values. Errors: invalid_argument "invalid <what> 'x' (expected
 // a, b or c)"; callers add which flag, variable or key it was.
-Result<MigStrategy> parse_mig_strategy(std::string_view text);
 Result<DeviceIdStrategy> parse_device_id_strategy(std::string_view text);
 Result<DeviceListStrategy> parse_device_list_strategy(std::string_view text);
 Result<SharedAllocationPolicy> parse_shared_allocation_policy(std::string_view text);

@@ -10,22 +10,6 @@
 
 namespace kgpu::labels {
 
-std::string_view to_string(MigStrategy s) {
-    switch (s) {
-        case MigStrategy::single: return "single";
-        case MigStrategy::mixed: return "mixed";
-        case MigStrategy::none: break;
-    }
-    return "none";
-}
-
-Result<MigStrategy> parse_mig_strategy(std::string_view text) {
-    if (text == "none") return MigStrategy::none;
-    if (text == "single") return MigStrategy::single;
-    if (text == "mixed") return MigStrategy::mixed;
-    return fail(Code::invalid_argument, "MIG strategy '{}': expected none, single or mixed", text);
-}
-
 namespace {
 
 bool alnum(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; }

@@ -11,15 +11,15 @@
 #include <vector>
 
 #include "common/error.h"
+#include "inventory/mig_strategy.h"
 #include "inventory/node.h"
 #include "inventory/vgpu.h"
 
 namespace kgpu::labels {
 
-enum class MigStrategy { none, single, mixed };
-std::string_view to_string(MigStrategy s);
-// "none", "single", "mixed". Errors: invalid_argument naming the value and the accepted ones.
-Result<MigStrategy> parse_mig_strategy(std::string_view text);
+// flags.migStrategy: one enum with the device plugin's (inventory/mig_strategy.h).
+using inventory::MigStrategy;
+using inventory::to_string;
 
 // How the device plugin shares one resource (its config's sharing.timeSlicing / sharing.mps).
 struct SharedResource {
