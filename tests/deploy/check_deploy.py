@@ -1204,27 +1204,28 @@ BCRYPT_HASH = "$2b$04$fDOPr0R4MUeAn4KWkndLnecntGMeSmQJ9h3gyqSjt3F4ssU1PxsoC"  # 
 
 
 def start_exporter(args, tmp):
-    """`kgpu exporter ARGS` against the simulator on 127.0.0.1:0: (process, port)."""
-    import select
+    """`kgpu exporter ARGS` against the simulator on 127.0.0.1:0: (process, port), the port read
+    from its --ready-file ("host:port", written atomically once it serves)."""
     import time
-    proc = subprocess.Popen([KGPU, "exporter", "--address=127.0.0.1:0", "--nvml-library", SIM, *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env={**os.environ, "KGPU_SIM_NODE": str(SRC / "sim/nodes/t4x4.yaml")})
-    # Raw reads of the pipe: a buffered readline() could hold the "listening" line in Python's
-    # buffer while select() waits for more bytes that never come.
-    deadline, seen = time.monotonic() + 60, ""
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stderr], [], [], 1)
-        chunk = os.read(proc.stderr.fileno(), 65536).decode(errors="replace") if ready else ""
-        seen += chunk
-        m = re.search(r"exporter: listening on 127\.0\.0\.1:(\d+)", seen)
-        if m:
-            return proc, int(m.group(1))
-        if proc.poll() is not None and not chunk:
-            break
+    ready, log = os.path.join(tmp, "exporter-ready"), os.path.join(tmp, "exporter.log")
+    if os.path.exists(ready):
+        os.unlink(ready)
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([KGPU, "exporter", "--address=127.0.0.1:0", "--ready-file", ready,
+                                 "--nvml-library", SIM, *args],
+                                stdout=subprocess.DEVNULL, stderr=err,
+                                env={**os.environ, "KGPU_SIM_NODE": str(SRC / "sim/nodes/t4x4.yaml")})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with open(ready) as f:
+                return proc, int(f.read().strip().rsplit(":", 1)[1])
+        except FileNotFoundError:
+            time.sleep(0.01)
     proc.kill()
     proc.wait()
-    raise RuntimeError(f"`kgpu exporter {' '.join(args)}` did not start listening: {seen.strip()}")
+    with open(log, errors="replace") as f:
+        raise RuntimeError(f"`kgpu exporter {' '.join(args)}` did not start serving: {f.read().strip()}")
 
 
 def http_get(port, path, tls=None, auth=None):

@@ -18,7 +18,6 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -350,7 +349,12 @@ TEST(Image, BuiltWithoutARegistryImportedIntoContainerdAndRunsLikeTheDaemonSet) 
                                            "  key_file: /etc/kgpu-web/server.key\n"
                                            "basic_auth_users:\n  prometheus: " << bcrypt_hash("scrape-secret") << "\n";
         auto xflags = ex.flags;
-        xflags.insert(xflags.end(), {"--mount", "type=bind,src=" + web + ",dst=/etc/kgpu-web,options=rbind:ro", "--net-host"});
+        // The address the exporter bound comes back through --ready-file on a host folder.
+        const std::string ready = exp_host.path() + "/ready";
+        fs::create_directories(ready);
+        fs::permissions(ready, fs::perms::all);  // whichever user the DaemonSet runs it as
+        xflags.insert(xflags.end(), {"--mount", "type=bind,src=" + web + ",dst=/etc/kgpu-web,options=rbind:ro", "--mount",
+                                     "type=bind,src=" + ready + ",dst=/run/kgpu-ready,options=rbind:rw", "--net-host"});
         auto xsim = simulated_driver();
         xflags.insert(xflags.end(), xsim.begin(), xsim.end());
         std::vector<std::string> argv = {"/usr/bin/ctr", "--address", containerd.socket(), "--namespace", "kgpu-test",
@@ -360,14 +364,9 @@ TEST(Image, BuiltWithoutARegistryImportedIntoContainerdAndRunsLikeTheDaemonSet) 
         for (const auto& a : ex.args)
             argv.push_back(a.starts_with("--address") ? "--address=127.0.0.1:0" : a);
         argv.push_back("--web-config-file=/etc/kgpu-web/web.yml");
+        argv.push_back("--ready-file=/run/kgpu-ready/address");
         ChildProcess exporter(argv);
-        int port = 0;
-        for (int i = 0; i < 240 && port == 0 && exporter.running(); ++i) {
-            std::smatch m;
-            const std::string err = exporter.err();
-            if (std::regex_search(err, m, std::regex("listening on 127\\.0\\.0\\.1:([0-9]+)"))) port = std::stoi(m[1]);
-            else std::this_thread::sleep_for(std::chrono::milliseconds(250));
-        }
+        const int port = wait_for_ready_port(exporter, ready + "/address");
         ASSERT_NE(port, 0) << "the exporter in the image did not start with TLS:\n" << exporter.err() << exporter.out();
         TlsClientOptions o;
         o.ca_file = pki->ca_cert;
