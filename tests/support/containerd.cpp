@@ -32,9 +32,21 @@ std::string TestContainerd::unavailable_reason() {
 TestContainerd::TestContainerd(const std::string& dir, std::chrono::seconds timeout)
     : TestContainerd(dir, Options{{}, true, timeout}) {}
 
-TestContainerd::TestContainerd(const std::string& dir, const Options& o) : dir_(dir), socket_(dir + "/containerd.sock") {
+TestContainerd::TestContainerd(const std::string& dir, const Options& o)
+    : dir_(dir), socket_(dir + "/containerd.sock"), logger_(dir + "/ctr-run-logger.sh") {
     const auto timeout = o.timeout;
     std::filesystem::create_directories(dir);
+    // ctr_run's logging binary. The shim starts it with the container's stdout on fd 3, its stderr
+    // on fd 4 and a pipe on fd 5 to close once ready; "?d=DIR" arrives as the arguments "d DIR".
+    // At the delete the shim closes the output pipes, sends SIGTERM and waits for the logger to
+    // exit: the copies end at EOF, so the shell ignores SIGTERM and waits for them.
+    std::ofstream(logger_) << "#!/bin/sh\n"
+                              "trap '' TERM\n"
+                              "cat <&3 >\"$2/stdout\" 5>&- 4<&- &\n"
+                              "cat <&4 >\"$2/stderr\" 5>&- 3<&- &\n"
+                              "exec 5>&- 3<&- 4<&-\n"
+                              "wait\n";
+    std::filesystem::permissions(logger_, std::filesystem::perms(0755));
     // restrict_oom_score_adj: this VM does not let a process lower its OOM score (DESIGN.md facts).
     const std::string config = dir + "/containerd.toml";
     std::ofstream(config) << "version = 2\n"
@@ -67,24 +79,10 @@ RunResult TestContainerd::ctr(const std::vector<std::string>& args) const {
     return run_process(argv);
 }
 
-RunResult TestContainerd::ctr_run(const std::vector<std::string>& args) const {
-    // The shim starts the logger with the container's stdout on fd 3, its stderr on fd 4 and a
-    // pipe on fd 5 to close once ready; "?d=DIR" arrives as the arguments "d DIR". At the delete
-    // the shim closes the output pipes, sends SIGTERM and waits for the logger to exit: the
-    // copies end at EOF, so the shell ignores SIGTERM and waits for them.
-    const std::string logger = dir_ + "/ctr-run-logger.sh";
-    if (!std::filesystem::exists(logger)) {
-        std::ofstream(logger) << "#!/bin/sh\n"
-                                 "trap '' TERM\n"
-                                 "cat <&3 >\"$2/stdout\" 5>&- 4<&- &\n"
-                                 "cat <&4 >\"$2/stderr\" 5>&- 3<&- &\n"
-                                 "exec 5>&- 3<&- 4<&-\n"
-                                 "wait\n";
-        std::filesystem::permissions(logger, std::filesystem::perms(0755));
-    }
+RunResult TestContainerd::ctr_run(const std::vector<std::string>& args) {
     const std::string out = dir_ + "/ctr-run-" + std::to_string(++runs_);
     std::filesystem::create_directories(out);
-    std::vector<std::string> argv = {"run", "--log-uri", "binary://" + logger + "?d=" + out};
+    std::vector<std::string> argv = {"run", "--log-uri", "binary://" + logger_ + "?d=" + out};
     argv.insert(argv.end(), args.begin(), args.end());
     RunResult r = ctr(argv);
     r.err = slurp(out + "/stderr") + r.err;

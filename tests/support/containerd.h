@@ -46,14 +46,15 @@ public:
     // (a container that never started) are added to err. ctr's copy from its FIFOs can lose a
     // short-lived container's output under load (its task.Delete cancels a reader that has not
     // opened its FIFO yet); the shim waits for its logger before the delete returns.
-    RunResult ctr_run(const std::vector<std::string>& args) const;
+    RunResult ctr_run(const std::vector<std::string>& args);
     // SIGTERM, then the exit code once it exits (-1 after 20 s).
     int stop();
 
 private:
     std::string dir_;
     std::string socket_;
-    mutable int runs_ = 0;
+    std::string logger_;  // ctr_run's logging binary, written by the constructor
+    int runs_ = 0;
     std::unique_ptr<ChildProcess> process_;
     bool started_ = false;
 };
