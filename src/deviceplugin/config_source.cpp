@@ -5,8 +5,6 @@
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -112,8 +110,9 @@ std::vector<int> find_processes(const std::string& proc_root, const std::string&
     for (const auto& e : fs::directory_iterator(proc_root, ec)) {
         const std::string pid = e.path().filename().string();
         if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
-        std::ifstream in(e.path() / "cmdline", std::ios::binary);
-        std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        // Read as a value: a process that exits meanwhile fails the read (ESRCH), which a stream
+        // iterator throws out of (it ended the config-manager with std::terminate).
+        const std::string cmdline = files::read(e.path() / "cmdline").value_or("");
         if (cmdline.empty()) continue;
         const std::string argv0 = cmdline.substr(0, cmdline.find('\0'));
         const auto rest = cmdline.find('\0') == std::string::npos ? std::string() : cmdline.substr(cmdline.find('\0') + 1);

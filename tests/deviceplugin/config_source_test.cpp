@@ -147,6 +147,16 @@ TEST(ConfigManagerSteps, ProcessesByFirstWordBaseNameOrSubcommand) {
     EXPECT_EQ(find_processes(proc.path(), "kgpu mps-control-daemon", 0), (std::vector<int>{20, 22}));
 }
 
+// A process that exits while its command line is read fails the read (ESRCH on the real /proc);
+// a cmdline that is a directory fails it the same way here (EISDIR). It is skipped: the stream
+// iterator this once read with threw out of the config-manager instead.
+TEST(ConfigManagerSteps, ACommandLineThatCannotBeReadIsSkipped) {
+    kgpu::test::TempDir proc;
+    std::filesystem::create_directories(proc.path() + "/30/cmdline");
+    proc.write("31/cmdline", std::string("nvidia-device-plugin\0", 21));
+    EXPECT_EQ(find_processes(proc.path(), "nvidia-device-plugin", 0), (std::vector<int>{31}));
+}
+
 // The MPS DaemonSet's init container with the manifests' one config: linked without an API server
 // (none is configured here), since no label could pick another; with two configs it needs one.
 TEST(ConfigManagerSteps, OneshotWithOneConfigNeedsNoApiServer) {
