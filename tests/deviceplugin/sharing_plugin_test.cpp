@@ -188,6 +188,16 @@ TEST_F(SharedDevicesTest, XidOnAGpuTurnsExactlyItsReplicasUnhealthy) {
     ASSERT_TRUE(unhealthy_becomes("nvidia.com/gpu.shared", {}));  // recovery follows the same rule
 }
 
+// A recoverable XID on the same GPU: its four replicas Unhealthy, all of them Healthy again once
+// the recovery period passes without another XID (no reset), as a whole GPU recovers.
+TEST_F(SharedDevicesTest, RecoverableXidOnAGpuTurnsItsReplicasUnhealthyUntilTheQuietPeriodEnds) {
+    start("t4x4.yaml", {"--config-file", config(kFourReplicas), "--device-id-strategy", "index"}, quick_recovery());
+    registered("nvidia.com/gpu.shared", 16);
+    event("xid 1 94");
+    ASSERT_TRUE(unhealthy_seen("nvidia.com/gpu.shared", {"1::0", "1::1", "1::2", "1::3"}));
+    ASSERT_TRUE(unhealthy_seen("nvidia.com/gpu.shared", {}));
+}
+
 TEST_F(SharedDevicesTest, XidOnAMigInstanceTurnsExactlyTheMatchingInstancesUnhealthy) {
     start("a100-mig.yaml", {"--mig-strategy", "mixed", "--device-id-strategy", "index"}, quick_recovery());
     registered(kMig1g, 9);
