@@ -26,6 +26,8 @@
 #include "demo/kubelet.h"
 #include "demo/locate.h"
 #include "demo/process.h"
+#include "support/expect.h"
+#include "support/files.h"
 #include "support/process.h"
 
 namespace demo = kgpu::demo;
@@ -189,7 +191,9 @@ TEST(DemoProcess, StopEscalatesAndTimeoutsStop) {
     o.log_path = d.path() + "/stubborn.log";
     auto c = demo::Child::spawn(o);
     ASSERT_TRUE(c);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // The shell has set its trap and exec'ed the sleep (its name in /proc), so SIGTERM is ignored.
+    const std::string comm = "/proc/" + std::to_string(c->pid()) + "/comm";
+    ASSERT_TRUE(kgpu::test::eventually([&] { return kgpu::test::slurp(comm) == "sleep\n"; })) << kgpu::test::slurp(comm);
     EXPECT_FALSE(c->poll());
     pid_t pid = c->pid();
     EXPECT_EQ(c->stop(std::chrono::milliseconds(200)), 128 + SIGKILL);

@@ -1292,8 +1292,7 @@ TEST(KubeE2E, ApiServerDown) {
         << plugin.err();
 
     // The watches answered so far (counted when their answer begins; the status file is
-    // written within a second of a change).
-    std::this_thread::sleep_for(seconds(2));
+    // written within a second of a change): at least the one that is open now.
     auto watches_answered = [&] {
         double n = 0;
         const auto st = nlohmann::json::parse(slurp(dir + "/status/device-plugin.json"), nullptr, false);
@@ -1302,8 +1301,8 @@ TEST(KubeE2E, ApiServerDown) {
                 if (e.value("method", "") == "WATCH" && e.value("code", "") == "200") n += e.value("count", 0.0);
         return n;
     };
+    EXPECT_TRUE(wait_until([&] { return watches_answered() >= 1.0; }, seconds(30))) << slurp(dir + "/status/device-plugin.json");
     const double watches_before = watches_answered();
-    EXPECT_GE(watches_before, 1.0) << slurp(dir + "/status/device-plugin.json");
 
     const std::string pidfile = c.state().kube + "/pids/apiserver";
     const int pid = std::atoi(trim(slurp(pidfile)).c_str());
@@ -1362,15 +1361,21 @@ TEST(KubeE2E, ApiServerDown) {
     EXPECT_LE(warnings, 4u) << log;
     // ... and counted, for the exporter (kgpu_kube_api_errors_total): the outage's failures, the
     // watch that came back, the Event written.
-    std::this_thread::sleep_for(seconds(2));  // the writer's next write
-    const auto status = nlohmann::json::parse(slurp(dir + "/status/device-plugin.json"), nullptr, false);
-    ASSERT_TRUE(status.is_object()) << slurp(dir + "/status/device-plugin.json");
+    nlohmann::json status;
     auto count = [&](const char* list, const char* key, const std::string& value, const std::string& code = "") {
         double n = 0;
         for (const auto& e : status.value(list, nlohmann::json::array()))
             if (e.value(key, "") == value && (code.empty() || e.value("code", "") == code)) n += e.value("count", 0.0);
         return n;
     };
+    // The file as the writer leaves it once all three are counted (it writes within a second of
+    // a change); the checks below then say which one is missing.
+    wait_until([&] {
+        status = nlohmann::json::parse(slurp(dir + "/status/device-plugin.json"), nullptr, false);
+        return status.is_object() && count("errors", "kind", "unreachable") >= 1.0 &&
+               count("requests", "method", "WATCH", "200") > watches_before && count("events", "result", "created") >= 1.0;
+    }, seconds(30));
+    ASSERT_TRUE(status.is_object()) << slurp(dir + "/status/device-plugin.json");
     // Connections refused while it was away (and the watch it ended, cut or closed).
     EXPECT_GE(count("errors", "kind", "unreachable"), 1.0) << status.dump();
     EXPECT_GT(count("requests", "method", "WATCH", "200"), watches_before) << "no watch answered since" << status.dump();

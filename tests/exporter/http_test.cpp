@@ -2,6 +2,7 @@
 // idle and slow clients, many connections at once.
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 
 #include "exporter/http.h"
 #include "metrics_text.h"
+#include "support/expect.h"
 
 namespace kgpu::exporter {
 namespace {
@@ -302,7 +304,10 @@ TEST_F(ServerTest, OneClientOverItsLimitLosesItsOwnOldestConnection) {
     std::vector<int> mine;
     for (int i = 0; i < 6; ++i) {
         mine.push_back(test::connect_loopback(port_, "127.0.0.2"));
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        // Accepted before the next one, so their ages are in this order (the sixth is over the limit).
+        if (i < 5) {
+            ASSERT_TRUE(test::eventually([&] { return server_->stats().open == static_cast<unsigned>(i) + 2; }));
+        }
     }
     EXPECT_TRUE(closed_by_server(mine.front(), 5000));
     EXPECT_FALSE(closed_by_server(other, 300)) << "another client's connection is never the one closed";
@@ -527,7 +532,13 @@ TEST_F(ServerTest, StopsWithConnectionsInEveryPhase) {
         return r;
     }();
     ASSERT_GT(::send(stuck, many.data(), many.size(), MSG_NOSIGNAL), 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    // All three accepted, and answers arriving on the stuck one: the server is writing to it (it
+    // read the other two's bytes, sent earlier, in the same loop before).
+    auto writing = [&] {
+        int queued = 0;
+        return server_->stats().open == 3 && ::ioctl(stuck, FIONREAD, &queued) == 0 && queued > 0;
+    };
+    ASSERT_TRUE(test::eventually(writing)) << server_->stats().open << " connections open";
     server_.reset();
     EXPECT_TRUE(closed_by_server(idle, 2000));
     EXPECT_TRUE(closed_by_server(half, 2000));

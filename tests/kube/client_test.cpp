@@ -33,6 +33,7 @@
 #include "kube/api_stats.h"
 #include "kube/client.h"
 #include "kube/node_watch.h"
+#include "support/expect.h"
 #include "support/process.h"
 #include "tls_client.h"
 
@@ -265,8 +266,12 @@ TEST(KubeClient, TheWatchBacksOffOnA401AndResumesWithTheRotatedToken) {
     Fixture f;
     ASSERT_TRUE(f.pki) << f.error;
     std::atomic<bool> rotated{false};
+    std::atomic<int> refused{0};
     FakeApiServer server(*f.pki, [&](const std::string& head) -> std::string {
-        if (bearer(head) != (rotated ? "token-1" : "token-0")) return unauthorized();
+        if (bearer(head) != (rotated ? "token-1" : "token-0")) {
+            ++refused;
+            return unauthorized();
+        }
         const nlohmann::json n = {{"kind", "Node"},
                                   {"metadata", {{"name", "n1"}, {"resourceVersion", "7"}, {"labels", {{"nvidia.com/device-plugin.config", "ts4"}}}}}};
         if (head.find("watch=true") == std::string::npos)
@@ -301,7 +306,7 @@ TEST(KubeClient, TheWatchBacksOffOnA401AndResumesWithTheRotatedToken) {
     EXPECT_NE(st.error().message.find("401"), std::string::npos) << st.error().message;
 
     watch.start();  // backs off and retries: 401 each time until the kubelet rotates the file
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ASSERT_TRUE(kgpu::test::eventually([&] { return refused >= 3; })) << "no retry after the first 401: " << refused;
     account.rotate("token-1");
     bool resumed = false;
     for (int i = 0; i < 200 && !resumed; ++i) {

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <cstring>
 
+#include "support/files.h"
+
 using namespace simtest;
 using namespace std::chrono_literals;
 
@@ -420,13 +422,21 @@ TEST_F(SimEvents, WaitDoesNotBlockOtherCalls) {
     ASSERT_EQ(start(fixture("t4x4.yaml"), events), NVML_SUCCESS);
     nvmlEventSet_t set = registered({0}, nvmlEventTypeXidCriticalError);
     std::atomic<bool> done{false};
+    std::atomic<pid_t> tid{0};
     nvmlReturn_t r = NVML_SUCCESS;
     std::thread waiter([&] {
+        tid = ::gettid();
         nvmlEventData_t e{};
         r = NV(nvmlEventSetWait_v2)(set, &e, 1500);
         done = true;
     });
-    std::this_thread::sleep_for(50ms);
+    // The waiter asleep in its wait (the only place it can sleep) before the calls below.
+    auto sleeping = [&] {
+        const std::string text = kgpu::test::slurp("/proc/self/task/" + std::to_string(tid.load()) + "/stat");
+        const auto close = text.rfind(") ");
+        return tid.load() != 0 && close != std::string::npos && close + 2 < text.size() && text[close + 2] == 'S';
+    };
+    ASSERT_TRUE(kgpu::test::eventually(sleeping, 1000ms)) << "the waiter never began its wait";
     unsigned n = 0;
     EXPECT_EQ(NV(nvmlDeviceGetCount_v2)(&n), NVML_SUCCESS);  // would deadlock if the wait held the lock
     EXPECT_EQ(name(dev(1)), "Tesla T4");
