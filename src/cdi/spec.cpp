@@ -13,6 +13,7 @@
 #include "cdi/driver_files.h"
 #include "cdi/graphics.h"
 #include "common/files.h"
+#include "common/json.h"
 #include "common/log.h"
 #include "common/pci.h"
 #include "common/strings.h"
@@ -89,7 +90,7 @@ struct Edits {
     }
     void dedupe() {
         dedupe_by(env, [](const std::string& s) { return s; });
-        auto dump = [](const ojson& j) { return j.dump(); };
+        auto dump = [](const ojson& j) { return kgpu::json::dump_text(j); };  // a key only: never throws
         dedupe_by(nodes, dump);
         dedupe_by(hooks, dump);
         dedupe_by(mounts, dump);
@@ -105,7 +106,7 @@ struct Edits {
             for (const auto& e : c) ids.insert(key(e));
             std::erase_if(v, [&](const auto& e) { return ids.contains(key(e)); });
         };
-        auto dump = [](const ojson& j) { return j.dump(); };
+        auto dump = [](const ojson& j) { return kgpu::json::dump_text(j); };
         drop(out.env, common.env, [](const std::string& s) { return s; });
         drop(out.nodes, common.nodes, dump);
         drop(out.hooks, common.hooks, dump);
@@ -604,6 +605,13 @@ std::string to_yaml(const ojson& spec) {
     return s;
 }
 
-std::string to_json_text(const ojson& spec) { return spec.dump(2) + "\n"; }
+Result<std::string> to_json_text(const ojson& spec) {
+    try {
+        return spec.dump(2) + "\n";
+    } catch (const ojson::type_error& e) {
+        // A host path (a driver file, a device node) that is not UTF-8: JSON cannot hold it.
+        return fail(Code::invalid_argument, "the CDI spec cannot be written as JSON: {}", e.what());
+    }
+}
 
 }  // namespace kgpu::cdi

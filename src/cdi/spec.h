@@ -62,9 +62,10 @@ Result<nlohmann::ordered_json> generate(const inventory::Node& node, const SpecO
 std::string minimum_version(const nlohmann::ordered_json& spec);
 
 // The spec rendered as YAML (block style; strings quoted when YAML would read them as something
-// else) or as indented JSON. Both end with a newline.
+// else) or as indented JSON. Both end with a newline. JSON cannot hold a string that is not
+// UTF-8 (a host path): to_json_text then fails with invalid_argument.
 std::string to_yaml(const nlohmann::ordered_json& spec);
-std::string to_json_text(const nlohmann::ordered_json& spec);
+Result<std::string> to_json_text(const nlohmann::ordered_json& spec);
 
 // What a spec's driver libraries say about the loaded driver: the mounts of versioned driver
 // libraries ("lib*.so.<x.y[.z]>", but the EGL GBM/Wayland libraries, versioned on their own)

@@ -193,9 +193,13 @@ int run_cdi_generate(const CdiOptions& opts) {
     }
     std::string format = strings::lower(opts.format);
     if (format.empty()) format = opts.output.ends_with(".json") ? "json" : "yaml";
-    const std::string text = format == "json" ? cdi::to_json_text(*spec) : cdi::to_yaml(*spec);
+    const auto text = format == "json" ? cdi::to_json_text(*spec) : Result<std::string>(cdi::to_yaml(*spec));
+    if (!text) {
+        std::cerr << "kgpu cdi generate: " << text.error().message << "\n";
+        return 1;
+    }
     if (opts.output.empty()) {
-        std::cout << text;
+        std::cout << *text;
         return 0;
     }
     // The directory too (nvidia-ctk: MkdirAll(dir, 0755)): /var/run/cdi does not survive a reboot.
@@ -203,7 +207,7 @@ int run_cdi_generate(const CdiOptions& opts) {
         std::cerr << "kgpu cdi generate: --output " << opts.output << ": " << st.error().message << "\n";
         return 1;
     }
-    if (auto st = files::write_atomic(opts.output, text, 0644); !st) {
+    if (auto st = files::write_atomic(opts.output, *text, 0644); !st) {
         std::cerr << "kgpu cdi generate: " << st.error().message << "\n";
         return 1;
     }

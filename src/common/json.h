@@ -113,4 +113,14 @@ Result<nlohmann::json> parse(std::string_view text, std::string_view document);
 // jq-style path step: ".name" for identifier-like keys, `["nvidia.com/gpu"]` otherwise.
 std::string path_step(std::string_view key);
 
+// The text of a document kgpu writes for people and for the API server (Events, annotations,
+// status files). nlohmann's dump() throws on a string that is not UTF-8; such a byte can come
+// from outside (a tool's output, a name NVML gives), so each bad one becomes U+FFFD instead of an
+// exception that would end the process. Documents whose strings must stay exact (CDI specs,
+// caches, OCI specs) refuse them instead.
+template <class Json>
+std::string dump_text(const Json& doc, int indent = -1) {
+    return doc.dump(indent, ' ', false, Json::error_handler_t::replace);
+}
+
 }  // namespace kgpu::json

@@ -45,7 +45,12 @@ void write_cdi_spec(const inventory::Node& node, const Config& cfg, const std::s
         log::error("{}; CDI device names will not resolve", st.error().message);
         return;
     }
-    if (auto st = files::write_atomic(path, cdi::to_json_text(*spec)); !st) {
+    auto text = cdi::to_json_text(*spec);
+    if (!text) {
+        log::error("cannot write the CDI spec {}: {}; CDI device names will not resolve", path.string(), text.error().message);
+        return;
+    }
+    if (auto st = files::write_atomic(path, *text); !st) {
         log::error("{}; CDI device names will not resolve", st.error().message);
         return;
     }

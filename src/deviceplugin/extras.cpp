@@ -36,7 +36,7 @@ std::vector<std::string> find_nodes(const fs::path& dev_root, const std::string&
         if (fs::exists(host_dir / prefix, ec)) out.push_back(dir + "/" + prefix);
         return out;
     }
-    for (const auto& e : fs::directory_iterator(host_dir, ec)) {
+    for (const auto& e : files::entries(host_dir)) {
         const std::string name = e.path().filename().string();
         if (name.starts_with(prefix)) out.push_back(dir + "/" + name);
     }
@@ -192,7 +192,9 @@ private:
     Status write_spec(std::string_view kind, const ojson& spec) {
         if (auto st = files::create_directories(c_.cdi_spec_dir); !st) return st;
         const fs::path path = fs::path(c_.cdi_spec_dir) / cdi_spec_file_name(kind);
-        if (auto st = files::write_atomic(path, cdi::to_json_text(spec)); !st) return st;
+        auto text = cdi::to_json_text(spec);
+        if (!text) return std::unexpected(text.error());
+        if (auto st = files::write_atomic(path, *text); !st) return st;
         owned_.insert(path.string());
         remove_legacy(kind);
         return {};

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/json.h"
+
 namespace kgpu::deviceplugin {
 namespace {
 
@@ -81,7 +83,7 @@ std::string health_annotation(const std::vector<GpuHealth>& health) {
         if (!h.unhealthy_migs.empty()) g["unhealthyMigs"] = h.unhealthy_migs;
         out[h.uuid] = std::move(g);
     }
-    return out.dump();
+    return kgpu::json::dump_text(out);
 }
 
 }  // namespace kgpu::deviceplugin

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "common/json.h"
 #include "common/log.h"
 #include "kube/api_stats.h"
 
@@ -255,7 +256,7 @@ void EventRecorder::write_event(Pending p) {
         next = it->second;
         next.count += 1;
         const nlohmann::json patch = {{"count", next.count}, {"lastTimestamp", ts}, {"message", p.message}};
-        auto r = send("PATCH", events + "/" + next.name, patch.dump(), "application/merge-patch+json");
+        auto r = send("PATCH", events + "/" + next.name, kgpu::json::dump_text(patch), "application/merge-patch+json");
         if (r && r->status == 200) {
             written = true;
             count(&Stats::updated, "updated");
@@ -277,7 +278,7 @@ void EventRecorder::write_event(Pending p) {
         auto obj = event_object(next.name, p.type, p.reason, p.message, p.when);
         obj["count"] = next.count;
         obj["firstTimestamp"] = next.first_timestamp;
-        auto r = send("POST", events, obj.dump(), "application/json");
+        auto r = send("POST", events, kgpu::json::dump_text(obj), "application/json");
         if (!r || (r->status != 201 && r->status != 200)) {
             if (r) failed_once(fmt::format("POST {}", r->status), describe_failure("POST", events, *r));
             count(&Stats::failed, "failed");
@@ -306,7 +307,7 @@ void EventRecorder::write_annotations(std::map<std::string, std::string> values)
         patch["metadata"][k.substr(0, nl)][k.substr(nl + 1)] = v;
     }
     const std::string path = "/api/v1/nodes/" + opts_.node;
-    auto r = send("PATCH", path, patch.dump(), "application/merge-patch+json");
+    auto r = send("PATCH", path, kgpu::json::dump_text(patch), "application/merge-patch+json");
     if (r && r->status == 200) {
         retry_backoff_ = {};
         count(&Stats::annotated, "annotated");

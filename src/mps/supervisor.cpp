@@ -16,6 +16,7 @@
 
 #include "common/fd.h"
 #include "common/files.h"
+#include "common/json.h"
 #include "common/log.h"
 #include "common/process.h"
 
@@ -239,7 +240,7 @@ void Supervisor::write_status(const Slot& s) const {
         {"gpus", gpus},
         {"pipeDirectory", opts_.root.pipe_dir(s.spec.resource).string()},
     };
-    if (auto st = files::write_atomic(opts_.root.status_file(s.spec.resource), j.dump(2) + "\n"); !st)
+    if (auto st = files::write_atomic(opts_.root.status_file(s.spec.resource), kgpu::json::dump_text(j, 2) + "\n"); !st)
         log::warn("MPS {}: {}", s.spec.resource, st.error().message);
 }
 
@@ -267,7 +268,7 @@ std::optional<pid_t> Supervisor::find_daemon(const Slot& s) const {
     const pid_t self = ::getpid();
     const std::string want_env = "CUDA_MPS_PIPE_DIRECTORY=" + s.control.pipe_dir().string();
     std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(opts_.proc_root, ec)) {
+    for (const auto& entry : files::entries(opts_.proc_root)) {
         const std::string name = entry.path().filename().string();
         if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
         auto stat = files::read(entry.path() / "stat");

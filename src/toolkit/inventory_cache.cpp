@@ -135,7 +135,7 @@ inventory::MigMode mig_mode_from(const std::string& s) {
 
 }  // namespace
 
-std::string to_cache_text(const CachedInventory& c) {
+Result<std::string> to_cache_text(const CachedInventory& c) {
     json gpus = json::array();
     for (const auto& g : c.node.gpus) {
         json migs = json::array();
@@ -162,7 +162,11 @@ std::string to_cache_text(const CachedInventory& c) {
                 {"warnings", c.node.warnings},
                 {"gpus", gpus},
                 {"brands", c.brands}};
-    return out.dump(1) + "\n";
+    try {
+        return out.dump(1) + "\n";
+    } catch (const json::type_error& e) {
+        return fail(Code::invalid_argument, "a string NVML gave is not UTF-8: {}", e.what());
+    }
 }
 
 Result<CachedInventory> from_cache_text(std::string_view text) {
@@ -343,7 +347,8 @@ private:
         CachedInventory c{witness.text, *n, {}};
         for (const auto& g : n->gpus)
             if (auto b = nvml_->brand(g.uuid)) c.brands[g.uuid] = *b;
-        auto wrote = write_cache(config_.inventory_cache, to_cache_text(c));
+        auto text = to_cache_text(c);
+        auto wrote = text ? write_cache(config_.inventory_cache, *text) : Status(std::unexpected(text.error()));
         how_ = wrote ? fmt::format("NVML{}, cache written", why) : fmt::format("NVML{} (cache not written: {})", why, wrote.error().message);
         return n;
     }

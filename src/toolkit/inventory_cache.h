@@ -43,7 +43,9 @@ struct CachedInventory {
     inventory::Node node;                       // topology not kept (the runtime reads none)
     std::map<std::string, std::string> brands;  // GPU UUID -> NVML brand, lower case
 };
-std::string to_cache_text(const CachedInventory& c);
+// Errors (Code::invalid_argument): a string NVML gave is not UTF-8, which JSON cannot hold (the
+// inventory is then not cached).
+Result<std::string> to_cache_text(const CachedInventory& c);
 // Errors (Code::parse): not the cache's JSON or not its schema; the message says what.
 Result<CachedInventory> from_cache_text(std::string_view text);
 

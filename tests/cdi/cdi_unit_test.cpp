@@ -126,6 +126,18 @@ TEST(CdiVersion, LowestVersionTheFeaturesAllow) {
     EXPECT_EQ(cdi::minimum_version(spec), "0.7.0");
 }
 
+// A host path that is not UTF-8 (a driver file's name): JSON cannot hold it, so the JSON text is
+// an error naming why, where dump() threw out of the device plugin's CDI refresh.
+TEST(CdiJson, APathThatIsNotUtf8IsAnErrorNotAnException) {
+    ojson spec = {{"cdiVersion", "0.5.0"}, {"containerEdits", {{"mounts", ojson::array({{{"hostPath", "/usr/lib/libcuda\xff.so"}}})}}}};
+    auto text = cdi::to_json_text(spec);
+    ASSERT_FALSE(text);
+    EXPECT_EQ(text.error().code, kgpu::Code::invalid_argument);
+    EXPECT_THAT(text.error().message, HasSubstr("cannot be written as JSON"));
+    spec["containerEdits"]["mounts"][0]["hostPath"] = "/usr/lib/libcuda.so";
+    ASSERT_TRUE(cdi::to_json_text(spec));
+}
+
 TEST(CdiYaml, QuotesStringsYamlWouldReadAsOtherTypes) {
     ojson j = {{"a", "0"}, {"b", "0:1"}, {"c", "true"}, {"d", "GPU-x"}, {"e", 195}, {"f", "--link"}, {"g", ""}};
     const std::string y = cdi::to_yaml(j);

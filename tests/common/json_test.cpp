@@ -100,4 +100,14 @@ TEST(JsonDepth, DeepNestingIsRefusedNamingTheDocumentAndTheByte) {
     EXPECT_TRUE(kgpu::json::parse("{\"a\":[[{\"b\":\"]]]]\"}]]}", "x"));
 }
 
+// A string that is not UTF-8 (a tool's output, an NVML name) in a document kgpu writes for
+// people or the API server: U+FFFD for the bad byte, where dump() throws.
+TEST(JsonDumpText, BytesThatAreNotUtf8BecomeTheReplacementCharacter) {
+    const nlohmann::json doc = {{"message", std::string("GPU \xff\xfe lost")}};
+    EXPECT_THROW((void)doc.dump(), nlohmann::json::type_error);
+    EXPECT_EQ(kgpu::json::dump_text(doc), "{\"message\":\"GPU \xef\xbf\xbd\xef\xbf\xbd lost\"}");
+    const nlohmann::ordered_json ordered = {{"a", "\xc3"}};
+    EXPECT_EQ(kgpu::json::dump_text(ordered, 1), "{\n \"a\": \"\xef\xbf\xbd\"\n}");
+}
+
 }  // namespace

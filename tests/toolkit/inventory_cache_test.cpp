@@ -41,10 +41,10 @@ TEST(InventoryCache, KeepsEveryFieldTheRuntimeCanRead) {
     m.copy_engines = 3, m.decoders = 2, m.encoders = 0, m.jpeg_decoders = 1, m.optical_flow_accelerators = 1;
     c.brands = {{g.uuid, "nvidia"}};
 
-    const std::string text = to_cache_text(c);
+    const std::string text = to_cache_text(c).value();
     auto back = from_cache_text(text);
     ASSERT_TRUE(back) << back.error().message;
-    EXPECT_EQ(to_cache_text(*back), text);
+    EXPECT_EQ(to_cache_text(*back).value(), text);
     EXPECT_EQ(back->witness, "w\nx");
     const auto& bg = back->node.gpus[0];
     EXPECT_EQ(bg.pci_class, 0x030200u);
@@ -62,16 +62,28 @@ TEST(InventoryCache, KeepsEveryFieldTheRuntimeCanRead) {
     EXPECT_EQ(back->brands.at(g.uuid), "nvidia");
 }
 
+// JSON cannot hold a string that is not UTF-8: such an inventory is not cached (NVML is asked
+// at each create), where dump() threw out of the runtime's create.
+TEST(InventoryCache, AStringNvmlGaveThatIsNotUtf8IsNotCached) {
+    CachedInventory c;
+    c.node.gpus.resize(1);
+    c.node.gpus[0].name = std::string("NVIDIA H100 \xff");
+    auto text = to_cache_text(c);
+    ASSERT_FALSE(text);
+    EXPECT_EQ(text.error().code, Code::invalid_argument);
+    EXPECT_THAT(text.error().message, HasSubstr("not UTF-8"));
+}
+
 TEST(InventoryCache, AFileItDidNotWriteIsAnError) {
     EXPECT_THAT(from_cache_text("{not json").error().message, HasSubstr("not JSON"));
     EXPECT_THAT(from_cache_text(R"({"schema":"kgpu.runtime-inventory/v0"})").error().message,
                 HasSubstr("schema 'kgpu.runtime-inventory/v0', expected 'kgpu.runtime-inventory/v1'"));
     CachedInventory c;
     c.node = test::toolkit_node();
-    std::string text = to_cache_text(c);
+    std::string text = to_cache_text(c).value();
     text.replace(text.find("\"minor\""), 7, "\"minr\"");
     EXPECT_EQ(from_cache_text(text).error().code, Code::parse);
-    text = to_cache_text(c);
+    text = to_cache_text(c).value();
     text.replace(text.find("\"mig_mode\": \"enabled\""), 21, "\"mig_mode\": \"maybe\"");
     EXPECT_THAT(from_cache_text(text).error().message, HasSubstr("unknown MIG mode 'maybe'"));
 }
