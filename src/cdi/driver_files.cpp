@@ -37,7 +37,7 @@ bool is_regular(const fs::path& p) {
 std::vector<std::string> list_dir(const fs::path& dir) {
     std::vector<std::string> names;
     std::error_code ec;
-    for (const auto& e : fs::directory_iterator(dir, ec)) names.push_back(e.path().filename().string());
+    for (const auto& e : files::entries(dir)) names.push_back(e.path().filename().string());
     std::sort(names.begin(), names.end());
     return names;
 }
@@ -68,7 +68,13 @@ std::optional<std::string> resolve_in_root(const fs::path& root, const fs::path&
     return host;
 }
 
-fs::path canonical_root_of(const fs::path& root) { return is_root(root) ? fs::path("/") : fs::weakly_canonical(root); }
+fs::path canonical_root_of(const fs::path& root) {
+    if (is_root(root)) return fs::path("/");
+    // A driver root that cannot be resolved now (a driver container restarting): as it is given.
+    std::error_code ec;
+    fs::path resolved = fs::weakly_canonical(root, ec);
+    return ec ? root.lexically_normal() : resolved;
+}
 
 // Files (not directories) matching `pattern` in each of `dirs` under `root`, symlinks resolved
 // (kept inside the root), each once, in search order; each directory listed through `lister`.

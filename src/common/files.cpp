@@ -43,6 +43,14 @@ Result<std::string> read_and_close(int fd, const std::filesystem::path& path) {
 
 }  // namespace
 
+std::vector<std::filesystem::directory_entry> entries(const std::filesystem::path& dir, std::error_code* error) {
+    std::vector<std::filesystem::directory_entry> out;
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) out.push_back(*it);
+    if (error) *error = ec;
+    return out;
+}
+
 Result<std::string> read(const std::filesystem::path& path) {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {

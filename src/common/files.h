@@ -5,6 +5,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
+#include <vector>
 
 #include "common/error.h"
 
@@ -19,6 +21,11 @@ Result<std::string> read(const std::filesystem::path& path);
 // no_permission and io as read(); invalid_argument "<path> is a FIFO (named pipe), expected a
 // regular file" (likewise for directories, sockets and devices).
 Result<std::string> read_regular(const std::filesystem::path& path);
+
+// Every entry of `dir`, in the order listed: none when it cannot be opened; a failure partway
+// (EIO or ESTALE on a network filesystem, the directory removed) ends the list where a range-for
+// over directory_iterator would throw out of its increment. `error` gets the failure, if given.
+std::vector<std::filesystem::directory_entry> entries(const std::filesystem::path& dir, std::error_code* error = nullptr);
 
 // The first line without its newline and surrounding blanks (sysfs attribute files).
 Result<std::string> read_line(const std::filesystem::path& path);

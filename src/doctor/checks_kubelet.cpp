@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/files.h"
 #include "deviceplugin/config.h"
 #include "doctor/grpc_probe.h"
 #include "doctor/kube_api.h"
@@ -88,7 +89,7 @@ void check_plugin_socket(State& s, CheckResult& r) {
     auto dir = s.host(s.opt.device_plugin_dir);
     std::error_code ec;
     std::vector<fs::path> socks;
-    for (const auto& e : fs::directory_iterator(dir, ec)) {
+    for (const auto& e : files::entries(dir)) {
         std::string n = e.path().filename().string();
         if (n == "kubelet.sock" || !n.ends_with(".sock")) continue;
         socks.push_back(e.path());
@@ -144,7 +145,7 @@ namespace {
 std::vector<PluginSocket> plugin_sockets(const State& s) {
     std::vector<PluginSocket> out;
     std::error_code ec;
-    for (const auto& e : fs::directory_iterator(s.host(s.opt.device_plugin_dir), ec)) {
+    for (const auto& e : files::entries(s.host(s.opt.device_plugin_dir))) {
         const std::string n = e.path().filename().string();
         if (n == "kubelet.sock" || !n.ends_with(".sock")) continue;
         PluginSocket p;

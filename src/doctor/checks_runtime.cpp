@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/files.h"
 #include "cdi/cache.h"
 #include "cdi/driver_files.h"
 #include "cdi/spec.h"
@@ -109,7 +110,7 @@ void check_cdi_spec(State& s, CheckResult& r) {
     std::vector<std::string> specs;
     std::error_code ec;
     for (const char* d : {"/etc/cdi", "/var/run/cdi"}) {
-        for (const auto& e : fs::directory_iterator(s.host(d), ec)) {
+        for (const auto& e : files::entries(s.host(d))) {
             auto ext = e.path().extension().string();
             if (ext != ".json" && ext != ".yaml" && ext != ".yml") continue;
             auto text = files::read(e.path());

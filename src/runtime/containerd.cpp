@@ -1,6 +1,7 @@
 #include "runtime/containerd.h"
 
 #include <cctype>
+#include <charconv>
 #include <filesystem>
 #include <regex>
 
@@ -302,7 +303,13 @@ std::optional<std::pair<int, int>> parse_containerd_version(std::string_view out
     std::string s(out);
     std::smatch m;
     if (!std::regex_search(s, m, re)) return std::nullopt;
-    return std::pair{std::stoi(m[1].str()), std::stoi(m[2].str())};
+    // from_chars: a number too large for an int is no version (std::stoi would throw).
+    int major = 0, minor = 0;
+    const std::string a = m[1].str(), b = m[2].str();
+    if (std::from_chars(a.data(), a.data() + a.size(), major).ec != std::errc{} ||
+        std::from_chars(b.data(), b.data() + b.size(), minor).ec != std::errc{})
+        return std::nullopt;
+    return std::pair{major, minor};
 }
 
 }  // namespace kgpu::runtime

@@ -399,7 +399,12 @@ std::string self_exe() {
 
 int edit_bundle(const RuncArgs& a, const RuntimeConfig& config, const std::string& self, const std::string& refuse_gpus,
                 Logger& log) {
-    const fs::path bundle = a.bundle.empty() ? fs::current_path() : fs::path(a.bundle);
+    std::error_code cwd_error;
+    const fs::path bundle = a.bundle.empty() ? fs::current_path(cwd_error) : fs::path(a.bundle);
+    if (cwd_error) {
+        log.write(log::Level::error, fmt::format("no --bundle, and the working directory cannot be read: {}", cwd_error.message()));
+        return 1;
+    }
     const fs::path path = bundle / "config.json";
     auto text = files::read(path);
     if (!text) {

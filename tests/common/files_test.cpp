@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -245,6 +246,22 @@ TEST(FilesResolveInRoot, AbsoluteLinksStayInsideTheRoot) {
     ASSERT_FALSE(loop);
     EXPECT_THAT(loop.error().message, HasSubstr("too many levels of symbolic links"));
     EXPECT_FALSE(kgpu::files::resolve_in_root(host.path(), "etc/x"));
+}
+
+TEST(Files, EntriesListADirectoryAndSayWhyNotInsteadOfThrowing) {
+    TempDir d;
+    d.write("a", "1");
+    d.write("b/c", "2");
+    std::error_code ec;
+    auto listed = kgpu::files::entries(d.path(), &ec);
+    EXPECT_FALSE(ec);
+    std::vector<std::string> names;
+    for (const auto& e : listed) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(names, (std::vector<std::string>{"a", "b"}));
+    EXPECT_TRUE(kgpu::files::entries(d.path() + "/none", &ec).empty());
+    EXPECT_EQ(ec, std::errc::no_such_file_or_directory);
+    EXPECT_TRUE(kgpu::files::entries(d.path() + "/a").empty()) << "a file lists nothing";
 }
 
 }  // namespace

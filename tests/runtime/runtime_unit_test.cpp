@@ -303,6 +303,7 @@ TEST(RuntimeConfigure, ContainerdDumpIsChecked) {
               (std::pair{1, 6}));
     EXPECT_EQ(runtime::parse_containerd_version("containerd containerd.io v2.0.2 c507a0257\n"), (std::pair{2, 0}));
     EXPECT_FALSE(runtime::parse_containerd_version(""));
+    EXPECT_FALSE(runtime::parse_containerd_version("containerd v99999999999.1\n")) << "too large: no version, no exception";
 }
 
 TEST(RuntimeConfigure, StagedMainConfigPointsTheImportAtTheScratchCopy) {
