@@ -107,7 +107,7 @@ CacheView scan_spec_dirs(const std::vector<fs::path>& dirs) {
     for (size_t priority = 0; priority < dirs.size(); ++priority) {
         std::error_code ec;
         std::vector<fs::path> files;
-        for (const auto& e : files::entries(dirs[priority])) {
+        for (const auto& e : fs::directory_iterator(dirs[priority], ec)) {
             // os.ReadDir's type: a symlink is not a directory here (it is read as a file).
             if (e.is_directory(ec) && !e.is_symlink(ec)) continue;
             const std::string ext = e.path().extension().string();

@@ -37,7 +37,7 @@ bool is_regular(const fs::path& p) {
 std::vector<std::string> list_dir(const fs::path& dir) {
     std::vector<std::string> names;
     std::error_code ec;
-    for (const auto& e : files::entries(dir)) names.push_back(e.path().filename().string());
+    for (const auto& e : fs::directory_iterator(dir, ec)) names.push_back(e.path().filename().string());
     std::sort(names.begin(), names.end());
     return names;
 }

@@ -238,7 +238,7 @@ Status check_with_containerd(const RuntimeOptions& o, const runtime::ContainerdO
         std::error_code ec;
         fs::create_directories(staged_dir, ec);
         // The other drop-ins the import pattern takes in come along.
-        for (const auto& e : files::entries(real_dir)) {
+        for (const auto& e : fs::directory_iterator(real_dir, ec)) {
             if (e.path().extension() != ".toml" || e.path().filename() == fs::path(o.drop_in).filename()) continue;
             fs::copy_file(e.path(), staged_dir / e.path().filename(), fs::copy_options::overwrite_existing, ec);
         }

@@ -43,11 +43,15 @@ Result<std::string> read_and_close(int fd, const std::filesystem::path& path) {
 
 }  // namespace
 
-std::vector<std::filesystem::directory_entry> entries(const std::filesystem::path& dir, std::error_code* error) {
+Result<std::vector<std::filesystem::directory_entry>> entries(const std::filesystem::path& dir) {
     std::vector<std::filesystem::directory_entry> out;
     std::error_code ec;
-    for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) out.push_back(*it);
-    if (error) *error = ec;
+    std::filesystem::directory_iterator it(dir, ec), end;
+    if (ec)
+        return fail(ec == std::errc::no_such_file_or_directory || ec == std::errc::not_a_directory ? Code::not_found : Code::io,
+                    "cannot list {}: {}", dir.string(), ec.message());
+    for (; !ec && it != end; it.increment(ec)) out.push_back(*it);
+    if (ec) return fail(Code::io, "listing {} failed after {} entries: {}", dir.string(), out.size(), ec.message());
     return out;
 }
 

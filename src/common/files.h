@@ -22,10 +22,11 @@ Result<std::string> read(const std::filesystem::path& path);
 // regular file" (likewise for directories, sockets and devices).
 Result<std::string> read_regular(const std::filesystem::path& path);
 
-// Every entry of `dir`, in the order listed: none when it cannot be opened; a failure partway
-// (EIO or ESTALE on a network filesystem, the directory removed) ends the list where a range-for
-// over directory_iterator would throw out of its increment. `error` gets the failure, if given.
-std::vector<std::filesystem::directory_entry> entries(const std::filesystem::path& dir, std::error_code* error = nullptr);
+// Every entry of `dir`, in the order listed, or why not: a range-for over directory_iterator
+// throws out of its increment when readdir fails partway (EIO or ESTALE on a network
+// filesystem), and a partial list must not pass for the whole. Errors: not_found (no such
+// directory), io (it cannot be opened, or the listing failed partway); the message names `dir`.
+Result<std::vector<std::filesystem::directory_entry>> entries(const std::filesystem::path& dir);
 
 // The first line without its newline and surrounding blanks (sysfs attribute files).
 Result<std::string> read_line(const std::filesystem::path& path);

@@ -17,11 +17,11 @@ namespace kgpu::deviceplugin {
 namespace fs = std::filesystem;
 
 Result<std::set<std::string>> config_names(const std::string& srcdir) {
-    std::error_code ec;
-    const auto listed = files::entries(srcdir, &ec);
-    if (ec) return fail(Code::not_found, "config directory {} (CONFIG_FILE_SRCDIR): {}", srcdir, ec.message());
+    const auto listed = files::entries(srcdir);
+    if (!listed) return fail(listed.error().code, "config directory (CONFIG_FILE_SRCDIR): {}", listed.error().message);
     std::set<std::string> out;
-    for (const auto& e : listed) {
+    std::error_code ec;
+    for (const auto& e : *listed) {
         const std::string name = e.path().filename().string();
         if (name.starts_with(".")) continue;
         if (e.is_regular_file(ec)) out.insert(name);  // follows links (ConfigMap keys are links into ..data)
@@ -106,8 +106,10 @@ Result<bool> point_config_link(const std::string& dst, const std::string& target
 
 std::vector<int> find_processes(const std::string& proc_root, const std::string& name, int self) {
     std::vector<int> out;
-    std::error_code ec;
-    for (const auto& e : files::entries(proc_root)) {
+    // A /proc that cannot be listed whole: none found (the caller says so), never a partial list.
+    const auto listed = files::entries(proc_root);
+    if (!listed) return out;
+    for (const auto& e : *listed) {
         const std::string pid = e.path().filename().string();
         if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
         // Read as a value: a process that exits meanwhile fails the read (ESRCH), which a stream

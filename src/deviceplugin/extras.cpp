@@ -36,7 +36,7 @@ std::vector<std::string> find_nodes(const fs::path& dev_root, const std::string&
         if (fs::exists(host_dir / prefix, ec)) out.push_back(dir + "/" + prefix);
         return out;
     }
-    for (const auto& e : files::entries(host_dir)) {
+    for (const auto& e : fs::directory_iterator(host_dir, ec)) {
         const std::string name = e.path().filename().string();
         if (name.starts_with(prefix)) out.push_back(dir + "/" + name);
     }

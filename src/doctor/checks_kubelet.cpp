@@ -89,7 +89,7 @@ void check_plugin_socket(State& s, CheckResult& r) {
     auto dir = s.host(s.opt.device_plugin_dir);
     std::error_code ec;
     std::vector<fs::path> socks;
-    for (const auto& e : files::entries(dir)) {
+    for (const auto& e : files::entries(dir).value_or(std::vector<fs::directory_entry>{})) {
         std::string n = e.path().filename().string();
         if (n == "kubelet.sock" || !n.ends_with(".sock")) continue;
         socks.push_back(e.path());
@@ -145,7 +145,7 @@ namespace {
 std::vector<PluginSocket> plugin_sockets(const State& s) {
     std::vector<PluginSocket> out;
     std::error_code ec;
-    for (const auto& e : files::entries(s.host(s.opt.device_plugin_dir))) {
+    for (const auto& e : files::entries(s.host(s.opt.device_plugin_dir)).value_or(std::vector<fs::directory_entry>{})) {
         const std::string n = e.path().filename().string();
         if (n == "kubelet.sock" || !n.ends_with(".sock")) continue;
         PluginSocket p;

@@ -13,10 +13,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "common/files.h"
 #include "cdi/cache.h"
 #include "cdi/driver_files.h"
 #include "cdi/spec.h"
+#include "common/files.h"
 #include "toolkit/install.h"
 
 namespace kgpu::doctor::checks {
@@ -110,7 +110,7 @@ void check_cdi_spec(State& s, CheckResult& r) {
     std::vector<std::string> specs;
     std::error_code ec;
     for (const char* d : {"/etc/cdi", "/var/run/cdi"}) {
-        for (const auto& e : files::entries(s.host(d))) {
+        for (const auto& e : files::entries(s.host(d)).value_or(std::vector<fs::directory_entry>{})) {
             auto ext = e.path().extension().string();
             if (ext != ".json" && ext != ".yaml" && ext != ".yml") continue;
             auto text = files::read(e.path());

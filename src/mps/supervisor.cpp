@@ -268,7 +268,7 @@ std::optional<pid_t> Supervisor::find_daemon(const Slot& s) const {
     const pid_t self = ::getpid();
     const std::string want_env = "CUDA_MPS_PIPE_DIRECTORY=" + s.control.pipe_dir().string();
     std::error_code ec;
-    for (const auto& entry : files::entries(opts_.proc_root)) {
+    for (const auto& entry : fs::directory_iterator(opts_.proc_root, ec)) {
         const std::string name = entry.path().filename().string();
         if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
         auto stat = files::read(entry.path() / "stat");

@@ -27,7 +27,7 @@ std::vector<fs::path> expand_import(const fs::path& root, const fs::path& host_d
     }
     std::string pre = leaf.substr(0, star), post = leaf.substr(star + 1);
     std::error_code ec;
-    for (const auto& e : files::entries(files::under_root(root, p.parent_path()))) {
+    for (const auto& e : fs::directory_iterator(files::under_root(root, p.parent_path()), ec)) {
         std::string n = e.path().filename().string();
         if (n.size() >= pre.size() + post.size() && n.starts_with(pre) && n.ends_with(post))
             out.push_back(p.parent_path() / n);

@@ -21,7 +21,7 @@ std::vector<DevCharLink> nvidia_dev_char_links(const fs::path& root, const fs::p
     auto scan = [&](const fs::path& dir, bool all) {
         std::error_code ec;
         std::vector<fs::path> entries;
-        for (const auto& e : files::entries(files::under_root(root, dir))) entries.push_back(e.path());
+        for (const auto& e : fs::directory_iterator(files::under_root(root, dir), ec)) entries.push_back(e.path());
         std::sort(entries.begin(), entries.end());
         for (const auto& p : entries) {
             const std::string name = p.filename().string();

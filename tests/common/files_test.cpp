@@ -248,20 +248,23 @@ TEST(FilesResolveInRoot, AbsoluteLinksStayInsideTheRoot) {
     EXPECT_FALSE(kgpu::files::resolve_in_root(host.path(), "etc/x"));
 }
 
-TEST(Files, EntriesListADirectoryAndSayWhyNotInsteadOfThrowing) {
+TEST(Files, EntriesListADirectoryOrSayWhyNot) {
     TempDir d;
     d.write("a", "1");
     d.write("b/c", "2");
-    std::error_code ec;
-    auto listed = kgpu::files::entries(d.path(), &ec);
-    EXPECT_FALSE(ec);
+    auto listed = kgpu::files::entries(d.path());
+    ASSERT_TRUE(listed) << listed.error().message;
     std::vector<std::string> names;
-    for (const auto& e : listed) names.push_back(e.path().filename().string());
+    for (const auto& e : *listed) names.push_back(e.path().filename().string());
     std::sort(names.begin(), names.end());
     EXPECT_EQ(names, (std::vector<std::string>{"a", "b"}));
-    EXPECT_TRUE(kgpu::files::entries(d.path() + "/none", &ec).empty());
-    EXPECT_EQ(ec, std::errc::no_such_file_or_directory);
-    EXPECT_TRUE(kgpu::files::entries(d.path() + "/a").empty()) << "a file lists nothing";
+    auto none = kgpu::files::entries(d.path() + "/none");
+    ASSERT_FALSE(none);
+    EXPECT_EQ(none.error().code, Code::not_found);
+    EXPECT_THAT(none.error().message, HasSubstr(d.path() + "/none"));
+    auto file = kgpu::files::entries(d.path() + "/a");
+    ASSERT_FALSE(file) << "a file is no directory";
+    EXPECT_EQ(file.error().code, Code::not_found);
 }
 
 }  // namespace
