@@ -172,7 +172,7 @@ Result<std::string> to_json_text(const ojson& spec) {
         return spec.dump(2) + "\n";
     } catch (const ojson::type_error& e) {
         // A host path (a driver file, a device node) that is not UTF-8: JSON cannot hold it.
-        return fail(Code::invalid_argument, "the CDI spec cannot be written as JSON: {}", e.what());
+        return fail(Code::invalid_argument, "the CDI spec cannot be written as JSON, a string in it is not UTF-8 ({})", e.what());
     }
 }
 

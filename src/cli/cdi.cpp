@@ -193,11 +193,14 @@ int run_cdi_generate(const CdiOptions& opts) {
     }
     std::string format = strings::lower(opts.format);
     if (format.empty()) format = opts.output.ends_with(".json") ? "json" : "yaml";
-    const auto text = format == "json" ? cdi::to_json_text(*spec) : Result<std::string>(cdi::to_yaml(*spec));
+    // The JSON text first in either format: it refuses a path that is not UTF-8, which the YAML
+    // writer would turn into U+FFFD (a path that does not exist).
+    auto text = cdi::to_json_text(*spec);
     if (!text) {
         std::cerr << "kgpu cdi generate: " << text.error().message << "\n";
         return 1;
     }
+    if (format != "json") text = cdi::to_yaml(*spec);
     if (opts.output.empty()) {
         std::cout << *text;
         return 0;

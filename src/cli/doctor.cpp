@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "common/files.h"
+#include "common/json.h"
 #include "doctor/grpc_probe.h"
 
 namespace kgpu::cli {
@@ -103,7 +104,7 @@ int run_checks(DoctorCliOptions& opts) {
     if (opts.cmd->get_option("--nvidia-driver-root")->count() > 0) o.driver_root = opts.nvml.driver_root;
     auto report = doctor::run(o);
     if (opts.json) {
-        std::cout << doctor::to_json(report).dump(2) << "\n";
+        std::cout << kgpu::json::dump_text(doctor::to_json(report), 2) << "\n";
     } else {
         doctor::print_text(report, std::cout, colour_wanted());
     }
@@ -126,7 +127,7 @@ int run_doctor(DoctorCliOptions& opts) {
             return 2;
         }
         if (opts.pending_json)
-            std::cout << doctor::pending::to_json(*r).dump(2) << "\n";
+            std::cout << kgpu::json::dump_text(doctor::pending::to_json(*r), 2) << "\n";
         else
             doctor::pending::print_text(*r, std::cout);
         return r->fits_somewhere() ? 0 : 1;

@@ -2,6 +2,7 @@
 
 #include <iostream>
 
+#include "common/json.h"
 #include "inventory/discovery.h"
 #include "inventory/json.h"
 
@@ -76,7 +77,7 @@ int run_info(const InfoOptions& opts) {
         return 1;
     }
     if (opts.json) {
-        std::cout << inventory::to_json(*node).dump(2) << "\n";
+        std::cout << kgpu::json::dump_text(inventory::to_json(*node), 2) << "\n";
     } else {
         print_info_text(*node, std::cout);
     }

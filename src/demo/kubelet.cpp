@@ -158,7 +158,7 @@ Status KubeletEmulator::on_register(const v1beta1::RegisterRequest& req) {
         v1beta1::DevicePluginOptions opts;
         auto st = p->stub->GetDevicePluginOptions(&ctx, v1beta1::Empty{}, &opts);
         if (!st.ok())
-            return fail(Code::unavailable, "GetDevicePluginOptions on {}: {}", req.endpoint(), st.error_message());
+            return fail(grpc_error::code_of(st.error_code()), "GetDevicePluginOptions on {}: {}", req.endpoint(), grpc_error::describe(st));
         p->reg.preferred_allocation = opts.get_preferred_allocation_available();
     }
     Plugin* raw = p.get();

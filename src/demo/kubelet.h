@@ -87,8 +87,9 @@ public:
                                            std::chrono::milliseconds timeout, const std::function<bool()>& cancelled);
     DeviceList devices(const std::string& resource);
 
-    // GetPreferredAllocation for one container. Errors: unavailable (not registered, RPC failed)
-    // or invalid_argument (the plugin refused), as common/grpc_error.h maps and names them.
+    // GetPreferredAllocation for one container. Errors: unavailable when the resource is not
+    // registered, else the call's status as common/grpc_error.h maps and names it (invalid_argument:
+    // the plugin refused).
     Result<std::vector<std::string>> prefer(const std::string& resource, const std::vector<std::string>& available,
                                             int size);
     // Allocate for one container.

@@ -47,7 +47,7 @@ void write_cdi_spec(const inventory::Node& node, const Config& cfg, const std::s
     }
     auto text = cdi::to_json_text(*spec);
     if (!text) {
-        log::error("cannot write the CDI spec {}: {}; CDI device names will not resolve", path.string(), text.error().message);
+        log::error("{}: {}; CDI device names will not resolve", path.string(), text.error().message);
         return;
     }
     if (auto st = files::write_atomic(path, *text); !st) {

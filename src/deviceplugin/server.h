@@ -133,8 +133,8 @@ private:
     bool cancelled_ = false;
 };
 
-// Calls Register on the kubelet socket. Errors (Code::unavailable) carry the gRPC status message,
-// or say "cancelled" when `cancel` was cancelled before the call.
+// Calls Register on the kubelet socket. Errors carry the gRPC status as common/grpc_error.h maps
+// and names it, or are unavailable "cancelled" when `cancel` was cancelled before the call.
 Status register_with_kubelet(const std::string& kubelet_socket, const std::string& endpoint,
                              const std::string& resource_name, int timeout_ms = 5000,
                              RegisterCancel* cancel = nullptr);

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/json.h"
 #include "common/strings.h"
 #include "kube/api_stats.h"
 
@@ -57,7 +58,7 @@ Result<std::size_t> write_node_labels(Client& client, const std::string& node_na
     const auto patch = node_labels_patch(node, want);
     if (patch.empty()) return 0;
     const std::size_t changed = patch["metadata"].contains("labels") ? patch["metadata"]["labels"].size() : 0;
-    auto put = client.request("PATCH", path, patch.dump(), "application/merge-patch+json");
+    auto put = client.request("PATCH", path, kgpu::json::dump_text(patch), "application/merge-patch+json");
     if (!put) return std::unexpected(put.error());
     if (put->status != 200) return fail(Code::unavailable, "{}", describe_failure("PATCH", path, *put));
     return changed;

@@ -133,7 +133,7 @@ TEST(CdiJson, APathThatIsNotUtf8IsAnErrorNotAnException) {
     auto text = cdi::to_json_text(spec);
     ASSERT_FALSE(text);
     EXPECT_EQ(text.error().code, kgpu::Code::invalid_argument);
-    EXPECT_THAT(text.error().message, HasSubstr("cannot be written as JSON"));
+    EXPECT_THAT(text.error().message, HasSubstr("not UTF-8"));
     spec["containerEdits"]["mounts"][0]["hostPath"] = "/usr/lib/libcuda.so";
     ASSERT_TRUE(cdi::to_json_text(spec));
 }

@@ -1302,7 +1302,6 @@ TEST(KubeE2E, ApiServerDown) {
         return n;
     };
     EXPECT_TRUE(wait_until([&] { return watches_answered() >= 1.0; }, seconds(30))) << slurp(dir + "/status/device-plugin.json");
-    const double watches_before = watches_answered();
 
     const std::string pidfile = c.state().kube + "/pids/apiserver";
     const int pid = std::atoi(trim(slurp(pidfile)).c_str());
@@ -1330,6 +1329,18 @@ TEST(KubeE2E, ApiServerDown) {
         << plugin.err();
     std::this_thread::sleep_until(down + seconds(30));
     EXPECT_TRUE(plugin.running()) << plugin.err();
+    // The watches answered before the outage, from the file once it counts a failure of the
+    // outage: written after the last answer before it (the writer lags a change by up to 1 s).
+    double watches_before = -1;
+    EXPECT_TRUE(wait_until([&] {
+        const auto st = nlohmann::json::parse(slurp(dir + "/status/device-plugin.json"), nullptr, false);
+        bool failed = false;
+        if (st.is_object())
+            for (const auto& e : st.value("errors", nlohmann::json::array()))
+                failed = failed || (e.value("kind", "") == "unreachable" && e.value("count", 0.0) >= 1.0);
+        if (failed) watches_before = watches_answered();
+        return failed;
+    }, seconds(30))) << slurp(dir + "/status/device-plugin.json");
 
     std::vector<std::string> start = {"/bin/sh", "-c", "setsid \"$@\" >> \"$LOG\" 2>&1 < /dev/null & echo $! > \"$PIDFILE\"", "sh"};
     start.insert(start.end(), argv.begin(), argv.end());

@@ -436,7 +436,10 @@ TEST_F(SimEvents, WaitDoesNotBlockOtherCalls) {
         const auto close = text.rfind(") ");
         return tid.load() != 0 && close != std::string::npos && close + 2 < text.size() && text[close + 2] == 'S';
     };
-    ASSERT_TRUE(kgpu::test::eventually(sleeping, 1000ms)) << "the waiter never began its wait";
+    if (!kgpu::test::eventually(sleeping, 1000ms)) {
+        waiter.join();  // a joinable thread at the end of the test would end the whole binary
+        FAIL() << "the waiter never began its wait";
+    }
     unsigned n = 0;
     EXPECT_EQ(NV(nvmlDeviceGetCount_v2)(&n), NVML_SUCCESS);  // would deadlock if the wait held the lock
     EXPECT_EQ(name(dev(1)), "Tesla T4");
