@@ -10,7 +10,7 @@
 # seeds, and one entry here.
 
 kgpu_fuzz_target(deviceplugin_config
-  SOURCES src/deviceplugin/config.cpp src/deviceplugin/config_file.cpp src/deviceplugin/options.cpp src/deviceplugin/values.cpp
+  SOURCES src/deviceplugin/config.cpp src/deviceplugin/config_file.cpp src/deviceplugin/options.cpp src/deviceplugin/values.cpp src/inventory/mig_strategy.cpp
   PACKAGES yaml-cpp
   LIBS kgpu_deviceplugin_core)
 
