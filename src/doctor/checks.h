@@ -99,6 +99,16 @@ inline void set(CheckResult& r, Status s, std::string fix = {}) {
     if (!fix.empty()) r.fix += (r.fix.empty() ? "" : "\n") + fix;
 }
 
+// The entries of `dir`, for a check that looks through it. A folder that is missing or cannot be
+// listed is said so in the evidence (files::entries' message names it and why), never read as an
+// empty one without a word: the cause a check then reports would be the wrong one.
+inline std::vector<fs::directory_entry> entries_noted(const fs::path& dir, CheckResult& r) {
+    auto listed = files::entries(dir);
+    if (listed) return std::move(*listed);
+    note(r, "{}", listed.error().message);
+    return {};
+}
+
 struct Check {
     std::string id;
     Layer layer;

@@ -87,9 +87,8 @@ void check_kubelet_socket(State& s, CheckResult& r) {
 
 void check_plugin_socket(State& s, CheckResult& r) {
     auto dir = s.host(s.opt.device_plugin_dir);
-    std::error_code ec;
     std::vector<fs::path> socks;
-    for (const auto& e : files::entries(dir).value_or(std::vector<fs::directory_entry>{})) {
+    for (const auto& e : entries_noted(dir, r)) {
         std::string n = e.path().filename().string();
         if (n == "kubelet.sock" || !n.ends_with(".sock")) continue;
         socks.push_back(e.path());
@@ -142,10 +141,9 @@ std::string resource_key(std::string_view resource) {
 }  // namespace
 
 namespace {
-std::vector<PluginSocket> plugin_sockets(const State& s) {
+std::vector<PluginSocket> plugin_sockets(const State& s, CheckResult& r) {
     std::vector<PluginSocket> out;
-    std::error_code ec;
-    for (const auto& e : files::entries(s.host(s.opt.device_plugin_dir)).value_or(std::vector<fs::directory_entry>{})) {
+    for (const auto& e : entries_noted(s.host(s.opt.device_plugin_dir), r)) {
         const std::string n = e.path().filename().string();
         if (n == "kubelet.sock" || !n.ends_with(".sock")) continue;
         PluginSocket p;
@@ -171,7 +169,7 @@ std::vector<PluginSocket> plugin_sockets(const State& s) {
 // registered last, and drops it when either plugin's stream ends (issue #12).
 void check_one_plugin_per_resource(State& s, CheckResult& r) {
     std::map<std::string, std::vector<const PluginSocket*>> by_key;
-    const auto socks = plugin_sockets(s);
+    const auto socks = plugin_sockets(s, r);
     for (const auto& p : socks)
         if (p.live && !p.key.empty()) by_key[p.key].push_back(&p);
     bool twice = false;
@@ -203,7 +201,7 @@ void check_one_plugin_per_resource(State& s, CheckResult& r) {
 // the kubelet dropped kgpu's registration.
 void check_allocatable(State& s, CheckResult& r) {
     std::vector<PluginSocket> ours;
-    for (auto& p : plugin_sockets(s))
+    for (auto& p : plugin_sockets(s, r))
         if (p.kgpu && p.live) ours.push_back(std::move(p));
     if (ours.empty()) {
         note(r, "no live kgpu plugin socket (kgpu-*.sock): nothing to compare");

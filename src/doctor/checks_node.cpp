@@ -209,7 +209,7 @@ void check_kernel_module(State& s, CheckResult& r) {
         return;
     }
     std::vector<std::string> others;
-    for (const auto& e : files::entries(s.host("/lib/modules")).value_or(std::vector<fs::directory_entry>{})) {
+    for (const auto& e : entries_noted(s.host("/lib/modules"), r)) {
         std::error_code ec2;
         for (auto it = fs::recursive_directory_iterator(e.path(), fs::directory_options::skip_permission_denied, ec2);
              it != fs::recursive_directory_iterator(); it.increment(ec2)) {
@@ -264,14 +264,13 @@ void check_build_tools(State& s, CheckResult& r) {
 void check_device_nodes(State& s, CheckResult& r) {
     std::vector<std::string> required = {"/dev/nvidiactl"};
     std::vector<std::string> wanted = {"/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"};
-    std::error_code ec;
     std::set<std::string> gpu_nodes;
     if (const auto& node = s.node.get()) {
         for (const auto& g : node->gpus)
             if (!g.lost && !g.uuid.empty()) gpu_nodes.insert(fmt::format("/dev/nvidia{}", g.minor));
     }
     if (gpu_nodes.empty()) {
-        for (const auto& e : files::entries(s.host("/dev")).value_or(std::vector<fs::directory_entry>{})) {
+        for (const auto& e : entries_noted(s.host("/dev"), r)) {
             std::string n = e.path().filename().string();
             if (n.size() > 6 && n.starts_with("nvidia") && std::all_of(n.begin() + 6, n.end(), ::isdigit))
                 gpu_nodes.insert("/dev/" + n);

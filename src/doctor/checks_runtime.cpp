@@ -108,9 +108,15 @@ void check_cdi_spec(State& s, CheckResult& r) {
         return;
     }
     std::vector<std::string> specs;
-    std::error_code ec;
     for (const char* d : {"/etc/cdi", "/var/run/cdi"}) {
-        for (const auto& e : files::entries(s.host(d)).value_or(std::vector<fs::directory_entry>{})) {
+        auto listed = files::entries(s.host(d));
+        if (!listed) {
+            // A node has one of the two folders, or neither: an absent one is no finding.
+            if (listed.error().code == Code::not_found) note(r, "{}: absent", s.host(d).string());
+            else note(r, "{}", listed.error().message);
+            continue;
+        }
+        for (const auto& e : *listed) {
             auto ext = e.path().extension().string();
             if (ext != ".json" && ext != ".yaml" && ext != ".yml") continue;
             auto text = files::read(e.path());

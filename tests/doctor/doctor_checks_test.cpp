@@ -253,6 +253,19 @@ TEST(DoctorChecks, KernelUpdatedAfterDriverInstall) {
     EXPECT_THAT(get(r, "driver.build_tools").fix, HasSubstr("linux-headers-$(uname -r)"));
 }
 
+// A folder a check looks through but cannot list is named in its evidence, not read as empty.
+TEST(DoctorChecks, AFolderThatCannotBeListedIsSaidSo) {
+    FakeHost host;
+    host.write("/proc/modules", "ext4 987136 2 - Live 0x0000000000000000\n");
+    host.remove("/lib/modules");
+    host.write("/lib/modules", "");  // a file where the kernels' folders should be
+    auto r = Doc{host}();
+    const auto& c = get(r, "driver.kernel_module");
+    EXPECT_EQ(c.status, Status::fail);
+    EXPECT_THAT(c.evidence, HasSubstr("cannot list " + host.path("/lib/modules")));
+    EXPECT_THAT(c.fix, HasSubstr("No NVIDIA driver is installed"));
+}
+
 TEST(DoctorChecks, NouveauLoaded) {
     FakeHost host;
     host.write("/proc/modules", "nouveau 2306048 0 - Live 0x0000000000000000\n");
