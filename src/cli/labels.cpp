@@ -33,24 +33,16 @@ namespace dp = kgpu::deviceplugin;
 void add_labels_command(CLI::App& app, LabelsOptions& opts) {
     auto* cmd = app.add_subcommand("labels", "Write gpu-feature-discovery compatible node labels as an NFD feature file");
     add_nvml_options(*cmd, opts.nvml);
-    cmd->add_option("--output-file,--output,-o", opts.output_file,
-                    "The NFD feature file, replaced atomically ('-' or '': stdout) "
-                    "(default /etc/kubernetes/node-feature-discovery/features.d/kgpu) [env GFD_OUTPUT_FILE]");
-    cmd->add_option("--oneshot", opts.oneshot, "Label once and exit (the bare flag means true) [env GFD_ONESHOT]")
-        ->expected(0, 1)
-        ->default_str("true")
-        ->option_text("[=BOOL]");
-    cmd->add_option("--no-timestamp", opts.no_timestamp,
-                    "Leave out nvidia.com/gfd.timestamp (the bare flag means true) [env GFD_NO_TIMESTAMP]")
-        ->expected(0, 1)
-        ->default_str("true")
-        ->option_text("[=BOOL]");
-    cmd->add_option("--sleep-interval", opts.sleep_interval,
-                    "Time between two labelings: 60s, 1m30s, 5m, or 'infinite' to label once and wait "
-                    "(default 60s) [env GFD_SLEEP_INTERVAL]");
-    cmd->add_option("--machine-type-file", opts.machine_type_file,
-                    "File with the DMI product name for nvidia.com/gpu.machine "
-                    "(default <sysfs-root>/class/dmi/id/product_name) [env GFD_MACHINE_TYPE_FILE]");
+    // GFD's own settings (KGPU_GFD_OPTIONS); a bool flag alone means true.
+    auto gfd_flag = [&](std::optional<std::string>& value, const char* flags, const char* env, const char* help,
+                        bool boolean) {
+        auto* o = cmd->add_option(flags, value, fmt::format("{} [env {}]", help, env));
+        if (boolean) o->expected(0, 1)->default_str("true")->option_text("[=BOOL]");
+    };
+#define KGPU_GFD_FLAG(field, type, key, flags, env, help) \
+    gfd_flag(opts.field, flags, env, help, std::is_same_v<type, bool>);
+    KGPU_GFD_OPTIONS(KGPU_GFD_FLAG)
+#undef KGPU_GFD_FLAG
     // GFD's settings of the device plugin's config (--mig-strategy, --fail-on-init-error,
     // --use-node-feature-api, --device-discovery-strategy, --driver-root-ctr-path): the settings table's.
     add_setting_flags(*cmd, opts.options, "gfd");

@@ -23,11 +23,11 @@ namespace kgpu::cli {
 // then the defaults (resolve_labels_settings). Booleans are text ("true", "false", …).
 struct LabelsOptions {
     NvmlOptions nvml;
-    std::optional<std::string> output_file;        // GFD_OUTPUT_FILE
-    std::optional<std::string> oneshot;            // GFD_ONESHOT
-    std::optional<std::string> no_timestamp;       // GFD_NO_TIMESTAMP
-    std::optional<std::string> sleep_interval;     // GFD_SLEEP_INTERVAL
-    std::optional<std::string> machine_type_file;  // GFD_MACHINE_TYPE_FILE
+    // GFD's own settings (flags.gfd): output_file, oneshot, no_timestamp, sleep_interval,
+    // machine_type_file (deviceplugin/options.h, KGPU_GFD_OPTIONS).
+#define KGPU_GFD_TEXT(field, ...) std::optional<std::string> field;
+    KGPU_GFD_OPTIONS(KGPU_GFD_TEXT)
+#undef KGPU_GFD_TEXT
     // --mig-strategy, --fail-on-init-error, --use-node-feature-api, --device-discovery-strategy,
     // --driver-root-ctr-path: the device plugin's settings table (deviceplugin/options.h, takers gfd).
     deviceplugin::OptionText options;
@@ -46,13 +46,14 @@ struct LabelsOptions {
 
 // The settings one run uses.
 struct LabelsSettings {
-    std::string output_file = "/etc/kubernetes/node-feature-discovery/features.d/kgpu";  // "" or "-": stdout
+    // KGPU_GFD_OPTIONS' settings, with their defaults.
     bool oneshot = false;
     bool no_timestamp = false;
+    std::optional<std::chrono::milliseconds> sleep_interval = std::chrono::seconds(60);  // nullopt: infinite
+    std::string output_file = "/etc/kubernetes/node-feature-discovery/features.d/kgpu";  // "" or "-": stdout
+    std::string machine_type_file;                  // "" : unknown machine (resolving makes it the DMI file)
     bool fail_on_init_error = true;
     bool use_node_feature_api = false;
-    std::optional<std::chrono::milliseconds> sleep_interval = std::chrono::seconds(60);  // nullopt: infinite
-    std::string machine_type_file;                  // "" : unknown machine
     std::optional<labels::MigStrategy> mig_strategy;  // flag or env; else the config file's
     std::string config_file;                        // "": none
     bool feature_file = true;                       // write output_file (off with write_node_labels, unless given)

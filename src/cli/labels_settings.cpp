@@ -94,9 +94,9 @@ struct Setting {
     std::optional<std::string> value;
     std::string source;
 };
-Setting setting(const std::optional<std::string>& flag, const char* flag_name,
+Setting setting(const std::optional<std::string>& flag, std::string_view flag_name,
                 const std::function<const char*(const char*)>& getenv, std::initializer_list<const char*> envs) {
-    if (flag) return {flag, flag_name};
+    if (flag) return {flag, std::string(flag_name)};
     const char* which = nullptr;
     auto v = env_value(getenv, envs, &which);
     if (v) return {v, fmt::format("environment variable {}", which)};
@@ -110,6 +110,32 @@ Status set_bool(bool& out, const Setting& s) {
     out = *b;
     return {};
 }
+
+// A GFD setting (KGPU_GFD_OPTIONS) from the text a flag or variable gave, of each type the
+// settings have; nothing when neither gave one.
+Status assign(bool& out, const Setting& s) { return set_bool(out, s); }
+Status assign(std::string& out, const Setting& s) {
+    if (s.value) out = *s.value;
+    return {};
+}
+Status assign(std::optional<std::chrono::milliseconds>& out, const Setting& s) {
+    if (!s.value) return {};
+    auto i = parse_interval(*s.value);
+    if (!i) return fail(Code::invalid_argument, "{}: {}", s.source, i.error().message);
+    out = *i;
+    return {};
+}
+
+// The same from the config file's flags.gfd value.
+void from_file(bool& out, bool v, const dp::Config&) { out = v; }
+void from_file(std::string& out, const std::string& v, const dp::Config&) { out = v; }
+void from_file(std::optional<std::chrono::milliseconds>& out, std::chrono::seconds v, const dp::Config& cfg) {
+    if (v.count() > 0) out = std::chrono::milliseconds(v);
+    else log::warn("labels: {}: flags.gfd.sleepInterval 0s is ignored: expected a positive duration", cfg.config_file);
+}
+
+// A table row's flag as errors name it: its first spelling.
+constexpr std::string_view first_flag(std::string_view flags) { return flags.substr(0, flags.find(',')); }
 
 // Sharing as GFD reads it from the device plugin's config: the strategy of the section with a
 // replicated resource, and each resource's replicas. A resource the plugin serves under another
@@ -138,11 +164,9 @@ void apply_file_flags(LabelsSettings& s, const dp::Config& cfg) {
         const LabelsSettings& b = *s.without_file;
         s.fail_on_init_error = b.fail_on_init_error;
         s.use_node_feature_api = b.use_node_feature_api;
-        s.oneshot = b.oneshot;
-        s.no_timestamp = b.no_timestamp;
-        s.output_file = b.output_file;
-        s.machine_type_file = b.machine_type_file;
-        s.sleep_interval = b.sleep_interval;
+#define KGPU_GFD_RESET(field, ...) s.field = b.field;
+        KGPU_GFD_OPTIONS(KGPU_GFD_RESET)
+#undef KGPU_GFD_RESET
     }
     auto open = [&](const char* name) { return !s.given.contains(name); };
     if (cfg.file_keys.contains("flags.failOnInitError") && open("fail_on_init_error"))
@@ -150,14 +174,10 @@ void apply_file_flags(LabelsSettings& s, const dp::Config& cfg) {
     if (cfg.use_node_feature_api && open("use_node_feature_api")) s.use_node_feature_api = *cfg.use_node_feature_api;
     if (!cfg.gfd) return;
     const dp::GfdFlags& g = *cfg.gfd;
-    if (g.oneshot && open("oneshot")) s.oneshot = *g.oneshot;
-    if (g.no_timestamp && open("no_timestamp")) s.no_timestamp = *g.no_timestamp;
-    if (g.output_file && open("output_file")) s.output_file = *g.output_file;
-    if (g.machine_type_file && open("machine_type_file")) s.machine_type_file = *g.machine_type_file;
-    if (g.sleep_interval && open("sleep_interval")) {
-        if (g.sleep_interval->count() > 0) s.sleep_interval = std::chrono::milliseconds(*g.sleep_interval);
-        else log::warn("labels: {}: flags.gfd.sleepInterval 0s is ignored: expected a positive duration", cfg.config_file);
-    }
+#define KGPU_GFD_FROM_FILE(field, ...) \
+    if (g.field && open(#field)) from_file(s.field, *g.field, cfg);
+    KGPU_GFD_OPTIONS(KGPU_GFD_FROM_FILE)
+#undef KGPU_GFD_FROM_FILE
 }
 
 }  // namespace
@@ -188,12 +208,13 @@ Result<LabelsSettings> resolve_labels_settings(const LabelsOptions& o,
         if (v.value) s.given.insert(name);
         return v;
     };
-    if (auto v = given("output_file", setting(o.output_file, "--output-file", getenv, {"GFD_OUTPUT_FILE"})); v.value)
-        s.output_file = *v.value;
-    if (auto st = set_bool(s.oneshot, given("oneshot", setting(o.oneshot, "--oneshot", getenv, {"GFD_ONESHOT"}))); !st)
+    // GFD's own settings: flag over variable (KGPU_GFD_OPTIONS).
+    s.machine_type_file = (std::filesystem::path(o.sysfs_root) / "class/dmi/id/product_name").string();
+#define KGPU_GFD_RESOLVE(field, type, key, flags, env, help) \
+    if (auto st = assign(s.field, given(#field, setting(o.field, first_flag(flags), getenv, {env}))); !st) \
         return std::unexpected(st.error());
-    if (auto st = set_bool(s.no_timestamp, given("no_timestamp", setting(o.no_timestamp, "--no-timestamp", getenv, {"GFD_NO_TIMESTAMP"}))); !st)
-        return std::unexpected(st.error());
+    KGPU_GFD_OPTIONS(KGPU_GFD_RESOLVE)
+#undef KGPU_GFD_RESOLVE
     // The table's GFD settings: flag over GFD's variables.
     std::map<std::string, std::string> gfd_source;
     auto gfd = dp::gfd_settings(o.options, getenv, &gfd_source);
@@ -206,14 +227,6 @@ Result<LabelsSettings> resolve_labels_settings(const LabelsOptions& o,
         s.use_node_feature_api = **gfd->use_node_feature_api;
         s.given.insert("use_node_feature_api");
     }
-    if (auto v = given("sleep_interval", setting(o.sleep_interval, "--sleep-interval", getenv, {"GFD_SLEEP_INTERVAL"})); v.value) {
-        auto i = parse_interval(*v.value);
-        if (!i) return fail(Code::invalid_argument, "{}: {}", v.source, i.error().message);
-        s.sleep_interval = *i;
-    }
-    s.machine_type_file = (std::filesystem::path(o.sysfs_root) / "class/dmi/id/product_name").string();
-    if (auto v = given("machine_type_file", setting(o.machine_type_file, "--machine-type-file", getenv, {"GFD_MACHINE_TYPE_FILE"})); v.value)
-        s.machine_type_file = *v.value;
     if (gfd->mig_strategy) s.mig_strategy = *gfd->mig_strategy;
     if (auto v = setting(o.config_file, "--config-file", getenv, {"GFD_CONFIG_FILE", "CONFIG_FILE"}); v.value)
         s.config_file = *v.value;
@@ -249,8 +262,7 @@ Result<LabelsSettings> resolve_labels_settings(const LabelsOptions& o,
             return fail(Code::invalid_argument,
                         "--write-node-labels needs this node's name: --node-name or NODE_NAME (the downward API's "
                         "spec.nodeName)");
-        const char* env_output = getenv("GFD_OUTPUT_FILE");
-        if (!o.output_file && !(env_output && *env_output)) s.feature_file = false;
+        if (!s.given.contains("output_file")) s.feature_file = false;  // neither --output-file nor GFD_OUTPUT_FILE
     }
     auto srcdir_setting = setting(o.config_file_srcdir, "--config-file-srcdir", getenv, {"CONFIG_FILE_SRCDIR"});
     // Flags over environment: a --config-file flag outside a directory only the environment gives

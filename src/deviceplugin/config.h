@@ -188,12 +188,11 @@ struct Imex {
 
 // `flags.gfd:` — gpu-feature-discovery's settings. The device plugin does not use them (a
 // warning says so); `kgpu labels` reads them from the same shared file.
+// Its fields: KGPU_GFD_OPTIONS (options.h).
 struct GfdFlags {
-    std::optional<bool> oneshot;
-    std::optional<bool> no_timestamp;
-    std::optional<std::chrono::seconds> sleep_interval;
-    std::optional<std::string> output_file;
-    std::optional<std::string> machine_type_file;
+#define KGPU_GFD_FIELD(field, type, ...) std::optional<type> field;
+    KGPU_GFD_OPTIONS(KGPU_GFD_FIELD)
+#undef KGPU_GFD_FIELD
 };
 
 // A key the config file has that the schema does not know; ignored (see the top).

@@ -28,20 +28,30 @@ std::set<unsigned> xids(const Walker& w, const YAML::Node& node, const std::stri
     return out;
 }
 
+// A flags.gfd value of each type the table has.
+void read_gfd(const Walker& w, const YAML::Node& v, const std::string& p, std::optional<bool>& out) { out = w.boolean(v, p); }
+void read_gfd(const Walker& w, const YAML::Node& v, const std::string& p, std::optional<std::string>& out) {
+    out = w.scalar(v, p);
+}
+void read_gfd(const Walker& w, const YAML::Node& v, const std::string& p, std::optional<std::chrono::seconds>& out) {
+    out = w.value<std::chrono::seconds>(v, p, parse_duration);
+}
+
 GfdFlags parse_gfd(const Walker& w, const YAML::Node& node) {
     const std::string path = "flags.gfd";
-    w.expect_map(node, path, {"oneshot", "noTimestamp", "sleepInterval", "outputFile", "machineTypeFile"});
+#define KGPU_GFD_KEY(field, type, key, ...) key,
+    w.expect_map(node, path, {KGPU_GFD_OPTIONS(KGPU_GFD_KEY)});
+#undef KGPU_GFD_KEY
     GfdFlags g;
     for (const auto& kv : node) {
         const std::string key = kv.first.as<std::string>();
         const std::string p = Walker::join(path, key);
         const YAML::Node& v = kv.second;
         if (Walker::unset(v)) continue;
-        if (key == "oneshot") g.oneshot = w.boolean(v, p);
-        else if (key == "noTimestamp") g.no_timestamp = w.boolean(v, p);
-        else if (key == "sleepInterval") g.sleep_interval = w.value<std::chrono::seconds>(v, p, parse_duration);
-        else if (key == "outputFile") g.output_file = w.scalar(v, p);
-        else if (key == "machineTypeFile") g.machine_type_file = w.scalar(v, p);
+#define KGPU_GFD_READ(field, type, name, ...) \
+        if (key == name) read_gfd(w, v, p, g.field);
+        KGPU_GFD_OPTIONS(KGPU_GFD_READ)
+#undef KGPU_GFD_READ
     }
     return g;
 }

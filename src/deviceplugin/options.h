@@ -27,6 +27,7 @@
 // Precedence is flag > env > file > default (config.h).
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -180,6 +181,34 @@ std::string shown_mps_root(const Config& c);
     X(cdi_disabled_hooks, option::Words, {}, "cdiDisableHooks", "--cdi-disable-hooks", "CDI_DISABLE_HOOKS", \
       "Hooks to leave out of the CDI spec the plugin writes (create-symlinks, enable-cuda-compat, update-ldcache, " \
       "disable-device-node-modification, update-application-profile), or all", nullptr, "plugin", "")
+// clang-format on
+
+// gpu-feature-discovery's own settings (the config file's `flags.gfd:` section, which the device
+// plugin ignores), declared once: config.h generates GfdFlags from it, config_file.cpp reads the
+// section's keys, cli/labels*.cpp registers kgpu labels' flags (a bool flag alone means true) and
+// resolves each as flag > variable > file > default. Adding one is a line here plus its use. The
+// order is GFD's (its Flags.GFD struct).
+//
+// Columns of KGPU_GFD_OPTIONS(X):
+//   X(field, type, key, flags, env, help)
+//   field    the member of GfdFlags (optional), LabelsOptions (the text given) and LabelsSettings
+//   type     the file's value: bool, std::string, or std::chrono::seconds (a Go duration)
+//   key      its key under flags.gfd
+//   flags    kgpu labels' flag spellings (CLI11's), the first one named in errors
+//   env      GFD's variable for it
+//   help     the flag's help; " [env ...]" is added from `env`
+// clang-format off
+#define KGPU_GFD_OPTIONS(X) \
+    X(oneshot, bool, "oneshot", "--oneshot", "GFD_ONESHOT", "Label once and exit (the bare flag means true)") \
+    X(no_timestamp, bool, "noTimestamp", "--no-timestamp", "GFD_NO_TIMESTAMP", \
+      "Leave out nvidia.com/gfd.timestamp (the bare flag means true)") \
+    X(sleep_interval, std::chrono::seconds, "sleepInterval", "--sleep-interval", "GFD_SLEEP_INTERVAL", \
+      "Time between two labelings: 60s, 1m30s, 5m, or 'infinite' to label once and wait (default 60s)") \
+    X(output_file, std::string, "outputFile", "--output-file,--output,-o", "GFD_OUTPUT_FILE", \
+      "The NFD feature file, replaced atomically ('-' or '': stdout) " \
+      "(default /etc/kubernetes/node-feature-discovery/features.d/kgpu)") \
+    X(machine_type_file, std::string, "machineTypeFile", "--machine-type-file", "GFD_MACHINE_TYPE_FILE", \
+      "File with the DMI product name for nvidia.com/gpu.machine (default <sysfs-root>/class/dmi/id/product_name)")
 // clang-format on
 
 // The spellings of one setting (the table's string columns).
