@@ -118,7 +118,7 @@ Status HttpServer::Impl::load_web(const std::string& path) {
         return fail(Code::invalid_argument, "{}: switching TLS on or off needs a restart of the exporter", path);
     if (!cfg->users.empty() && !auth) auth = std::make_unique<AuthWorker>(wake_fd, kAuthQueue);
     if (!web || web->rate_interval != cfg->rate_interval || web->rate_burst != cfg->rate_burst)
-        bucket.reset(cfg->rate_burst, Clock::now());
+        bucket.reset(cfg->rate_burst, now());
     web_reload.loaded(cfg->files);
     web = std::move(*cfg);
     tls = std::move(ctx);
@@ -160,6 +160,11 @@ void HttpServer::Impl::on_timer(Conn& c, Clock::time_point now) {
     }
 }
 
+void HttpServer::Impl::fire_due_timers(Clock::time_point now) {
+    while (const auto id = table.first_due(now)) on_timer(*table.find(*id), now);
+    table.bury();
+}
+
 void HttpServer::Impl::on_conn_event(Conn& c, std::uint32_t ev, Clock::time_point now) {
     if (ev & EPOLLERR) {
         close_conn(c, nullptr);
@@ -193,7 +198,7 @@ void HttpServer::Impl::run() {
     std::vector<epoll_event> events(256);
     while (!stopping) {
         int timeout_ms = 1000;
-        const auto now0 = Clock::now();
+        const auto now0 = now();
         if (const auto next = table.next_deadline()) {
             const auto wait = std::chrono::ceil<std::chrono::milliseconds>(*next - now0).count();
             timeout_ms = static_cast<int>(std::clamp<long long>(wait, 0, 1000));
@@ -206,7 +211,10 @@ void HttpServer::Impl::run() {
             return;
         }
         ++pass;  // every connection has a new turn
-        const auto now = Clock::now();
+        const auto now = this->now();
+        // Timers due first: a newcomer's room is made by ranks as they are now (a fresh
+        // connection whose grace ran out while epoll waited is idle, not a head in progress).
+        fire_due_timers(now);
         for (int i = 0; i < n; ++i) {
             const std::uint64_t id = events[i].data.u64;
             const std::uint32_t ev = events[i].events;
@@ -232,9 +240,8 @@ void HttpServer::Impl::run() {
             if (reading(c.phase)) on_readable(c, now);
         }
         table.bury();
-        const auto later = Clock::now();
-        while (const auto id = table.first_due(later)) on_timer(*table.find(*id), later);
-        table.bury();
+        const auto later = this->now();
+        fire_due_timers(later);
         if (listen_paused && later >= listen_resume) {
             epoll_event e{};
             e.events = EPOLLIN;

@@ -71,6 +71,10 @@ struct HttpOptions {
     std::chrono::milliseconds new_connection_grace{1000};
     // An exporter-toolkit web config file (TLS, basic auth, headers, rate limit); "" for none.
     std::string web_config_file;
+    // The clock connection ages, grace periods and timeouts are measured on (tests give one they
+    // advance; it also times the pause after running out of descriptors and the rate limit's
+    // refill); empty: std::chrono::steady_clock.
+    std::function<std::chrono::steady_clock::time_point()> clock;
 };
 
 // Why the server closed connections before they were done (kgpu_exporter_http_connections_closed_total).

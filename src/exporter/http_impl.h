@@ -85,6 +85,7 @@ struct HttpServer::Impl {
     // ---- bookkeeping --------------------------------------------------------------------------
 
     void set_events(Conn& c, std::uint32_t ev);
+    Clock::time_point now() const { return options.clock ? options.clock() : Clock::now(); }
     Clock::duration grace() const {
         return std::min<Clock::duration>(options.new_connection_grace, options.idle_timeout);
     }
@@ -163,6 +164,8 @@ struct HttpServer::Impl {
     // ---- the loop ------------------------------------------------------------------------------
 
     void on_timer(Conn& c, Clock::time_point now);
+    // Every connection's timer due by `now`, then the closed ones buried.
+    void fire_due_timers(Clock::time_point now);
     // What epoll reported for connection `c` (`ev`).
     void on_conn_event(Conn& c, std::uint32_t ev, Clock::time_point now);
     void run();

@@ -140,6 +140,25 @@ protected:
         ASSERT_NE(port_, 0);
         EXPECT_EQ(server_->bound_address(), "127.0.0.1:" + std::to_string(port_));
     }
+    // The server's clock for tests of ages and grace periods (HttpOptions::clock): it moves only
+    // when told. Declared before the server, which reads it until it stops.
+    struct ManualClock {
+        const std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+        std::atomic<std::int64_t> elapsed_ms{0};
+        void advance(std::chrono::milliseconds d) { elapsed_ms += d.count(); }
+        std::function<std::chrono::steady_clock::time_point()> fn() {
+            return [this] { return start + std::chrono::milliseconds(elapsed_ms.load()); };
+        }
+    } clock_;
+    // Connects from `source` and waits until the server holds `open` connections; the manual
+    // clock then moves 1 ms, so that each connection is older than the next.
+    int connect_counted(const char* source, std::uint64_t open) {
+        const int fd = test::connect_loopback(port_, source);
+        EXPECT_GE(fd, 0);
+        EXPECT_TRUE(test::eventually([&] { return server_->stats().open == open; })) << "open " << server_->stats().open;
+        clock_.advance(std::chrono::milliseconds(1));
+        return fd;
+    }
     std::unique_ptr<HttpServer> server_;
     int port_ = 0;
     std::atomic<int> requests_{0};
@@ -279,18 +298,23 @@ TEST_F(ServerTest, AtTheConnectionLimitTheOldestIdleConnectionMakesRoom) {
 }
 
 TEST_F(ServerTest, ConnectionsStillSendingTheirHeadGoAfterIdleOnes) {
-    start(std::chrono::seconds(60), [](HttpOptions& o) {
+    start(std::chrono::seconds(60), [this](HttpOptions& o) {
         o.connection_limit = 10;
         o.new_connection_grace = std::chrono::milliseconds(100);
+        o.clock = clock_.fn();
     });
     std::vector<int> slow, idle;
-    for (int i = 0; i < 5; ++i) {
-        slow.push_back(test::connect_loopback(port_, "127.0.0.2"));
+    for (std::uint64_t i = 0; i < 5; ++i) {
+        slow.push_back(connect_counted("127.0.0.2", i + 1));
         ASSERT_GT(::send(slow.back(), "GET /da", 7, MSG_NOSIGNAL), 0);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    for (int i = 0; i < 5; ++i) idle.push_back(test::connect_loopback(port_, "127.0.0.3"));
-    std::this_thread::sleep_for(std::chrono::milliseconds(400));  // past the new connections' grace
+    // One request through the loop after them: their bytes, there before it, have been read by
+    // the time it is answered (until then a head in progress looks like an idle connection).
+    EXPECT_EQ(test::http_request(port_, "GET", "/echo", {}, 5000).status, 200);
+    ASSERT_TRUE(test::eventually([&] { return server_->stats().open == 5; }));
+    clock_.advance(std::chrono::milliseconds(100));
+    for (std::uint64_t i = 0; i < 5; ++i) idle.push_back(connect_counted("127.0.0.3", 6 + i));
+    clock_.advance(std::chrono::milliseconds(400));  // past the new connections' grace
     EXPECT_EQ(test::http_request(port_, "GET", "/data", {}, 5000).status, 200);
     EXPECT_TRUE(closed_by_server(idle.front(), 5000)) << "an idle connection goes first, even a younger one";
     for (int fd : slow) EXPECT_FALSE(closed_by_server(fd, 50));
@@ -496,19 +520,24 @@ TEST_F(ServerTest, OnePipeliningClientDoesNotHoldUpTheOthers) {
 TEST_F(ServerTest, ANewConnectionIsNotTheFirstToMakeRoom) {
     // At the limit, a connection accepted a moment ago, whose request is on its way, must not be
     // the one closed for the next newcomer: slow request heads that started earlier go first.
-    start(std::chrono::seconds(60), [](HttpOptions& o) { o.connection_limit = 10; });
+    start(std::chrono::seconds(60), [this](HttpOptions& o) {
+        o.connection_limit = 10;
+        o.clock = clock_.fn();
+    });
     std::vector<int> slow;
-    for (int i = 0; i < 10; ++i) {
-        slow.push_back(test::connect_loopback(port_, "127.0.0.2"));
+    for (std::uint64_t i = 0; i < 10; ++i) {
+        slow.push_back(connect_counted("127.0.0.2", i + 1));
         ASSERT_GT(::send(slow.back(), "GET /da", 7, MSG_NOSIGNAL), 0);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    clock_.advance(std::chrono::milliseconds(100));
     const int scraper = test::connect_loopback(port_);  // its request is not sent yet
     ASSERT_GE(scraper, 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_TRUE(test::eventually([&] { return server_->stats().evicted == 1; })) << "room made for it";
+    clock_.advance(std::chrono::milliseconds(50));  // still within the new connections' grace (1 s)
     const int other = test::connect_loopback(port_, "127.0.0.3");  // the next newcomer
     ASSERT_GE(other, 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_TRUE(test::eventually([&] { return server_->stats().evicted == 2; })) << "room made for it";
+    clock_.advance(std::chrono::milliseconds(50));
     const std::string got = talk(scraper, "GET /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 5000);
     EXPECT_TRUE(got.starts_with("HTTP/1.1 200 OK")) << "the new connection was closed: '" << got << "'";
     EXPECT_TRUE(closed_by_server(slow.front(), 2000)) << "the oldest slow head made room";
