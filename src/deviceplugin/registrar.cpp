@@ -281,6 +281,11 @@ std::uint64_t Registrar::register_attempts() const {
     return attempts_;
 }
 
+bool Registrar::settling() const {
+    std::lock_guard lk(mu_);
+    return settling_;
+}
+
 void Registrar::run() {
     std::unique_lock lk(mu_);
     auto next_probe = Clock::now() + opts_.foreign_probe;
@@ -396,7 +401,9 @@ void Registrar::register_one(const std::string& name) {
     // process: no wait.)
     if (server->end_streams_before(server->next_stream_id(), 200ms) > 0 && same_kubelet) {
         std::unique_lock lk(mu_);
+        settling_ = true;
         cv_.wait_for(lk, opts_.settle, [&] { return stop_; });
+        settling_ = false;
     }
     const std::uint64_t stream = server->next_stream_id();
     const std::string endpoint = fs::path(server->socket_path()).filename().string();

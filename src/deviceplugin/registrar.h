@@ -122,6 +122,9 @@ public:
     bool watching_foreign(const std::string& resource) const;
     // Register calls sent so far, answered or not (tests, logs).
     std::uint64_t register_attempts() const;
+    // True while a Register waits for the kubelet to see the end of streams we ended
+    // (Options::settle) (tests).
+    bool settling() const;
 
 private:
     using Clock = std::chrono::steady_clock;
@@ -186,6 +189,7 @@ private:
     // appeared means "not listening yet", not "gone".
     std::optional<SocketId> announced_;
     std::uint64_t attempts_ = 0;  // Register calls sent
+    bool settling_ = false;       // in the settle wait before a Register
     // Cancels that Register (stop, remove, a kubelet gone). Reset under mu_ when a Register is
     // picked (with stop_ checked in the same critical section) and cancelled under mu_, so a
     // stop() anywhere between the pick and the call is not lost.

@@ -107,7 +107,7 @@ TEST_F(RegistrarTest, StopDuringTheSettleBeforeARegisterSendsNoRegister) {
     kubelet_.hang_register(true);
     registrar.directory_changed("nvidia-gpu.sock");
     ASSERT_TRUE(kubelet_.wait_until([&] { return kubelet_.open_streams(kGpu) == 0; }, 20s));
-    std::this_thread::sleep_for(50ms);  // into the settle wait (it wakes on stop either way)
+    ASSERT_TRUE(kubelet_.wait_until([&] { return registrar.settling(); }, 20s));  // stop() lands in the settle
     stop();
     EXPECT_EQ(kubelet_.register_calls(kGpu), 1) << "a Register went out after stop()";
     EXPECT_EQ(kubelet_.hung_registers(), 0);

@@ -954,7 +954,7 @@ TEST(ExporterFlood, AThousandClientsSendingAHeaderByteASecondDoNotDelayAScrape) 
     std::vector<int> fds(kSlow, -1);
     std::vector<size_t> sent(kSlow, 0);
     std::atomic<bool> stop{false};
-    std::atomic<int> reconnects{0};
+    std::atomic<int> reconnects{0}, rounds{0};
     auto connect_one = [&](int i) {
         fds[static_cast<size_t>(i)] = connect_loopback(e.port(), source_ip(i, 100).c_str());
         sent[static_cast<size_t>(i)] = 0;
@@ -975,10 +975,20 @@ TEST(ExporterFlood, AThousandClientsSendingAHeaderByteASecondDoNotDelayAScrape) 
                 }
                 ++n;
             }
+            ++rounds;
             std::this_thread::sleep_for(std::chrono::seconds(1));
         }
     });
-    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    // Scrapes start after two rounds of the trickle: every connection partway into its head (or
+    // just opened again).
+    for (int i = 0; i < 3000 && rounds < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (rounds < 2) {
+        stop = true;
+        trickle.join();
+        for (int fd : fds)
+            if (fd >= 0) ::close(fd);
+        FAIL() << "the slow clients' second round never came";
+    }
     const double worst = slowest_scrape(e.port(), 20, std::chrono::milliseconds(200));
     stop = true;
     trickle.join();

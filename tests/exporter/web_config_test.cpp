@@ -3,8 +3,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -425,11 +427,19 @@ TEST_F(WebServerTest, ARotatedCertificateIsPickedUpWithoutARestart) {
     std::string err;
     auto p2 = test::make_pki(other.path(), err);
     ASSERT_TRUE(p2) << err;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // mtime granularity and the 1 s check
     {
         std::ifstream c(p2->server_cert), k(p2->server_key);
         std::ofstream(pki.server_cert) << c.rdbuf();
         std::ofstream(pki.server_key) << k.rdbuf();
+    }
+    // Same inode and likely the same size: the modification time must differ from the loaded
+    // files' even when the rewrite lands in the same clock tick as their creation.
+    for (const std::string& f : {pki.server_cert, pki.server_key}) {
+        struct stat st {};
+        ASSERT_EQ(::stat(f.c_str(), &st), 0) << f;
+        timespec times[2] = {st.st_atim, st.st_mtim};
+        times[1].tv_sec += 2;
+        ASSERT_EQ(::utimensat(AT_FDCWD, f.c_str(), times, 0), 0) << f;
     }
     bool rotated = false;
     for (int i = 0; i < 50 && !rotated; ++i) {
